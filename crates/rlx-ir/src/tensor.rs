@@ -1,0 +1,369 @@
+//! Host tensors: typed element storage with a static shape. Used for constants, params,
+//! run inputs and outputs, and by the validation interpreter.
+
+use crate::DType;
+use half::{bf16, f16};
+use std::fmt;
+
+/// Typed element storage. One variant per [`DType`].
+#[derive(Clone, PartialEq)]
+pub enum TensorData {
+    /// f32 elements.
+    F32(Vec<f32>),
+    /// f16 elements.
+    F16(Vec<f16>),
+    /// bf16 elements.
+    BF16(Vec<bf16>),
+    /// f64 elements.
+    F64(Vec<f64>),
+    /// i8 elements.
+    I8(Vec<i8>),
+    /// u8 elements.
+    U8(Vec<u8>),
+    /// i32 elements.
+    I32(Vec<i32>),
+    /// i64 elements.
+    I64(Vec<i64>),
+    /// bool elements.
+    Bool(Vec<bool>),
+}
+
+impl TensorData {
+    /// The dtype of these elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
+            TensorData::F64(_) => DType::F64,
+            TensorData::I8(_) => DType::I8,
+            TensorData::U8(_) => DType::U8,
+            TensorData::I32(_) => DType::I32,
+            TensorData::I64(_) => DType::I64,
+            TensorData::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(v) => v.len(),
+            TensorData::F16(v) => v.len(),
+            TensorData::BF16(v) => v.len(),
+            TensorData::F64(v) => v.len(),
+            TensorData::I8(v) => v.len(),
+            TensorData::U8(v) => v.len(),
+            TensorData::I32(v) => v.len(),
+            TensorData::I64(v) => v.len(),
+            TensorData::Bool(v) => v.len(),
+        }
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` as an exact f64 (i64 beyond 2^53 loses precision).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            TensorData::F32(v) => v[i] as f64,
+            TensorData::F16(v) => v[i].to_f64(),
+            TensorData::BF16(v) => v[i].to_f64(),
+            TensorData::F64(v) => v[i],
+            TensorData::I8(v) => v[i] as f64,
+            TensorData::U8(v) => v[i] as f64,
+            TensorData::I32(v) => v[i] as f64,
+            TensorData::I64(v) => v[i] as f64,
+            TensorData::Bool(v) => v[i] as u8 as f64,
+        }
+    }
+
+    /// Builds storage of `dtype` from values, rounding each with [`DType::round`].
+    pub fn from_f64(dtype: DType, values: impl IntoIterator<Item = f64>) -> TensorData {
+        let it = values.into_iter().map(|v| dtype.round(v));
+        match dtype {
+            DType::F32 => TensorData::F32(it.map(|v| v as f32).collect()),
+            DType::F16 => TensorData::F16(it.map(f16::from_f64).collect()),
+            DType::BF16 => TensorData::BF16(it.map(bf16::from_f64).collect()),
+            DType::F64 => TensorData::F64(it.collect()),
+            DType::I8 => TensorData::I8(it.map(|v| v as i8).collect()),
+            DType::U8 => TensorData::U8(it.map(|v| v as u8).collect()),
+            DType::I32 => TensorData::I32(it.map(|v| v as i32).collect()),
+            DType::I64 => TensorData::I64(it.map(|v| v as i64).collect()),
+            DType::Bool => TensorData::Bool(it.map(|v| v != 0.0).collect()),
+        }
+    }
+
+    /// Raw little-endian bytes of the elements.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        fn cat<T, const N: usize>(v: &[T], f: impl Fn(&T) -> [u8; N]) -> Vec<u8> {
+            v.iter().flat_map(f).collect()
+        }
+        match self {
+            TensorData::F32(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::F16(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::BF16(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::F64(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::I8(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::U8(v) => v.clone(),
+            TensorData::I32(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::I64(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        }
+    }
+
+    /// Parses little-endian bytes of `dtype`; `None` when the length is not a multiple.
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<TensorData> {
+        let n = dtype.size_bytes();
+        if bytes.len() % n != 0 {
+            return None;
+        }
+        fn arr<const N: usize>(c: &[u8]) -> [u8; N] {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            a
+        }
+        let ch = bytes.chunks_exact(n);
+        Some(match dtype {
+            DType::F32 => TensorData::F32(ch.map(|c| f32::from_le_bytes(arr(c))).collect()),
+            DType::F16 => TensorData::F16(ch.map(|c| f16::from_le_bytes(arr(c))).collect()),
+            DType::BF16 => TensorData::BF16(ch.map(|c| bf16::from_le_bytes(arr(c))).collect()),
+            DType::F64 => TensorData::F64(ch.map(|c| f64::from_le_bytes(arr(c))).collect()),
+            DType::I8 => TensorData::I8(bytes.iter().map(|&b| b as i8).collect()),
+            DType::U8 => TensorData::U8(bytes.to_vec()),
+            DType::I32 => TensorData::I32(ch.map(|c| i32::from_le_bytes(arr(c))).collect()),
+            DType::I64 => TensorData::I64(ch.map(|c| i64::from_le_bytes(arr(c))).collect()),
+            DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+        })
+    }
+}
+
+/// A host tensor: dtype, static shape and row-major elements.
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    data: TensorData,
+}
+
+/// A tensor whose element count does not match its shape.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tensor data has {len} elements but shape {shape:?} needs {expected}")]
+pub struct TensorSizeError {
+    /// The shape asked for.
+    pub shape: Vec<usize>,
+    /// Elements given.
+    pub len: usize,
+    /// Elements the shape needs.
+    pub expected: usize,
+}
+
+impl Tensor {
+    /// A tensor from storage and shape; fails when the element count differs.
+    pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Tensor, TensorSizeError> {
+        let expected: usize = shape.iter().product();
+        if expected != data.len() {
+            return Err(TensorSizeError {
+                shape,
+                len: data.len(),
+                expected,
+            });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    /// An f32 tensor; fails when the element count differs from the shape.
+    pub fn from_f32(shape: &[usize], values: Vec<f32>) -> Result<Tensor, TensorSizeError> {
+        Tensor::new(shape.to_vec(), TensorData::F32(values))
+    }
+
+    /// A tensor of `dtype` from exact values, rounded to the dtype.
+    pub fn from_f64(
+        dtype: DType,
+        shape: &[usize],
+        values: &[f64],
+    ) -> Result<Tensor, TensorSizeError> {
+        Tensor::new(
+            shape.to_vec(),
+            TensorData::from_f64(dtype, values.iter().copied()),
+        )
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar(dtype: DType, value: f64) -> Tensor {
+        Tensor {
+            shape: Vec::new(),
+            data: TensorData::from_f64(dtype, [value]),
+        }
+    }
+
+    /// A tensor filled with one value.
+    pub fn full(dtype: DType, shape: &[usize], value: f64) -> Tensor {
+        let n = shape.iter().product();
+        Tensor {
+            shape: shape.to_vec(),
+            data: TensorData::from_f64(dtype, std::iter::repeat_n(value, n)),
+        }
+    }
+
+    /// Deterministic pseudo-random values: floats uniform in [-1, 1) kept away from zero,
+    /// integers in [-5, 5] (non-negative for u8), bools alternating at random.
+    pub fn random(dtype: DType, shape: &[usize], seed: u64) -> Tensor {
+        let n: usize = shape.iter().product();
+        let mut rng = SplitMix64(seed ^ 0x9E37_79B9_7F4A_7C15);
+        let vals = (0..n).map(|_| {
+            let u = rng.next_f64();
+            match dtype {
+                d if d.is_float() => {
+                    let v = u * 2.0 - 1.0;
+                    if v.abs() < 0.05 {
+                        v.signum() * 0.05 + v
+                    } else {
+                        v
+                    }
+                }
+                DType::U8 => (u * 10.0).floor(),
+                DType::Bool => (u < 0.5) as u8 as f64,
+                _ => (u * 11.0).floor() - 5.0,
+            }
+        });
+        Tensor {
+            shape: shape.to_vec(),
+            data: TensorData::from_f64(dtype, vals),
+        }
+    }
+
+    /// The dtype.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    /// The static shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    /// The typed storage.
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
+    /// The typed storage, mutably.
+    pub fn data_mut(&mut self) -> &mut TensorData {
+        &mut self.data
+    }
+
+    /// Consumes the tensor into its storage.
+    pub fn into_data(self) -> TensorData {
+        self.data
+    }
+
+    /// The f32 elements, when the dtype is f32.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// All elements as f64.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        (0..self.numel()).map(|i| self.data.get_f64(i)).collect()
+    }
+
+    /// Element `i` (row-major) as f64.
+    pub fn get_f64(&self, i: usize) -> f64 {
+        self.data.get_f64(i)
+    }
+
+    /// Same elements, new shape with the same element count.
+    pub fn reshaped(self, shape: &[usize]) -> Result<Tensor, TensorSizeError> {
+        Tensor::new(shape.to_vec(), self.data)
+    }
+
+    /// Converts to another dtype with [`DType::round`].
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        Tensor {
+            shape: self.shape.clone(),
+            data: TensorData::from_f64(dtype, self.to_f64_vec()),
+        }
+    }
+
+    /// Bytes of element storage.
+    pub fn size_bytes(&self) -> usize {
+        self.numel() * self.dtype().size_bytes()
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.numel().min(8);
+        let head: Vec<String> = (0..n).map(|i| format!("{}", self.get_f64(i))).collect();
+        write!(
+            f,
+            "Tensor({}{:?} [{}{}])",
+            self.dtype(),
+            self.shape,
+            head.join(", "),
+            if self.numel() > n { ", ..." } else { "" }
+        )
+    }
+}
+
+/// A tiny deterministic generator so tests and demos need no extra crate.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform integer in [0, n).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip_every_dtype() {
+        for d in DType::ALL {
+            let t = Tensor::random(d, &[3, 5], 7);
+            let bytes = t.data().to_le_bytes();
+            assert_eq!(bytes.len(), t.size_bytes());
+            let back = TensorData::from_le_bytes(d, &bytes).unwrap();
+            assert_eq!(&back, t.data());
+        }
+    }
+
+    #[test]
+    fn size_mismatch_is_an_error() {
+        let e = Tensor::from_f32(&[2, 2], vec![1.0; 3]).unwrap_err();
+        assert!(e.to_string().contains("needs 4"));
+    }
+
+    #[test]
+    fn random_floats_are_nonzero() {
+        let t = Tensor::random(DType::F32, &[1000], 1);
+        assert!(t.to_f64_vec().iter().all(|v| v.abs() >= 0.05 && v.abs() <= 1.05));
+    }
+}
