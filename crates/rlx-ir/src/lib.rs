@@ -1,1 +1,31 @@
-//! rlx-ir
+//! The RLX intermediate representation.
+//!
+//! - [`DType`], [`Shape`] with static and symbolic [`Dim`]s, host [`Tensor`]s;
+//! - the op set ([`Op`], [`UnaryOp`], [`BinaryOp`], [`ReduceOp`]) with reference scalar
+//!   semantics shared by the validation interpreter and constant folding;
+//! - the [`Graph`] builder with shape/dtype inference at every step, a verifier and a text
+//!   dump;
+//! - the kernel IR ([`kernel`]) that the optimizer produces and every backend consumes.
+//!
+//! This crate knows no device: it describes computations, never where they run.
+
+mod dtype;
+mod error;
+mod graph;
+mod infer;
+pub mod kernel;
+mod op;
+pub mod scalar;
+mod shape;
+mod tensor;
+
+pub use dtype::DType;
+pub use error::IrError;
+pub use graph::{Graph, Node, NodeId, TensorType};
+pub use infer::infer;
+pub use op::{
+    slice_range, ArgOp, AttnMask, BinaryOp, Conv2dParams, Op, PadMode, Pool2dParams, PoolKind,
+    ReduceOp, UnaryOp,
+};
+pub use shape::{broadcast_shapes, contiguous_strides, normalize_axis, Dim, Shape};
+pub use tensor::{SplitMix64, Tensor, TensorData, TensorSizeError};

@@ -223,7 +223,9 @@ mod tests {
         let b = Shape::of(&[3, 1]);
         assert_eq!(broadcast_shapes(&a, &b).unwrap().to_string(), "[batch,3,4]");
         assert!(broadcast_shapes(&Shape::of(&[2]), &Shape::of(&[3])).is_none());
-        assert!(broadcast_shapes(&Shape(vec![Dim::sym("a")]), &Shape(vec![Dim::sym("b")])).is_none());
+        assert!(
+            broadcast_shapes(&Shape(vec![Dim::sym("a")]), &Shape(vec![Dim::sym("b")])).is_none()
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use half::{bf16, f16};
 use std::fmt;
 
 /// Typed element storage. One variant per [`DType`].
-#[derive(Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum TensorData {
     /// f32 elements.
     F32(Vec<f32>),
@@ -364,6 +364,9 @@ mod tests {
     #[test]
     fn random_floats_are_nonzero() {
         let t = Tensor::random(DType::F32, &[1000], 1);
-        assert!(t.to_f64_vec().iter().all(|v| v.abs() >= 0.05 && v.abs() <= 1.05));
+        assert!(t
+            .to_f64_vec()
+            .iter()
+            .all(|v| v.abs() >= 0.05 && v.abs() <= 1.05));
     }
 }
