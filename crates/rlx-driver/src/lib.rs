@@ -8,6 +8,7 @@
 mod device;
 mod error;
 mod info;
+pub mod testing;
 
 pub use device::{Device, ParseDeviceError};
 pub use error::DeviceError;

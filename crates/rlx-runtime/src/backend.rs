@@ -1,0 +1,78 @@
+//! The contract every device backend implements. Kept small on purpose: a backend answers
+//! availability, says which ops it runs natively, and compiles a legalized graph.
+
+use crate::{ParamStore, RuntimeError};
+use rlx_driver::{Availability, Device, DeviceInfo};
+use rlx_ir::{Graph, Op, Tensor, TensorType};
+use std::collections::HashMap;
+
+/// Options that change what a backend compiles (and so are part of any cache key).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Sizes for symbolic dims known at compile time; others are bound at run time.
+    pub bindings: HashMap<String, usize>,
+    /// Fail instead of running any node somewhere else than the chosen device. RLX has no
+    /// fallback today, so this only documents intent; reports always show placement.
+    pub strict: bool,
+    /// Print the dispatch report to stderr at compile (also `RLX_DISPATCH_REPORT=1`).
+    pub print_report: bool,
+    /// Worker threads for CPU execution (None: all cores).
+    pub threads: Option<usize>,
+}
+
+/// A device backend.
+pub trait Backend: Send + Sync {
+    /// The device this backend serves.
+    fn device(&self) -> Device;
+
+    /// Whether hardware and driver are present now, with a reason when not.
+    fn availability(&self) -> Availability;
+
+    /// Facts about the device, when available.
+    fn info(&self) -> Option<DeviceInfo> {
+        None
+    }
+
+    /// True when the backend runs `op` natively for inputs of these types. Legalization
+    /// decomposes or reports whatever this rejects.
+    fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool;
+
+    /// Evaluates an op on host tensors with reference semantics, for constant folding.
+    /// Only a backend with a reference interpreter (the CPU) answers.
+    fn const_eval(&self, _op: &Op, _inputs: &[&Tensor]) -> Option<Tensor> {
+        None
+    }
+
+    /// Compiles a verified, optimized, legalized graph whose shapes are all static.
+    ///
+    /// # Errors
+    /// The device is unavailable, or code generation failed; the error names what is
+    /// missing or which kernel failed.
+    fn compile(
+        &self,
+        graph: &Graph,
+        options: &CompileOptions,
+    ) -> Result<Box<dyn Executable>, RuntimeError>;
+}
+
+/// A compiled program for one device and one set of shapes.
+pub trait Executable: Send + Sync {
+    /// Runs with inputs by name; params come from the session's store.
+    ///
+    /// # Errors
+    /// Missing params, or a device failure during the run.
+    fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        params: &ParamStore,
+    ) -> Result<Vec<(String, Tensor)>, RuntimeError>;
+
+    /// Number of kernels launched per run.
+    fn kernel_count(&self) -> usize;
+
+    /// Bytes of the planned intermediate arena.
+    fn arena_bytes(&self) -> usize;
+
+    /// The generated program, as text (for `rlx dump --stage kernels`).
+    fn dump(&self) -> String;
+}

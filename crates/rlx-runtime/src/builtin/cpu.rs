@@ -1,0 +1,97 @@
+//! Adapter from the `rlx-cpu` crate to the [`Backend`] contract: lowers the legalized
+//! graph to kernel IR with `rlx-opt` and compiles it with the CPU fast path.
+
+use crate::{Backend, CompileOptions, Executable, ParamStore, RuntimeError};
+use rlx_cpu::{CpuOptions, CpuProgram};
+use rlx_driver::{Availability, Device, DeviceInfo};
+use rlx_ir::{Graph, Op, Tensor, TensorType};
+use std::collections::HashMap;
+
+/// The CPU backend: every op natively, fast kernels for the hot ones.
+pub struct CpuBackend;
+
+pub(crate) fn factory() -> Box<dyn Backend> {
+    Box::new(CpuBackend)
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn availability(&self) -> Availability {
+        Availability::yes()
+    }
+
+    fn info(&self) -> Option<DeviceInfo> {
+        Some(DeviceInfo {
+            name: rlx_cpu::cpu_name(),
+            memory_bytes: None,
+            compute_units: Some(rlx_cpu::thread_count() as u32),
+            arch: Some(std::env::consts::ARCH.to_string()),
+        })
+    }
+
+    fn supports(&self, op: &Op, _inputs: &[&TensorType]) -> bool {
+        !matches!(op, Op::Input { .. } | Op::Param { .. })
+    }
+
+    fn const_eval(&self, op: &Op, inputs: &[&Tensor]) -> Option<Tensor> {
+        rlx_cpu::eval_op(op, inputs).ok()
+    }
+
+    fn compile(
+        &self,
+        graph: &Graph,
+        options: &CompileOptions,
+    ) -> Result<Box<dyn Executable>, RuntimeError> {
+        let program = rlx_opt::lower(graph)?;
+        let dump = program.to_string();
+        let kernels = program.kernels.len();
+        let opts = CpuOptions {
+            threads: options.threads,
+        };
+        let program = CpuProgram::compile(program, &opts).map_err(backend_err)?;
+        Ok(Box::new(CpuExecutable {
+            program,
+            dump,
+            kernels,
+        }))
+    }
+}
+
+fn backend_err(e: rlx_cpu::CpuError) -> RuntimeError {
+    RuntimeError::Backend {
+        device: Device::Cpu,
+        message: e.to_string(),
+    }
+}
+
+struct CpuExecutable {
+    program: CpuProgram,
+    dump: String,
+    kernels: usize,
+}
+
+impl Executable for CpuExecutable {
+    fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        params: &ParamStore,
+    ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
+        let params = params.snapshot();
+        self.program.run(inputs, &params).map_err(backend_err)
+    }
+
+    fn kernel_count(&self) -> usize {
+        self.kernels
+    }
+
+    fn arena_bytes(&self) -> usize {
+        self.program.arena_bytes()
+    }
+
+    fn dump(&self) -> String {
+        self.dump.clone()
+    }
+}

@@ -1,0 +1,58 @@
+//! The single place where backends are registered and found. Builtins register themselves
+//! behind their Cargo features the first time the registry is used; anything registered
+//! later for the same device replaces the earlier factory.
+
+use crate::Backend;
+use rlx_driver::Device;
+use std::collections::BTreeMap;
+use std::sync::{OnceLock, RwLock};
+
+/// Makes a fresh backend instance.
+pub type BackendFactory = fn() -> Box<dyn Backend>;
+
+fn registry() -> &'static RwLock<BTreeMap<Device, BackendFactory>> {
+    static REGISTRY: OnceLock<RwLock<BTreeMap<Device, BackendFactory>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut map = BTreeMap::new();
+        crate::builtin::register_builtins(&mut |d, f| {
+            map.insert(d, f);
+        });
+        RwLock::new(map)
+    })
+}
+
+/// Registers (or replaces) the backend factory for a device.
+pub fn register_backend(device: Device, factory: BackendFactory) {
+    let mut map = registry().write().unwrap_or_else(|e| e.into_inner());
+    map.insert(device, factory);
+}
+
+/// A new instance of the backend registered for `device`, if any.
+pub fn backend_for(device: Device) -> Option<Box<dyn Backend>> {
+    let map = registry().read().unwrap_or_else(|e| e.into_inner());
+    map.get(&device).map(|f| f())
+}
+
+/// Devices with a registered backend, in [`Device::ALL`] order.
+pub fn registered_devices() -> Vec<Device> {
+    let map = registry().read().unwrap_or_else(|e| e.into_inner());
+    map.keys().copied().collect()
+}
+
+/// The device `--device auto` picks: the first available in order of expected speed.
+pub fn auto_device() -> Device {
+    const PREFERENCE: [Device; 8] = [
+        Device::Cuda,
+        Device::Rocm,
+        Device::Metal,
+        Device::Gpu,
+        Device::Vulkan,
+        Device::OneApi,
+        Device::Egpu,
+        Device::Cpu,
+    ];
+    PREFERENCE
+        .into_iter()
+        .find(|&d| backend_for(d).is_some_and(|b| b.availability().available))
+        .unwrap_or(Device::Cpu)
+}

@@ -1,0 +1,278 @@
+//! `Session` compiles graphs for one device; `CompiledGraph` runs them.
+//!
+//! The pipeline reads top to bottom in [`Session::compile`] and [`CompiledGraph::variant`]:
+//! verify → bind known symbols → optimize (named passes) → legalize for the device (dispatch
+//! report) → backend compile (lowering, fusion, memory plan, codegen). Graphs with symbols
+//! still unbound compile once per distinct binding seen at run time.
+
+use crate::registry::backend_for;
+use crate::{Backend, CompileOptions, Executable, ParamStore, RuntimeError};
+use rlx_driver::{Device, DeviceError};
+use rlx_ir::{Dim, Graph, Op, Tensor, TensorType};
+use rlx_opt::DispatchReport;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// A device plus the weights shared by every graph compiled on it.
+pub struct Session {
+    device: Device,
+    backend: Arc<dyn Backend>,
+    params: ParamStore,
+}
+
+impl Session {
+    /// A session on `device`, checked against the registry.
+    ///
+    /// # Errors
+    /// No backend is registered for the device (names the Cargo feature), or the device is
+    /// not available (names the reason).
+    pub fn new(device: Device) -> Result<Session, RuntimeError> {
+        let backend = backend_for(device).ok_or(DeviceError::NotRegistered {
+            device,
+            feature: device.cargo_feature(),
+        })?;
+        let avail = backend.availability();
+        if !avail.available {
+            return Err(DeviceError::Unavailable {
+                device,
+                reason: avail.reason.unwrap_or_else(|| "unknown reason".into()),
+            }
+            .into());
+        }
+        Ok(Session {
+            device,
+            backend: Arc::from(backend),
+            params: ParamStore::new(),
+        })
+    }
+
+    /// The session's device.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The weights shared by this session's graphs.
+    pub fn params(&self) -> &ParamStore {
+        &self.params
+    }
+
+    /// Sets a weight for every graph of this session.
+    pub fn set_param(&self, name: &str, value: Tensor) {
+        self.params.set(name, Arc::new(value));
+    }
+
+    /// Compiles a graph. Symbols bound in `options.bindings` are fixed now; the rest are
+    /// bound from input shapes at run time.
+    ///
+    /// # Errors
+    /// A malformed graph, a failing pass, unsupported nodes (all listed), or a backend
+    /// failure.
+    pub fn compile(&self, graph: &Graph, options: CompileOptions) -> Result<CompiledGraph, RuntimeError> {
+        graph.verify()?;
+        let graph = if options.bindings.is_empty() {
+            graph.clone()
+        } else {
+            graph.bind(&options.bindings)?
+        };
+        let compiled = CompiledGraph {
+            device: self.device,
+            backend: self.backend.clone(),
+            params: self.params.clone(),
+            graph,
+            options,
+            variants: Mutex::new(BTreeMap::new()),
+        };
+        if compiled.graph.symbols().is_empty() {
+            compiled.variant(&BTreeMap::new())?;
+        }
+        Ok(compiled)
+    }
+}
+
+/// The product of compiling one graph for every binding needed so far.
+pub struct Variant {
+    /// the backend program
+    pub executable: Box<dyn Executable>,
+    /// where each node runs
+    pub report: DispatchReport,
+    /// the graph after passes and legalization
+    pub graph: Graph,
+    /// wall time of the compile, in milliseconds
+    pub compile_ms: f64,
+}
+
+type Bindings = BTreeMap<String, usize>;
+
+/// A graph compiled for a device, runnable from several threads at once.
+pub struct CompiledGraph {
+    device: Device,
+    backend: Arc<dyn Backend>,
+    params: ParamStore,
+    graph: Graph,
+    options: CompileOptions,
+    variants: Mutex<BTreeMap<Bindings, Arc<Variant>>>,
+}
+
+impl CompiledGraph {
+    /// The device it runs on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Input names with their declared types.
+    pub fn inputs(&self) -> Vec<(String, TensorType)> {
+        self.graph
+            .inputs()
+            .into_iter()
+            .map(|(n, id)| (n, self.graph.ty(id).clone()))
+            .collect()
+    }
+
+    /// Param names with their declared types.
+    pub fn param_types(&self) -> Vec<(String, TensorType)> {
+        self.graph
+            .params()
+            .into_iter()
+            .map(|(n, id)| (n, self.graph.ty(id).clone()))
+            .collect()
+    }
+
+    /// Sets a weight (shared with every graph of the session), checking its type.
+    ///
+    /// # Errors
+    /// The graph has no such param, or the dtype or shape differ from its declaration.
+    pub fn set_param(&self, name: &str, value: Tensor) -> Result<(), RuntimeError> {
+        let Some((_, ty)) = self.param_types().into_iter().find(|(n, _)| n == name) else {
+            let known: Vec<String> = self.param_types().into_iter().map(|(n, _)| n).collect();
+            return Err(RuntimeError::Param {
+                name: name.into(),
+                message: format!("the graph has no such param; params: {}", known.join(", ")),
+            });
+        };
+        check_type(&ty, &value, &mut BTreeMap::new())
+            .map_err(|message| RuntimeError::Param { name: name.into(), message })?;
+        self.params.set(name, Arc::new(value));
+        Ok(())
+    }
+
+    /// The compiled variant for static graphs (or the first one compiled).
+    pub fn first_variant(&self) -> Option<Arc<Variant>> {
+        self.variants.lock().unwrap_or_else(|e| e.into_inner()).values().next().cloned()
+    }
+
+    /// Runs the graph.
+    ///
+    /// # Errors
+    /// Missing, unknown or mistyped inputs (naming expected and given types), missing
+    /// params, or a backend failure.
+    pub fn run(&self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, RuntimeError> {
+        let bindings = self.check_inputs(inputs)?;
+        let variant = self.variant(&bindings)?;
+        self.check_params()?;
+        variant.executable.run(inputs, &self.params)
+    }
+
+    fn check_params(&self) -> Result<(), RuntimeError> {
+        let snapshot = self.params.snapshot();
+        for (name, ty) in self.param_types() {
+            let Some(t) = snapshot.get(&name) else {
+                return Err(RuntimeError::Param {
+                    name,
+                    message: format!("not set (expected {ty}); load weights or call set_param"),
+                });
+            };
+            check_type(&ty, t, &mut BTreeMap::new())
+                .map_err(|message| RuntimeError::Param { name: name.clone(), message })?;
+        }
+        Ok(())
+    }
+
+    fn check_inputs(&self, inputs: &HashMap<String, Tensor>) -> Result<Bindings, RuntimeError> {
+        let declared = self.inputs();
+        let mut bindings = Bindings::new();
+        for (name, ty) in &declared {
+            let Some(t) = inputs.get(name) else {
+                return Err(RuntimeError::Input {
+                    name: name.clone(),
+                    message: format!("missing (expected {ty})"),
+                });
+            };
+            check_type(ty, t, &mut bindings)
+                .map_err(|message| RuntimeError::Input { name: name.clone(), message })?;
+        }
+        let mut unknown: Vec<&String> = inputs.keys().filter(|k| !declared.iter().any(|(n, _)| n == *k)).collect();
+        if !unknown.is_empty() {
+            unknown.sort();
+            let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(RuntimeError::Input {
+                name: unknown[0].clone(),
+                message: format!("the graph has no such input; inputs: {}", names.join(", ")),
+            });
+        }
+        Ok(bindings)
+    }
+
+    /// Compiles (once) and returns the variant for these symbol bindings.
+    ///
+    /// # Errors
+    /// Any compile failure for those shapes.
+    pub fn variant(&self, bindings: &Bindings) -> Result<Arc<Variant>, RuntimeError> {
+        if let Some(v) = self.variants.lock().unwrap_or_else(|e| e.into_inner()).get(bindings) {
+            return Ok(v.clone());
+        }
+        let start = Instant::now();
+        let map: HashMap<String, usize> = bindings.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let bound = if map.is_empty() { self.graph.clone() } else { self.graph.bind(&map)? };
+        let backend = self.backend.clone();
+        let fold = |op: &Op, ins: &[&Tensor]| backend.const_eval(op, ins);
+        let optimized = rlx_opt::optimize(&bound, &fold)?;
+        let caps = |op: &Op, ins: &[&TensorType]| self.backend.supports(op, ins);
+        let (legal, report) = rlx_opt::legalize(&optimized, self.device.name(), &caps)?;
+        if self.options.print_report || std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1") {
+            eprintln!("{report}");
+        }
+        let executable = self.backend.compile(&legal, &self.options)?;
+        let variant = Arc::new(Variant {
+            executable,
+            report,
+            graph: legal,
+            compile_ms: start.elapsed().as_secs_f64() * 1e3,
+        });
+        self.variants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(bindings.clone(), variant.clone());
+        Ok(variant)
+    }
+}
+
+/// Checks a tensor against a declared type, binding symbols consistently.
+fn check_type(ty: &TensorType, t: &Tensor, bindings: &mut Bindings) -> Result<(), String> {
+    let given = format!("{}{:?}", t.dtype(), t.shape());
+    if t.dtype() != ty.dtype {
+        return Err(format!("expected {ty}, got {given}: dtype differs"));
+    }
+    if t.shape().len() != ty.shape.rank() {
+        return Err(format!("expected {ty}, got {given}: rank differs"));
+    }
+    for (i, (d, &n)) in ty.shape.dims().iter().zip(t.shape()).enumerate() {
+        match d {
+            Dim::Static(s) if *s != n => {
+                return Err(format!("expected {ty}, got {given}: dim {i} is {n}, expected {s}"))
+            }
+            Dim::Sym(s) => match bindings.get(&**s) {
+                Some(&b) if b != n => {
+                    return Err(format!(
+                        "expected {ty}, got {given}: dim {i} is {n} but `{s}` is already {b}"
+                    ))
+                }
+                _ => {
+                    bindings.insert(s.to_string(), n);
+                }
+            },
+            _ => {}
+        }
+    }
+    Ok(())
+}

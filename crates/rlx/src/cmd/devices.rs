@@ -1,0 +1,70 @@
+//! `rlx devices`: every device, whether a backend is compiled in, and whether it can run now.
+
+use super::CmdResult;
+use rlx_driver::Device;
+use rlx_runtime::backend_for;
+
+/// Arguments of `rlx devices`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Lists devices.
+pub fn run(args: Args) -> CmdResult {
+    let mut rows = Vec::new();
+    for d in Device::ALL {
+        let (registered, available, reason, info) = match backend_for(d) {
+            Some(b) => {
+                let a = b.availability();
+                let info = if a.available { b.info() } else { None };
+                (true, a.available, a.reason, info)
+            }
+            None => (
+                false,
+                false,
+                Some(format!("not compiled in; rebuild with the Cargo feature `{}`", d.cargo_feature())),
+                None,
+            ),
+        };
+        rows.push((d, registered, available, reason, info));
+    }
+    if args.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(d, r, a, reason, info)| {
+                serde_json::json!({
+                    "device": d.name(),
+                    "registered": r,
+                    "available": a,
+                    "reason": reason,
+                    "info": info,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("{:<8} {:<10} {:<9} details", "device", "registered", "available");
+    for (d, r, a, reason, info) in rows {
+        let details = match info {
+            Some(i) => {
+                let units = i.compute_units.map(|u| format!(", {u} threads")).unwrap_or_default();
+                format!("{}{units}", i.name)
+            }
+            None => reason.unwrap_or_default(),
+        };
+        println!("{:<8} {:<10} {:<9} {details}", d.name(), yes(r), yes(a));
+    }
+    Ok(())
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}

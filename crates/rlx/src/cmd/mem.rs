@@ -1,0 +1,49 @@
+//! `rlx mem replay`: replay an allocation trace through RLX's sub-allocator.
+
+use super::CmdResult;
+use std::path::PathBuf;
+
+/// Memory verbs.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Replay a JSON-lines allocation trace (plain or .gz) and print fragmentation and speed.
+    Replay(ReplayArgs),
+}
+
+/// Arguments of `rlx mem replay`.
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// Trace file (`{"op":"alloc","id":N,"bytes":B}` / `{"op":"free","id":N}` lines).
+    trace: PathBuf,
+    /// Block size the sub-allocator asks its provider for, in bytes.
+    #[arg(long)]
+    block_size: Option<u64>,
+    /// Requests above this many bytes get a dedicated block.
+    #[arg(long)]
+    dedicated_threshold: Option<u64>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a memory verb.
+pub fn run(command: Command) -> CmdResult {
+    match command {
+        Command::Replay(a) => {
+            let mut opts = rlx_mem::ReplayOptions::default();
+            if let Some(b) = a.block_size {
+                opts.block_size = Some(b);
+            }
+            if let Some(t) = a.dedicated_threshold {
+                opts.dedicated_threshold = Some(t);
+            }
+            let report = rlx_mem::replay_file(&a.trace, &opts)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+            Ok(())
+        }
+    }
+}

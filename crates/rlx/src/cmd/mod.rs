@@ -1,0 +1,11 @@
+//! One module per `rlx` verb, plus the model loading they share.
+
+pub mod devices;
+pub mod dump;
+pub mod mem;
+pub mod model;
+pub mod report;
+pub mod run;
+
+/// Any error a verb reports: one readable message.
+pub type CmdResult = Result<(), Box<dyn std::error::Error>>;

@@ -1,0 +1,39 @@
+//! Resolving the MODEL argument of the verbs into a graph with its weights.
+
+use rlx_driver::Device;
+use rlx_ir::{Graph, Tensor};
+use rlx_runtime::auto_device;
+
+/// A loaded model: graph, weights, and a human name.
+pub struct Loaded {
+    /// what to call it in output
+    pub name: String,
+    /// the graph
+    pub graph: Graph,
+    /// weights by name
+    pub params: Vec<(String, Tensor)>,
+}
+
+/// Loads MODEL; `None` or `demo` is the bundled demo.
+pub fn load(model: Option<&str>) -> Result<Loaded, Box<dyn std::error::Error>> {
+    match model {
+        None | Some("demo") => Ok(Loaded {
+            name: "demo (digits CNN)".into(),
+            graph: rlx::demo::build_graph()?,
+            params: rlx::demo::weights()?,
+        }),
+        Some(path) => Err(format!(
+            "cannot load `{path}`: this build of rlx runs only the bundled demo (omit MODEL); model file formats arrive with the importers"
+        )
+        .into()),
+    }
+}
+
+/// Parses `--device`: `auto` picks the fastest available device.
+pub fn device(arg: &str) -> Result<Device, Box<dyn std::error::Error>> {
+    if arg == "auto" {
+        Ok(auto_device())
+    } else {
+        Ok(arg.parse::<Device>()?)
+    }
+}

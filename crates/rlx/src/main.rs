@@ -1,0 +1,59 @@
+//! The `rlx` command. Exit codes: 0 ok, 1 error, 2 bad usage.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// RLX: compile a model once, run it fast on any device.
+#[derive(Parser)]
+#[command(name = "rlx", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Registered and available devices, with reasons.
+    Devices(cmd::devices::Args),
+    /// Run a model (no MODEL: the bundled demo).
+    Run(cmd::run::Args),
+    /// Dispatch report: where each node runs, and how.
+    Report(cmd::report::Args),
+    /// Print what the compiler produced at a stage.
+    Dump(cmd::dump::Args),
+    /// Memory tools.
+    Mem {
+        #[command(subcommand)]
+        command: cmd::mem::Command,
+    },
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("error: internal error (a bug in rlx, please report it): {msg}{at}");
+    }));
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Devices(a) => cmd::devices::run(a),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Dump(a) => cmd::dump::run(a),
+        Command::Mem { command } => cmd::mem::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The `rlx` command end to end: the demo, devices, report, dump, mem replay, exit codes.
+
+use std::process::{Command, Output};
+
+fn rlx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(args)
+        .output()
+        .expect("the rlx binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn demo_runs_with_high_accuracy_and_json() {
+    let o = rlx(&["run", "--device", "cpu", "--iters", "3", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["device"], "cpu");
+    let acc = v["accuracy"].as_f64().unwrap();
+    assert!(acc >= 0.95, "accuracy {acc}");
+    assert_eq!(v["outputs"]["logits"]["shape"], serde_json::json!([360, 10]));
+    assert!(v["outputs"]["max_abs_err_vs_reference"].as_f64().unwrap() < 1e-4);
+    assert!(v["timings_ms"]["median"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn demo_text_output_names_device_and_accuracy() {
+    let o = rlx(&["run", "--iters", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(s.contains("device    cpu") && s.contains("accuracy"), "{s}");
+}
+
+#[test]
+fn devices_json_lists_all_fifteen() {
+    let o = rlx(&["devices", "--json"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 15);
+    for d in arr {
+        for key in ["device", "registered", "available", "reason"] {
+            assert!(d.get(key).is_some(), "{d} lacks {key}");
+        }
+        if d["device"] != "cpu" {
+            assert_eq!(d["available"], false);
+            assert!(d["reason"].as_str().unwrap().len() > 10);
+        }
+    }
+    assert_eq!(arr[0]["device"], "cpu");
+    assert_eq!(arr[0]["available"], true);
+}
+
+#[test]
+fn report_and_dump_stages() {
+    let o = rlx(&["report", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(s.contains("conv2d") && s.contains("native"), "{s}");
+    let o = rlx(&["report", "--json", "--bind", "batch=4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for (stage, needle) in [("graph", "conv2d"), ("optimized", "matmul"), ("kernels", "library")] {
+        let o = rlx(&["dump", "--stage", stage]);
+        assert!(o.status.success(), "{stage}: {}", stderr(&o));
+        assert!(stdout(&o).contains(needle), "{stage}: {}", stdout(&o));
+    }
+}
+
+#[test]
+fn errors_and_exit_codes() {
+    let o = rlx(&["run", "--device", "quantum"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unknown device `quantum`"), "{}", stderr(&o));
+    let o = rlx(&["run", "--device", "cuda"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.starts_with("error: ") && e.contains("cuda") && e.lines().count() == 1, "{e}");
+    let o = rlx(&["run", "no/such/model.onnx"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = rlx(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = rlx(&["dump", "--stage", "nope"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn mem_replay_reports_and_rejects_malformed_traces() {
+    let dir = std::env::temp_dir().join(format!("rlx-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.jsonl");
+    let mut lines = String::new();
+    for i in 0..50u64 {
+        lines += &format!("{{\"op\":\"alloc\",\"id\":{i},\"bytes\":{}}}\n", 1000 + i * 4096);
+        if i % 3 == 0 {
+            lines += &format!("{{\"op\":\"free\",\"id\":{i}}}\n");
+        }
+    }
+    std::fs::write(&good, lines).unwrap();
+    let o = rlx(&["mem", "replay", good.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for key in ["events", "peak_live_bytes", "peak_reserved_bytes", "fragmentation", "provider_allocs", "ns_per_event"] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["events"], 67);
+
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "{\"op\":\"alloc\",\"id\":1,\"bytes\":10}\n{\"op\":\"free\",\"id\":7}\n").unwrap();
+    let o = rlx(&["mem", "replay", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("line 2"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: formatting, clippy, and the workspace tests, then prints one
+# summary line where tests that printed `SKIPPED: <reason>` count as skipped, not passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo >/dev/null; then
+  echo "cargo not found: install Rust with rustup (https://rustup.rs)" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== cargo test"
+skip_log=$(mktemp)
+log=$(mktemp)
+trap 'rm -f "$skip_log" "$log"' EXIT
+set +e
+RLX_SKIP_LOG="$skip_log" cargo test --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+
+passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^passed/) s += $i } END { print s + 0 }' "$log")
+failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^failed/) s += $i } END { print s + 0 }' "$log")
+skipped=$(sort -u "$skip_log" | wc -l)
+echo
+if [ -s "$skip_log" ]; then
+  echo "Skipped tests:"
+  sort -u "$skip_log" | sed 's/^/  /'
+fi
+echo "summary: $((${passed:-0} - skipped)) passed, ${failed:-0} failed, ${skipped} skipped"
+exit "$status"
