@@ -1,1 +1,43 @@
-//! rlx-cpu
+//! The RLX CPU backend.
+//!
+//! Two executors of the same semantics:
+//! - the **validation interpreter** ([`interp`]): plain f64 evaluation of graph ops
+//!   ([`eval_op`], [`run_graph`]) and of kernel IR ([`run_loop_kernel`],
+//!   [`run_program_reference`]). It is the reference every emitter is tested against, so it
+//!   stays obviously correct rather than fast;
+//! - the **fast path** ([`CpuProgram`]): a [`KernelProgram`](rlx_ir::kernel::KernelProgram)
+//!   compiled once (loop kernels to a small lane bytecode, library kernels to gemm-backed
+//!   implementations, temporaries planned into one arena) and run many times, from many
+//!   threads at once.
+//!
+//! This crate knows nothing of the runtime: the runtime wraps it in its backend adapter.
+
+mod check;
+mod error;
+mod fast;
+pub mod interp;
+pub mod testing;
+
+pub use error::CpuError;
+pub use fast::plan::{plan_memory, Interval, MemoryPlan};
+pub use fast::{CpuOptions, CpuProgram, KernelTiming};
+pub use interp::{eval_op, run_graph, run_loop_kernel, run_program_reference};
+
+/// Number of worker threads the fast path uses by default (rayon's global pool).
+pub fn thread_count() -> usize {
+    rayon::current_num_threads()
+}
+
+/// The CPU model name from `/proc/cpuinfo` ("model name"), or "cpu" when unknown.
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "cpu".to_string())
+}

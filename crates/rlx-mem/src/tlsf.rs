@@ -256,6 +256,7 @@ impl Tlsf {
     }
 
     /// Bytes in free ranges (pending ranges excluded).
+    #[cfg(test)]
     pub fn free_bytes(&self) -> usize {
         self.free_bytes
     }

@@ -1,1 +1,32 @@
-//! rlx-opt
+//! The RLX optimizer: everything between a verified [`rlx_ir::Graph`] and the kernel IR a
+//! backend emits code from.
+//!
+//! ```text
+//! Graph -> optimize (fold, cse, simplify, dce) -> legalize for a device -> lower (fusion)
+//!       -> KernelProgram
+//! ```
+//!
+//! - [`optimize`] runs the named graph passes of [`PASSES`], each verified in debug builds;
+//! - [`legalize`] fits a graph to a backend's capability function, decomposing what the
+//!   backend lacks and reporting every node in a [`DispatchReport`];
+//! - [`lower`] fuses elementwise chains, reductions with their prologue and epilogue, and
+//!   library ops with their elementwise epilogue into a [`rlx_ir::kernel::KernelProgram`].
+//!
+//! This crate runs nothing: constant folding takes the evaluator as an argument (the
+//! runtime passes the CPU validation interpreter), and backends describe themselves by a
+//! capability function.
+
+mod error;
+mod legalize;
+mod lower;
+mod passes;
+mod rebuild;
+
+pub use error::{LegalizeError, OptError, UnsupportedNode};
+pub use legalize::{legalize, Caps, DispatchEntry, DispatchReport, How, OpSummary};
+pub use lower::{dump_kernels, lower, lower_stats, LowerStats};
+pub use passes::cse::{cse, CSE_MAX_CONSTANT_ELEMENTS};
+pub use passes::dce::dce;
+pub use passes::fold::{elementwise_eval, fold, Evaluator, FOLD_MAX_ELEMENTS};
+pub use passes::simplify::simplify;
+pub use passes::{optimize, optimize_with, PASSES};

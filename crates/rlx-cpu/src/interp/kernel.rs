@@ -1,0 +1,105 @@
+//! Reference execution of a [`LoopKernel`], point by point, exactly as `rlx_ir::kernel`
+//! documents it: every expression computes in f64 and rounds to its dtype; the prologue
+//! runs per reduction point, [`Expr::Reduced`] is the finished reduction (Mean divided by
+//! the reduction size), and the epilogue runs once per output point.
+
+use super::index::unravel;
+use crate::check::check_loop;
+use crate::CpuError;
+use rlx_ir::kernel::{Expr, ExprId, LoopKernel};
+use rlx_ir::{Tensor, TensorData};
+
+/// Which body nodes `root` depends on, stopping at [`Expr::Reduced`].
+pub(crate) fn needed(k: &LoopKernel, root: ExprId) -> Vec<bool> {
+    let mut need = vec![false; k.body.len()];
+    need[root] = true;
+    for i in (0..=root).rev() {
+        if !need[i] {
+            continue;
+        }
+        match &k.body[i].expr {
+            Expr::Load(_) | Expr::Const(_) | Expr::Reduced => {}
+            Expr::Unary(_, a) | Expr::Cast(a) => need[*a] = true,
+            Expr::Binary(_, a, b) => {
+                need[*a] = true;
+                need[*b] = true;
+            }
+            Expr::Where(c, a, b) => {
+                need[*c] = true;
+                need[*a] = true;
+                need[*b] = true;
+            }
+        }
+    }
+    need
+}
+
+/// Runs a loop kernel on host tensors (`inputs[i]` is read through `k.inputs[i].view`; the
+/// `buffer` fields are ignored). The result has shape `k.shape`.
+///
+/// # Errors
+/// A kernel that fails [`LoopKernel::verify`], the wrong number of inputs, an input whose
+/// dtype differs from its declaration, or a view reading outside its tensor.
+pub fn run_loop_kernel(k: &LoopKernel, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
+    let info: Vec<_> = inputs.iter().map(|t| (t.dtype(), t.numel())).collect();
+    check_loop(k, &info).map_err(|e| e.in_kernel(&k.name))?;
+    let data: Vec<&TensorData> = inputs.iter().map(|t| t.data()).collect();
+    let n_red = k.reduce_numel();
+    let pro = k.reduce.as_ref().map(|r| needed(k, r.value));
+    let epi = needed(k, k.result);
+    let mut vals = vec![0.0f64; k.body.len()];
+    let zeros = vec![0usize; k.reduce_shape.len()];
+    let mut out = Vec::with_capacity(k.numel());
+    for o in 0..k.numel() {
+        let oidx = unravel(o, &k.shape);
+        let mut reduced = 0.0;
+        if let (Some(r), Some(pro)) = (&k.reduce, &pro) {
+            let mut acc = r.op.identity();
+            for ri in 0..n_red {
+                let ridx = unravel(ri, &k.reduce_shape);
+                eval(k, &data, pro, &oidx, &ridx, 0.0, &mut vals);
+                acc = r.op.combine(acc, vals[r.value]);
+            }
+            reduced = r.dtype.round(r.op.finish(acc, n_red));
+        }
+        eval(k, &data, &epi, &oidx, &zeros, reduced, &mut vals);
+        out.push(vals[k.result]);
+    }
+    let data = TensorData::from_f64(k.out_dtype(), out);
+    Ok(Tensor::new(k.shape.clone(), data).expect("one value per output point"))
+}
+
+/// Evaluates the `need`ed nodes at one loop point.
+fn eval(
+    k: &LoopKernel,
+    data: &[&TensorData],
+    need: &[bool],
+    oidx: &[usize],
+    ridx: &[usize],
+    reduced: f64,
+    vals: &mut [f64],
+) {
+    for (i, node) in k.body.iter().enumerate() {
+        if !need[i] {
+            continue;
+        }
+        let d = node.dtype;
+        vals[i] = match &node.expr {
+            Expr::Load(n) => {
+                let v = &k.inputs[*n].view;
+                let pos = oidx
+                    .iter()
+                    .chain(ridx)
+                    .zip(&v.strides)
+                    .fold(v.offset as isize, |acc, (&i, &s)| acc + i as isize * s);
+                data[*n].get_f64(pos as usize)
+            }
+            Expr::Const(c) => d.round(*c),
+            Expr::Unary(u, a) => d.round(u.eval(vals[*a])),
+            Expr::Binary(b, x, y) => d.round(b.eval(vals[*x], vals[*y], k.body[*x].dtype)),
+            Expr::Where(c, a, b) => d.round(if vals[*c] != 0.0 { vals[*a] } else { vals[*b] }),
+            Expr::Cast(a) => d.round(vals[*a]),
+            Expr::Reduced => reduced,
+        };
+    }
+}

@@ -1,0 +1,1 @@
+//! Helpers for differential tests.

@@ -1,0 +1,151 @@
+//! Emission of a loop kernel's expression DAG as C statements, and fused epilogues for
+//! library kernels.
+
+use super::dtype::{cast, compute, literal, load, storage, store};
+use super::index::{coords, contiguous, merge_dims, offset};
+use super::{binary::binary, unary::unary, ArgRef};
+use rlx_ir::kernel::{Expr, LoopKernel};
+use rlx_ir::DType;
+
+/// Marks the nodes `roots` depend on (themselves included).
+pub fn needed(k: &LoopKernel, roots: &[usize]) -> Vec<bool> {
+    let mut need = vec![false; k.body.len()];
+    for &r in roots {
+        need[r] = true;
+    }
+    for i in (0..k.body.len()).rev() {
+        if !need[i] {
+            continue;
+        }
+        match &k.body[i].expr {
+            Expr::Unary(_, a) | Expr::Cast(a) => need[*a] = true,
+            Expr::Binary(_, a, b) => {
+                need[*a] = true;
+                need[*b] = true;
+            }
+            Expr::Where(c, a, b) => {
+                need[*c] = true;
+                need[*a] = true;
+                need[*b] = true;
+            }
+            Expr::Load(_) | Expr::Const(_) | Expr::Reduced => {}
+        }
+    }
+    need
+}
+
+/// Statements `const T {prefix}{i} = ...;` for every node in `which`. `elem(k)` gives the
+/// stored element of input `k` (e.g. `in0[o0]`) or, for a fused epilogue, a ready compute
+/// value; `reduced` names the finished reduction.
+///
+/// # Errors
+/// A node whose op does not accept its dtype, naming the node.
+pub fn emit_nodes(
+    k: &LoopKernel,
+    which: &[bool],
+    prefix: &str,
+    elem: &dyn Fn(usize) -> (String, bool),
+    reduced: Option<&str>,
+) -> Result<String, String> {
+    let mut s = String::new();
+    let name = |i: usize| format!("{prefix}{i}");
+    for (i, n) in k.body.iter().enumerate() {
+        if !which[i] {
+            continue;
+        }
+        let ty = compute(n.dtype);
+        let operand_dtype = |a: usize| k.body[a].dtype;
+        let rhs = match &n.expr {
+            Expr::Load(inp) => {
+                let (text, ready) = elem(*inp);
+                if ready {
+                    text
+                } else {
+                    load(n.dtype, &text)
+                }
+            }
+            Expr::Const(c) => literal(n.dtype, *c),
+            Expr::Unary(op, a) => unary(*op, operand_dtype(*a), &name(*a))
+                .ok_or_else(|| format!("e{i}: {} does not accept {}", op.name(), operand_dtype(*a)))?,
+            Expr::Binary(op, a, b) => binary(*op, operand_dtype(*a), &name(*a), &name(*b))
+                .ok_or_else(|| format!("e{i}: {} does not accept {}", op.name(), operand_dtype(*a)))?,
+            Expr::Where(c, a, b) => format!("({} ? {} : {})", name(*c), name(*a), name(*b)),
+            Expr::Cast(a) => cast(operand_dtype(*a), n.dtype, &name(*a)),
+            Expr::Reduced => reduced
+                .ok_or_else(|| format!("e{i}: reads a reduction outside an epilogue"))?
+                .to_string(),
+        };
+        s += &format!("const {ty} {} = {rhs};\n", name(i));
+    }
+    Ok(s)
+}
+
+/// A library kernel's fused elementwise epilogue, applied to each result element inside the
+/// library kernel itself. Input 0 is the library value; the others are read through their
+/// views at the element's coordinates.
+pub struct EpilogueCtx<'a> {
+    /// the epilogue kernel
+    pub kernel: &'a LoopKernel,
+}
+
+impl<'a> EpilogueCtx<'a> {
+    /// Wraps an epilogue when it can be fused: elementwise, and input 0 read as the
+    /// contiguous result itself (so each element only needs its own library value).
+    pub fn fusable(kernel: &'a LoopKernel) -> Option<EpilogueCtx<'a>> {
+        let first = kernel.inputs.first()?;
+        let identity = first.view.offset == 0 && first.view.strides == contiguous(&kernel.shape);
+        let elementwise = kernel.reduce.is_none() && kernel.reduce_numel() == 1;
+        (identity && elementwise).then_some(EpilogueCtx { kernel })
+    }
+
+    /// The dtype the library must produce (input 0's dtype).
+    pub fn input_dtype(&self) -> DType {
+        self.kernel.inputs[0].dtype
+    }
+
+    /// The dtype stored to the output.
+    pub fn out_dtype(&self) -> DType {
+        self.kernel.out_dtype()
+    }
+
+    /// Extra kernel parameters (`const T* __restrict__ epN`) for inputs 1.., comma-led.
+    pub fn params(&self) -> String {
+        self.kernel.inputs[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, inp)| format!(", const {}* __restrict__ ep{}", storage(inp.dtype), i + 1))
+            .collect()
+    }
+
+    /// Extra pointer arguments, matching [`EpilogueCtx::params`].
+    pub fn args(&self) -> Vec<ArgRef> {
+        self.kernel.inputs[1..].iter().map(|i| ArgRef::Buffer(i.buffer)).collect()
+    }
+
+    /// Statements computing the stored value for element `linear` whose library value (a
+    /// compute value of [`EpilogueCtx::input_dtype`]) is `value`; returns them and the name
+    /// of the variable holding the stored-form result.
+    ///
+    /// # Errors
+    /// A node the rules do not accept.
+    pub fn apply(&self, linear: &str, value: &str, ity: &str) -> Result<(String, String), String> {
+        let k = self.kernel;
+        let mut dims = k.shape.clone();
+        dims.extend(&k.reduce_shape);
+        let strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides.clone()).collect();
+        let sp = merge_dims(&dims, &strides);
+        let mut s = format!("{{\n{}", coords(linear, "q", &sp.dims, ity));
+        let elem = |i: usize| {
+            if i == 0 {
+                (value.to_string(), true)
+            } else {
+                let off = offset(&k.inputs[i].view.offset.to_string(), "q", &sp.strides[i]);
+                (format!("ep{i}[{off}]"), false)
+            }
+        };
+        s += &emit_nodes(k, &needed(k, &[k.result]), "p", &elem, None)?;
+        s += &format!("rlx_epi_out = {};\n}}\n", store(k.out_dtype(), &format!("p{}", k.result)));
+        let decl = format!("{} rlx_epi_out;\n", storage(k.out_dtype()));
+        Ok((decl + &s, "rlx_epi_out".into()))
+    }
+}

@@ -1,0 +1,188 @@
+//! Fused loop nests ([`LoopKernel`]) to CUDA C.
+//!
+//! Elementwise kernels run one thread per output element in a grid-stride loop. Reductions
+//! pick a shape by size: a thread per output row when rows are short, a warp per row for
+//! medium rows, a block per row for long ones; partial results combine with warp shuffles
+//! (and shared memory across warps). The prologue runs per reduction point, the epilogue
+//! once per output element on the lane that stores it. Dims that every view walks
+//! contiguously are merged first, which is the contiguous fast path.
+
+use super::dtype::{compute, storage, store};
+use super::expr::{emit_nodes, needed};
+use super::index::{coords, index_type, merge_dims, offset, IndexSpace};
+use super::reduce::{combine, finish as finish_reduce, identity};
+use super::{finish, grid_for, params, ArgRef, EmittedKernel, Launch, Target};
+use rlx_ir::kernel::LoopKernel;
+
+const BLOCK: u32 = 256;
+
+/// How a reduction is spread over threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceShape {
+    /// one thread folds a whole row
+    Thread,
+    /// one warp per row
+    Warp,
+    /// one block per row
+    Block,
+}
+
+/// Picks the reduction shape for `rows` rows of `len` points.
+pub fn reduce_shape(rows: usize, len: usize, target: &Target) -> ReduceShape {
+    if len <= 32 {
+        ReduceShape::Thread
+    } else if len <= 4096 || rows >= target.sm_count as usize * 16 {
+        ReduceShape::Warp
+    } else {
+        ReduceShape::Block
+    }
+}
+
+/// Emits a loop kernel. `restrict` is false when the output buffer is also read.
+///
+/// # Errors
+/// The kernel breaks the IR contract, or uses an op on a dtype no rule accepts.
+pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKernel, String> {
+    k.verify()?;
+    let n_out = k.shape.len();
+    let n = k.numel();
+    let r = k.reduce_numel();
+    // Output dims and reduction dims merge separately; the output is contiguous.
+    let out_strides: Vec<Vec<isize>> = k
+        .inputs
+        .iter()
+        .map(|i| i.view.strides[..n_out].to_vec())
+        .chain(std::iter::once(super::index::contiguous(&k.shape)))
+        .collect();
+    let outer = merge_dims(&k.shape, &out_strides);
+    let inner_strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides[n_out..].to_vec()).collect();
+    let inner = merge_dims(&k.reduce_shape, &inner_strides);
+    let views: Vec<(usize, Vec<usize>, Vec<isize>)> = k
+        .inputs
+        .iter()
+        .map(|i| {
+            let mut d = k.shape.clone();
+            d.extend(&k.reduce_shape);
+            (i.view.offset, d, i.view.strides.clone())
+        })
+        .collect();
+    let view_refs: Vec<(usize, &[usize], &[isize])> = views.iter().map(|(o, d, s)| (*o, d.as_slice(), s.as_slice())).collect();
+    let ity = index_type(n.saturating_mul(r.max(1)), &view_refs);
+    let in_params: Vec<(&str, String)> = k
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, inp)| (storage(inp.dtype), format!("in{i}")))
+        .collect();
+    let ps = params(&in_params, (storage(k.out_dtype()), "out".into()), restrict);
+    let mut args: Vec<ArgRef> = k.inputs.iter().map(|i| ArgRef::Buffer(i.buffer)).collect();
+    args.push(ArgRef::Buffer(k.output));
+    match &k.reduce {
+        None => {
+            let text = elementwise(k, &outer, ity, &ps)?;
+            let launch = Launch::linear(grid_for(n, BLOCK as usize), BLOCK);
+            Ok(finish(&k.name, "ew", text, launch, args))
+        }
+        Some(_) => {
+            let shape = reduce_shape(n, r, target);
+            let text = reduction(k, &outer, &inner, ity, &ps, shape)?;
+            let rows_per_block = match shape {
+                ReduceShape::Thread => BLOCK as usize,
+                ReduceShape::Warp => (BLOCK / 32) as usize,
+                ReduceShape::Block => 1,
+            };
+            let launch = Launch::linear(grid_for(n, rows_per_block).min(1 << 20), BLOCK);
+            Ok(finish(&k.name, "red", text, launch, args))
+        }
+    }
+}
+
+/// Base offsets of every input over the output coordinates `o*`.
+fn base_offsets(k: &LoopKernel, outer: &IndexSpace, ity: &str) -> String {
+    k.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, inp)| format!("const {ity} b{i} = {};\n", offset(&inp.view.offset.to_string(), "o", &outer.strides[i])))
+        .collect()
+}
+
+fn elementwise(k: &LoopKernel, outer: &IndexSpace, ity: &str, ps: &str) -> Result<String, String> {
+    let n = k.numel();
+    let elem = |i: usize| (format!("in{i}[b{i}]"), false);
+    let body = emit_nodes(k, &needed(k, &[k.result]), "e", &elem, None)?;
+    Ok(format!(
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n\
+         for ({ity} idx = blockIdx.x * {BLOCK} + threadIdx.x; idx < {n}; idx += gridDim.x * {BLOCK}) {{\n\
+         {}{}{}out[idx] = {};\n}}\n}}\n",
+        coords("idx", "o", &outer.dims, ity),
+        base_offsets(k, outer, ity),
+        body,
+        store(k.out_dtype(), &format!("e{}", k.result)),
+    ))
+}
+
+fn reduction(
+    k: &LoopKernel,
+    outer: &IndexSpace,
+    inner: &IndexSpace,
+    ity: &str,
+    ps: &str,
+    shape: ReduceShape,
+) -> Result<String, String> {
+    let red = k.reduce.as_ref().expect("reduction kernel");
+    let (n, r) = (k.numel(), k.reduce_numel());
+    let acc_ty = compute(red.dtype);
+    let pro = needed(k, &[red.value]);
+    let epi_need = needed(k, &[k.result]);
+    let pro_elem = |i: usize| (format!("in{i}[b{i} + {}]", offset("0", "r", &inner.strides[i])), false);
+    let prologue = emit_nodes(k, &pro, "e", &pro_elem, None)?;
+    // Epilogue: masked nodes plus the prologue-free values they need (at reduction point 0).
+    let epi_elem = |i: usize| (format!("in{i}[b{i}]"), false);
+    let epilogue = emit_nodes(k, &epi_need, "f", &epi_elem, Some("rlx_red"))?;
+    let ident = identity(red.op, red.dtype);
+    let comb = combine(red.op, red.dtype, "acc", "v");
+    let comb_shfl = combine(red.op, red.dtype, "acc", "rlx_shfl_xor(acc, s)");
+    let value = format!("e{}", red.value);
+    let done = finish_reduce(red.op, red.dtype, "acc", r);
+    let stored = store(k.out_dtype(), &format!("f{}", k.result));
+    let (row_start, row_step, lane_start, lane_step) = match shape {
+        ReduceShape::Thread => ("blockIdx.x * 256 + threadIdx.x".to_string(), "gridDim.x * 256".to_string(), "0", "1"),
+        ReduceShape::Warp => ("blockIdx.x * 8 + (threadIdx.x >> 5)".to_string(), "gridDim.x * 8".to_string(), "(threadIdx.x & 31)", "32"),
+        ReduceShape::Block => ("blockIdx.x".to_string(), "gridDim.x".to_string(), "threadIdx.x", "256"),
+    };
+    let combine_lanes = match shape {
+        ReduceShape::Thread => String::new(),
+        ReduceShape::Warp => format!("for (int s = 16; s > 0; s >>= 1) acc = {comb_shfl};\n"),
+        ReduceShape::Block => format!(
+            "for (int s = 16; s > 0; s >>= 1) acc = {comb_shfl};\n\
+             if ((threadIdx.x & 31) == 0) rlx_sh[threadIdx.x >> 5] = acc;\n\
+             __syncthreads();\n\
+             acc = threadIdx.x < 8 ? rlx_sh[threadIdx.x] : ({acc_ty}){ident};\n\
+             if (threadIdx.x < 32) {{ for (int s = 4; s > 0; s >>= 1) acc = {comb_shfl}; }}\n\
+             __syncthreads();\n"
+        ),
+    };
+    let shared = if shape == ReduceShape::Block {
+        format!("__shared__ {acc_ty} rlx_sh[8];\n")
+    } else {
+        String::new()
+    };
+    let writer = match shape {
+        ReduceShape::Thread => "true",
+        ReduceShape::Warp => "(threadIdx.x & 31) == 0",
+        ReduceShape::Block => "threadIdx.x == 0",
+    };
+    Ok(format!(
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n{shared}\
+         for ({ity} row = {row_start}; row < {n}; row += {row_step}) {{\n\
+         {coords_o}{bases}\
+         {acc_ty} acc = {ident};\n\
+         for ({ity} ri = {lane_start}; ri < {r}; ri += {lane_step}) {{\n\
+         {coords_r}{prologue}const {acc_ty} v = {value};\nacc = {comb};\n}}\n\
+         {combine_lanes}\
+         if ({writer}) {{\nconst {acc_ty} rlx_red = {done};\n{epilogue}out[row] = {stored};\n}}\n}}\n}}\n",
+        coords_o = coords("row", "o", &outer.dims, ity),
+        bases = base_offsets(k, outer, ity),
+        coords_r = coords("ri", "r", &inner.dims, ity),
+    ))
+}

@@ -1,0 +1,82 @@
+//! One CUDA C rule per [`UnaryOp`]: the expression computing `op(a)` in the compute type of
+//! `dtype`. The match is exhaustive, so a new op makes the compiler ask for its rule here.
+
+use super::dtype::{is_single, literal};
+use rlx_ir::{DType, UnaryOp};
+
+/// `name` for double, `namef` for float.
+fn math(dtype: DType, name: &str) -> String {
+    if is_single(dtype) {
+        format!("{name}f")
+    } else {
+        name.to_string()
+    }
+}
+
+/// The expression for `op(a)`, or None when `dtype` is not one the op accepts.
+pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
+    if !op.accepts(dtype) {
+        return None;
+    }
+    let one = literal(dtype, 1.0);
+    let zero = literal(dtype, 0.0);
+    let half = literal(dtype, 0.5);
+    let f = |name: &str| format!("{}({a})", math(dtype, name));
+    Some(match op {
+        UnaryOp::Neg => format!("(-{a})"),
+        UnaryOp::Abs if dtype.is_float() => f("fabs"),
+        UnaryOp::Abs => format!("({a} < {zero} ? -{a} : {a})"),
+        UnaryOp::Exp => f("exp"),
+        UnaryOp::Log => f("log"),
+        UnaryOp::Sqrt => f("sqrt"),
+        UnaryOp::Rsqrt => format!("({one} / {})", f("sqrt")),
+        UnaryOp::Reciprocal => format!("({one} / {a})"),
+        UnaryOp::Tanh => f("tanh"),
+        UnaryOp::Sigmoid => format!("({one} / ({one} + {}(-{a})))", math(dtype, "exp")),
+        UnaryOp::Relu => format!("({a} > {zero} ? {a} : {zero})"),
+        UnaryOp::Gelu => format!(
+            "({half} * {a} * ({one} + {}({a} * {})))",
+            math(dtype, "erf"),
+            literal(dtype, std::f64::consts::FRAC_1_SQRT_2)
+        ),
+        UnaryOp::GeluTanh => format!(
+            "({half} * {a} * ({one} + {}({} * ({a} + {} * {a} * {a} * {a}))))",
+            math(dtype, "tanh"),
+            literal(dtype, (2.0 / std::f64::consts::PI).sqrt()),
+            literal(dtype, 0.044715)
+        ),
+        UnaryOp::Silu => format!("({a} / ({one} + {}(-{a})))", math(dtype, "exp")),
+        UnaryOp::Erf => f("erf"),
+        UnaryOp::Sin => f("sin"),
+        UnaryOp::Cos => f("cos"),
+        UnaryOp::Floor => f("floor"),
+        UnaryOp::Ceil => f("ceil"),
+        UnaryOp::Round => f("rint"),
+        UnaryOp::Sign if dtype.is_float() => {
+            format!("({a} > {zero} ? {one} : ({a} < {zero} ? -{one} : {a}))")
+        }
+        UnaryOp::Sign => format!("(({})(({a} > {zero}) - ({a} < {zero})))", super::dtype::compute(dtype)),
+        UnaryOp::Not => format!("(!{a})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_has_a_rule_for_what_it_accepts() {
+        for op in UnaryOp::ALL {
+            for dt in DType::ALL {
+                assert_eq!(unary(op, dt, "x").is_some(), op.accepts(dt), "{op:?} {dt}");
+            }
+        }
+    }
+
+    #[test]
+    fn float_rules_use_single_precision_math() {
+        assert_eq!(unary(UnaryOp::Exp, DType::F16, "x").unwrap(), "expf(x)");
+        assert_eq!(unary(UnaryOp::Exp, DType::F64, "x").unwrap(), "exp(x)");
+        assert_eq!(unary(UnaryOp::Relu, DType::I32, "x").unwrap(), "(x > 0 ? x : 0)");
+    }
+}

@@ -1,0 +1,148 @@
+//! Emitted CUDA C for fused loop kernels: text checks, and NVRTC compile checks of every
+//! generated kernel (no GPU needed; skipped with a reason when NVRTC is absent).
+
+mod support;
+
+use rlx_cuda::codegen::{loops, EmittedKernel, Target};
+use rlx_ir::kernel::Expr;
+use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+use support::*;
+
+fn emit(k: &rlx_ir::kernel::LoopKernel) -> EmittedKernel {
+    loops::emit(k, &Target::h200(), true).unwrap_or_else(|e| panic!("{e}\n{k}"))
+}
+
+/// out = relu(x + bias) with bias broadcast along rows: merged to two dims.
+fn bias_relu(dtype: DType) -> rlx_ir::kernel::LoopKernel {
+    kernel(
+        "bias_relu",
+        &[4, 3, 8],
+        &[],
+        vec![input(0, dtype, strides(&[4, 3, 8])), input(1, dtype, vec![0, 0, 1])],
+        vec![
+            node(Expr::Load(0), dtype),
+            node(Expr::Load(1), dtype),
+            node(Expr::Binary(BinaryOp::Add, 0, 1), dtype),
+            node(Expr::Unary(UnaryOp::Relu, 2), dtype),
+        ],
+        None,
+        2,
+    )
+}
+
+#[test]
+fn elementwise_text_merges_dims_and_uses_literals() {
+    let k = emit(&bias_relu(DType::F32));
+    assert!(k.source.contains("idx < 96"), "{}", k.source);
+    assert!(k.source.contains("const int o1 = o_r % 8;"), "{}", k.source);
+    assert!(k.source.contains("in1[b1]"), "{}", k.source);
+    assert!(k.source.contains("const int b1 = 0 + o1;"), "{}", k.source);
+    assert_eq!(k.args.len(), 3);
+    // Same text, same function: layers repeated share one compile.
+    assert_eq!(emit(&bias_relu(DType::F32)).function, k.function);
+}
+
+#[test]
+fn half_types_convert_at_loads_and_stores() {
+    let k = emit(&bias_relu(DType::F16));
+    assert!(k.source.contains("rlx_f16_to_f32(in0[b0])"), "{}", k.source);
+    assert!(k.source.contains("out[idx] = rlx_f32_to_f16(e3)"), "{}", k.source);
+}
+
+#[test]
+fn elementwise_kernels_compile_for_every_dtype() {
+    let mut ks = Vec::new();
+    for dt in [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64, DType::I8, DType::U8] {
+        ks.push(emit(&bias_relu(dt)));
+    }
+    compile_check("elementwise_kernels_compile_for_every_dtype", &ks);
+}
+
+/// One kernel applying every unary and binary op the dtype accepts.
+fn all_ops(dtype: DType) -> rlx_ir::kernel::LoopKernel {
+    let mut body = vec![node(Expr::Load(0), dtype), node(Expr::Load(1), dtype)];
+    let mut acc = 0;
+    for op in UnaryOp::ALL.into_iter().filter(|u| u.accepts(dtype)) {
+        body.push(node(Expr::Unary(op, acc), dtype));
+        acc = body.len() - 1;
+    }
+    for op in BinaryOp::ALL.into_iter().filter(|b| b.accepts(dtype)) {
+        let out = op.result_dtype(dtype);
+        body.push(node(Expr::Binary(op, acc, 1), out));
+        let r = body.len() - 1;
+        let back = if out == dtype { r } else {
+            body.push(node(Expr::Where(r, acc, 1), dtype));
+            body.len() - 1
+        };
+        acc = back;
+    }
+    for to in DType::ALL {
+        body.push(node(Expr::Cast(acc), to));
+        let c = body.len() - 1;
+        body.push(node(Expr::Cast(c), dtype));
+        acc = body.len() - 1;
+    }
+    kernel(
+        &format!("all_ops_{dtype}"),
+        &[5, 7],
+        &[],
+        vec![input(0, dtype, vec![7, 1]), input(1, dtype, vec![1, 5])],
+        body,
+        None,
+        2,
+    )
+}
+
+#[test]
+fn every_scalar_rule_compiles_for_every_dtype() {
+    let ks: Vec<EmittedKernel> = DType::ALL.into_iter().map(|d| emit(&all_ops(d))).collect();
+    compile_check("every_scalar_rule_compiles_for_every_dtype", &ks);
+}
+
+/// out[i] = sqrt(mean(x[i, :]^2) + 1e-5) over rows of `len`, an rms-like reduction with
+/// prologue and epilogue.
+fn rms_rows(rows: usize, len: usize, op: ReduceOp, dtype: DType) -> rlx_ir::kernel::LoopKernel {
+    let acc = if dtype.is_float() { DType::F32.max(dtype) } else { dtype };
+    let acc = if matches!(dtype, DType::F16 | DType::BF16) { DType::F32 } else { acc };
+    let mut body = vec![node(Expr::Load(0), dtype)];
+    body.push(node(Expr::Cast(0), acc));
+    body.push(node(Expr::Binary(BinaryOp::Mul, 1, 1), acc));
+    body.push(node(Expr::Reduced, acc));
+    body.push(node(Expr::Load(1), dtype));
+    body.push(node(Expr::Cast(4), acc));
+    body.push(node(Expr::Binary(BinaryOp::Add, 3, 5), acc));
+    body.push(node(Expr::Cast(6), dtype));
+    kernel(
+        "rms_rows",
+        &[rows],
+        &[len],
+        vec![input(0, dtype, vec![len as isize, 1]), input(1, dtype, vec![0, 0])],
+        body,
+        Some((op, 2, acc)),
+        2,
+    )
+}
+
+#[test]
+fn reductions_pick_thread_warp_or_block_per_row() {
+    let t = Target::h200();
+    assert_eq!(loops::reduce_shape(1000, 8, &t), loops::ReduceShape::Thread);
+    assert_eq!(loops::reduce_shape(1000, 384, &t), loops::ReduceShape::Warp);
+    assert_eq!(loops::reduce_shape(4, 1 << 20, &t), loops::ReduceShape::Block);
+    let k = emit(&rms_rows(4, 1 << 20, ReduceOp::Sum, DType::F32));
+    assert!(k.source.contains("__shared__ float rlx_sh[8]"), "{}", k.source);
+    assert_eq!(k.launch.grid[0], 4);
+}
+
+#[test]
+fn reductions_compile_for_every_op_shape_and_dtype() {
+    let mut ks = Vec::new();
+    for op in ReduceOp::ALL {
+        for (rows, len) in [(100, 7), (100, 384), (3, 100_000)] {
+            for dt in [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64] {
+                ks.push(emit(&rms_rows(rows, len, op, dt)));
+            }
+        }
+    }
+    compile_check("reductions_compile_for_every_op_shape_and_dtype", &ks);
+}

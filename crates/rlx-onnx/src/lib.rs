@@ -1,0 +1,2 @@
+//! ONNX importer.
+pub mod proto;

@@ -1,0 +1,247 @@
+//! The fusion plan: which nodes get their own kernel and buffer (roots), which are computed
+//! inline inside the kernels that read them, and which reductions or library ops are fused
+//! into an elementwise epilogue.
+//!
+//! Rules, decided once over the whole graph:
+//! - outputs, library ops and reductions are roots; library operands must be buffers;
+//! - an elementwise node is inline when exactly one kernel reads it (layout ops in between
+//!   count as the kernels reading *them*). With several readers it is a root, computed
+//!   once, unless it is one cheap op over buffers (`x - mean`), which is recomputed;
+//! - an expensive elementwise node (exp, erf, ...) that a reader broadcasts is a root, so
+//!   it is not recomputed per broadcast element;
+//! - layout ops are views unless they are outputs or library operands; a reshape that
+//!   merges dims needs its source in a buffer (then it is an alias of that buffer);
+//! - a reduction or library op whose only reader is a chain of same-shape elementwise
+//!   nodes, each with one reader, is fused into the kernel of the chain's last node.
+
+use rlx_ir::{BinaryOp, Graph, NodeId, Op, UnaryOp};
+
+/// What kind of kernel work an op is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// input, param, constant
+    Leaf,
+    /// unary, binary, where, cast
+    Elementwise,
+    /// transpose, expand, slice, reshape
+    Layout,
+    /// reduce over axes
+    Reduce,
+    /// run by a library or template kernel
+    Library,
+}
+
+/// The kind of every op. Exhaustive: a new op must pick one.
+pub(crate) fn kind(op: &Op) -> Kind {
+    match op {
+        Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => Kind::Leaf,
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) => Kind::Elementwise,
+        Op::Transpose(_) | Op::Expand(_) | Op::Slice { .. } | Op::Reshape(_) => Kind::Layout,
+        Op::Reduce { .. } => Kind::Reduce,
+        Op::ArgReduce { .. }
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::MatMul
+        | Op::Conv2d(_)
+        | Op::Pool2d(_)
+        | Op::GlobalPool(_)
+        | Op::Concat { .. }
+        | Op::Gather { .. }
+        | Op::Pad { .. }
+        | Op::Attention { .. } => Kind::Library,
+    }
+}
+
+/// How a node is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// a leaf buffer
+    Leaf,
+    /// its own kernel (or an alias, for a reshape of a buffer) and buffer
+    Root,
+    /// computed inside the kernels that read it
+    Inline,
+    /// a reduction or library op fused into the kernel of this root
+    Absorbed(NodeId),
+    /// reaches no output; not computed
+    Dead,
+}
+
+/// The decisions for a whole graph.
+pub(crate) struct Plan {
+    /// role per node
+    pub roles: Vec<Role>,
+    /// per root: the reduction or library node fused into it, if any
+    pub absorbs: Vec<Option<NodeId>>,
+}
+
+/// Decides roles for every node of `g` (static shapes assumed).
+pub(crate) fn plan(g: &Graph) -> Plan {
+    let nodes = g.nodes();
+    let n = nodes.len();
+    let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+    for (idx, node) in nodes.iter().enumerate() {
+        for &i in &node.inputs {
+            if !users[i.0].contains(&NodeId(idx)) {
+                users[i.0].push(NodeId(idx));
+            }
+        }
+    }
+    let mut is_output = vec![false; n];
+    for (_, id) in g.outputs() {
+        is_output[id.0] = true;
+    }
+    let live = liveness(g, &is_output);
+    let numel = |id: NodeId| g.ty(id).shape.numel().unwrap_or(0);
+    let mut need_buffer = vec![false; n];
+    let mut root = vec![false; n];
+    let mut slots = vec![0usize; n];
+    for idx in (0..n).rev() {
+        let node = &nodes[idx];
+        if !live[idx] {
+            continue;
+        }
+        match kind(&node.op) {
+            Kind::Leaf => {}
+            Kind::Library => {
+                root[idx] = true;
+                for &i in &node.inputs {
+                    need_buffer[i.0] = true;
+                }
+            }
+            Kind::Reduce => root[idx] = true,
+            Kind::Elementwise | Kind::Layout => {
+                slots[idx] = users[idx]
+                    .iter()
+                    .map(|u| {
+                        if kind(&g.node(*u).op) == Kind::Layout && !root[u.0] {
+                            slots[u.0]
+                        } else {
+                            1
+                        }
+                    })
+                    .sum();
+                root[idx] = is_output[idx] || need_buffer[idx];
+                if kind(&node.op) == Kind::Elementwise {
+                    let shared = slots[idx] > 1 && !duplicable(g, NodeId(idx));
+                    let broadcast = !is_cheap(&node.op)
+                        && users[idx].iter().any(|&u| numel(u) > numel(NodeId(idx)));
+                    root[idx] |= shared || broadcast;
+                } else if let Op::Reshape(_) = node.op {
+                    let from = static_dims(g, node.inputs[0]);
+                    let to = static_dims(g, NodeId(idx));
+                    if super::index_map::split_groups(&from, &to).is_none() {
+                        need_buffer[node.inputs[0].0] = true;
+                    }
+                }
+            }
+        }
+    }
+    let mut absorbs = vec![None; n];
+    let mut absorbed = vec![None; n];
+    for idx in 0..n {
+        let k = kind(&nodes[idx].op);
+        if !live[idx] || !matches!(k, Kind::Reduce | Kind::Library) {
+            continue;
+        }
+        if is_output[idx] || need_buffer[idx] {
+            continue;
+        }
+        let mut cur = idx;
+        let mut end = None;
+        loop {
+            let [u] = users[cur][..] else { break };
+            let u_node = g.node(u);
+            let fits = kind(&u_node.op) == Kind::Elementwise
+                && u_node.ty.shape == nodes[idx].ty.shape
+                && (root[u.0] || slots[u.0] <= 1)
+                && absorbs[u.0].is_none();
+            if !fits {
+                break;
+            }
+            end = Some(u);
+            cur = u.0;
+            if root[u.0] {
+                break;
+            }
+        }
+        if let Some(e) = end {
+            root[e.0] = true;
+            root[idx] = false;
+            absorbs[e.0] = Some(NodeId(idx));
+            absorbed[idx] = Some(e);
+        }
+    }
+    let roles = (0..n)
+        .map(|idx| {
+            if !live[idx] {
+                Role::Dead
+            } else if kind(&nodes[idx].op) == Kind::Leaf {
+                Role::Leaf
+            } else if let Some(e) = absorbed[idx] {
+                Role::Absorbed(e)
+            } else if root[idx] {
+                Role::Root
+            } else {
+                Role::Inline
+            }
+        })
+        .collect();
+    Plan { roles, absorbs }
+}
+
+fn liveness(g: &Graph, is_output: &[bool]) -> Vec<bool> {
+    let mut live = is_output.to_vec();
+    for idx in (0..g.nodes().len()).rev() {
+        if live[idx] {
+            for i in &g.nodes()[idx].inputs {
+                live[i.0] = true;
+            }
+        }
+    }
+    live
+}
+
+fn static_dims(g: &Graph, id: NodeId) -> Vec<usize> {
+    g.ty(id)
+        .shape
+        .as_static()
+        .expect("lowering checks static shapes first")
+}
+
+/// One arithmetic instruction at most: worth recomputing rather than storing.
+fn is_cheap(op: &Op) -> bool {
+    match op {
+        Op::Binary(b) => *b != BinaryOp::Pow && *b != BinaryOp::Div,
+        Op::Unary(u) => matches!(
+            u,
+            UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Relu
+                | UnaryOp::Not
+                | UnaryOp::Sign
+                | UnaryOp::Floor
+                | UnaryOp::Ceil
+                | UnaryOp::Round
+        ),
+        Op::Where | Op::Cast(_) => true,
+        _ => false,
+    }
+}
+
+/// A cheap op whose operands are all buffers (leaves, reductions, library results, or views
+/// of those): recomputing it in each reader costs one instruction and a few loads.
+fn duplicable(g: &Graph, id: NodeId) -> bool {
+    is_cheap(&g.node(id).op) && g.node(id).inputs.iter().all(|&i| is_buffer_like(g, i))
+}
+
+fn is_buffer_like(g: &Graph, id: NodeId) -> bool {
+    let node = g.node(id);
+    match kind(&node.op) {
+        Kind::Leaf | Kind::Reduce | Kind::Library => true,
+        Kind::Layout => is_buffer_like(g, node.inputs[0]),
+        Kind::Elementwise => false,
+    }
+}
