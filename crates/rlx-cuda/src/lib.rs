@@ -5,9 +5,19 @@
 //! - [`codegen`]: CUDA C emitted from kernel IR, one rule per op in a file per op family;
 //! - [`nvrtc`]: compilation for the device's own architecture with an on-disk cache.
 
+pub mod blas;
+pub mod caps;
 pub mod codegen;
+pub mod device;
 mod error;
+pub mod gemm;
+pub mod memory;
 pub mod nvrtc;
+pub mod plan;
+mod plan_gemm;
 pub mod probe;
+mod program;
+pub mod weights;
 
 pub use error::CudaError;
+pub use program::{CompileStats, CudaOptions, CudaProgram};

@@ -42,7 +42,11 @@ fn run() -> Result<(), String> {
                     Some("auto") => ProviderChoice::Auto,
                     Some("host") => ProviderChoice::Host,
                     Some("counting") => ProviderChoice::Counting,
-                    other => return Err(format!("--provider: expected auto, host or counting, got {other:?}")),
+                    other => {
+                        return Err(format!(
+                            "--provider: expected auto, host or counting, got {other:?}"
+                        ))
+                    }
                 }
             }
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),

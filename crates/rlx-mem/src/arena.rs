@@ -100,7 +100,11 @@ mod tests {
                         }
                         spans.push((addr, addr + size));
                     }
-                    Err(MemError::ArenaFull { requested, used, capacity }) => {
+                    Err(MemError::ArenaFull {
+                        requested,
+                        used,
+                        capacity,
+                    }) => {
                         assert_eq!((requested, capacity), (size, 1 << 20));
                         assert!(used + size > capacity - align.min(capacity));
                         break;

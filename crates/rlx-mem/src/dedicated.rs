@@ -63,10 +63,13 @@ impl DedicatedCache {
         let mut best: Option<(usize, SlotId)> = None;
         for (id, slot) in self.slots.iter().enumerate() {
             let Some(slot) = slot else { continue };
-            let fits = slot.block.size >= size
-                && slot.block.size <= limit
-                && slot.block.addr % align == 0;
-            if !slot.in_use && fits && usable(slot, stream, tokens) && best.is_none_or(|b| slot.block.size < b.0) {
+            let fits =
+                slot.block.size >= size && slot.block.size <= limit && slot.block.addr % align == 0;
+            if !slot.in_use
+                && fits
+                && usable(slot, stream, tokens)
+                && best.is_none_or(|b| slot.block.size < b.0)
+            {
                 best = Some((slot.block.size, id as SlotId));
             }
         }
@@ -174,12 +177,22 @@ mod tests {
         assert!(cache.reuse(30_000_000, 256, None, &Synchronous).is_none());
         // A block freed on stream 3 is reused by stream 3 at once, by others after completion.
         let timeline = FakeTimeline::new();
-        let token = CompletionToken { stream: StreamId(3), value: 9 };
+        let token = CompletionToken {
+            stream: StreamId(3),
+            value: 9,
+        };
         cache.release(ids[3], Some(token));
-        assert!(cache.reuse(39_000_000, 256, Some(StreamId(1)), &timeline).is_none());
-        assert!(cache.drain_idle(&timeline).iter().all(|b| b.size != 40_000_000));
+        assert!(cache
+            .reuse(39_000_000, 256, Some(StreamId(1)), &timeline)
+            .is_none());
+        assert!(cache
+            .drain_idle(&timeline)
+            .iter()
+            .all(|b| b.size != 40_000_000));
         timeline.complete(StreamId(3), 9);
-        let (again, _) = cache.reuse(39_000_000, 256, Some(StreamId(1)), &timeline).unwrap();
+        let (again, _) = cache
+            .reuse(39_000_000, 256, Some(StreamId(1)), &timeline)
+            .unwrap();
         assert_eq!(again, ids[3]);
         assert!(cache.is_in_use(again));
         assert_eq!(cache.largest_idle(), 0);

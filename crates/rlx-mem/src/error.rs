@@ -110,7 +110,13 @@ mod tests {
             capacity: Some(16384),
         };
         let msg = err.to_string();
-        for needle in ["test", "4097", "12288", "16384 bytes reserved", "capacity 16384 bytes"] {
+        for needle in [
+            "test",
+            "4097",
+            "12288",
+            "16384 bytes reserved",
+            "capacity 16384 bytes",
+        ] {
             assert!(msg.contains(needle), "{msg} lacks {needle}");
         }
         assert!(msg.starts_with(char::is_lowercase));

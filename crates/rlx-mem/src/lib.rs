@@ -33,9 +33,14 @@ pub use align::align_up;
 pub use arena::LinearArena;
 pub use error::MemError;
 pub use planner::{plan, verify_plan, MemPlan, PlanRequest};
-pub use pool::{AllocatorConfig, Allocation, SubAllocator};
-pub use provider::{Block, BlockProvider, CountingProvider, HostProvider, ProviderStats, TestProvider};
-pub use replay::{default_block_size, replay_file, replay_system, replay_trace, ProviderChoice, ReplayOptions, ReplayReport};
+pub use pool::{Allocation, AllocatorConfig, SubAllocator};
+pub use provider::{
+    Block, BlockProvider, CountingProvider, HostProvider, ProviderStats, TestProvider,
+};
+pub use replay::{
+    default_block_size, replay_file, replay_system, replay_trace, ProviderChoice, ReplayOptions,
+    ReplayReport,
+};
 pub use staging::{StagingRing, StagingSlot};
 pub use stats::{human_bytes, Stats};
 pub use stream::{CompletionToken, FakeTimeline, StreamId, Synchronous, TokenSource};

@@ -59,10 +59,16 @@ fn build_groups(requests: &[PlanRequest]) -> Result<(Vec<Group>, Vec<usize>), Me
     let mut taken = vec![false; n];
     for (j, req) in requests.iter().enumerate() {
         if !req.align.is_power_of_two() {
-            return Err(invalid(j, format!("alignment {} is not a power of two", req.align)));
+            return Err(invalid(
+                j,
+                format!("alignment {} is not a power of two", req.align),
+            ));
         }
         if req.first > req.last {
-            return Err(invalid(j, format!("first use {} after last use {}", req.first, req.last)));
+            return Err(invalid(
+                j,
+                format!("first use {} after last use {}", req.first, req.last),
+            ));
         }
         let Some(i) = req.inplace_of else { continue };
         let input = requests
@@ -70,13 +76,28 @@ fn build_groups(requests: &[PlanRequest]) -> Result<(Vec<Group>, Vec<usize>), Me
             .filter(|_| i < j)
             .ok_or_else(|| invalid(j, format!("in-place input {i} must be an earlier request")))?;
         if input.last != req.first {
-            return Err(invalid(j, format!("in-place input {i} is last used at step {}, not at step {}", input.last, req.first)));
+            return Err(invalid(
+                j,
+                format!(
+                    "in-place input {i} is last used at step {}, not at step {}",
+                    input.last, req.first
+                ),
+            ));
         }
         if req.size > input.size {
-            return Err(invalid(j, format!("{} bytes do not fit in-place in input {i} of {} bytes", req.size, input.size)));
+            return Err(invalid(
+                j,
+                format!(
+                    "{} bytes do not fit in-place in input {i} of {} bytes",
+                    req.size, input.size
+                ),
+            ));
         }
         if std::mem::replace(&mut taken[i], true) {
-            return Err(invalid(j, format!("input {i} is already overwritten in place by another tensor")));
+            return Err(invalid(
+                j,
+                format!("input {i} is already overwritten in place by another tensor"),
+            ));
         }
         root[j] = root[i];
     }
@@ -181,7 +202,11 @@ pub fn plan(requests: &[PlanRequest]) -> Result<MemPlan, MemError> {
     let mut by_life: Vec<usize> = (0..groups.len()).collect();
     by_life.sort_by_key(|&g| {
         let span = groups[g].last - groups[g].first;
-        (std::cmp::Reverse(span), std::cmp::Reverse(groups[g].size), groups[g].first)
+        (
+            std::cmp::Reverse(span),
+            std::cmp::Reverse(groups[g].size),
+            groups[g].first,
+        )
     });
     let overflow = || invalid(0, "offsets overflow the address space");
     let first = place(&groups, &by_size).ok_or_else(overflow)?;
@@ -204,14 +229,30 @@ pub fn plan(requests: &[PlanRequest]) -> Result<MemPlan, MemError> {
 pub fn verify_plan(requests: &[PlanRequest], plan: &MemPlan) -> Result<(), MemError> {
     let (_, group_of) = build_groups(requests)?;
     if plan.offsets.len() != requests.len() {
-        return Err(invalid(0, format!("{} offsets for {} tensors", plan.offsets.len(), requests.len())));
+        return Err(invalid(
+            0,
+            format!(
+                "{} offsets for {} tensors",
+                plan.offsets.len(),
+                requests.len()
+            ),
+        ));
     }
     for (i, (req, &off)) in requests.iter().zip(&plan.offsets).enumerate() {
         if off % req.align != 0 {
-            return Err(invalid(i, format!("offset {off} is not aligned to {}", req.align)));
+            return Err(invalid(
+                i,
+                format!("offset {off} is not aligned to {}", req.align),
+            ));
         }
-        if off.checked_add(req.size).is_none_or(|end| end > plan.arena_bytes) {
-            return Err(invalid(i, format!("offset {off} + {} bytes exceeds the arena", req.size)));
+        if off
+            .checked_add(req.size)
+            .is_none_or(|end| end > plan.arena_bytes)
+        {
+            return Err(invalid(
+                i,
+                format!("offset {off} + {} bytes exceeds the arena", req.size),
+            ));
         }
     }
     for i in 0..requests.len() {
@@ -222,7 +263,10 @@ pub fn verify_plan(requests: &[PlanRequest], plan: &MemPlan) -> Result<(), MemEr
             let overlap = ao < bo + b.size && bo < ao + a.size && a.size > 0 && b.size > 0;
             let shared = group_of[i] == group_of[j] && ao == bo;
             if live_together && overlap && !shared {
-                return Err(invalid(j, format!("overlaps tensor {i} while both are live")));
+                return Err(invalid(
+                    j,
+                    format!("overlaps tensor {i} while both are live"),
+                ));
             }
         }
     }

@@ -159,7 +159,12 @@ impl SubAllocator {
     ///
     /// # Errors
     /// As [`SubAllocator::alloc`].
-    pub fn alloc_on(&mut self, stream: StreamId, size: usize, align: usize) -> Result<Allocation, MemError> {
+    pub fn alloc_on(
+        &mut self,
+        stream: StreamId,
+        size: usize,
+        align: usize,
+    ) -> Result<Allocation, MemError> {
         self.alloc_inner(size, align, Some(stream))
     }
 
@@ -185,7 +190,11 @@ impl SubAllocator {
     ///
     /// # Errors
     /// [`MemError::ForeignAllocation`] when the allocation came from another allocator.
-    pub fn free_on(&mut self, allocation: Allocation, token: CompletionToken) -> Result<(), MemError> {
+    pub fn free_on(
+        &mut self,
+        allocation: Allocation,
+        token: CompletionToken,
+    ) -> Result<(), MemError> {
         self.check_owner(&allocation)?;
         self.stats.on_free(allocation.size);
         match allocation.place {
@@ -203,7 +212,9 @@ impl SubAllocator {
         if self.pending.is_empty() {
             return;
         }
-        let regions = self.pending.release_completed(&mut self.tlsf, self.tokens.as_ref());
+        let regions = self
+            .pending
+            .release_completed(&mut self.tlsf, self.tokens.as_ref());
         for region in regions {
             if self.blocks[region as usize].is_some() {
                 self.after_free(region);
@@ -250,7 +261,12 @@ impl SubAllocator {
         }
     }
 
-    fn alloc_inner(&mut self, size: usize, align: usize, stream: Option<StreamId>) -> Result<Allocation, MemError> {
+    fn alloc_inner(
+        &mut self,
+        size: usize,
+        align: usize,
+        stream: Option<StreamId>,
+    ) -> Result<Allocation, MemError> {
         check_align(align)?;
         let align = align.max(UNIT);
         let rounded = round_size(size.max(1), UNIT)?;
@@ -280,9 +296,18 @@ impl SubAllocator {
         }
     }
 
-    fn alloc_pooled(&mut self, size: usize, rounded: usize, align: usize, stream: Option<StreamId>) -> Result<NodeId, MemError> {
+    fn alloc_pooled(
+        &mut self,
+        size: usize,
+        rounded: usize,
+        align: usize,
+        stream: Option<StreamId>,
+    ) -> Result<NodeId, MemError> {
         if let Some(stream) = stream {
-            if let Some(node) = self.pending.take_fit(&mut self.tlsf, stream, rounded, align) {
+            if let Some(node) = self
+                .pending
+                .take_fit(&mut self.tlsf, stream, rounded, align)
+            {
                 return Ok(node);
             }
         }
@@ -297,8 +322,8 @@ impl SubAllocator {
         }
         for attempt in 0..2 {
             match self.add_memory(rounded, align) {
-                Ok(()) => {
-                    if let Some(node) = self.tlsf.alloc(rounded, align) {
+                Ok(region) => {
+                    if let Some(node) = self.tlsf.alloc_at_tail(region, rounded, align) {
                         return Ok(node);
                     }
                 }
@@ -314,8 +339,17 @@ impl SubAllocator {
         Err(self.out_of_memory(size))
     }
 
-    fn alloc_dedicated(&mut self, size: usize, rounded: usize, align: usize, stream: Option<StreamId>) -> Result<(SlotId, usize), MemError> {
-        if let Some(found) = self.dedicated.reuse(rounded, align, stream, self.tokens.as_ref()) {
+    fn alloc_dedicated(
+        &mut self,
+        size: usize,
+        rounded: usize,
+        align: usize,
+        stream: Option<StreamId>,
+    ) -> Result<(SlotId, usize), MemError> {
+        if let Some(found) = self
+            .dedicated
+            .reuse(rounded, align, stream, self.tokens.as_ref())
+        {
             return Ok(found);
         }
         // Cached blocks that did not fit would only grow the reserve: give them back first.
@@ -339,9 +373,9 @@ impl SubAllocator {
         Err(self.out_of_memory(size))
     }
 
-    /// Gets room for `rounded` bytes at `align`: grows the block with the most free space at
-    /// its end when the provider can, else adds a block.
-    fn add_memory(&mut self, rounded: usize, align: usize) -> Result<(), MemError> {
+    /// Gets room for `rounded` bytes at `align` at the end of a region: grows the block with the
+    /// most free space at its end when the provider can, else adds a block. Returns the region.
+    fn add_memory(&mut self, rounded: usize, align: usize) -> Result<RegionId, MemError> {
         if self.config.grow_in_place {
             let mut candidates: Vec<(usize, RegionId)> = self
                 .blocks
@@ -352,14 +386,17 @@ impl SubAllocator {
                 .collect();
             candidates.sort_by(|a, b| b.cmp(a));
             for (_, region) in candidates {
-                if self.try_grow(region, rounded, align)? {
-                    return Ok(());
+                // A failed growth still lets a new block be tried below.
+                if let Ok(true) = self.try_grow(region, rounded, align) {
+                    return Ok(region);
                 }
             }
         }
         let need = round_size(rounded.saturating_add(align - UNIT), self.config.granule)?;
         let size = need.max(self.config.block_size);
-        let block = self.provider.alloc(size, align.max(4096), self.config.exportable)?;
+        let block = self
+            .provider
+            .alloc(size, align.max(4096), self.config.exportable)?;
         self.stats.provider_allocs += 1;
         self.stats.on_reserve(block.size);
         let usable = block.size / UNIT * UNIT;
@@ -371,16 +408,24 @@ impl SubAllocator {
             block,
             can_grow: self.config.grow_in_place,
         });
-        Ok(())
+        Ok(region)
     }
 
-    fn try_grow(&mut self, region: RegionId, rounded: usize, align: usize) -> Result<bool, MemError> {
+    fn try_grow(
+        &mut self,
+        region: RegionId,
+        rounded: usize,
+        align: usize,
+    ) -> Result<bool, MemError> {
         let (tail_start, _) = self.tlsf.region_tail(region);
         let Some(pool) = self.blocks[region as usize].as_mut() else {
             return Ok(false);
         };
-        let start = crate::align::align_up(tail_start, align).ok_or(MemError::SizeOverflow { requested: rounded })?;
-        let end = start.checked_add(rounded).ok_or(MemError::SizeOverflow { requested: rounded })?;
+        let start = crate::align::align_up(tail_start, align)
+            .ok_or(MemError::SizeOverflow { requested: rounded })?;
+        let end = start
+            .checked_add(rounded)
+            .ok_or(MemError::SizeOverflow { requested: rounded })?;
         let new_size = round_size(end - pool.block.addr, self.config.granule)?;
         let old_size = pool.block.size;
         if !self.provider.grow(&mut pool.block, new_size)? {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::pool::{AllocatorConfig, Allocation, SubAllocator};
+use crate::pool::{Allocation, AllocatorConfig, SubAllocator};
 use crate::provider::{BlockProvider, CountingProvider, HostProvider};
 use crate::stats::human_bytes;
 use crate::tlsf::UNIT;
@@ -99,7 +99,9 @@ pub struct ReplayReport {
 
 impl fmt::Display for ReplayReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let threshold = self.dedicated_threshold.map_or("none".to_string(), human_bytes);
+        let threshold = self
+            .dedicated_threshold
+            .map_or("none".to_string(), human_bytes);
         writeln!(f, "trace          {} ({} events)", self.trace, self.events)?;
         writeln!(
             f,
@@ -118,9 +120,16 @@ impl fmt::Display for ReplayReport {
         writeln!(
             f,
             "provider calls {} allocations ({} blocks + {} grows), {} frees",
-            self.provider_allocs, self.provider_block_allocs, self.provider_grows, self.provider_frees
+            self.provider_allocs,
+            self.provider_block_allocs,
+            self.provider_grows,
+            self.provider_frees
         )?;
-        write!(f, "speed          {:.1} ns/event (median of {})", self.ns_per_event, self.runs)?;
+        write!(
+            f,
+            "speed          {:.1} ns/event (median of {})",
+            self.ns_per_event, self.runs
+        )?;
         if let (Some(sys), Some(ratio)) = (self.system_ns_per_event, self.speedup_vs_system) {
             write!(f, "; system allocator {sys:.1} ns/event, {ratio:.2}x")?;
         }
@@ -139,7 +148,9 @@ pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayReport, Tr
 
 /// The block size a replay uses by default: 1/32 of the trace's peak, a power of two in 2 MiB..1 GiB.
 pub fn default_block_size(peak_live_bytes: usize) -> usize {
-    (peak_live_bytes / 32).next_power_of_two().clamp(2 << 20, 1 << 30)
+    (peak_live_bytes / 32)
+        .next_power_of_two()
+        .clamp(2 << 20, 1 << 30)
 }
 
 fn available_ram() -> Option<usize> {
@@ -198,7 +209,10 @@ pub fn replay_trace(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport,
         dedicated_threshold: (threshold != usize::MAX).then_some(threshold),
         peak_live_bytes: trace.peak_live_bytes,
         peak_reserved_bytes: stats.peak_bytes_reserved,
-        fragmentation: crate::Stats::fragmentation_of(stats.peak_bytes_reserved, trace.peak_live_bytes),
+        fragmentation: crate::Stats::fragmentation_of(
+            stats.peak_bytes_reserved,
+            trace.peak_live_bytes,
+        ),
         provider_allocs: stats.provider_allocs + stats.provider_grows,
         provider_block_allocs: stats.provider_allocs,
         provider_grows: stats.provider_grows,
@@ -220,7 +234,11 @@ struct Run {
     dedicated_threshold: usize,
 }
 
-fn replay_once(trace: &Trace, config: &AllocatorConfig, choice: ProviderChoice) -> Result<Run, TraceError> {
+fn replay_once(
+    trace: &Trace,
+    config: &AllocatorConfig,
+    choice: ProviderChoice,
+) -> Result<Run, TraceError> {
     let provider = make_provider(choice, trace.peak_live_bytes);
     let mut allocator = SubAllocator::new(provider, config.clone());
     let mut live: Vec<Option<Allocation>> = Vec::new();

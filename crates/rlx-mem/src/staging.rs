@@ -56,7 +56,12 @@ impl StagingRing {
     /// # Errors
     /// [`MemError::BadAlignment`], and [`MemError::StagingFull`] while in-flight copies hold
     /// the room (wait for one to complete and retry).
-    pub fn alloc(&mut self, size: usize, align: usize, tokens: &dyn TokenSource) -> Result<StagingSlot, MemError> {
+    pub fn alloc(
+        &mut self,
+        size: usize,
+        align: usize,
+        tokens: &dyn TokenSource,
+    ) -> Result<StagingSlot, MemError> {
         check_align(align)?;
         self.retire(tokens);
         let len = size.max(1);
@@ -70,7 +75,11 @@ impl StagingRing {
         let end = start + len;
         // Bytes skipped at the end of the ring when wrapping belong to this slot until it retires.
         let held_from = if start < self.head { self.head } else { start };
-        let held = if start < self.head { self.capacity - self.head + end } else { end - start };
+        let held = if start < self.head {
+            self.capacity - self.head + end
+        } else {
+            end - start
+        };
         self.in_flight.push_back(InFlight {
             start: held_from,
             end,
@@ -198,7 +207,8 @@ mod tests {
                     }
                     value += 1;
                     live.push_back((slot.addr, size, value));
-                    ring.submit(slot, CompletionToken { stream, value }).unwrap();
+                    ring.submit(slot, CompletionToken { stream, value })
+                        .unwrap();
                 }
                 Err(MemError::StagingFull { in_flight, .. }) => {
                     assert!(in_flight > 0);
@@ -211,7 +221,13 @@ mod tests {
         timeline.complete(stream, value);
         ring.retire(&timeline);
         assert_eq!(ring.in_flight_bytes(), 0);
-        let stale = StagingSlot { addr: base, size: 1, seq: 999_999 };
-        assert!(ring.submit(stale, CompletionToken { stream, value: 1 }).is_err());
+        let stale = StagingSlot {
+            addr: base,
+            size: 1,
+            seq: 999_999,
+        };
+        assert!(ring
+            .submit(stale, CompletionToken { stream, value: 1 })
+            .is_err());
     }
 }

@@ -113,7 +113,11 @@ impl PendingRanges {
                 for node in rest.into_iter().flatten() {
                     let size = tlsf.node(node).1;
                     self.bytes += size;
-                    let leftover = Pending { node, size, ..entry };
+                    let leftover = Pending {
+                        node,
+                        size,
+                        ..entry
+                    };
                     list.push(leftover);
                 }
                 return Some(used);
@@ -123,7 +127,11 @@ impl PendingRanges {
     }
 
     /// Frees every range whose token completed; returns the regions that got space back.
-    pub fn release_completed(&mut self, tlsf: &mut Tlsf, tokens: &dyn TokenSource) -> Vec<RegionId> {
+    pub fn release_completed(
+        &mut self,
+        tlsf: &mut Tlsf,
+        tokens: &dyn TokenSource,
+    ) -> Vec<RegionId> {
         let mut regions = Vec::new();
         for list in self.per_stream.values_mut() {
             let mut idx = 0;
@@ -161,13 +169,18 @@ mod tests {
         let mut x: u64 = 77;
         let mut nodes = Vec::new();
         for _ in 0..12 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let size = ((x >> 50) as usize % 40 + 1) * UNIT;
             nodes.push(tlsf.alloc(size, UNIT).unwrap());
         }
         for (i, &node) in nodes.iter().enumerate() {
             tlsf.mark_pending(node);
-            let token = CompletionToken { stream: s0, value: i as u64 + 1 };
+            let token = CompletionToken {
+                stream: s0,
+                value: i as u64 + 1,
+            };
             pending.push(&tlsf, node, token);
         }
         let held = pending.bytes();
@@ -187,6 +200,9 @@ mod tests {
         tlsf.free(reused);
         tlsf.check();
         assert!(tlsf.region_is_empty(region));
-        assert!(Synchronous.is_complete(CompletionToken { stream: s1, value: u64::MAX }));
+        assert!(Synchronous.is_complete(CompletionToken {
+            stream: s1,
+            value: u64::MAX
+        }));
     }
 }

@@ -204,6 +204,18 @@ impl Tlsf {
         Some(self.carve(node, size, align))
     }
 
+    /// Takes `size` bytes at `align` from the free range at the end of a region, the one that
+    /// growth just extended (the bins alone may miss it: they only promise good fit).
+    pub fn alloc_at_tail(&mut self, region: RegionId, size: usize, align: usize) -> Option<NodeId> {
+        let last = self.region(region).last;
+        let n = &self.nodes[last as usize];
+        if n.state != State::Free {
+            return None;
+        }
+        aligned_fit(n.addr, n.size, size, align)?;
+        Some(self.carve(last, size, align))
+    }
+
     /// Marks a used range as pending (freed by a stream whose work may still read it).
     pub fn mark_pending(&mut self, node: NodeId) {
         debug_assert_eq!(self.nodes[node as usize].state, State::Used);
@@ -347,7 +359,8 @@ impl Tlsf {
     fn carve(&mut self, node: NodeId, size: usize, align: usize) -> NodeId {
         self.remove_free(node);
         let n = &self.nodes[node as usize];
-        let pad = aligned_fit(n.addr, n.size, size, align).expect("tlsf: carving a range that does not fit");
+        let pad = aligned_fit(n.addr, n.size, size, align)
+            .expect("tlsf: carving a range that does not fit");
         if pad > 0 {
             let front = self.split_front(node, pad, State::Free);
             self.insert_free(front);
@@ -464,148 +477,7 @@ impl Tlsf {
         }
         self.free_bytes -= size;
     }
-
-    /// Checks every structural invariant; used by tests.
-    #[cfg(test)]
-    pub fn check(&self) {
-        let mut free_total = 0;
-        for (rid, region) in self.regions.iter().enumerate() {
-            let Some(region) = region else { continue };
-            let mut node = region.last;
-            let mut end = region.addr + region.size;
-            let mut busy = 0;
-            let mut prev_free = false;
-            while node != NIL {
-                let n = &self.nodes[node as usize];
-                assert_eq!(n.region as usize, rid);
-                assert_eq!(n.addr + n.size, end, "ranges tile the region");
-                assert!(n.size % UNIT == 0 && n.size > 0);
-                let free = n.state == State::Free;
-                assert!(!(free && prev_free), "two free neighbours were not merged");
-                prev_free = free;
-                if free {
-                    free_total += n.size;
-                    let (fl, sl) = mapping(n.size);
-                    assert!(self.sl_bitmaps[fl] & (1 << sl) != 0);
-                } else {
-                    busy += 1;
-                }
-                end = n.addr;
-                node = n.prev_phys;
-            }
-            assert_eq!(end, region.addr);
-            assert_eq!(busy, region.busy);
-        }
-        assert_eq!(free_total, self.free_bytes);
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
-
-    #[test]
-    fn mapping_bins_are_ordered_and_search_rounds_up() {
-        let mut rng = Rng(0x1234_5678_9abc_def1);
-        for _ in 0..5000 {
-            let size = ((rng.next() >> (rng.next() % 40 + 10)) as usize + 1) * UNIT;
-            let (fl, sl) = mapping(size);
-            assert!(fl < FL_COUNT && sl < SL_COUNT);
-            let bigger = size + UNIT * (1 + (rng.next() % 1000) as usize);
-            assert!(mapping(bigger) >= (fl, sl));
-            let (sfl, ssl) = mapping_search(size).unwrap();
-            assert!((sfl, ssl) >= (fl, sl));
-            // Every size mapped into the search bin is at least `size`.
-            let lo = if sfl == 0 {
-                ssl * UNIT
-            } else {
-                let log = sfl as u32 + SMALL_LOG - 1;
-                (1 << log) + (ssl << (log - SL_LOG))
-            };
-            assert!(lo >= size, "bin floor {lo} below request {size}");
-        }
-    }
-
-    #[test]
-    fn random_alloc_free_never_overlaps_and_merges_back() {
-        let mut rng = Rng(0xdead_beef_cafe_f00d);
-        let mut tlsf = Tlsf::new();
-        let regions: Vec<_> = (0..3)
-            .map(|i| tlsf.add_region((i + 1) << 30, 64 << 20))
-            .collect();
-        let mut live: Vec<(NodeId, usize, usize)> = Vec::new();
-        for step in 0..20_000 {
-            if live.is_empty() || rng.next() % 100 < 55 {
-                let size = ((rng.next() % (1 << (rng.next() % 20 + 1))) as usize + 1).div_ceil(UNIT) * UNIT;
-                let align = UNIT << (rng.next() % 6);
-                if let Some(node) = tlsf.alloc(size, align) {
-                    let (addr, got, _) = tlsf.node(node);
-                    assert_eq!(addr % align, 0);
-                    assert!(got >= size && got < size + UNIT);
-                    live.push((node, addr, got));
-                }
-            } else {
-                let idx = (rng.next() as usize) % live.len();
-                let (node, _, _) = live.swap_remove(idx);
-                tlsf.free(node);
-            }
-            if step % 997 == 0 {
-                tlsf.check();
-                let mut spans: Vec<_> = live.iter().map(|l| (l.1, l.1 + l.2)).collect();
-                spans.sort();
-                for pair in spans.windows(2) {
-                    assert!(pair[0].1 <= pair[1].0, "overlap {pair:?}");
-                }
-            }
-        }
-        for (node, _, _) in live.drain(..) {
-            tlsf.free(node);
-        }
-        tlsf.check();
-        for region in regions {
-            assert!(tlsf.region_is_empty(region));
-            tlsf.remove_region(region);
-        }
-        assert_eq!(tlsf.free_bytes(), 0);
-    }
-
-    #[test]
-    fn growth_pending_and_largest_free() {
-        let mut tlsf = Tlsf::new();
-        let region = tlsf.add_region(1 << 40, 1 << 20);
-        let a = tlsf.alloc(700 * UNIT, UNIT).unwrap();
-        assert_eq!(tlsf.region_tail(region), ((1 << 40) + 700 * UNIT, (1 << 20) - 700 * UNIT));
-        assert!(tlsf.alloc(4 << 20, UNIT).is_none());
-        tlsf.grow_region(region, 5 << 20);
-        let b = tlsf.alloc(4 << 20, 4096).unwrap();
-        tlsf.check();
-        // Pending ranges are neither reused by `alloc` nor merged.
-        tlsf.mark_pending(a);
-        let largest_before = tlsf.largest_free();
-        assert!(largest_before < 700 * UNIT || tlsf.node(a).0 != (1 << 40));
-        let (used, rest) = tlsf.take_pending(a, 300 * UNIT, 2048).unwrap();
-        assert_eq!(tlsf.node(used).0 % 2048, 0);
-        tlsf.check();
-        for node in rest.into_iter().flatten() {
-            tlsf.free(node);
-        }
-        tlsf.free(used);
-        tlsf.free(b);
-        tlsf.check();
-        assert!(tlsf.region_is_empty(region));
-        assert_eq!(tlsf.largest_free(), 5 << 20);
-        tlsf.grow_region(region, 6 << 20);
-        assert_eq!(tlsf.region_span(region), (1 << 40, 6 << 20));
-        tlsf.remove_region(region);
-    }
-}
+mod tests;

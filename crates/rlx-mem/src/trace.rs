@@ -124,7 +124,9 @@ pub fn parse_trace(mut reader: impl BufRead, source: &str) -> Result<Trace, Trac
     loop {
         buf.clear();
         line_no += 1;
-        let read = reader.read_line(&mut buf).map_err(|err| malformed(line_no, err.to_string()))?;
+        let read = reader
+            .read_line(&mut buf)
+            .map_err(|err| malformed(line_no, err.to_string()))?;
         if read == 0 {
             break;
         }
@@ -132,15 +134,24 @@ pub fn parse_trace(mut reader: impl BufRead, source: &str) -> Result<Trace, Trac
         if text.is_empty() {
             continue;
         }
-        let raw: RawEvent = serde_json::from_str(text).map_err(|err| malformed(line_no, format!("invalid event: {err}")))?;
+        let raw: RawEvent = serde_json::from_str(text)
+            .map_err(|err| malformed(line_no, format!("invalid event: {err}")))?;
         match raw.op {
             "alloc" => {
-                let bytes = raw.bytes.ok_or_else(|| malformed(line_no, format!("alloc of id {} has no bytes", raw.id)))?;
-                let bytes = usize::try_from(bytes).map_err(|_| malformed(line_no, format!("{bytes} bytes do not fit this machine's address space")))?;
+                let bytes = raw.bytes.ok_or_else(|| {
+                    malformed(line_no, format!("alloc of id {} has no bytes", raw.id))
+                })?;
+                let bytes = usize::try_from(bytes).map_err(|_| {
+                    malformed(
+                        line_no,
+                        format!("{bytes} bytes do not fit this machine's address space"),
+                    )
+                })?;
                 if ids.contains_key(&raw.id) {
                     return Err(malformed(line_no, format!("id {} allocated twice", raw.id)));
                 }
-                let slot = u32::try_from(trace.slots).map_err(|_| malformed(line_no, "more than 2^32 allocations".to_string()))?;
+                let slot = u32::try_from(trace.slots)
+                    .map_err(|_| malformed(line_no, "more than 2^32 allocations".to_string()))?;
                 trace.slots += 1;
                 ids.insert(raw.id, IdState::Live { slot, bytes });
                 live_bytes += bytes;
@@ -150,7 +161,10 @@ pub fn parse_trace(mut reader: impl BufRead, source: &str) -> Result<Trace, Trac
             "free" => match ids.get(&raw.id) {
                 None => return Err(malformed(line_no, format!("free of unknown id {}", raw.id))),
                 Some(IdState::Freed { line }) => {
-                    return Err(malformed(line_no, format!("double free of id {} (freed at line {line})", raw.id)))
+                    return Err(malformed(
+                        line_no,
+                        format!("double free of id {} (freed at line {line})", raw.id),
+                    ))
                 }
                 Some(&IdState::Live { slot, bytes }) => {
                     live_bytes -= bytes;
@@ -158,10 +172,18 @@ pub fn parse_trace(mut reader: impl BufRead, source: &str) -> Result<Trace, Trac
                     trace.events.push(TraceEvent::Free { slot });
                 }
             },
-            other => return Err(malformed(line_no, format!("unknown op {other:?} (expected \"alloc\" or \"free\")"))),
+            other => {
+                return Err(malformed(
+                    line_no,
+                    format!("unknown op {other:?} (expected \"alloc\" or \"free\")"),
+                ))
+            }
         }
     }
-    trace.unfreed = ids.values().filter(|s| matches!(s, IdState::Live { .. })).count();
+    trace.unfreed = ids
+        .values()
+        .filter(|s| matches!(s, IdState::Live { .. }))
+        .count();
     Ok(trace)
 }
 
@@ -202,7 +224,9 @@ mod tests {
         assert!(msg.contains("invalid event"), "{msg}");
         let (line, msg) = error_line(&format!("{ok}{{\"op\":\"free\",\"id\":7}}\n"));
         assert_eq!((line, msg.as_str()), (2, "free of unknown id 7"));
-        let (line, msg) = error_line(&format!("{ok}{{\"op\":\"free\",\"id\":1}}\n{{\"op\":\"free\",\"id\":1}}\n"));
+        let (line, msg) = error_line(&format!(
+            "{ok}{{\"op\":\"free\",\"id\":1}}\n{{\"op\":\"free\",\"id\":1}}\n"
+        ));
         assert_eq!(line, 3);
         assert!(msg.contains("double free of id 1 (freed at line 2)"));
         let (line, msg) = error_line(&format!("{ok}{ok}"));
@@ -223,7 +247,10 @@ mod tests {
         let mut x: u64 = 0xabcdef;
         for id in 0..500u64 {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-            text.push_str(&format!("{{\"op\":\"alloc\",\"id\":{id},\"bytes\":{}}}\n", (x >> 44) + 1));
+            text.push_str(&format!(
+                "{{\"op\":\"alloc\",\"id\":{id},\"bytes\":{}}}\n",
+                (x >> 44) + 1
+            ));
             if id % 3 == 2 {
                 text.push_str(&format!("{{\"op\":\"free\",\"id\":{}}}\n", id - 1));
             }
@@ -231,7 +258,8 @@ mod tests {
         let plain = dir.join("t.jsonl");
         std::fs::write(&plain, &text).unwrap();
         let gz = dir.join("t.jsonl.gz");
-        let mut enc = flate2::write::GzEncoder::new(File::create(&gz).unwrap(), flate2::Compression::fast());
+        let mut enc =
+            flate2::write::GzEncoder::new(File::create(&gz).unwrap(), flate2::Compression::fast());
         enc.write_all(text.as_bytes()).unwrap();
         enc.finish().unwrap();
         let a = read_trace(&plain).unwrap();

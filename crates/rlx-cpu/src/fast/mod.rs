@@ -1,10 +1,369 @@
-//! The fast path.
+//! The fast path: a [`KernelProgram`] compiled once into a [`CpuProgram`] and run many
+//! times, from any number of threads at once.
+//!
+//! Compilation checks the program, compiles every kernel (loop kernels to lane bytecode,
+//! library kernels to specialised implementations) and plans memory: every temporary and
+//! every kernel's scratch lives in one arena per run context, at offsets fixed at compile
+//! time ([`plan::plan_memory`]). Temporaries that are program outputs get their own
+//! allocation per run instead, which becomes the returned tensor without a copy.
+
+pub(crate) mod library;
+pub(crate) mod loops;
+mod lower;
+pub(crate) mod math;
+pub(crate) mod memory;
 pub mod plan;
-/// Options.
-#[derive(Debug, Clone, Default)]
-pub struct CpuOptions { /// threads
- pub threads: Option<usize> }
-/// Program.
-pub struct CpuProgram;
-/// Timing.
-pub struct KernelTiming;
+
+use crate::check::{bind_leaves, check_program, ProgramInfo};
+use crate::CpuError;
+use library::LibExec;
+use loops::exec::Src;
+use loops::LoopExec;
+use memory::{finish_owned, zeroed, Arena, Loc, RunMemory};
+use plan::{plan_memory, Interval};
+use rlx_ir::kernel::{BufferId, BufferKind, Kernel, KernelProgram};
+use rlx_ir::{DType, Tensor, TensorData};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Compile options of the fast path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Worker threads; None uses rayon's global pool (all cores).
+    pub threads: Option<usize>,
+}
+
+/// Time spent in one kernel during a profiled run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTiming {
+    /// the kernel's name
+    pub name: String,
+    /// "loop", or the library op's name
+    pub kind: &'static str,
+    /// wall time in seconds
+    pub seconds: f64,
+}
+
+enum Exec {
+    Loop {
+        exec: LoopExec,
+        inputs: Vec<BufferId>,
+        output: BufferId,
+    },
+    Library(LibExec),
+}
+
+struct Step {
+    exec: Exec,
+    kind: &'static str,
+    /// byte offset of the kernel's scratch block in the arena
+    scratch: usize,
+}
+
+/// A compiled program, ready to run on the CPU. `Send + Sync`: runs may overlap, each
+/// taking its own arena from a pool.
+pub struct CpuProgram {
+    program: KernelProgram,
+    info: ProgramInfo,
+    steps: Vec<Step>,
+    locs: Vec<Loc>,
+    /// per owned output root: dtype and element count
+    owned: Vec<(DType, usize)>,
+    dtypes: Vec<DType>,
+    numels: Vec<usize>,
+    arena_bytes: usize,
+    arenas: Mutex<Vec<Arena>>,
+    pool: Option<rayon::ThreadPool>,
+    threads: usize,
+}
+
+impl CpuProgram {
+    /// Checks and compiles a program.
+    ///
+    /// # Errors
+    /// A malformed program (bad buffer references, alias chains, views out of bounds,
+    /// dtype or size mismatches, reads before writes), or a thread pool that cannot start.
+    pub fn compile(program: KernelProgram, opts: &CpuOptions) -> Result<CpuProgram, CpuError> {
+        let info = check_program(&program)?;
+        let pool = match opts.threads {
+            Some(n) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n.max(1))
+                    .build()
+                    .map_err(|e| CpuError::Invalid(format!("cannot start {n} threads: {e}")))?,
+            ),
+            None => None,
+        };
+        let threads = opts.threads.unwrap_or_else(rayon::current_num_threads).max(1);
+        let ty = |b: BufferId| {
+            let t = &program.buffers[b].ty;
+            (t.dtype, info.shapes[b].clone())
+        };
+        let mut execs = Vec::with_capacity(program.kernels.len());
+        for (ki, k) in program.kernels.iter().enumerate() {
+            execs.push(match k {
+                Kernel::Loop(l) => (
+                    "loop",
+                    Exec::Loop {
+                        exec: LoopExec::compile(l, threads),
+                        inputs: l.inputs.iter().map(|i| i.buffer).collect(),
+                        output: l.output,
+                    },
+                ),
+                Kernel::Library(l) => {
+                    let in_types = l.inputs.iter().map(|&b| ty(b)).collect();
+                    let result = info.lib_results[ki].clone().expect("library result type");
+                    (
+                        l.op.name(),
+                        Exec::Library(LibExec::compile(l, in_types, result, threads)),
+                    )
+                }
+            });
+        }
+        let dtypes: Vec<DType> = program.buffers.iter().map(|b| b.ty.dtype).collect();
+        let numels: Vec<usize> = info.shapes.iter().map(|s| s.iter().product()).collect();
+        let scratch: Vec<usize> = execs
+            .iter()
+            .map(|(_, e)| match e {
+                Exec::Library(l) => l.scratch_bytes,
+                Exec::Loop { .. } => 0,
+            })
+            .collect();
+        let (locs, owned, offsets, arena_bytes) = layout(&program, &info, &dtypes, &numels, &scratch);
+        let steps = execs
+            .into_iter()
+            .zip(offsets)
+            .map(|((kind, exec), scratch)| Step {
+                exec,
+                kind,
+                scratch,
+            })
+            .collect();
+        Ok(CpuProgram {
+            program,
+            info,
+            steps,
+            locs,
+            owned,
+            dtypes,
+            numels,
+            arena_bytes,
+            arenas: Mutex::new(Vec::new()),
+            pool,
+            threads,
+        })
+    }
+
+    /// Bytes of the arena one run context uses (temporaries and kernel scratch).
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    /// Worker threads the program runs on.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The program this was compiled from.
+    pub fn program(&self) -> &KernelProgram {
+        &self.program
+    }
+
+    /// Names of library kernels that run on the interpreter (no specialised version for
+    /// their op and dtype).
+    pub fn interpreted_kernels(&self) -> Vec<String> {
+        self.steps
+            .iter()
+            .filter_map(|s| match &s.exec {
+                Exec::Library(l) if l.interpreted() => Some(l.name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Runs the program and returns its named outputs in order.
+    ///
+    /// # Errors
+    /// A missing input or param, one whose dtype or shape differs from its buffer, or a
+    /// failing kernel (e.g. a gather index out of range), named.
+    pub fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        params: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<Vec<(String, Tensor)>, CpuError> {
+        self.run_inner(inputs, params, None)
+    }
+
+    /// Like [`CpuProgram::run`], also timing every kernel.
+    ///
+    /// # Errors
+    /// As [`CpuProgram::run`].
+    pub fn run_profiled(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        params: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<(Vec<(String, Tensor)>, Vec<KernelTiming>), CpuError> {
+        let mut timings = Vec::with_capacity(self.steps.len());
+        let out = self.run_inner(inputs, params, Some(&mut timings))?;
+        Ok((out, timings))
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        params: &HashMap<String, Arc<Tensor>>,
+        timings: Option<&mut Vec<KernelTiming>>,
+    ) -> Result<Vec<(String, Tensor)>, CpuError> {
+        let leaves = bind_leaves(&self.program, inputs, params)?;
+        let taken = self.arenas.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut arena = taken.unwrap_or_else(|| Arena::new(self.arena_bytes));
+        let mut owned: Vec<TensorData> = self.owned.iter().map(|&(d, n)| zeroed(d, n)).collect();
+        let status = {
+            let mem = RunMemory::new(
+                &self.info.roots,
+                &self.locs,
+                &leaves,
+                &self.dtypes,
+                &self.numels,
+                &mut arena,
+                &mut owned,
+            );
+            let go = || self.execute(&mem, timings);
+            match &self.pool {
+                Some(p) => p.install(go),
+                None => go(),
+            }
+        };
+        self.arenas.lock().unwrap_or_else(|e| e.into_inner()).push(arena);
+        status?;
+        let mut uses = vec![0usize; owned.len()];
+        for (_, b) in &self.program.outputs {
+            if let Loc::Owned(i) = self.locs[self.info.roots[*b]] {
+                uses[i] += 1;
+            }
+        }
+        let mut owned: Vec<Option<TensorData>> = owned.into_iter().map(Some).collect();
+        let mut out = Vec::with_capacity(self.program.outputs.len());
+        for (name, b) in &self.program.outputs {
+            let r = self.info.roots[*b];
+            let data = match self.locs[r] {
+                Loc::Leaf => leaves[r].expect("bound leaf").data().clone(),
+                Loc::Owned(i) => {
+                    uses[i] -= 1;
+                    let d = if uses[i] == 0 {
+                        owned[i].take().expect("taken on last use")
+                    } else {
+                        owned[i].clone().expect("still owned")
+                    };
+                    finish_owned(self.dtypes[*b], d)
+                }
+                Loc::Arena(_) => unreachable!("output temps are owned, not in the arena"),
+            };
+            let t = Tensor::new(self.info.shapes[*b].clone(), data).expect("checked sizes");
+            out.push((name.clone(), t));
+        }
+        Ok(out)
+    }
+
+    fn execute(
+        &self,
+        mem: &RunMemory<'_>,
+        mut timings: Option<&mut Vec<KernelTiming>>,
+    ) -> Result<(), CpuError> {
+        for step in &self.steps {
+            let start = timings.is_some().then(Instant::now);
+            let name = match &step.exec {
+                Exec::Loop {
+                    exec,
+                    inputs,
+                    output,
+                } => {
+                    // SAFETY: a kernel's inputs never share storage with its output (see
+                    // `memory`), so these views do not alias.
+                    let srcs: Vec<Src<'_>> = inputs.iter().map(|&b| Src::Buf(unsafe { mem.data(b) })).collect();
+                    loops::exec::run(exec, &srcs, unsafe { mem.data_mut(*output) });
+                    &exec.name
+                }
+                Exec::Library(l) => {
+                    l.run(mem, step.scratch).map_err(|e| e.in_kernel(&l.name))?;
+                    &l.name
+                }
+            };
+            if let (Some(t), Some(s)) = (timings.as_deref_mut(), start) {
+                t.push(KernelTiming {
+                    name: name.clone(),
+                    kind: step.kind,
+                    seconds: s.elapsed().as_secs_f64(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Decides where every root buffer lives and plans the arena: temps that are program
+/// outputs are owned per run; other temps and each kernel's scratch go in the arena, live
+/// from their first write to their last read. Returns the locations, the owned outputs,
+/// each kernel's scratch offset and the arena size.
+fn layout(
+    p: &KernelProgram,
+    info: &ProgramInfo,
+    dtypes: &[DType],
+    numels: &[usize],
+    scratch: &[usize],
+) -> (Vec<Loc>, Vec<(DType, usize)>, Vec<usize>, usize) {
+    let nb = p.buffers.len();
+    let mut first = vec![usize::MAX; nb];
+    let mut last = vec![0usize; nb];
+    for (ki, k) in p.kernels.iter().enumerate() {
+        let w = info.roots[k.output()];
+        first[w] = first[w].min(ki);
+        last[w] = last[w].max(ki);
+        for r in k.reads() {
+            let r = info.roots[r];
+            last[r] = last[r].max(ki);
+        }
+    }
+    let mut is_output = vec![false; nb];
+    for (_, b) in &p.outputs {
+        is_output[info.roots[*b]] = true;
+    }
+    let mut locs = vec![Loc::Leaf; nb];
+    let mut owned = Vec::new();
+    let mut reqs = Vec::new();
+    let mut req_of = Vec::new();
+    for r in 0..nb {
+        if info.roots[r] != r || p.buffers[r].kind != BufferKind::Temp {
+            continue;
+        }
+        if is_output[r] {
+            locs[r] = Loc::Owned(owned.len());
+            owned.push((dtypes[r], numels[r]));
+        } else if first[r] != usize::MAX {
+            req_of.push(Some(r));
+            reqs.push(Interval {
+                bytes: numels[r] * dtypes[r].size_bytes(),
+                first: first[r],
+                last: last[r],
+            });
+        }
+    }
+    for (ki, &bytes) in scratch.iter().enumerate() {
+        req_of.push(None);
+        reqs.push(Interval {
+            bytes,
+            first: ki,
+            last: ki,
+        });
+    }
+    let plan = plan_memory(&reqs);
+    let mut scratch_offsets = Vec::with_capacity(scratch.len());
+    for (i, who) in req_of.iter().enumerate() {
+        match who {
+            Some(r) => locs[*r] = Loc::Arena(plan.offsets[i]),
+            None => scratch_offsets.push(plan.offsets[i]),
+        }
+    }
+    (locs, owned, scratch_offsets, plan.total_bytes)
+}

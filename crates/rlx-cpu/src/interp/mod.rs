@@ -19,6 +19,7 @@ mod reduce;
 pub use graph::run_graph;
 pub(crate) use graph::check_bound as graph_check_bound;
 pub use kernel::run_loop_kernel;
+pub(crate) use kernel::needed as kernel_needed;
 pub use program::run_program_reference;
 
 pub(crate) use conv::{pool_windows, PoolWindow};

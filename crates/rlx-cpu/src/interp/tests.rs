@@ -225,8 +225,8 @@ fn elementwise_broadcast_and_integer_semantics() {
     let two = Tensor::from_f64(DType::I32, &[], &[2.]).unwrap();
     check(Op::Binary(BinaryOp::Div), &[&i, &two], &[2], &[-3., 3.]);
     check(Op::Unary(UnaryOp::Relu), &[&a], &[2, 1], &[1., 2.]);
-    let c = Tensor::from_f64(DType::Bool, &[2], &[1., 0.]).unwrap();
-    check(Op::Where, &[&c, &a, &b], &[2, 3], &[1., 1., 1., 20., 20., 20.][..].iter().copied().collect::<Vec<_>>().as_slice());
+    let c = Tensor::from_f64(DType::Bool, &[2, 1], &[1., 0.]).unwrap();
+    check(Op::Where, &[&c, &a, &b], &[2, 3], &[1., 1., 1., 10., 20., 30.]);
     let r = eval_op(&Op::Cast(DType::I64), &[&t(&[2], &[2.7, -2.7])]).unwrap();
     assert_eq!(r.data(), &rlx_ir::TensorData::I64(vec![2, -2]));
 }

@@ -11,20 +11,22 @@
 //! `dtype`; fused loop nests in `loops` (with `expr` and `index`); library kernels in
 //! `softmax`, `norm`, `gather`, `movement`, `pool`, `argreduce`, `attention`, `conv`.
 
-// pub mod argreduce;
-// pub mod attention;
+pub mod argreduce;
+pub mod attention;
 pub mod binary;
-// pub mod conv;
+pub mod conv;
 pub mod dtype;
 mod expr;
-// pub mod gather;
-mod index;
+mod group;
+pub mod gather;
+pub mod index;
 pub mod loops;
-// pub mod movement;
-// pub mod norm;
-// pub mod pool;
+pub mod movement;
+pub mod norm;
+pub mod pool;
 pub mod reduce;
-// pub mod softmax;
+pub mod softmax;
+pub mod store;
 pub mod unary;
 
 pub use expr::EpilogueCtx;

@@ -15,3 +15,30 @@ template <typename T> RLX_DEVICE T rlx_shfl_xor(T v, int m) { return __shfl_xor_
 RLX_DEVICE bool rlx_shfl_xor(bool v, int m) { return __shfl_xor_sync(0xffffffffu, (int)v, m) != 0; }
 RLX_DEVICE signed char rlx_shfl_xor(signed char v, int m) { return (signed char)__shfl_xor_sync(0xffffffffu, (int)v, m); }
 RLX_DEVICE unsigned char rlx_shfl_xor(unsigned char v, int m) { return (unsigned char)__shfl_xor_sync(0xffffffffu, (int)v, m); }
+template <typename T> RLX_DEVICE T rlx_warp_sum(T v) { for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s); return v; }
+template <typename T> RLX_DEVICE T rlx_warp_max(T v) { for (int s = 16; s > 0; s >>= 1) v = rlx_max(v, __shfl_xor_sync(0xffffffffu, v, s)); return v; }
+// Block-wide reductions: every thread of the block gets the result.
+template <typename T> __device__ T rlx_block_sum(T v) {
+  __shared__ T sh[32];
+  v = rlx_warp_sum(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = threadIdx.x < ((blockDim.x + 31) >> 5) ? sh[threadIdx.x] : (T)0;
+  if (threadIdx.x < 32) v = rlx_warp_sum(v);
+  if (threadIdx.x == 0) sh[0] = v;
+  __syncthreads();
+  return sh[0];
+}
+template <typename T> __device__ T rlx_block_max(T v) {
+  __shared__ T sh[32];
+  v = rlx_warp_max(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = threadIdx.x < ((blockDim.x + 31) >> 5) ? sh[threadIdx.x] : sh[0];
+  if (threadIdx.x < 32) v = rlx_warp_max(v);
+  if (threadIdx.x == 0) sh[0] = v;
+  __syncthreads();
+  return sh[0];
+}

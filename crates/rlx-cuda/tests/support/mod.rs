@@ -81,3 +81,39 @@ pub fn compile_check(test: &str, kernels: &[EmittedKernel]) -> bool {
     }
     true
 }
+
+pub mod cases;
+pub mod random;
+
+use rlx_ir::kernel::KernelProgram;
+use rlx_ir::{Graph, Tensor};
+
+/// The compile pipeline up to kernel IR for the CUDA capability list: optimize (folding
+/// through the CPU reference), legalize, lower.
+pub fn lower_for_cuda(graph: &Graph) -> Result<KernelProgram, String> {
+    let fold = |op: &rlx_ir::Op, ins: &[&Tensor]| rlx_cpu::eval_op(op, ins).ok();
+    let optimized = rlx_opt::optimize(graph, &fold).map_err(|e| e.to_string())?;
+    let caps = |op: &rlx_ir::Op, ins: &[&rlx_ir::TensorType]| rlx_cuda::caps::supports(op, ins);
+    let (legal, _) = rlx_opt::legalize(&optimized, "cuda", &caps).map_err(|e| e.to_string())?;
+    rlx_opt::lower(&legal).map_err(|e| e.to_string())
+}
+
+/// Relative L2 error of `got` against `want`.
+pub fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
+    let (a, b) = (got.to_f64_vec(), want.to_f64_vec());
+    let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    if num == 0.0 {
+        return 0.0;
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// The tolerance of DESIGN.md §6 for a dtype (relative L2).
+pub fn tolerance(dtype: DType, tf32: bool) -> f64 {
+    match dtype {
+        DType::F16 | DType::BF16 => 1e-2,
+        DType::F32 if tf32 => 1e-3,
+        _ => 1e-5,
+    }
+}

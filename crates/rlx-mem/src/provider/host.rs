@@ -127,7 +127,8 @@ impl BlockProvider for HostProvider {
         }
         let extra = new_size - block.size;
         self.check_room(extra)?;
-        vm::commit(block.addr, block.size, new_size).map_err(|reason| self.refuse(extra, reason))?;
+        vm::commit(block.addr, block.size, new_size)
+            .map_err(|reason| self.refuse(extra, reason))?;
         self.stats.on_grow(extra);
         block.size = new_size;
         Ok(true)
@@ -248,7 +249,10 @@ mod tests {
         for (i, byte) in bytes.iter_mut().enumerate() {
             *byte = seed.wrapping_add(i as u8);
         }
-        assert_eq!(bytes[block.size - 1], seed.wrapping_add((block.size - 1) as u8));
+        assert_eq!(
+            bytes[block.size - 1],
+            seed.wrapping_add((block.size - 1) as u8)
+        );
     }
 
     #[test]

@@ -79,7 +79,9 @@ impl TestProvider {
 
     fn state(&self) -> MutexGuard<'_, TestState> {
         // A panicking test thread must not hide the counters from the others.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -1,0 +1,135 @@
+//! f32 scaled dot-product attention: per (batch, head), scores = q.k^T (gemm), masked
+//! softmax in place, out = p.v (gemm). Batches run in parallel when there are enough.
+
+use super::matmul::{gemm, Mat};
+use crate::fast::math;
+use crate::interp::index::{broadcast_map, broadcast_strides, for_each_index};
+use rayon::prelude::*;
+use rlx_ir::AttnMask;
+
+/// A compiled attention.
+#[derive(Debug, Clone)]
+pub(crate) struct AttnPlan {
+    pub sq: usize,
+    pub sk: usize,
+    pub d: usize,
+    pub dv: usize,
+    /// element offsets of each batch's q, k, v matrices
+    pub q_off: Vec<usize>,
+    pub k_off: Vec<usize>,
+    pub v_off: Vec<usize>,
+    pub mask: AttnMask,
+    /// additive mask: per-batch offset, then row and column strides
+    pub m_off: Vec<usize>,
+    pub m_rs: usize,
+    pub m_cs: usize,
+    pub scale: f32,
+    pub workers: usize,
+    pub threads: usize,
+}
+
+impl AttnPlan {
+    /// Plans attention over operands of the given shapes giving `out`.
+    pub fn new(mask: AttnMask, scale: Option<f64>, ins: &[&[usize]], out: &[usize], threads: usize) -> AttnPlan {
+        let r = out.len();
+        let batch = &out[..r - 2];
+        let offs = |s: &[usize]| -> Vec<usize> {
+            let mat = s[r - 2] * s[r - 1];
+            broadcast_map(&s[..r - 2], batch).into_iter().map(|b| b * mat).collect()
+        };
+        let (sq, dv) = (out[r - 2], out[r - 1]);
+        let (d, sk) = (ins[0][r - 1], ins[1][r - 2]);
+        let (mut m_off, mut m_rs, mut m_cs) = (vec![], 0, 0);
+        if let Some(ms) = ins.get(3) {
+            let mut scores = batch.to_vec();
+            scores.extend([sq, sk]);
+            let st = broadcast_strides(ms, &scores);
+            for_each_index(batch, |_, idx| m_off.push(idx.iter().zip(&st).map(|(i, s)| i * s).sum()));
+            (m_rs, m_cs) = (st[r - 2], st[r - 1]);
+        }
+        let n_batch: usize = batch.iter().product();
+        AttnPlan {
+            sq,
+            sk,
+            d,
+            dv,
+            q_off: offs(ins[0]),
+            k_off: offs(ins[1]),
+            v_off: offs(ins[2]),
+            mask,
+            m_off,
+            m_rs,
+            m_cs,
+            scale: scale.unwrap_or(1.0 / (d as f64).sqrt()) as f32,
+            workers: if n_batch >= 2 { n_batch.min(threads) } else { 1 },
+            threads,
+        }
+    }
+
+    /// f32 elements of score scratch needed.
+    pub fn scratch_len(&self) -> usize {
+        self.workers * self.sq * self.sk
+    }
+
+    /// Runs attention; `mask` is the additive mask when there is one.
+    pub fn run(&self, q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, out: &mut [f32], scratch: &mut [f32]) {
+        let (sq, sk, dv) = (self.sq, self.sk, self.dv);
+        let n_batch = self.q_off.len();
+        if sq * dv == 0 || n_batch == 0 {
+            return;
+        }
+        let per = n_batch.div_ceil(self.workers);
+        let gemm_threads = if self.workers == 1 { self.threads } else { 1 };
+        let scores: Vec<&mut [f32]> = if sk == 0 {
+            (0..self.workers).map(|_| Default::default()).collect()
+        } else {
+            scratch.chunks_mut(sq * sk).collect()
+        };
+        out.par_chunks_mut(per * sq * dv)
+            .zip(scores.into_par_iter())
+            .enumerate()
+            .for_each(|(w, (outs, s))| {
+                for (j, o) in outs.chunks_mut(sq * dv).enumerate() {
+                    self.one(w * per + j, q, k, v, mask, o, s, gemm_threads);
+                }
+            });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn one(&self, b: usize, q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, out: &mut [f32], s: &mut [f32], threads: usize) {
+        let (sq, sk, d, dv) = (self.sq, self.sk, self.d, self.dv);
+        if sk == 0 {
+            out.fill(0.0);
+            return;
+        }
+        let qm = Mat { data: &q[self.q_off[b]..], rs: d, cs: 1 };
+        let kt = Mat { data: &k[self.k_off[b]..], rs: 1, cs: d };
+        gemm(sq, sk, d, qm, kt, s, sk, false, 1.0, self.scale, threads);
+        for (i, row) in s.chunks_mut(sk).enumerate() {
+            if self.mask == AttnMask::Causal {
+                // query i sees keys j <= i + sk - sq
+                let seen = (i + sk + 1).saturating_sub(sq).min(sk);
+                row[seen..].fill(f32::NEG_INFINITY);
+            }
+            if let Some(m) = mask {
+                let base = self.m_off[b] + i * self.m_rs;
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x += m[base + j * self.m_cs];
+                }
+            }
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if max == f32::NEG_INFINITY {
+                row.fill(0.0);
+                continue;
+            }
+            for x in row.iter_mut() {
+                *x = math::exp(*x - max);
+            }
+            let inv = 1.0 / super::norm::sum(row);
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+        let pm = Mat { data: &*s, rs: sk, cs: 1 };
+        let vm = Mat { data: &v[self.v_off[b]..], rs: dv, cs: 1 };
+        gemm(sq, dv, sk, pm, vm, out, dv, false, 1.0, 1.0, threads);
+    }
+}

@@ -1,0 +1,237 @@
+//! f32 convolution (im2col + gemm, groups, bias) and pooling (windowed and global).
+
+use super::matmul::{gemm, Mat};
+use crate::interp::{pool_windows, PoolWindow};
+use rayon::prelude::*;
+use rlx_ir::{Conv2dParams, Pool2dParams, PoolKind};
+
+/// A compiled NCHW/OIHW convolution.
+#[derive(Debug, Clone)]
+pub(crate) struct ConvPlan {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub cg: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub p: Conv2dParams,
+    /// 1x1, stride 1, no padding: the input already is the column matrix
+    pub pointwise: bool,
+    /// images processed in parallel (each with its own column buffer)
+    pub workers: usize,
+    pub threads: usize,
+}
+
+impl ConvPlan {
+    /// Plans a convolution of `x` by `w` giving `out`.
+    pub fn new(p: Conv2dParams, x: &[usize], w: &[usize], out: &[usize], threads: usize) -> ConvPlan {
+        let pointwise =
+            (w[2] == 1 && w[3] == 1 && p.stride == [1, 1] && p.pads == [0; 4]) || w[1] == 0;
+        let workers = if x[0] >= 2 * threads { threads } else { 1 };
+        ConvPlan {
+            n: x[0],
+            c: x[1],
+            h: x[2],
+            w: x[3],
+            o: w[0],
+            cg: w[1],
+            kh: w[2],
+            kw: w[3],
+            oh: out[2],
+            ow: out[3],
+            p,
+            pointwise,
+            workers,
+            threads,
+        }
+    }
+
+    /// f32 elements of column scratch needed.
+    pub fn scratch_len(&self) -> usize {
+        if self.pointwise {
+            0
+        } else {
+            self.workers * self.cg * self.kh * self.kw * self.oh * self.ow
+        }
+    }
+
+    /// Runs the convolution; `col` has [`ConvPlan::scratch_len`] elements.
+    pub fn run(&self, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32], col: &mut [f32]) {
+        let img_out = self.o * self.oh * self.ow;
+        if img_out == 0 {
+            return;
+        }
+        let col_len = self.cg * self.kh * self.kw * self.oh * self.ow;
+        if self.workers > 1 {
+            let per = self.n.div_ceil(self.workers);
+            let cols: Vec<&mut [f32]> = if self.pointwise {
+                (0..self.workers).map(|_| Default::default()).collect()
+            } else {
+                col.chunks_mut(col_len).collect()
+            };
+            out.par_chunks_mut(per * img_out)
+                .zip(cols.into_par_iter())
+                .enumerate()
+                .for_each(|(wi, (outs, col))| {
+                    for (j, o) in outs.chunks_mut(img_out).enumerate() {
+                        self.image(wi * per + j, x, w, bias, o, col, 1);
+                    }
+                });
+        } else {
+            for (b, o) in out.chunks_mut(img_out).enumerate() {
+                self.image(b, x, w, bias, o, col, self.threads);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn image(&self, b: usize, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32], col: &mut [f32], threads: usize) {
+        let groups = self.p.groups;
+        let og = self.o / groups;
+        let plane = self.oh * self.ow;
+        let kdim = self.cg * self.kh * self.kw;
+        for g in 0..groups {
+            let xg = &x[(b * self.c + g * self.cg) * self.h * self.w..][..self.cg * self.h * self.w];
+            let og_out = &mut out[g * og * plane..(g + 1) * og * plane];
+            if let Some(bias) = bias {
+                for (oc, row) in og_out.chunks_mut(plane).enumerate() {
+                    row.fill(bias[g * og + oc]);
+                }
+            }
+            let cols: &[f32] = if self.pointwise {
+                xg
+            } else {
+                self.im2col(xg, &mut col[..kdim * plane], threads);
+                &col[..kdim * plane]
+            };
+            let wg = Mat {
+                data: &w[g * og * kdim..(g + 1) * og * kdim],
+                rs: kdim,
+                cs: 1,
+            };
+            let cm = Mat {
+                data: cols,
+                rs: plane,
+                cs: 1,
+            };
+            gemm(og, plane, kdim, wg, cm, og_out, plane, bias.is_some(), 1.0, 1.0, threads);
+        }
+    }
+
+    /// Column matrix `[cg * kh * kw, oh * ow]` of one image group.
+    fn im2col(&self, xg: &[f32], col: &mut [f32], threads: usize) {
+        let (h, w, oh, ow) = (self.h as isize, self.w as isize, self.oh, self.ow);
+        let p = &self.p;
+        let fill_row = |r: usize, row: &mut [f32]| {
+            let j = r % self.kw;
+            let i = (r / self.kw) % self.kh;
+            let ci = r / (self.kw * self.kh);
+            let src = &xg[ci * self.h * self.w..(ci + 1) * self.h * self.w];
+            for oy in 0..oh {
+                let iy = (oy * p.stride[0] + i * p.dilation[0]) as isize - p.pads[0] as isize;
+                let dst = &mut row[oy * ow..(oy + 1) * ow];
+                if iy < 0 || iy >= h {
+                    dst.fill(0.0);
+                    continue;
+                }
+                let srow = &src[iy as usize * self.w..(iy as usize + 1) * self.w];
+                for (ox, d) in dst.iter_mut().enumerate() {
+                    let ix = (ox * p.stride[1] + j * p.dilation[1]) as isize - p.pads[1] as isize;
+                    *d = if ix >= 0 && ix < w { srow[ix as usize] } else { 0.0 };
+                }
+            }
+        };
+        let plane = oh * ow;
+        if threads > 1 {
+            col.par_chunks_mut(plane).enumerate().for_each(|(r, row)| fill_row(r, row));
+        } else {
+            col.chunks_mut(plane).enumerate().for_each(|(r, row)| fill_row(r, row));
+        }
+    }
+}
+
+/// A compiled 2-D pooling.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolPlan {
+    pub p: Pool2dParams,
+    pub h: usize,
+    pub w: usize,
+    pub wy: Vec<PoolWindow>,
+    pub wx: Vec<PoolWindow>,
+}
+
+impl PoolPlan {
+    /// Plans pooling of an NCHW input into `out`.
+    pub fn new(p: Pool2dParams, x: &[usize], out: &[usize]) -> PoolPlan {
+        PoolPlan {
+            p,
+            h: x[2],
+            w: x[3],
+            wy: pool_windows(&p, 0, x[2], out[2]),
+            wx: pool_windows(&p, 1, x[3], out[3]),
+        }
+    }
+
+    /// Runs it, planes in parallel.
+    pub fn run(&self, x: &[f32], out: &mut [f32]) {
+        let (h, w) = (self.h, self.w);
+        let plane_out = self.wy.len() * self.wx.len();
+        if plane_out == 0 {
+            return;
+        }
+        let p = &self.p;
+        out.par_chunks_mut(plane_out).enumerate().for_each(|(pi, o)| {
+            let xp = &x[pi * h * w..(pi + 1) * h * w];
+            let mut k = 0;
+            for a in &self.wy {
+                for b in &self.wx {
+                    let mut acc = match p.kind {
+                        PoolKind::Max => f32::NEG_INFINITY,
+                        PoolKind::Avg => 0.0,
+                    };
+                    for i in a.lo..a.hi {
+                        let row = &xp[(a.start + (i * p.dilation[0]) as isize) as usize * w..];
+                        for j in b.lo..b.hi {
+                            let v = row[(b.start + (j * p.dilation[1]) as isize) as usize];
+                            acc = match p.kind {
+                                PoolKind::Max => acc.max(v),
+                                PoolKind::Avg => acc + v,
+                            };
+                        }
+                    }
+                    if p.kind == PoolKind::Avg {
+                        let count = if p.count_include_pad {
+                            a.padded * b.padded
+                        } else {
+                            (a.hi - a.lo) * (b.hi - b.lo)
+                        };
+                        acc = if count == 0 { 0.0 } else { acc / count as f32 };
+                    }
+                    o[k] = acc;
+                    k += 1;
+                }
+            }
+        });
+    }
+}
+
+/// Global max/avg pooling: one output per row of `len` elements.
+pub(crate) fn global_pool(kind: PoolKind, len: usize, x: &[f32], out: &mut [f32]) {
+    if len == 0 {
+        out.fill(match kind {
+            PoolKind::Max => f32::NEG_INFINITY,
+            PoolKind::Avg => f32::NAN,
+        });
+        return;
+    }
+    out.par_iter_mut().zip(x.par_chunks(len)).for_each(|(o, row)| {
+        *o = match kind {
+            PoolKind::Max => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+            PoolKind::Avg => super::norm::sum(row) / len as f32,
+        };
+    });
+}

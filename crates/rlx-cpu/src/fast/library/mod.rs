@@ -1,0 +1,294 @@
+//! Library kernels: matmul, convolution, pooling, normalizations, attention and data
+//! movement, each with a specialised implementation where one pays (f32, or any dtype for
+//! byte-level data movement) and the interpreter's `eval_op` otherwise. A fused epilogue
+//! runs after the op, in place on the result when it reads the result point for point.
+
+mod attention;
+mod conv;
+mod data;
+pub(crate) mod matmul;
+mod norm;
+
+use super::loops::exec::{self, Src};
+use super::loops::LoopExec;
+use super::lower::lower;
+use super::memory::{Data, DataMut, RunMemory};
+use crate::interp::eval_op;
+use crate::interp::index::broadcast_map;
+use crate::CpuError;
+use attention::AttnPlan;
+use conv::{ConvPlan, PoolPlan};
+use data::{ConcatPlan, GatherPlan, PadPlan};
+use matmul::MatMulPlan;
+use rlx_ir::kernel::{BufferId, LibraryKernel};
+use rlx_ir::{ArgOp, DType, Op, PoolKind, Tensor};
+use std::sync::Arc;
+
+/// How a library op runs.
+#[derive(Debug)]
+enum Impl {
+    MatMulF32(MatMulPlan),
+    MatMulF64(MatMulPlan),
+    /// f16/bf16 operands converted to f32 scratch (regions 0, 1, 2: a, b, c)
+    MatMulViaF32(MatMulPlan),
+    Conv(ConvPlan),
+    Pool(PoolPlan),
+    GlobalPool(PoolKind, usize),
+    Softmax { n: usize, inner: usize, log: bool },
+    /// layer norm (with bias) or RMS norm; broadcast maps expand scale/bias to the row
+    Norm { eps: f32, len: usize, layer: bool, maps: Vec<Option<Vec<usize>>> },
+    Attention(AttnPlan),
+    Gather(GatherPlan),
+    Concat(ConcatPlan),
+    Pad(PadPlan),
+    ArgReduce { op: ArgOp, n: usize, inner: usize },
+    Loop(LoopExec),
+    Constant(Arc<Tensor>),
+    /// the interpreter, on host copies of the operands
+    Interpreted,
+}
+
+#[derive(Debug)]
+struct Epilogue {
+    exec: LoopExec,
+    /// scratch region holding the op result when the epilogue cannot run in place
+    result_region: Option<usize>,
+}
+
+/// A compiled library kernel.
+#[derive(Debug)]
+pub(crate) struct LibExec {
+    pub name: String,
+    op: Op,
+    inputs: Vec<BufferId>,
+    in_types: Vec<(DType, Vec<usize>)>,
+    result: (DType, Vec<usize>),
+    imp: Impl,
+    epilogue: Option<Epilogue>,
+    /// extra epilogue inputs (epilogue inputs 1..)
+    epi_inputs: Vec<BufferId>,
+    output: BufferId,
+    /// scratch regions: byte offset within the kernel's scratch block, elements, dtype
+    regions: Vec<(usize, usize, DType)>,
+    /// bytes of scratch this kernel needs
+    pub scratch_bytes: usize,
+}
+
+impl LibExec {
+    /// Compiles a checked library kernel whose operands have `in_types` and whose op result
+    /// is `result`.
+    pub fn compile(
+        l: &LibraryKernel,
+        in_types: Vec<(DType, Vec<usize>)>,
+        result: (DType, Vec<usize>),
+        threads: usize,
+    ) -> LibExec {
+        let mut regions = Vec::new();
+        let mut scratch_bytes = 0;
+        let mut region = |len: usize, dtype: DType| {
+            regions.push((scratch_bytes, len, dtype));
+            scratch_bytes += (len * dtype.size_bytes()).div_ceil(64) * 64;
+            regions.len() - 1
+        };
+        let shape = |i: usize| in_types[i].1.as_slice();
+        let all_f32 = in_types.iter().all(|t| t.0 == DType::F32) && result.0 == DType::F32;
+        let out = result.1.as_slice();
+        let imp = match &l.op {
+            Op::MatMul => {
+                let plan = MatMulPlan::new(shape(0), shape(1), out, threads);
+                match result.0 {
+                    DType::F32 => Impl::MatMulF32(plan),
+                    DType::F64 => Impl::MatMulF64(plan),
+                    DType::F16 | DType::BF16 => {
+                        region(shape(0).iter().product(), DType::F32);
+                        region(shape(1).iter().product(), DType::F32);
+                        region(out.iter().product(), DType::F32);
+                        Impl::MatMulViaF32(plan)
+                    }
+                    _ => Impl::Interpreted,
+                }
+            }
+            Op::Conv2d(p) if all_f32 => {
+                let plan = ConvPlan::new(*p, shape(0), shape(1), out, threads);
+                region(plan.scratch_len(), DType::F32);
+                Impl::Conv(plan)
+            }
+            Op::Pool2d(p) if all_f32 => Impl::Pool(PoolPlan::new(*p, shape(0), out)),
+            Op::GlobalPool(k) if all_f32 => Impl::GlobalPool(*k, shape(0)[2..].iter().product()),
+            Op::Softmax { axis } | Op::LogSoftmax { axis } if all_f32 => Impl::Softmax {
+                n: shape(0)[*axis],
+                inner: shape(0)[axis + 1..].iter().product(),
+                log: matches!(l.op, Op::LogSoftmax { .. }),
+            },
+            Op::LayerNorm { axis, eps } | Op::RmsNorm { axis, eps } if all_f32 => {
+                let norm = &shape(0)[*axis..];
+                let maps = (1..in_types.len())
+                    .map(|i| (shape(i) != norm).then(|| broadcast_map(shape(i), norm)))
+                    .collect();
+                Impl::Norm {
+                    eps: *eps as f32,
+                    len: norm.iter().product(),
+                    layer: matches!(l.op, Op::LayerNorm { .. }),
+                    maps,
+                }
+            }
+            Op::Attention { mask, scale } if all_f32 => {
+                let shapes: Vec<&[usize]> = (0..in_types.len()).map(shape).collect();
+                let plan = AttnPlan::new(*mask, *scale, &shapes, out, threads);
+                region(plan.scratch_len(), DType::F32);
+                Impl::Attention(plan)
+            }
+            Op::Gather { axis } => Impl::Gather(GatherPlan::new(*axis, shape(0), result.0.size_bytes())),
+            Op::Concat { axis } => {
+                let shapes: Vec<&[usize]> = (0..in_types.len()).map(shape).collect();
+                Impl::Concat(ConcatPlan::new(*axis, &shapes, result.0.size_bytes()))
+            }
+            Op::Pad { pads, mode } => Impl::Pad(PadPlan::new(pads, *mode, result.0, shape(0), out)),
+            Op::ArgReduce { op, axis, .. } if in_types[0].0 == DType::F32 => Impl::ArgReduce {
+                op: *op,
+                n: shape(0)[*axis],
+                inner: shape(0)[axis + 1..].iter().product(),
+            },
+            Op::Constant(t) => Impl::Constant(t.clone()),
+            op => match lower(&l.name, op, &in_types, &result) {
+                Some(k) => Impl::Loop(LoopExec::compile(&k, threads)),
+                None => Impl::Interpreted,
+            },
+        };
+        let epilogue = l.epilogue.as_ref().map(|e| {
+            let in_place = LoopExec::input0_is_identity(e) && e.out_dtype() == result.0;
+            Epilogue {
+                exec: LoopExec::compile(e, threads),
+                result_region: (!in_place).then(|| region(result.1.iter().product(), result.0)),
+            }
+        });
+        LibExec {
+            name: l.name.clone(),
+            op: l.op.clone(),
+            inputs: l.inputs.clone(),
+            in_types,
+            result,
+            imp,
+            epi_inputs: l
+                .epilogue
+                .as_ref()
+                .map(|e| e.inputs[1..].iter().map(|i| i.buffer).collect())
+                .unwrap_or_default(),
+            epilogue,
+            output: l.output,
+            regions,
+            scratch_bytes,
+        }
+    }
+
+    /// True when the op runs on the interpreter (no specialised implementation).
+    pub fn interpreted(&self) -> bool {
+        matches!(self.imp, Impl::Interpreted)
+    }
+
+    /// Runs the kernel; `scratch` is the byte offset of its scratch block in the arena.
+    pub fn run(&self, mem: &RunMemory<'_>, scratch: usize) -> Result<(), CpuError> {
+        // SAFETY (all views below): the inputs, the output, and the scratch regions are
+        // pairwise disjoint storage (see `memory`), and each view is dropped before another
+        // view of the same storage is created.
+        let region = |i: usize| {
+            let (off, len, dtype) = self.regions[i];
+            unsafe { mem.scratch(scratch + off, len, dtype) }
+        };
+        let ins: Vec<Data<'_>> = self.inputs.iter().map(|&b| unsafe { mem.data(b) }).collect();
+        let result_region = self.epilogue.as_ref().and_then(|e| e.result_region);
+        let dst = match result_region {
+            Some(r) => region(r),
+            None => unsafe { mem.data_mut(self.output) },
+        };
+        self.compute(&ins, dst, &region)?;
+        if let Some(e) = &self.epilogue {
+            let mut srcs = vec![match result_region {
+                Some(r) => Src::Buf(region(r).into_data()),
+                None => Src::InPlace,
+            }];
+            srcs.extend(self.epi_inputs.iter().map(|&b| Src::Buf(unsafe { mem.data(b) })));
+            exec::run(&e.exec, &srcs, unsafe { mem.data_mut(self.output) });
+        }
+        Ok(())
+    }
+
+    fn compute<'m>(
+        &self,
+        ins: &[Data<'_>],
+        dst: DataMut<'_>,
+        region: &dyn Fn(usize) -> DataMut<'m>,
+    ) -> Result<(), CpuError> {
+        let f = |i: usize| ins[i].f32().expect("compiled for f32 operands");
+        let scratch_f32 = |i: usize| region(i).f32().expect("f32 scratch");
+        match &self.imp {
+            Impl::MatMulF32(p) => p.run(f(0), f(1), dst.f32().unwrap(), 1.0),
+            Impl::MatMulF64(p) => match (ins[0], ins[1], dst) {
+                (Data::F64(a), Data::F64(b), DataMut::F64(c)) => p.run(a, b, c, 1.0),
+                _ => unreachable!("compiled for f64 operands"),
+            },
+            Impl::MatMulViaF32(p) => {
+                let (a, b, c) = (scratch_f32(0), scratch_f32(1), scratch_f32(2));
+                ins[0].load_f32(a);
+                ins[1].load_f32(b);
+                p.run(a, b, c, 1.0);
+                dst.store_f32(c);
+            }
+            Impl::Conv(p) => {
+                let bias = ins.get(2).map(|b| b.f32().unwrap());
+                p.run(f(0), f(1), bias, dst.f32().unwrap(), scratch_f32(0));
+            }
+            Impl::Pool(p) => p.run(f(0), dst.f32().unwrap()),
+            Impl::GlobalPool(k, len) => conv::global_pool(*k, *len, f(0), dst.f32().unwrap()),
+            Impl::Softmax { n, inner, log } => norm::softmax(f(0), dst.f32().unwrap(), *n, *inner, *log),
+            Impl::Norm {
+                eps,
+                len,
+                layer,
+                maps,
+            } => {
+                let expand = |i: usize| -> std::borrow::Cow<'_, [f32]> {
+                    match &maps[i - 1] {
+                        Some(m) => m.iter().map(|&j| f(i)[j]).collect::<Vec<_>>().into(),
+                        None => f(i).into(),
+                    }
+                };
+                let scale = expand(1);
+                let bias = layer.then(|| expand(2));
+                debug_assert_eq!(scale.len(), *len);
+                norm::norm_rows(f(0), dst.f32().unwrap(), &scale, bias.as_deref(), *eps);
+            }
+            Impl::Attention(p) => {
+                let mask = ins.get(3).map(|m| m.f32().unwrap());
+                p.run(f(0), f(1), f(2), mask, dst.f32().unwrap(), scratch_f32(0));
+            }
+            Impl::Gather(p) => p.run(ins[0].bytes(), ins[1], dst.bytes())?,
+            Impl::Concat(p) => {
+                let srcs: Vec<&[u8]> = ins.iter().map(|d| d.bytes()).collect();
+                p.run(&srcs, dst.bytes());
+            }
+            Impl::Pad(p) => p.run(ins[0].bytes(), dst.bytes()),
+            Impl::ArgReduce { op, n, inner } => match dst {
+                DataMut::I64(o) => norm::arg_reduce(*op, f(0), o, *n, *inner),
+                _ => unreachable!("arg reductions give i64"),
+            },
+            Impl::Loop(e) => {
+                let srcs: Vec<Src<'_>> = ins.iter().map(|&d| Src::Buf(d)).collect();
+                exec::run(e, &srcs, dst);
+            }
+            Impl::Constant(t) => dst.write(t.data()),
+            Impl::Interpreted => {
+                let tensors: Vec<Tensor> = ins
+                    .iter()
+                    .zip(&self.in_types)
+                    .map(|(d, (dt, s))| d.to_tensor(*dt, s))
+                    .collect();
+                let refs: Vec<&Tensor> = tensors.iter().collect();
+                let r = eval_op(&self.op, &refs)?;
+                debug_assert_eq!(r.shape(), self.result.1.as_slice());
+                dst.write(r.data());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,126 @@
+//! f32 row kernels: softmax, log-softmax, layer norm, RMS norm and arg reductions. Rows run
+//! in parallel; each row is a few vectorizable passes.
+
+use crate::fast::math;
+use crate::interp::arg_better;
+use rayon::prelude::*;
+use rlx_ir::ArgOp;
+
+/// Sum with eight partial accumulators, so the loop vectorizes.
+pub(crate) fn sum(x: &[f32]) -> f32 {
+    let mut p = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for i in 0..8 {
+            p[i] += c[i];
+        }
+    }
+    p.iter().sum::<f32>() + rest
+}
+
+fn max(x: &[f32]) -> f32 {
+    x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Softmax or log-softmax of one contiguous row.
+pub(crate) fn softmax_row(x: &[f32], out: &mut [f32], log: bool) {
+    let m = max(x);
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = math::exp(v - m);
+    }
+    let s = sum(out);
+    if log {
+        let ls = m + s.ln();
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = v - ls;
+        }
+    } else {
+        let inv = 1.0 / s;
+        out.iter_mut().for_each(|o| *o *= inv);
+    }
+}
+
+/// Softmax along the middle axis of `[outer, n, inner]`.
+pub(crate) fn softmax(x: &[f32], out: &mut [f32], n: usize, inner: usize, log: bool) {
+    if n == 0 || inner == 0 {
+        return;
+    }
+    if inner == 1 {
+        out.par_chunks_mut(n)
+            .zip(x.par_chunks(n))
+            .for_each(|(o, x)| softmax_row(x, o, log));
+        return;
+    }
+    out.par_chunks_mut(n * inner)
+        .zip(x.par_chunks(n * inner))
+        .for_each(|(o, x)| {
+            let mut m = vec![f32::NEG_INFINITY; inner];
+            for row in x.chunks(inner) {
+                m.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
+            }
+            let mut s = vec![0.0f32; inner];
+            for (orow, row) in o.chunks_mut(inner).zip(x.chunks(inner)) {
+                for ((o, &v), (s, &m)) in orow.iter_mut().zip(row).zip(s.iter_mut().zip(&m)) {
+                    *o = math::exp(v - m);
+                    *s += *o;
+                }
+            }
+            for (orow, row) in o.chunks_mut(inner).zip(x.chunks(inner)) {
+                for ((o, &v), (s, &m)) in orow.iter_mut().zip(row).zip(s.iter().zip(&m)) {
+                    *o = if log { v - m - s.ln() } else { *o / s };
+                }
+            }
+        });
+}
+
+/// Layer norm (with `bias`) or RMS norm (without) over rows of `scale.len()` elements;
+/// `scale` and `bias` are already expanded to the row length.
+pub(crate) fn norm_rows(x: &[f32], out: &mut [f32], scale: &[f32], bias: Option<&[f32]>, eps: f32) {
+    let len = scale.len();
+    if len == 0 {
+        return;
+    }
+    out.par_chunks_mut(len)
+        .zip(x.par_chunks(len))
+        .for_each(|(o, x)| match bias {
+            Some(b) => {
+                let mean = sum(x) / len as f32;
+                for (o, &v) in o.iter_mut().zip(x) {
+                    *o = (v - mean) * (v - mean);
+                }
+                let inv = 1.0 / (sum(o) / len as f32 + eps).sqrt();
+                for (((o, &v), &s), &b) in o.iter_mut().zip(x).zip(scale).zip(b) {
+                    *o = (v - mean) * inv * s + b;
+                }
+            }
+            None => {
+                for (o, &v) in o.iter_mut().zip(x) {
+                    *o = v * v;
+                }
+                let inv = 1.0 / (sum(o) / len as f32 + eps).sqrt();
+                for ((o, &v), &s) in o.iter_mut().zip(x).zip(scale) {
+                    *o = v * inv * s;
+                }
+            }
+        });
+}
+
+/// Index of the max/min along the middle axis of `[outer, n, inner]` (first on ties).
+pub(crate) fn arg_reduce(op: ArgOp, x: &[f32], out: &mut [i64], n: usize, inner: usize) {
+    if inner == 0 {
+        return;
+    }
+    out.par_chunks_mut(inner).enumerate().for_each(|(o, dst)| {
+        let block = &x[o * n * inner..(o + 1) * n * inner];
+        for (i, d) in dst.iter_mut().enumerate() {
+            let mut best = 0;
+            for j in 1..n {
+                if arg_better(op, block[j * inner + i] as f64, block[best * inner + i] as f64) {
+                    best = j;
+                }
+            }
+            *d = best as i64;
+        }
+    });
+}

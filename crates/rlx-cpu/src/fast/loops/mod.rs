@@ -1,0 +1,232 @@
+//! Loop kernels compiled to lane bytecode.
+//!
+//! At compile time a [`LoopKernel`] becomes a [`LoopExec`]: the expression DAG split into a
+//! prologue (per reduction point) and an epilogue (per output point) instruction list, and
+//! the loop dims merged where every input allows it, with each input's layout classified
+//! (contiguous, broadcast, strided). At run time [`exec`] evaluates chunks of points in
+//! parallel.
+
+pub(crate) mod exec;
+pub(crate) mod lanes;
+
+use crate::interp::kernel_needed;
+use lanes::{Access, Inst, InstKind, Layout};
+use rlx_ir::kernel::{Expr, LoopKernel};
+use rlx_ir::{DType, ReduceOp};
+
+/// A set of loop dims and every input's strides over them.
+#[derive(Debug, Clone)]
+pub(crate) struct Space {
+    pub dims: Vec<usize>,
+    /// per input
+    pub strides: Vec<Vec<isize>>,
+    /// per input
+    pub layouts: Vec<Layout>,
+}
+
+impl Space {
+    /// Builds the space, dropping size-1 dims and merging adjacent dims that every input
+    /// walks contiguously. An empty space becomes one dim of size 1.
+    fn new(dims: &[usize], strides: Vec<Vec<isize>>) -> Space {
+        let keep: Vec<usize> = (0..dims.len()).filter(|&d| dims[d] != 1).collect();
+        let mut md: Vec<usize> = Vec::new();
+        let mut ms: Vec<Vec<isize>> = vec![Vec::new(); strides.len()];
+        for &d in &keep {
+            let mergeable = !md.is_empty()
+                && strides
+                    .iter()
+                    .zip(&ms)
+                    .all(|(s, m)| *m.last().unwrap() == s[d] * dims[d] as isize);
+            if mergeable {
+                *md.last_mut().unwrap() *= dims[d];
+                for (s, m) in strides.iter().zip(ms.iter_mut()) {
+                    *m.last_mut().unwrap() = s[d];
+                }
+            } else {
+                md.push(dims[d]);
+                for (s, m) in strides.iter().zip(ms.iter_mut()) {
+                    m.push(s[d]);
+                }
+            }
+        }
+        if md.is_empty() {
+            md.push(1);
+            ms.iter_mut().for_each(|m| m.push(0));
+        }
+        let contiguous: Vec<isize> = rlx_ir::contiguous_strides(&md)
+            .into_iter()
+            .map(|s| s as isize)
+            .collect();
+        let layouts = ms
+            .iter()
+            .map(|s| {
+                if s.iter().all(|&x| x == 0) {
+                    Layout::Broadcast
+                } else if *s == contiguous {
+                    Layout::Contiguous
+                } else {
+                    Layout::Strided
+                }
+            })
+            .collect();
+        Space {
+            dims: md,
+            strides: ms,
+            layouts,
+        }
+    }
+
+    /// How input `k` is read over this space.
+    pub fn access(&self, k: usize) -> Access<'_> {
+        Access {
+            dims: &self.dims,
+            strides: &self.strides[k],
+            layout: self.layouts[k],
+        }
+    }
+
+    /// Number of points.
+    pub fn numel(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// Element offset of point `flat` for input `k`.
+    pub fn offset(&self, k: usize, mut flat: usize) -> isize {
+        let mut off = 0;
+        for d in (0..self.dims.len()).rev() {
+            off += (flat % self.dims[d]) as isize * self.strides[k][d];
+            flat /= self.dims[d];
+        }
+        off
+    }
+}
+
+/// How a reduction maps onto lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Strategy {
+    /// lanes walk the reduction of one output point (long reductions)
+    Inner,
+    /// lanes walk output points, looping over reduction points (short reductions)
+    Outer,
+}
+
+/// The reduction of a compiled kernel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reduction {
+    pub op: ReduceOp,
+    /// register holding the per-point value
+    pub value: usize,
+    pub dtype: DType,
+}
+
+/// A compiled loop kernel.
+#[derive(Debug, Clone)]
+pub(crate) struct LoopExec {
+    pub name: String,
+    /// true: f32 lanes; false: f64 lanes with per-instruction rounding
+    pub fast: bool,
+    pub n_out: usize,
+    pub n_red: usize,
+    pub out: Space,
+    pub red: Space,
+    /// view offset per input
+    pub offsets: Vec<isize>,
+    pub prologue: Vec<Inst>,
+    pub epilogue: Vec<Inst>,
+    pub n_regs: usize,
+    pub reduce: Option<Reduction>,
+    pub result: usize,
+    pub strategy: Strategy,
+    /// worker threads, for the split-reduction decision
+    pub threads: usize,
+}
+
+fn insts(k: &LoopKernel, need: &[bool]) -> Vec<Inst> {
+    k.body
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| need[*i])
+        .map(|(i, n)| {
+            let kind = match &n.expr {
+                Expr::Load(k) => InstKind::Load(*k),
+                Expr::Const(c) => InstKind::Const(n.dtype.round(*c)),
+                Expr::Unary(u, a) => InstKind::Unary(*u, *a),
+                Expr::Binary(b, x, y) => InstKind::Binary(*b, *x, *y, k.body[*x].dtype),
+                Expr::Where(c, a, b) => InstKind::Where(*c, *a, *b),
+                Expr::Cast(a) => InstKind::Cast(*a),
+                Expr::Reduced => InstKind::Reduced,
+            };
+            Inst {
+                dst: i,
+                kind,
+                dtype: n.dtype,
+            }
+        })
+        .collect()
+}
+
+fn lane_friendly(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::Bool)
+}
+
+impl LoopExec {
+    /// Compiles a kernel that [`crate::check`] has accepted.
+    pub fn compile(k: &LoopKernel, threads: usize) -> LoopExec {
+        let n_dims = k.shape.len();
+        let fast = k.body.iter().all(|n| lane_friendly(n.dtype))
+            && k.inputs.iter().all(|i| lane_friendly(i.dtype))
+            && k.reduce.as_ref().is_none_or(|r| r.dtype == DType::F32);
+        let out_strides = k.inputs.iter().map(|i| i.view.strides[..n_dims].to_vec()).collect();
+        let red_strides = k.inputs.iter().map(|i| i.view.strides[n_dims..].to_vec()).collect();
+        let out = Space::new(&k.shape, out_strides);
+        let red = Space::new(&k.reduce_shape, red_strides);
+        let reduce = k.reduce.as_ref().map(|r| Reduction {
+            op: r.op,
+            value: r.value,
+            dtype: r.dtype,
+        });
+        let prologue = match &k.reduce {
+            Some(r) => insts(k, &kernel_needed(k, r.value)),
+            None => Vec::new(),
+        };
+        let (n_out, n_red) = (k.numel(), k.reduce_numel());
+        let strategy = if n_red < 64 && n_out >= 256 {
+            Strategy::Outer
+        } else {
+            Strategy::Inner
+        };
+        LoopExec {
+            name: k.name.clone(),
+            fast,
+            n_out,
+            n_red,
+            out,
+            red,
+            offsets: k.inputs.iter().map(|i| i.view.offset as isize).collect(),
+            prologue,
+            epilogue: insts(k, &kernel_needed(k, k.result)),
+            n_regs: k.body.len(),
+            reduce,
+            result: k.result,
+            strategy,
+            threads: threads.max(1),
+        }
+    }
+
+    /// True when input 0 is read at exactly the output position (offset 0, row-major
+    /// strides): a library epilogue can then run in place on the result.
+    pub fn input0_is_identity(k: &LoopKernel) -> bool {
+        let c: Vec<isize> = rlx_ir::contiguous_strides(&k.shape)
+            .into_iter()
+            .map(|s| s as isize)
+            .collect();
+        k.inputs.first().is_some_and(|i| {
+            i.view.offset == 0
+                && i.view.strides.len() == k.shape.len()
+                && k.shape
+                    .iter()
+                    .zip(i.view.strides.iter().zip(&c))
+                    .all(|(&d, (s, c))| d == 1 || s == c)
+        })
+    }
+}

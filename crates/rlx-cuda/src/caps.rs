@@ -1,0 +1,57 @@
+//! What the CUDA backend runs natively: the answer legalization asks before lowering. Every
+//! op is an explicit arm, so a new op makes the compiler ask about it here.
+
+use crate::codegen::attention::MAX_HEAD;
+use rlx_ir::{DType, Op, TensorType};
+
+/// Dtypes cuBLASLt multiplies for us (f32 optionally on TF32 tensor cores, f16/bf16 on
+/// tensor cores with f32 accumulation, f64).
+pub fn gemm_dtype(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+}
+
+/// Floating dtypes the float templates (softmax, norms, pooling, attention) compute in f32.
+fn single_float(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// True when the backend runs `op` natively for inputs of these types.
+pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
+    let first = inputs.first().map(|t| t.dtype);
+    let float = first.is_some_and(|d| d.is_float());
+    match op {
+        // Bound by the runtime, never compiled into kernels.
+        Op::Input { .. } | Op::Param { .. } => false,
+        Op::Constant(_) => true,
+        Op::Unary(u) => first.is_some_and(|d| u.accepts(d)),
+        Op::Binary(b) => first.is_some_and(|d| b.accepts(d)),
+        Op::Where | Op::Cast(_) | Op::Reduce { .. } | Op::ArgReduce { .. } => true,
+        Op::Reshape(_) | Op::Transpose(_) | Op::Slice { .. } | Op::Expand(_) => true,
+        Op::Concat { .. } | Op::Gather { .. } | Op::Pad { .. } => true,
+        Op::Softmax { .. } | Op::LogSoftmax { .. } => float,
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } => float,
+        Op::Pool2d(_) | Op::GlobalPool(_) => float,
+        Op::MatMul | Op::Conv2d(_) => first.is_some_and(gemm_dtype),
+        Op::Attention { .. } => {
+            let head_ok = inputs.iter().take(3).all(|t| {
+                t.shape.dims().last().and_then(|d| d.as_static()).is_none_or(|d| d <= MAX_HEAD)
+            });
+            first.is_some_and(single_float) && head_ok
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::{AttnMask, Shape};
+
+    #[test]
+    fn attention_claims_head_sizes_up_to_256_only() {
+        let t = |d| TensorType::new(DType::F16, Shape::of(&[2, 8, d]));
+        let op = Op::Attention { mask: AttnMask::None, scale: None };
+        assert!(supports(&op, &[&t(256), &t(256), &t(256)]));
+        assert!(!supports(&op, &[&t(320), &t(320), &t(320)]));
+        assert!(!supports(&Op::MatMul, &[&TensorType::new(DType::I32, Shape::of(&[2, 2]))]));
+    }
+}

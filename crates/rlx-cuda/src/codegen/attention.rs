@@ -1,0 +1,169 @@
+//! Fused scaled dot-product attention, flash style: a block takes a tile of query rows of
+//! one batch entry and streams key/value tiles through shared memory, keeping a running
+//! max, sum and output per row (online softmax), so the sq x sk score matrix never exists in
+//! device memory. Each lane scores one key of the tile; each lane owns `dv / 32` output
+//! columns. Head sizes up to 256; causal or additive masks; explicit or default scale.
+
+use super::dtype::load;
+use super::index::{contiguous, coords};
+use super::store::{numel, LibCtx};
+use super::{finish, EmittedKernel, Launch};
+use rlx_ir::AttnMask;
+
+/// Keys per tile: one per lane.
+const KT: usize = 32;
+/// Warps per block.
+const WARPS: usize = 4;
+
+/// Largest head size the kernel takes.
+pub const MAX_HEAD: usize = 256;
+
+/// Strides of operand `shape` (same rank as `out_batch` + 2, or lower for masks: aligned
+/// right) over the output batch dims, 0 where it broadcasts.
+fn batch_strides(shape: &[usize], out_batch: &[usize]) -> Vec<isize> {
+    let own = contiguous(shape);
+    let lead = (out_batch.len() + 2).saturating_sub(shape.len());
+    (0..out_batch.len())
+        .map(|d| {
+            if d < lead || shape[d - lead] == 1 {
+                0
+            } else {
+                own[d - lead]
+            }
+        })
+        .collect()
+}
+
+/// Emits attention.
+///
+/// # Errors
+/// Head size over [`MAX_HEAD`], or an epilogue node no rule accepts.
+pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedKernel, String> {
+    let (dtype, q) = &ctx.inputs[0];
+    let (_, k) = &ctx.inputs[1];
+    let (_, v) = &ctx.inputs[2];
+    let r = q.len();
+    let (sq, d) = (q[r - 2], q[r - 1]);
+    let (sk, dv) = (k[r - 2], v[r - 1]);
+    if d > MAX_HEAD || dv > MAX_HEAD {
+        return Err(format!("attention head size {d}/{dv} exceeds {MAX_HEAD}"));
+    }
+    let out = &ctx.result.1;
+    let out_batch = &out[..out.len() - 2];
+    let batch = numel(out_batch);
+    let rows_per_warp = if d.max(dv) > 128 { 2 } else { 4 };
+    let qt = rows_per_warp * WARPS;
+    let q_tiles = sq.div_ceil(qt);
+    let cols = dv.div_ceil(32);
+    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let ity = "long long";
+    let offs = |name: &str, shape: &[usize]| {
+        let st = batch_strides(shape, out_batch);
+        let mut s = format!("const {ity} {name} = 0");
+        for (i, x) in st.iter().enumerate() {
+            if *x != 0 {
+                s += &format!(" + bc{i} * {x}");
+            }
+        }
+        s + ";\n"
+    };
+    let mut batch_offsets = coords("bi", "bc", out_batch, ity) + &offs("qo", q) + &offs("ko", k) + &offs("vo", v);
+    let mask_term = match mask {
+        AttnMask::None => String::new(),
+        AttnMask::Causal => format!("if (j > i + {}) s = ninf;\n", sk as isize - sq as isize),
+        AttnMask::Additive => {
+            let (mdt, ms) = &ctx.inputs[3];
+            batch_offsets += &offs("mo", ms);
+            let mr = ms.len();
+            let si = if mr >= 2 && ms[mr - 2] != 1 { ms[mr - 1] } else { 0 };
+            let sj = if mr >= 1 && ms[mr - 1] != 1 { 1 } else { 0 };
+            format!("if (j < {sk}) s += {};\n", load(*mdt, &format!("in3[mo + (long long)i * {si} + j * {sj}]")))
+        }
+    };
+    let shared_floats = qt * d + KT * (d + 1) + KT * dv;
+    let store = ctx.store("((long long)bi * {sq} + i) * {dv} + c", "val", ity)?
+        .replace("{sq}", &sq.to_string())
+        .replace("{dv}", &dv.to_string());
+    let text = format!(
+        "extern \"C\" __global__ void __launch_bounds__({threads}) RLX_FN({ins}{outs}) {{\n\
+         extern __shared__ float rlx_smem[];\n\
+         float* Qs = rlx_smem;\n\
+         float* Ks = Qs + {qt} * {d};\n\
+         float* Vs = Ks + {KT} * {kpad};\n\
+         const int lane = threadIdx.x & 31;\n\
+         const int warp = threadIdx.x >> 5;\n\
+         const float ninf = __int_as_float(0xff800000);\n\
+         const {ity} bi = blockIdx.x / {q_tiles};\n\
+         const int q0 = (int)(blockIdx.x % {q_tiles}) * {qt};\n\
+         {batch_offsets}\
+         for (int t = threadIdx.x; t < {qt} * {d}; t += {threads}) {{\n\
+         const int row = q0 + t / {d};\n\
+         Qs[t] = row < {sq} ? {qload} * {scale:?}f : 0.0f;\n}}\n\
+         float m[{rpw}], l[{rpw}], o[{rpw}][{cols}];\n\
+         for (int rr = 0; rr < {rpw}; ++rr) {{ m[rr] = ninf; l[rr] = 0.0f; for (int c = 0; c < {cols}; ++c) o[rr][c] = 0.0f; }}\n\
+         for (int k0 = 0; k0 < {sk}; k0 += {KT}) {{\n\
+         __syncthreads();\n\
+         for (int t = threadIdx.x; t < {KT} * {d}; t += {threads}) {{\n\
+         const int j = k0 + t / {d};\n\
+         Ks[(t / {d}) * {kpad} + t % {d}] = j < {sk} ? {kload} : 0.0f;\n}}\n\
+         for (int t = threadIdx.x; t < {KT} * {dv}; t += {threads}) {{\n\
+         const int j = k0 + t / {dv};\n\
+         Vs[t] = j < {sk} ? {vload} : 0.0f;\n}}\n\
+         __syncthreads();\n\
+         for (int rr = 0; rr < {rpw}; ++rr) {{\n\
+         const int qi = warp * {rpw} + rr;\n\
+         const int i = q0 + qi;\n\
+         const int j = k0 + lane;\n\
+         float s = 0.0f;\n\
+         for (int c = 0; c < {d}; ++c) s += Qs[qi * {d} + c] * Ks[lane * {kpad} + c];\n\
+         if (j >= {sk}) s = ninf;\n\
+         {mask_term}\
+         const float mt = rlx_warp_max(s);\n\
+         const float nm = fmaxf(m[rr], mt);\n\
+         const float p = (nm == ninf) ? 0.0f : expf(s - nm);\n\
+         const float alpha = (nm == ninf) ? 1.0f : expf(m[rr] - nm);\n\
+         l[rr] = l[rr] * alpha + rlx_warp_sum(p);\n\
+         m[rr] = nm;\n\
+         for (int c = 0; c < {cols}; ++c) o[rr][c] *= alpha;\n\
+         for (int jj = 0; jj < {KT}; ++jj) {{\n\
+         const float pj = __shfl_sync(0xffffffffu, p, jj);\n\
+         for (int c = 0; c < {cols}; ++c) {{ const int col = lane + 32 * c; if (col < {dv}) o[rr][c] += pj * Vs[jj * {dv} + col]; }}\n\
+         }}\n}}\n}}\n\
+         for (int rr = 0; rr < {rpw}; ++rr) {{\n\
+         const int i = q0 + warp * {rpw} + rr;\n\
+         if (i >= {sq}) continue;\n\
+         const float inv = 1.0f / l[rr];\n\
+         for (int cc = 0; cc < {cols}; ++cc) {{\n\
+         const int c = lane + 32 * cc;\n\
+         if (c >= {dv}) continue;\n\
+         const float val = o[rr][cc] * inv;\n{store}}}\n}}\n}}\n",
+        threads = WARPS * 32,
+        ins = ctx.in_params(),
+        outs = ctx.out_params(),
+        kpad = d + 1,
+        rpw = rows_per_warp,
+        qload = load(*dtype, &format!("in0[qo + (long long)row * {d} + t % {d}]")),
+        kload = load(*dtype, &format!("in1[ko + (long long)j * {d} + t % {d}]")),
+        vload = load(*dtype, &format!("in2[vo + (long long)j * {dv} + t % {dv}]")),
+        scale = scale as f32,
+    );
+    let launch = Launch {
+        grid: [(batch * q_tiles).clamp(1, i32::MAX as usize) as u32, 1],
+        block: (WARPS * 32) as u32,
+        shared_bytes: (shared_floats * 4) as u32,
+    };
+    Ok(finish(&ctx.kernel.name, "attention", text, launch, ctx.args()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_and_operands_broadcast_over_batch_dims() {
+        assert_eq!(batch_strides(&[2, 3, 4, 5], &[2, 3]), vec![60, 20]);
+        assert_eq!(batch_strides(&[1, 3, 4, 5], &[2, 3]), vec![0, 20]);
+        assert_eq!(batch_strides(&[4, 5], &[2, 3]), vec![0, 0]);
+        assert_eq!(batch_strides(&[2, 1, 1, 5], &[2, 3]), vec![5, 0]);
+    }
+}

@@ -1,0 +1,214 @@
+//! Device memory on rlx-mem: [`CudaProvider`] hands out raw blocks with `cuMemAlloc` and
+//! takes them back with `cuMemFree`; all pooling (TLSF sub-allocation, cached blocks, stats,
+//! out-of-memory trim and retry) is rlx-mem's [`SubAllocator`]. [`Pinned`] is page-locked
+//! host memory for staging copies.
+
+use crate::device::CudaDevice;
+use crate::CudaError;
+use cudarc::driver::result;
+use rlx_mem::{AllocatorConfig, Allocation, Block, BlockProvider, MemError, ProviderStats, Stats, SubAllocator};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Raw device blocks from the driver.
+pub struct CudaProvider {
+    stats: ProviderStats,
+}
+
+impl CudaProvider {
+    /// A provider for device 0 (the context must be current when it is called).
+    pub fn new() -> CudaProvider {
+        CudaProvider { stats: ProviderStats::default() }
+    }
+}
+
+impl Default for CudaProvider {
+    fn default() -> Self {
+        CudaProvider::new()
+    }
+}
+
+impl BlockProvider for CudaProvider {
+    fn name(&self) -> &str {
+        "cuda:0"
+    }
+
+    fn alloc(&mut self, size: usize, align: usize, exportable: bool) -> Result<Block, MemError> {
+        if !align.is_power_of_two() {
+            return Err(MemError::BadAlignment { align });
+        }
+        let fail = |reason: String| MemError::ProviderFailed { device: "cuda:0".into(), requested: size, reason };
+        if exportable {
+            return Err(fail("exportable CUDA blocks are not implemented yet".into()));
+        }
+        if align > 256 {
+            return Err(fail(format!("cuMemAlloc aligns to 256 bytes, {align} asked")));
+        }
+        // SAFETY: plain allocation; the context is current (callers bind it).
+        let addr = unsafe { result::malloc_sync(size.max(1)) }.map_err(|e| fail(format!("cuMemAlloc: {e:?}")))?;
+        self.stats.on_alloc_public(size);
+        Ok(Block { addr: addr as usize, size, align, exportable, handle: 0 })
+    }
+
+    fn free(&mut self, block: Block) {
+        // SAFETY: the block came from `alloc` and is freed once.
+        let _ = unsafe { result::free_sync(block.addr as u64) };
+        self.stats.on_free_public(block.size);
+    }
+
+    fn stats(&self) -> ProviderStats {
+        self.stats
+    }
+}
+
+/// Counter updates for providers outside rlx-mem.
+trait StatsExt {
+    fn on_alloc_public(&mut self, size: usize);
+    fn on_free_public(&mut self, size: usize);
+}
+
+impl StatsExt for ProviderStats {
+    fn on_alloc_public(&mut self, size: usize) {
+        self.allocs += 1;
+        self.live_blocks += 1;
+        self.live_bytes += size;
+        self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
+    }
+
+    fn on_free_public(&mut self, size: usize) {
+        self.frees += 1;
+        self.live_blocks = self.live_blocks.saturating_sub(1);
+        self.live_bytes = self.live_bytes.saturating_sub(size);
+    }
+}
+
+/// The device's shared pool: every compiled program, weight and staging buffer of the
+/// process allocates here.
+pub struct DeviceMemory {
+    device: Arc<CudaDevice>,
+    pool: Mutex<SubAllocator>,
+}
+
+/// Alignment of every device allocation (cuBLASLt and vector loads want 256 bytes).
+pub const ALIGN: usize = 256;
+
+impl DeviceMemory {
+    /// The process-wide pool for device 0.
+    ///
+    /// # Errors
+    /// CUDA is unavailable.
+    pub fn get() -> Result<Arc<DeviceMemory>, CudaError> {
+        static MEM: OnceLock<Result<Arc<DeviceMemory>, String>> = OnceLock::new();
+        MEM.get_or_init(|| {
+            let device = CudaDevice::get().map_err(|e| e.to_string())?;
+            let config = AllocatorConfig { grow_in_place: false, ..AllocatorConfig::default() };
+            let pool = SubAllocator::new(Box::new(CudaProvider::new()), config);
+            Ok(Arc::new(DeviceMemory { device, pool: Mutex::new(pool) }))
+        })
+        .clone()
+        .map_err(CudaError::Unavailable)
+    }
+
+    /// Allocates `bytes` of device memory (cached blocks first; out of memory trims the
+    /// cache and retries before failing with the sizes).
+    ///
+    /// # Errors
+    /// [`CudaError::OutOfMemory`] with the request, the bytes in use and the device's free bytes.
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        self.device.bind()?;
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let first = pool.alloc(bytes.max(1), ALIGN);
+        let allocation = match first {
+            Ok(a) => a,
+            Err(_) => {
+                pool.trim();
+                pool.alloc(bytes.max(1), ALIGN).map_err(|_| CudaError::OutOfMemory {
+                    requested: bytes,
+                    in_use: pool.stats().bytes_in_use,
+                    free: self.device.mem_info().0,
+                })?
+            }
+        };
+        Ok(DeviceBuffer { mem: self.clone(), allocation: Some(allocation), bytes })
+    }
+
+    /// The pool's statistics.
+    pub fn stats(&self) -> Stats {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner()).stats()
+    }
+
+    /// Returns cached empty blocks to the driver; the bytes released.
+    pub fn trim(&self) -> usize {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner()).trim()
+    }
+}
+
+/// Device memory owned by one holder; returned to the pool on drop.
+pub struct DeviceBuffer {
+    mem: Arc<DeviceMemory>,
+    allocation: Option<Allocation>,
+    bytes: usize,
+}
+
+impl DeviceBuffer {
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.allocation.as_ref().map_or(0, |a| a.addr() as u64)
+    }
+
+    /// Bytes requested.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(a) = self.allocation.take() {
+            let mut pool = self.mem.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = pool.free(a);
+        }
+    }
+}
+
+/// Page-locked host memory for staging copies (so copies run asynchronously at full speed).
+pub struct Pinned {
+    ptr: *mut u8,
+    bytes: usize,
+}
+
+// SAFETY: plain host memory owned by this value.
+unsafe impl Send for Pinned {}
+// SAFETY: as above; mutation needs `&mut self`.
+unsafe impl Sync for Pinned {}
+
+impl Pinned {
+    /// Allocates `bytes` of pinned host memory.
+    ///
+    /// # Errors
+    /// The driver refuses (out of host memory).
+    pub fn new(device: &CudaDevice, bytes: usize) -> Result<Pinned, CudaError> {
+        device.bind()?;
+        // SAFETY: allocation only.
+        let ptr = unsafe { result::malloc_host(bytes.max(1), 0) }.map_err(|e| CudaError::driver(format!("cuMemHostAlloc {bytes} bytes"), e))?;
+        Ok(Pinned { ptr: ptr as *mut u8, bytes })
+    }
+
+    /// The bytes.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` holds `bytes` bytes owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
+    }
+
+    /// The bytes, read only.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc, freed once.
+        let _ = unsafe { result::free_host(self.ptr as *mut std::ffi::c_void) };
+    }
+}

@@ -1,0 +1,178 @@
+//! Planning: a [`KernelProgram`] becomes an ordered list of [`Step`]s (generated kernels and
+//! GEMMs) plus the scratch regions they need. Pure data, computed without a GPU, so tests
+//! can check and NVRTC-compile every step of a program on any machine.
+
+use crate::codegen::store::{numel, LibCtx};
+use crate::codegen::{self, loops, ArgRef, EmittedKernel, Target};
+use crate::gemm::{match_bias_epilogue, Activation, GemmSpec, Operand};
+use crate::CudaError;
+use rlx_ir::kernel::{BufferId, Kernel, KernelProgram, LibraryKernel, LoopKernel};
+use rlx_ir::{Op, TensorType};
+
+/// One thing a run does, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// launch a generated kernel
+    Kernel(EmittedKernel),
+    /// run a cuBLASLt GEMM
+    Gemm(GemmSpec),
+}
+
+/// A program's steps and scratch needs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    /// steps in execution order
+    pub steps: Vec<Step>,
+    /// bytes of each scratch region (`ArgRef::Scratch(i)`)
+    pub scratch: Vec<usize>,
+}
+
+impl Plan {
+    /// The generated kernels, in order.
+    pub fn kernels(&self) -> impl Iterator<Item = &EmittedKernel> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            Step::Gemm(_) => None,
+        })
+    }
+
+    /// The buffers and scratches each step touches.
+    pub fn touches(&self) -> Vec<Vec<ArgRef>> {
+        self.steps
+            .iter()
+            .map(|s| match s {
+                Step::Kernel(k) => k.args.clone(),
+                Step::Gemm(g) => {
+                    let mut v = vec![g.a.arg, g.b.arg, g.c.arg];
+                    v.extend(g.bias);
+                    v
+                }
+            })
+            .collect()
+    }
+}
+
+/// The root buffer of an alias chain.
+pub fn root(program: &KernelProgram, mut b: BufferId) -> BufferId {
+    while let Some(a) = program.buffers[b].alias_of {
+        b = a;
+    }
+    b
+}
+
+/// Plans every kernel; all kernels that cannot be lowered are reported together.
+///
+/// # Errors
+/// [`CudaError::Unsupported`] listing every kernel that cannot be lowered, with op, dtypes
+/// and shapes.
+pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError> {
+    let mut plan = Plan::default();
+    let mut problems = Vec::new();
+    for kernel in &program.kernels {
+        let r = match kernel {
+            Kernel::Loop(k) => plan_loop(program, k, target, &mut plan),
+            Kernel::Library(k) => plan_library(program, k, target, &mut plan),
+        };
+        if let Err(e) = r {
+            problems.push(format!("kernel `{}`: {e}", kernel.name()));
+        }
+    }
+    if problems.is_empty() {
+        Ok(plan)
+    } else {
+        Err(CudaError::Unsupported(problems))
+    }
+}
+
+fn plan_loop(program: &KernelProgram, k: &LoopKernel, target: &Target, plan: &mut Plan) -> Result<(), String> {
+    if k.numel() == 0 {
+        return Ok(());
+    }
+    let out = root(program, k.output);
+    let restrict = !k.inputs.iter().any(|i| root(program, i.buffer) == out);
+    plan.steps.push(Step::Kernel(loops::emit(k, target, restrict)?));
+    Ok(())
+}
+
+fn types<'a>(program: &'a KernelProgram, ids: &[BufferId]) -> Vec<&'a TensorType> {
+    ids.iter().map(|&b| &program.buffers[b].ty).collect()
+}
+
+/// Describes a library kernel's operands for messages: `matmul(f32[2, 3], f32[3, 4])`.
+fn describe(program: &KernelProgram, k: &LibraryKernel) -> String {
+    let ins: Vec<String> = types(program, &k.inputs).iter().map(|t| t.to_string()).collect();
+    format!("{}({})", k.op.name(), ins.join(", "))
+}
+
+fn plan_library(program: &KernelProgram, k: &LibraryKernel, target: &Target, plan: &mut Plan) -> Result<(), String> {
+    let ins = types(program, &k.inputs);
+    let result = library_result(program, k)?;
+    let ctx = LibCtx::new(k, &ins, &result, target)?;
+    if numel(&ctx.result.1) == 0 {
+        return Ok(());
+    }
+    let with = |e: String| format!("{}: {e}", describe(program, k));
+    let templated = !matches!(k.op, Op::MatMul | Op::Conv2d(_));
+    if templated && ctx.unfused_epilogue() {
+        return Err(with("its epilogue does not read the result contiguously".into()));
+    }
+    let kernel = match &k.op {
+        Op::Softmax { axis } => codegen::softmax::emit(&ctx, *axis, false),
+        Op::LogSoftmax { axis } => codegen::softmax::emit(&ctx, *axis, true),
+        Op::LayerNorm { axis, eps } => codegen::norm::emit(&ctx, *axis, *eps, true),
+        Op::RmsNorm { axis, eps } => codegen::norm::emit(&ctx, *axis, *eps, false),
+        Op::Gather { axis } => codegen::gather::emit(&ctx, *axis),
+        Op::Concat { axis } => codegen::movement::concat(&ctx, *axis),
+        Op::Pad { pads, mode } => codegen::movement::pad(&ctx, pads, *mode),
+        Op::Pool2d(p) => codegen::pool::pool2d(&ctx, p),
+        Op::GlobalPool(kind) => codegen::pool::global(&ctx, *kind),
+        Op::ArgReduce { op, axis, .. } => codegen::argreduce::emit(&ctx, *op, *axis),
+        Op::Attention { mask, scale } => codegen::attention::emit(&ctx, *mask, *scale),
+        Op::MatMul => return crate::plan_gemm::matmul(program, k, &ctx, plan).map_err(with),
+        Op::Conv2d(p) => return crate::plan_gemm::conv2d(k, &ctx, p, plan).map_err(with),
+        Op::Input { .. }
+        | Op::Param { .. }
+        | Op::Constant(_)
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Where
+        | Op::Cast(_)
+        | Op::Reduce { .. }
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Expand(_) => Err("lowering emits this op as a loop kernel, not a library kernel".into()),
+    };
+    plan.steps.push(Step::Kernel(kernel.map_err(with)?));
+    Ok(())
+}
+
+/// The op's own result type: the output buffer's type, or with an epilogue, the epilogue's
+/// input 0 dtype over the result shape.
+fn library_result(program: &KernelProgram, k: &LibraryKernel) -> Result<TensorType, String> {
+    let out = &program.buffers[k.output].ty;
+    Ok(match &k.epilogue {
+        None => out.clone(),
+        Some(e) => {
+            let d = e.inputs.first().ok_or("an epilogue without inputs")?.dtype;
+            TensorType::new(d, rlx_ir::Shape::of(&e.shape))
+        }
+    })
+}
+
+/// Adds a scratch region and returns its reference.
+pub fn scratch(plan: &mut Plan, bytes: usize) -> ArgRef {
+    plan.scratch.push(bytes);
+    ArgRef::Scratch(plan.scratch.len() - 1)
+}
+
+/// A GEMM whose epilogue cuBLASLt fuses, or None.
+pub fn fused_bias(k: &LibraryKernel, ctx: &LibCtx, n: usize) -> Option<(ArgRef, Activation)> {
+    let e = k.epilogue.as_ref()?;
+    match_bias_epilogue(e, ctx.result.0, n).map(|(b, a)| (ArgRef::Buffer(b), a))
+}
+
+/// Constructs an operand.
+pub fn operand(arg: ArgRef, offset: usize, batch_stride: usize) -> Operand {
+    Operand { arg, offset, batch_stride }
+}

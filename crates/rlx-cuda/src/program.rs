@@ -1,0 +1,384 @@
+//! A compiled CUDA program: planned steps, one NVRTC module, prepared GEMMs, one planned
+//! arena for every intermediate, fixed device buffers for inputs, constants and weights, and
+//! pinned staging. The first run captures the whole run (input copies, kernels, GEMMs,
+//! output copies) as a CUDA graph; later runs replay it.
+
+use crate::blas::{Blas, PreparedGemm};
+use crate::codegen::{program_source, ArgRef, Target};
+use crate::device::{CudaDevice, Graph, Module};
+use crate::memory::{DeviceBuffer, DeviceMemory, Pinned, ALIGN};
+use crate::plan::{plan, root, Plan, Step};
+use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
+use crate::CudaError;
+use cudarc::driver::sys::CUfunction;
+use rlx_ir::kernel::{BufferKind, KernelProgram};
+use rlx_ir::{Tensor, TensorData};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Options that change what the CUDA backend compiles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// f32 GEMMs on TF32 tensor cores (about 1e-3 relative error)
+    pub tf32: bool,
+    /// capture each run as a CUDA graph (`RLX_CUDA_GRAPHS=0` turns it off)
+    pub graphs: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions { tf32: false, graphs: std::env::var("RLX_CUDA_GRAPHS").map_or(true, |v| v != "0") }
+    }
+}
+
+/// Facts about one compile.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompileStats {
+    /// launches per run (kernels + GEMMs; copies excluded)
+    pub launches: usize,
+    /// distinct generated functions
+    pub functions: usize,
+    /// NVRTC time in milliseconds (0 when cached)
+    pub nvrtc_ms: f64,
+    /// the module came from the disk cache
+    pub cached: bool,
+    /// bytes of the planned arena
+    pub arena_bytes: usize,
+}
+
+/// Where a program buffer lives on the device.
+enum Home {
+    Arena(usize),
+    Input(usize),
+    Weight(Arc<WeightSlot>),
+    Constant(usize),
+}
+
+struct RunState {
+    graph: Option<Graph>,
+    graphs_ok: bool,
+    staging_in: Pinned,
+    staging_out: Pinned,
+}
+
+/// A kernel program compiled for the CUDA device.
+pub struct CudaProgram {
+    device: Arc<CudaDevice>,
+    program: KernelProgram,
+    plan: Plan,
+    source: String,
+    _module: Option<Module>,
+    functions: Vec<Option<CUfunction>>,
+    gemms: Vec<Option<PreparedGemm>>,
+    blas: Option<Blas>,
+    arena: DeviceBuffer,
+    scratch_offsets: Vec<usize>,
+    homes: Vec<Option<Home>>,
+    inputs: Vec<(String, usize, DeviceBuffer, usize)>,
+    constants: Vec<DeviceBuffer>,
+    params: Vec<(String, usize, Arc<WeightSlot>)>,
+    outputs: Vec<(String, usize, usize)>,
+    state: Mutex<RunState>,
+    options: CudaOptions,
+    /// compile facts
+    pub stats: CompileStats,
+}
+
+// SAFETY: CUfunction handles are immutable after load; runs are serialized by `state`.
+unsafe impl Send for CudaProgram {}
+// SAFETY: as above.
+unsafe impl Sync for CudaProgram {}
+
+fn bytes_of(program: &KernelProgram, b: usize) -> usize {
+    let t = &program.buffers[b].ty;
+    t.shape.as_static().map_or(0, |s| s.iter().product::<usize>()) * t.dtype.size_bytes()
+}
+
+impl CudaProgram {
+    /// The device target programs are generated for.
+    ///
+    /// # Errors
+    /// CUDA is unavailable.
+    pub fn target() -> Result<Target, CudaError> {
+        let f = crate::probe::device_facts().map_err(CudaError::Unavailable)?;
+        Ok(Target { arch: f.arch(), sm_count: f.sm_count, max_shared: f.max_shared_per_block })
+    }
+
+    /// Plans, generates, compiles and loads `program`; allocates its memory and uploads its
+    /// constants. Weights get slots in `weights` (uploaded at run time).
+    ///
+    /// # Errors
+    /// Unsupported kernels (all listed), an NVRTC failure (with its log and the source's
+    /// path), a cuBLASLt refusal, or out of memory.
+    pub fn compile(program: KernelProgram, weights: &WeightCache, options: &CudaOptions) -> Result<CudaProgram, CudaError> {
+        let device = CudaDevice::get()?;
+        let mem = DeviceMemory::get()?;
+        device.bind()?;
+        let target = Self::target()?;
+        let plan = plan(&program, &target)?;
+        let mut stats = CompileStats { launches: plan.steps.len(), ..CompileStats::default() };
+        let source = program_source(plan.kernels());
+        let module = if plan.kernels().next().is_some() {
+            let start = Instant::now();
+            let cubin = crate::nvrtc::compile_cached("rlx_program", &source, &target.arch)?;
+            stats.cached = cubin.cached;
+            stats.nvrtc_ms = if cubin.cached { 0.0 } else { start.elapsed().as_secs_f64() * 1e3 };
+            Some(device.load_module(&cubin.image)?)
+        } else {
+            None
+        };
+        let mut names = std::collections::HashSet::new();
+        let mut functions = Vec::new();
+        let needs_blas = plan.steps.iter().any(|s| matches!(s, Step::Gemm(_)));
+        let blas = if needs_blas { Some(Blas::new(&mem)?) } else { None };
+        let mut gemms = Vec::new();
+        for step in &plan.steps {
+            match step {
+                Step::Kernel(k) => {
+                    names.insert(k.function.clone());
+                    let m = module.as_ref().ok_or_else(|| CudaError::Invalid("kernels without a module".into()))?;
+                    functions.push(Some(m.function(&k.function, k.launch.shared_bytes)?));
+                    gemms.push(None);
+                }
+                Step::Gemm(g) => {
+                    functions.push(None);
+                    let b = blas.as_ref().ok_or_else(|| CudaError::Invalid("GEMM without cuBLASLt".into()))?;
+                    gemms.push(Some(b.prepare(g, options.tf32)?));
+                }
+            }
+        }
+        stats.functions = names.len();
+        // Memory: one arena for temporaries and scratch, planned by lifetime.
+        let n_steps = plan.steps.len();
+        let touches = plan.touches();
+        let n_buf = program.buffers.len();
+        let mut life: Vec<Option<(usize, usize)>> = vec![None; n_buf + plan.scratch.len()];
+        for (s, refs) in touches.iter().enumerate() {
+            for r in refs {
+                let slot = match *r {
+                    ArgRef::Buffer(b) => root(&program, b),
+                    ArgRef::Scratch(i) => n_buf + i,
+                };
+                let l = life[slot].get_or_insert((s, s));
+                l.1 = s;
+            }
+        }
+        for (_, b) in &program.outputs {
+            if let Some(l) = life[root(&program, *b)].as_mut() {
+                l.1 = n_steps;
+            }
+        }
+        let mut requests = Vec::new();
+        let mut owners = Vec::new();
+        for (slot, l) in life.iter().enumerate() {
+            let temp = slot >= n_buf || matches!(program.buffers[slot].kind, BufferKind::Temp);
+            if let (Some((first, last)), true) = (l, temp) {
+                let size = if slot >= n_buf { plan.scratch[slot - n_buf] } else { bytes_of(&program, slot) };
+                requests.push(rlx_mem::PlanRequest { size: size.max(1), align: ALIGN, first: *first, last: *last, inplace_of: None });
+                owners.push(slot);
+            }
+        }
+        let mem_plan = rlx_mem::plan(&requests).map_err(|e| CudaError::Invalid(format!("memory plan: {e}")))?;
+        stats.arena_bytes = mem_plan.arena_bytes;
+        let arena = mem.alloc(mem_plan.arena_bytes)?;
+        let mut homes: Vec<Option<Home>> = (0..n_buf).map(|_| None).collect();
+        let mut scratch_offsets = vec![0; plan.scratch.len()];
+        for (slot, off) in owners.iter().zip(&mem_plan.offsets) {
+            if *slot >= n_buf {
+                scratch_offsets[slot - n_buf] = *off;
+            } else {
+                homes[*slot] = Some(Home::Arena(*off));
+            }
+        }
+        let (mut inputs, mut constants, mut params) = (Vec::new(), Vec::new(), Vec::new());
+        for (b, buf) in program.buffers.iter().enumerate() {
+            if buf.alias_of.is_some() {
+                continue;
+            }
+            let bytes = bytes_of(&program, b);
+            match &buf.kind {
+                BufferKind::Input(name) => {
+                    homes[b] = Some(Home::Input(inputs.len()));
+                    inputs.push((name.clone(), b, mem.alloc(bytes)?, bytes));
+                }
+                BufferKind::Param(name) => {
+                    let slot = weights.slot(&mem, name, bytes)?;
+                    homes[b] = Some(Home::Weight(slot.clone()));
+                    params.push((name.clone(), b, slot));
+                }
+                BufferKind::Constant(t) => {
+                    let d = mem.alloc(bytes)?;
+                    device.upload(d.ptr(), tensor_bytes(t))?;
+                    homes[b] = Some(Home::Constant(constants.len()));
+                    constants.push(d);
+                }
+                BufferKind::Temp => {
+                    if homes[b].is_none() {
+                        homes[b] = Some(Home::Arena(0));
+                    }
+                }
+            }
+        }
+        device.sync()?;
+        let outputs: Vec<(String, usize, usize)> = program.outputs.iter().map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b))).collect();
+        let in_bytes: usize = inputs.iter().map(|i| i.3).sum();
+        let out_bytes: usize = outputs.iter().map(|o| o.2).sum();
+        let state = RunState {
+            graph: None,
+            graphs_ok: options.graphs,
+            staging_in: Pinned::new(&device, in_bytes)?,
+            staging_out: Pinned::new(&device, out_bytes)?,
+        };
+        Ok(CudaProgram {
+            device,
+            program,
+            plan,
+            source,
+            _module: module,
+            functions,
+            gemms,
+            blas,
+            arena,
+            scratch_offsets,
+            homes,
+            inputs,
+            constants,
+            params,
+            outputs,
+            state: Mutex::new(state),
+            options: options.clone(),
+            stats,
+        })
+    }
+
+    /// The generated CUDA C source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The plan (steps and scratch).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The kernel program text.
+    pub fn dump(&self) -> String {
+        self.program.to_string()
+    }
+
+    /// True once runs replay a captured CUDA graph.
+    pub fn uses_graph(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).graph.is_some()
+    }
+
+    fn addr(&self, r: ArgRef) -> u64 {
+        match r {
+            ArgRef::Scratch(i) => self.arena.ptr() + self.scratch_offsets[i] as u64,
+            ArgRef::Buffer(b) => match &self.homes[root(&self.program, b)] {
+                Some(Home::Arena(off)) => self.arena.ptr() + *off as u64,
+                Some(Home::Input(i)) => self.inputs[*i].2.ptr(),
+                Some(Home::Weight(s)) => s.ptr(),
+                Some(Home::Constant(i)) => self.constants[*i].ptr(),
+                None => 0,
+            },
+        }
+    }
+
+    /// Enqueues the whole run: input copies from staging, every step, output copies.
+    fn enqueue(&self, state: &mut RunState) -> Result<(), CudaError> {
+        let mut off = 0;
+        for (_, _, buf, bytes) in &self.inputs {
+            self.device.upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
+            off += bytes;
+        }
+        for (i, step) in self.plan.steps.iter().enumerate() {
+            match step {
+                Step::Kernel(k) => {
+                    let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
+                    let f = self.functions[i].ok_or_else(|| CudaError::Invalid("missing function".into()))?;
+                    self.device.launch(f, &k.launch, &args, &format!("{} ({})", k.function, k.label))?;
+                }
+                Step::Gemm(g) => {
+                    let prepared = self.gemms[i].as_ref().ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
+                    let blas = self.blas.as_ref().ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
+                    let size = g.dtype.size_bytes() as u64;
+                    let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
+                    let bias = g.bias.map(|b| self.addr(b));
+                    blas.run(prepared, at(&g.a), at(&g.b), at(&g.c), bias, self.device.stream())?;
+                }
+            }
+        }
+        let mut off = 0;
+        for (_, b, bytes) in &self.outputs {
+            let src = self.addr(ArgRef::Buffer(*b));
+            self.device.download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
+            off += bytes;
+        }
+        Ok(())
+    }
+
+    /// Runs with inputs by name and weights by name.
+    ///
+    /// # Errors
+    /// A missing or mistyped input or weight, or a device failure (naming the kernel).
+    pub fn run(&self, inputs: &HashMap<String, Tensor>, weights: &HashMap<String, Arc<Tensor>>) -> Result<Vec<(String, Tensor)>, CudaError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.device.bind()?;
+        for (name, b, slot) in &self.params {
+            let t = weights.get(name).ok_or_else(|| CudaError::Binding { what: "param", name: name.clone(), message: "not set".into() })?;
+            check(&self.program, *b, t, "param", name)?;
+            if slot.needs_upload(t) {
+                if let Err(e) = self.device.upload(slot.ptr(), tensor_bytes(t)).and_then(|_| self.device.sync()) {
+                    slot.invalidate();
+                    return Err(e);
+                }
+            }
+        }
+        let mut off = 0;
+        for (name, b, _, bytes) in &self.inputs {
+            let t = inputs.get(name).ok_or_else(|| CudaError::Binding { what: "input", name: name.clone(), message: "missing".into() })?;
+            check(&self.program, *b, t, "input", name)?;
+            state.staging_in.as_mut_slice()[off..off + bytes].copy_from_slice(tensor_bytes(t));
+            off += bytes;
+        }
+        if state.graph.is_none() && state.graphs_ok {
+            self.device.begin_capture()?;
+            let enqueued = self.enqueue(&mut state);
+            let captured = self.device.end_capture();
+            match (enqueued, captured) {
+                (Ok(()), Ok(g)) => state.graph = Some(g),
+                _ => state.graphs_ok = false,
+            }
+        }
+        match &state.graph {
+            Some(g) => self.device.replay(g)?,
+            None => self.enqueue(&mut state)?,
+        }
+        self.device.sync()?;
+        let mut out = Vec::with_capacity(self.outputs.len());
+        let mut off = 0;
+        for (name, b, bytes) in &self.outputs {
+            let ty = &self.program.buffers[*b].ty;
+            let data = TensorData::from_le_bytes(ty.dtype, &state.staging_out.as_slice()[off..off + bytes]).ok_or_else(|| CudaError::Invalid(format!("output {name}: bad size")))?;
+            let shape = ty.shape.as_static().unwrap_or_default();
+            out.push((name.clone(), Tensor::new(shape, data).map_err(|e| CudaError::Invalid(format!("output {name}: {e}")))?));
+            off += bytes;
+        }
+        let _ = &self.options;
+        Ok(out)
+    }
+}
+
+fn check(program: &KernelProgram, b: usize, t: &Tensor, what: &'static str, name: &str) -> Result<(), CudaError> {
+    let ty = &program.buffers[b].ty;
+    let want = ty.shape.as_static().unwrap_or_default();
+    if t.dtype() != ty.dtype || t.shape() != want.as_slice() {
+        return Err(CudaError::Binding {
+            what,
+            name: name.to_string(),
+            message: format!("compiled for {ty}, got {}{:?}", t.dtype(), t.shape()),
+        });
+    }
+    Ok(())
+}

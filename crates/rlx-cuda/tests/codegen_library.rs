@@ -1,0 +1,77 @@
+//! Every library op family, lowered from a graph and planned for an H200: checks of the
+//! plan (GEMM folding, fused epilogues, scratch) and an NVRTC compile of every generated
+//! kernel (no GPU needed; skipped with a reason when NVRTC is absent).
+
+mod support;
+
+use rlx_cuda::codegen::Target;
+use rlx_cuda::gemm::Activation;
+use rlx_cuda::plan::{plan, Plan, Step};
+use support::cases::library_cases;
+use support::{compile_check, lower_for_cuda};
+
+fn plan_case(name: &str) -> Plan {
+    let case = library_cases().into_iter().find(|c| c.name == name).expect("known case");
+    let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
+    plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{name}: {e}\n{program}"))
+}
+
+fn gemms(p: &Plan) -> Vec<&rlx_cuda::gemm::GemmSpec> {
+    p.steps.iter().filter_map(|s| if let Step::Gemm(g) = s { Some(g) } else { None }).collect()
+}
+
+#[test]
+fn every_library_kernel_compiles_with_nvrtc() {
+    let mut kernels = Vec::new();
+    let mut failures = Vec::new();
+    for case in library_cases() {
+        match lower_for_cuda(&case.graph).map_err(|e| e.to_string()).and_then(|p| plan(&p, &Target::h200()).map_err(|e| e.to_string())) {
+            Ok(p) => kernels.extend(p.kernels().cloned()),
+            Err(e) => failures.push(format!("{}: {e}", case.name)),
+        }
+    }
+    assert!(failures.is_empty(), "cases that do not plan:\n{}", failures.join("\n"));
+    println!("{} kernels", kernels.len());
+    compile_check("every_library_kernel_compiles_with_nvrtc", &kernels);
+}
+
+#[test]
+fn shared_weights_fold_batches_into_one_gemm_with_fused_bias_relu() {
+    let p = plan_case("matmul_bias_relu_f32");
+    let g = gemms(&p);
+    assert_eq!(g.len(), 1);
+    assert_eq!((g[0].m, g[0].n, g[0].k, g[0].batch), (10, 3, 7, 1));
+    assert!(g[0].bias.is_some());
+    assert_eq!(g[0].activation, Activation::Relu);
+    assert_eq!(p.steps.len(), 1, "the epilogue is fused into cuBLASLt");
+}
+
+#[test]
+fn batched_and_broadcast_matmuls() {
+    let p = plan_case("matmul_batched_gelu_f32");
+    let g = gemms(&p);
+    assert_eq!((g.len(), g[0].batch, g[0].b.batch_stride), (1, 2, 30));
+    assert_eq!(p.steps.len(), 2, "exact GELU runs as an in-place epilogue kernel");
+    assert!(p.scratch.is_empty());
+    let p = plan_case("matmul_broadcast_cast_f32");
+    assert_eq!(gemms(&p).len(), 6, "non-affine broadcast batches run one GEMM each");
+    assert_eq!(p.scratch.len(), 1, "a dtype-changing epilogue reads a scratch result");
+}
+
+#[test]
+fn convolutions_use_im2col_per_group_or_read_the_input_directly() {
+    let p = plan_case("conv_grouped_f32");
+    assert_eq!(gemms(&p).len(), 2);
+    assert_eq!(p.kernels().count(), 2, "im2col + bias/epilogue");
+    let p = plan_case("conv_1x1_f32");
+    assert_eq!(p.kernels().count(), 1, "1x1 convolutions skip im2col");
+}
+
+#[test]
+fn attention_is_one_kernel_with_shared_memory_per_tile() {
+    let p = plan_case("attention_none_d256_f16");
+    let k: Vec<_> = p.kernels().collect();
+    assert_eq!(k.len(), 1);
+    assert!(k[0].launch.shared_bytes > 48 * 1024);
+    assert!(k[0].source.contains("rlx_warp_max"), "{}", k[0].source);
+}

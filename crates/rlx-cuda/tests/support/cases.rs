@@ -1,0 +1,211 @@
+//! One small graph per library op family (and its variants): the cases both the NVRTC
+//! compile checks and the GPU differential tests run. Values are random, never zeros.
+
+use rlx_ir::{
+    ArgOp, BinaryOp, Conv2dParams, DType, Graph, NodeId, Op, PadMode, Pool2dParams, PoolKind, Shape, Tensor,
+    UnaryOp,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A graph with its run inputs and weights.
+pub struct Case {
+    /// name for messages
+    pub name: String,
+    /// the graph
+    pub graph: Graph,
+    /// run inputs
+    pub inputs: HashMap<String, Tensor>,
+    /// weights
+    pub params: HashMap<String, Arc<Tensor>>,
+    /// the dtype whose tolerance applies
+    pub dtype: DType,
+}
+
+/// Builds a case.
+pub struct Builder {
+    case: Case,
+    seed: u64,
+}
+
+impl Builder {
+    /// A new case.
+    pub fn new(name: &str, dtype: DType) -> Builder {
+        Builder {
+            case: Case { name: name.into(), graph: Graph::new(), inputs: HashMap::new(), params: HashMap::new(), dtype },
+            seed: name.bytes().fold(7u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64)),
+        }
+    }
+
+    /// The graph.
+    pub fn g(&mut self) -> &mut Graph {
+        &mut self.case.graph
+    }
+
+    /// A random input.
+    pub fn input(&mut self, dtype: DType, shape: &[usize]) -> NodeId {
+        self.seed += 1;
+        let name = format!("x{}", self.case.inputs.len());
+        self.case.inputs.insert(name.clone(), Tensor::random(dtype, shape, self.seed));
+        self.case.graph.input(&name, dtype, Shape::of(shape))
+    }
+
+    /// A random weight.
+    pub fn param(&mut self, dtype: DType, shape: &[usize]) -> NodeId {
+        self.seed += 1;
+        let name = format!("w{}", self.case.params.len());
+        self.case.params.insert(name.clone(), Arc::new(Tensor::random(dtype, shape, self.seed)));
+        self.case.graph.param(&name, dtype, Shape::of(shape))
+    }
+
+    /// An index input with values in `[-n, n)`.
+    pub fn indices(&mut self, dtype: DType, shape: &[usize], n: usize) -> NodeId {
+        self.seed += 1;
+        let count: usize = shape.iter().product();
+        let mut rng = rlx_ir::SplitMix64(self.seed);
+        let vals: Vec<f64> = (0..count).map(|_| rng.below(2 * n) as f64 - n as f64).collect();
+        let name = format!("x{}", self.case.inputs.len());
+        self.case.inputs.insert(name.clone(), Tensor::from_f64(dtype, shape, vals).expect("sizes match"));
+        self.case.graph.input(&name, dtype, Shape::of(shape))
+    }
+
+    /// Finishes with `out` as the output.
+    pub fn done(mut self, out: NodeId) -> Case {
+        self.case.graph.output("out", out);
+        self.case
+    }
+}
+
+fn op(b: &mut Builder, op: Op, ins: &[NodeId]) -> NodeId {
+    b.g().push(op, ins, None).expect("valid case")
+}
+
+/// Every library op family, in f32 and (where it matters) f16/bf16.
+pub fn library_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        // Softmax along the last axis and along an inner axis; log-softmax on long rows.
+        let mut b = Builder::new(&format!("softmax_last_{dt}"), dt);
+        let x = b.input(dt, &[4, 37]);
+        let y = b.g().softmax(x, -1).unwrap();
+        cases.push(b.done(y));
+        let mut b = Builder::new(&format!("softmax_inner_{dt}"), dt);
+        let x = b.input(dt, &[3, 5, 4]);
+        let y = b.g().softmax(x, 1).unwrap();
+        cases.push(b.done(y));
+        let mut b = Builder::new(&format!("log_softmax_long_{dt}"), dt);
+        let x = b.input(dt, &[2, 5000]);
+        let y = op(&mut b, Op::LogSoftmax { axis: 1 }, &[x]);
+        cases.push(b.done(y));
+        // Norms, with an elementwise epilogue (x2 then tanh) fused in.
+        let mut b = Builder::new(&format!("layer_norm_{dt}"), dt);
+        let x = b.input(dt, &[2, 3, 64]);
+        let s = b.param(dt, &[64]);
+        let sh = b.param(dt, &[64]);
+        let y = b.g().layer_norm(x, s, sh, 1e-5).unwrap();
+        let y = b.g().unary(UnaryOp::Tanh, y).unwrap();
+        cases.push(b.done(y));
+        let mut b = Builder::new(&format!("layer_norm_two_axes_{dt}"), dt);
+        let x = b.input(dt, &[2, 3, 8]);
+        let s = b.param(dt, &[8]);
+        let sh = b.param(dt, &[3, 8]);
+        let y = op(&mut b, Op::LayerNorm { axis: 1, eps: 1e-5 }, &[x, s, sh]);
+        cases.push(b.done(y));
+        let mut b = Builder::new(&format!("rms_norm_{dt}"), dt);
+        let x = b.input(dt, &[5, 96]);
+        let s = b.param(dt, &[96]);
+        let y = b.g().rms_norm(x, s, 1e-6).unwrap();
+        cases.push(b.done(y));
+        // Attention: none, causal, additive mask; head sizes 32, 48, 256.
+        for (mask, d, sq, sk) in [("none", 32, 10, 12), ("causal", 48, 9, 9), ("additive", 32, 10, 40), ("none", 256, 5, 40)] {
+            let mut b = Builder::new(&format!("attention_{mask}_d{d}_{dt}"), dt);
+            let q = b.input(dt, &[2, 3, sq, d]);
+            let k = b.input(dt, &[2, 3, sk, d]);
+            let v = b.input(dt, &[2, 3, sk, d]);
+            let m = (mask == "additive").then(|| b.input(dt, &[2, 1, sq, sk]));
+            let y = b.g().attention(q, k, v, m, mask == "causal", if d == 48 { Some(0.3) } else { None }).unwrap();
+            cases.push(b.done(y));
+        }
+        // Matmuls: folded rows, batched, broadcast batches; fused bias+relu; unfused gelu.
+        let mut b = Builder::new(&format!("matmul_bias_relu_{dt}"), dt);
+        let x = b.input(dt, &[2, 5, 7]);
+        let w = b.param(dt, &[7, 3]);
+        let bias = b.param(dt, &[3]);
+        let y = b.g().matmul(x, w).unwrap();
+        let y = b.g().add(y, bias).unwrap();
+        let y = b.g().relu(y).unwrap();
+        cases.push(b.done(y));
+        let mut b = Builder::new(&format!("matmul_batched_gelu_{dt}"), dt);
+        let x = b.input(dt, &[2, 4, 5]);
+        let w = b.input(dt, &[2, 5, 6]);
+        let y = b.g().matmul(x, w).unwrap();
+        let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+        cases.push(b.done(y));
+        let mut b = Builder::new(&format!("matmul_broadcast_cast_{dt}"), dt);
+        let x = b.input(dt, &[2, 1, 4, 5]);
+        let w = b.input(dt, &[1, 3, 5, 6]);
+        let y = b.g().matmul(x, w).unwrap();
+        let y = b.g().cast(y, DType::F64).unwrap();
+        cases.push(b.done(y));
+        // Convolutions: 3x3 padded with bias and relu; grouped strided; 1x1 direct.
+        for (name, c, o, k, groups, stride, pad) in [("3x3", 3, 4, 3, 1, 1, 1), ("grouped", 4, 6, 3, 2, 2, 0), ("1x1", 8, 5, 1, 1, 1, 0)] {
+            let mut b = Builder::new(&format!("conv_{name}_{dt}"), dt);
+            let x = b.input(dt, &[2, c, 7, 6]);
+            let w = b.param(dt, &[o, c / groups, k, k]);
+            let bias = b.param(dt, &[o]);
+            let p = Conv2dParams { stride: [stride, stride], pads: [pad; 4], dilation: [1, 1], groups };
+            let y = b.g().conv2d(x, w, Some(bias), p).unwrap();
+            let y = b.g().relu(y).unwrap();
+            cases.push(b.done(y));
+        }
+    }
+    // Data movement and the rest, f32 plus one integer case.
+    let dt = DType::F32;
+    let mut b = Builder::new("gather_embedding", dt);
+    let table = b.param(dt, &[50, 16]);
+    let idx = b.indices(DType::I64, &[2, 7], 50);
+    let y = b.g().gather(table, idx, 0).unwrap();
+    cases.push(b.done(y));
+    let mut b = Builder::new("gather_axis1_i32", DType::I32);
+    let data = b.input(DType::I32, &[3, 9, 2]);
+    let idx = b.indices(DType::I32, &[4], 9);
+    let y = b.g().gather(data, idx, 1).unwrap();
+    cases.push(b.done(y));
+    let mut b = Builder::new("concat_three", dt);
+    let xs = [b.input(dt, &[2, 3, 4]), b.input(dt, &[2, 1, 4]), b.input(dt, &[2, 5, 4])];
+    let y = b.g().concat(&xs, 1).unwrap();
+    cases.push(b.done(y));
+    for (name, mode) in [("constant", PadMode::Constant(0.5)), ("reflect", PadMode::Reflect), ("edge", PadMode::Edge)] {
+        let mut b = Builder::new(&format!("pad_{name}"), dt);
+        let x = b.input(dt, &[2, 4, 5]);
+        let y = op(&mut b, Op::Pad { pads: vec![(0, 1), (2, 1), (1, 3)], mode }, &[x]);
+        cases.push(b.done(y));
+    }
+    for (kind, cip, ceil) in [(PoolKind::Max, false, false), (PoolKind::Avg, true, false), (PoolKind::Avg, false, true)] {
+        let mut b = Builder::new(&format!("pool_{kind:?}_{cip}_{ceil}"), dt);
+        let x = b.input(dt, &[2, 3, 7, 6]);
+        let p = Pool2dParams { kind, kernel: [3, 2], stride: [2, 2], pads: [1, 0, 1, 1], dilation: [1, 1], count_include_pad: cip, ceil_mode: ceil };
+        let y = b.g().pool2d(x, p).unwrap();
+        cases.push(b.done(y));
+    }
+    for kind in [PoolKind::Max, PoolKind::Avg] {
+        let mut b = Builder::new(&format!("global_pool_{kind:?}"), dt);
+        let x = b.input(dt, &[2, 3, 9, 11]);
+        let y = op(&mut b, Op::GlobalPool(kind), &[x]);
+        cases.push(b.done(y));
+    }
+    for arg in [ArgOp::ArgMax, ArgOp::ArgMin] {
+        let mut b = Builder::new(&format!("{arg:?}"), dt);
+        let x = b.input(dt, &[3, 7, 4]);
+        let y = op(&mut b, Op::ArgReduce { op: arg, axis: 1, keepdims: false }, &[x]);
+        cases.push(b.done(y));
+    }
+    let mut b = Builder::new("bf16_matmul_bias", DType::BF16);
+    let x = b.input(DType::BF16, &[3, 64]);
+    let w = b.param(DType::BF16, &[64, 32]);
+    let bias = b.param(DType::BF16, &[32]);
+    let y = b.g().matmul(x, w).unwrap();
+    let y = b.g().binary(BinaryOp::Add, y, bias).unwrap();
+    cases.push(b.done(y));
+    cases
+}

@@ -1,0 +1,271 @@
+//! The import context: ONNX value names bound to [`Val`]s, and the graph being built.
+//!
+//! Values known at import time stay host tensors ([`Val::Const`]) so that shape computations
+//! fold as the model is read; a value becomes a graph node only when a run-time op consumes
+//! it. Constant folding uses the validation interpreter's reference semantics
+//! ([`rlx_cpu::eval_op`]), so folded and run-time results agree bit for bit.
+
+use rlx_ir::{infer, DType, Dim, Graph, Node, NodeId, Op, Shape, Tensor, TensorType};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Results folded at import are capped at this many elements, so a huge initializer is
+/// never duplicated on the host just to transpose it.
+const FOLD_LIMIT: usize = 1 << 20;
+
+/// Why mapping one node failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fail {
+    /// Valid ONNX the importer does not implement (op, attribute value, dtype, dynamic
+    /// value where the IR needs a static one).
+    Unsupported(String),
+    /// The model is wrong: arity, attribute types, shapes that do not agree.
+    Invalid(String),
+}
+
+/// Result of mapping steps.
+pub type R<T> = Result<T, Fail>;
+
+/// Returns `Fail::Unsupported` with a formatted message.
+macro_rules! unsupported {
+    ($($t:tt)*) => { return Err($crate::ctx::Fail::Unsupported(format!($($t)*))) };
+}
+/// Returns `Fail::Invalid` with a formatted message.
+macro_rules! invalid {
+    ($($t:tt)*) => { return Err($crate::ctx::Fail::Invalid(format!($($t)*))) };
+}
+pub(crate) use {invalid, unsupported};
+
+/// A value during import: a graph node, or a tensor known now.
+#[derive(Debug, Clone)]
+pub enum Val {
+    /// computed at run time by this node
+    Node(NodeId),
+    /// known at import; `param` names an initializer, bound as a weight when used at run time
+    Const {
+        /// the value
+        t: Arc<Tensor>,
+        /// the initializer name, when it is one
+        param: Option<String>,
+    },
+}
+
+impl Val {
+    /// A constant with no initializer name.
+    pub fn konst(t: Tensor) -> Val {
+        Val::Const {
+            t: Arc::new(t),
+            param: None,
+        }
+    }
+}
+
+/// The graph under construction and everything needed to materialize values into it.
+pub struct Ctx {
+    /// the graph
+    pub graph: Graph,
+    /// weights bound by the graph's params, in order of first use
+    pub params: Vec<(String, Arc<Tensor>)>,
+    param_nodes: HashMap<String, NodeId>,
+    /// values of graph inputs that may be frozen when an op needs them static
+    known_inputs: HashMap<NodeId, (String, Arc<Tensor>)>,
+    /// graph inputs that were frozen, by name
+    pub frozen: Vec<String>,
+    /// values computed for nodes by [`Ctx::const_of`]
+    node_values: HashMap<NodeId, Arc<Tensor>>,
+    /// name given to the nodes being created (the ONNX node's name)
+    pub cur: String,
+}
+
+impl Ctx {
+    /// An empty context.
+    pub fn new() -> Ctx {
+        Ctx {
+            graph: Graph::new(),
+            params: Vec::new(),
+            param_nodes: HashMap::new(),
+            known_inputs: HashMap::new(),
+            frozen: Vec::new(),
+            node_values: HashMap::new(),
+            cur: String::new(),
+        }
+    }
+
+    /// Declares a run-time input whose value may be frozen when needed statically.
+    pub fn input(&mut self, name: &str, ty: TensorType, known: Option<Arc<Tensor>>) -> Val {
+        let id = self.graph.input(name, ty.dtype, ty.shape);
+        if let Some(t) = known {
+            self.known_inputs.insert(id, (name.to_string(), t));
+        }
+        Val::Node(id)
+    }
+
+    /// The type of a value.
+    pub fn ty(&self, v: &Val) -> TensorType {
+        match v {
+            Val::Node(id) => self.graph.ty(*id).clone(),
+            Val::Const { t, .. } => TensorType::new(t.dtype(), Shape::of(t.shape())),
+        }
+    }
+
+    /// The dtype of a value.
+    pub fn dtype(&self, v: &Val) -> DType {
+        match v {
+            Val::Node(id) => self.graph.ty(*id).dtype,
+            Val::Const { t, .. } => t.dtype(),
+        }
+    }
+
+    /// The rank of a value.
+    pub fn rank(&self, v: &Val) -> usize {
+        match v {
+            Val::Node(id) => self.graph.ty(*id).shape.rank(),
+            Val::Const { t, .. } => t.shape().len(),
+        }
+    }
+
+    /// The dims of a value, possibly symbolic.
+    pub fn dims(&self, v: &Val) -> Vec<Dim> {
+        self.ty(v).shape.0
+    }
+
+    /// The static shape of a value.
+    ///
+    /// # Errors
+    /// Unsupported when a dim is symbolic.
+    pub fn shape(&self, v: &Val) -> R<Vec<usize>> {
+        let ty = self.ty(v);
+        match ty.shape.as_static() {
+            Some(s) => Ok(s),
+            None => unsupported!("needs static dims, got {}", ty.shape),
+        }
+    }
+
+    /// The graph node of a value, creating a param or constant node for known values.
+    pub fn node(&mut self, v: &Val) -> NodeId {
+        match v {
+            Val::Node(id) => *id,
+            Val::Const { t, param: Some(name) } => {
+                if let Some(&id) = self.param_nodes.get(name) {
+                    return id;
+                }
+                let id = self.graph.param(name, t.dtype(), Shape::of(t.shape()));
+                self.param_nodes.insert(name.clone(), id);
+                self.params.push((name.clone(), t.clone()));
+                id
+            }
+            Val::Const { t, param: None } => {
+                let ty = TensorType::new(t.dtype(), Shape::of(t.shape()));
+                let id = self.graph.push_node(Node {
+                    op: Op::Constant(t.clone()),
+                    inputs: vec![],
+                    ty,
+                    name: format!("{}/constant", self.cur),
+                });
+                self.node_values.insert(id, t.clone());
+                id
+            }
+        }
+    }
+
+    /// The value of `v` if it is known at import: a constant, an initializer, a graph input
+    /// whose value was given (frozen from then on), or a node computed only from those.
+    pub fn try_const(&mut self, v: &Val) -> Option<Arc<Tensor>> {
+        match v {
+            Val::Const { t, .. } => Some(t.clone()),
+            Val::Node(id) => self.node_const(*id),
+        }
+    }
+
+    fn node_const(&mut self, id: NodeId) -> Option<Arc<Tensor>> {
+        if let Some(t) = self.node_values.get(&id) {
+            return Some(t.clone());
+        }
+        if let Some((name, t)) = self.known_inputs.get(&id) {
+            let t = t.clone();
+            if !self.frozen.contains(name) {
+                self.frozen.push(name.clone());
+            }
+            self.node_values.insert(id, t.clone());
+            return Some(t);
+        }
+        let node = self.graph.node(id).clone();
+        let t = match &node.op {
+            Op::Input { .. } => return None,
+            Op::Param { name } => self.params.iter().find(|(n, _)| n == name)?.1.clone(),
+            op => {
+                let mut ins = Vec::with_capacity(node.inputs.len());
+                for &i in &node.inputs {
+                    ins.push(self.node_const(i)?);
+                }
+                let refs: Vec<&Tensor> = ins.iter().map(|t| &**t).collect();
+                Arc::new(rlx_cpu::eval_op(op, &refs).ok()?)
+            }
+        };
+        self.node_values.insert(id, t.clone());
+        Some(t)
+    }
+
+    /// The value of `v`, which the IR needs at import (a shape, axes, pads, ...).
+    ///
+    /// # Errors
+    /// Unsupported when the value is only known at run time; `what` names the operand.
+    pub fn const_of(&mut self, v: &Val, what: &str) -> R<Arc<Tensor>> {
+        match self.try_const(v) {
+            Some(t) => Ok(t),
+            None => unsupported!(
+                "{what} must be known at import (the IR needs it static), but it is computed at run time"
+            ),
+        }
+    }
+
+    /// A known integer vector (shape, axes, pads, ...), any integer dtype.
+    pub fn const_ints(&mut self, v: &Val, what: &str) -> R<Vec<i64>> {
+        let t = self.const_of(v, what)?;
+        if !(t.dtype().is_int()) {
+            invalid!("{what} must be an integer tensor, got {}", t.dtype());
+        }
+        Ok(t.to_f64_vec().into_iter().map(|x| x as i64).collect())
+    }
+
+    /// Adds `op` applied to `inputs`, folding it at import when every input is known.
+    ///
+    /// # Errors
+    /// Invalid when shape/dtype inference rejects the operands.
+    pub fn op(&mut self, op: Op, inputs: &[&Val]) -> R<Val> {
+        let tys: Vec<TensorType> = inputs.iter().map(|v| self.ty(v)).collect();
+        let refs: Vec<&TensorType> = tys.iter().collect();
+        let out = infer(&op, &refs).map_err(|m| {
+            let types: Vec<String> = tys.iter().map(|t| t.to_string()).collect();
+            Fail::Invalid(format!("{}: {m} (operands {})", op.name(), types.join(", ")))
+        })?;
+        let all_const = inputs.iter().all(|v| matches!(v, Val::Const { .. }));
+        if all_const && out.shape.numel().is_some_and(|n| n <= FOLD_LIMIT) {
+            let ts: Vec<&Tensor> = inputs
+                .iter()
+                .map(|v| match v {
+                    Val::Const { t, .. } => &**t,
+                    Val::Node(_) => unreachable!("checked all_const"),
+                })
+                .collect();
+            match rlx_cpu::eval_op(&op, &ts) {
+                Ok(t) => return Ok(Val::konst(t)),
+                Err(e) => invalid!("{e}"),
+            }
+        }
+        let ids: Vec<NodeId> = inputs.iter().map(|v| self.node(v)).collect();
+        let id = self.graph.push_node(Node {
+            op,
+            inputs: ids,
+            ty: out,
+            name: self.cur.clone(),
+        });
+        Ok(Val::Node(id))
+    }
+}
+
+impl Default for Ctx {
+    fn default() -> Self {
+        Ctx::new()
+    }
+}

@@ -1,0 +1,331 @@
+//! The driver: decode a model, bind initializers and inputs, map every node in order, and
+//! collect every unsupported node into one error.
+
+use crate::ctx::{Ctx, Fail, Val};
+use crate::dtype::{onnx_type_name, to_dtype};
+use crate::error::{OnnxError, UnsupportedNode};
+use crate::node::NodeIn;
+use crate::proto::{type_proto, GraphProto, ModelProto, ValueInfoProto};
+use crate::tensor::{to_tensor, ExternalData};
+use crate::{ImportOptions, OnnxModel};
+use rlx_ir::{Dim, Shape, TensorType};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The newest default-domain opset this importer knows (what onnx 1.23 emits).
+pub const MAX_OPSET: i64 = 28;
+/// The oldest default-domain opset this importer accepts.
+pub const MIN_OPSET: i64 = 7;
+
+/// A name's binding while mapping: a value, or the output of a node that failed.
+#[derive(Clone)]
+enum Slot {
+    Val(Val),
+    Poisoned,
+}
+
+/// Imports a decoded model.
+pub fn import(
+    model: &ModelProto,
+    file: &str,
+    ext: &mut ExternalData,
+    opts: &ImportOptions,
+) -> Result<OnnxModel, OnnxError> {
+    let model_err = |message: String| OnnxError::Model {
+        file: file.to_string(),
+        message,
+    };
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| model_err("the model has no graph".into()))?;
+    let mut opsets: HashMap<String, i64> = HashMap::new();
+    for o in &model.opset_import {
+        let domain = match o.domain() {
+            "" | "ai.onnx" => "ai.onnx",
+            d => d,
+        };
+        opsets.insert(domain.to_string(), o.version());
+    }
+    if model.opset_import.is_empty() {
+        return Err(model_err("the model imports no opset".into()));
+    }
+    let mut ctx = Ctx::new();
+    let mut scope: HashMap<String, Slot> = HashMap::new();
+
+    for init in &graph.initializer {
+        let name = init.name().to_string();
+        if name.is_empty() {
+            return Err(model_err("an initializer has no name".into()));
+        }
+        let t = to_tensor(init, ext).map_err(|message| OnnxError::Tensor {
+            file: file.to_string(),
+            name: name.clone(),
+            message,
+        })?;
+        let v = Val::Const {
+            t: Arc::new(t),
+            param: Some(name.clone()),
+        };
+        if scope.insert(name.clone(), Slot::Val(v)).is_some() {
+            return Err(model_err(format!("initializer `{name}` is defined twice")));
+        }
+    }
+    if let Some(s) = graph.sparse_initializer.first() {
+        let name = s.values.as_ref().map(|v| v.name()).unwrap_or("");
+        return Err(OnnxError::Unsupported {
+            file: file.to_string(),
+            nodes: vec![UnsupportedNode {
+                node: name.to_string(),
+                domain: "ai.onnx".into(),
+                op_type: "sparse_initializer".into(),
+                opset: *opsets.get("ai.onnx").unwrap_or(&0),
+                reason: "sparse initializers are not supported".into(),
+            }],
+        });
+    }
+    for input in &graph.input {
+        let name = input.name().to_string();
+        if scope.contains_key(&name) {
+            continue; // an initializer gives it a value (IR < 4 style)
+        }
+        let ty = value_type(input, &name).map_err(|reason| OnnxError::Unsupported {
+            file: file.to_string(),
+            nodes: vec![UnsupportedNode {
+                node: format!("graph input `{name}`"),
+                domain: "ai.onnx".into(),
+                op_type: "input".into(),
+                opset: *opsets.get("ai.onnx").unwrap_or(&0),
+                reason,
+            }],
+        })?;
+        let known = opts.known_inputs.get(&name).map(|t| Arc::new(t.clone()));
+        let v = ctx.input(&name, ty, known);
+        scope.insert(name, Slot::Val(v));
+    }
+
+    let unsupported = map_nodes(&mut ctx, graph, &opsets, &mut scope, file)?;
+    if !unsupported.is_empty() {
+        return Err(OnnxError::Unsupported {
+            file: file.to_string(),
+            nodes: unsupported,
+        });
+    }
+
+    for out in &graph.output {
+        let name = out.name();
+        let v = match scope.get(name) {
+            Some(Slot::Val(v)) => v.clone(),
+            _ => return Err(model_err(format!("graph output `{name}` is never computed"))),
+        };
+        check_declared(&ctx, &v, out).map_err(model_err)?;
+        ctx.cur = format!("output {name}");
+        let id = ctx.node(&v);
+        ctx.graph.output(name, id);
+    }
+    ctx.graph.verify().map_err(|source| OnnxError::Ir {
+        file: file.to_string(),
+        node: "(whole graph)".into(),
+        source,
+    })?;
+    let params = std::mem::take(&mut ctx.params);
+    drop(scope);
+    let params = params
+        .into_iter()
+        .map(|(n, t)| (n, Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone())))
+        .collect();
+    let mut opsets: Vec<(String, i64)> = opsets.into_iter().collect();
+    opsets.sort();
+    Ok(OnnxModel {
+        graph: ctx.graph,
+        params,
+        frozen_inputs: ctx.frozen,
+        opsets,
+        producer: format!("{} {}", model.producer_name(), model.producer_version()),
+    })
+}
+
+/// Maps every node of `graph` in order; returns the unsupported ones.
+fn map_nodes(
+    ctx: &mut Ctx,
+    graph: &GraphProto,
+    opsets: &HashMap<String, i64>,
+    scope: &mut HashMap<String, Slot>,
+    file: &str,
+) -> Result<Vec<UnsupportedNode>, OnnxError> {
+    let mut unsupported = Vec::new();
+    for (idx, node) in graph.node.iter().enumerate() {
+        let name = if node.name().is_empty() {
+            format!("{}#{idx}", node.op_type())
+        } else {
+            node.name().to_string()
+        };
+        let domain = match node.domain() {
+            "" | "ai.onnx" => "ai.onnx",
+            d => d,
+        };
+        let opset = opsets.get(domain).copied().unwrap_or(0);
+        let unsupported_node = |reason: String| UnsupportedNode {
+            node: name.clone(),
+            domain: domain.to_string(),
+            op_type: node.op_type().to_string(),
+            opset,
+            reason,
+        };
+        let node_err = |message: String| OnnxError::Model {
+            file: file.to_string(),
+            message: format!(
+                "node `{name}` ({domain}:{} opset {opset}): {message}",
+                node.op_type()
+            ),
+        };
+        let mut inputs = Vec::with_capacity(node.input.len());
+        let mut poisoned = false;
+        for i in &node.input {
+            if i.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            match scope.get(i) {
+                Some(Slot::Val(v)) => inputs.push(Some(v.clone())),
+                Some(Slot::Poisoned) => poisoned = true,
+                None => {
+                    return Err(node_err(format!(
+                        "input `{i}` is not defined before this node"
+                    )))
+                }
+            }
+        }
+        let result = if poisoned {
+            Err(None)
+        } else if !opsets.contains_key(domain) {
+            Err(Some(format!("domain `{domain}` is not imported by the model")))
+        } else if let Some(handler) = crate::ops::lookup(domain, node.op_type()) {
+            if domain == "ai.onnx" && !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
+                Err(Some(format!(
+                    "opset {opset} is outside the supported range {MIN_OPSET}..={MAX_OPSET}"
+                )))
+            } else {
+                ctx.cur = name.clone();
+                let n = NodeIn::new(node, name.clone(), opset, inputs);
+                match handler(ctx, &n) {
+                    Ok(outs) => {
+                        let unread = n.unread();
+                        if !unread.is_empty() {
+                            Err(Some(format!(
+                                "attribute(s) {} not implemented",
+                                unread.join(", ")
+                            )))
+                        } else {
+                            Ok(outs)
+                        }
+                    }
+                    Err(Fail::Unsupported(m)) => Err(Some(m)),
+                    Err(Fail::Invalid(m)) => return Err(node_err(m)),
+                }
+            }
+        } else {
+            Err(Some(format!("op `{}` is not supported", node.op_type())))
+        };
+        match result {
+            Ok(outs) => {
+                for (i, out) in node.output.iter().enumerate() {
+                    if out.is_empty() {
+                        continue;
+                    }
+                    match outs.get(i) {
+                        Some(v) => {
+                            scope.insert(out.clone(), Slot::Val(v.clone()));
+                        }
+                        None => {
+                            unsupported
+                                .push(unsupported_node(format!("output {i} is not implemented")));
+                            scope.insert(out.clone(), Slot::Poisoned);
+                        }
+                    }
+                }
+            }
+            Err(reason) => {
+                if let Some(reason) = reason {
+                    unsupported.push(unsupported_node(reason));
+                }
+                for out in &node.output {
+                    scope.insert(out.clone(), Slot::Poisoned);
+                }
+            }
+        }
+    }
+    Ok(unsupported)
+}
+
+/// The IR type of a graph input: dynamic dims become symbols (named by the model, or
+/// `NAME_dI` when it leaves them unnamed).
+fn value_type(v: &ValueInfoProto, name: &str) -> Result<TensorType, String> {
+    let Some(ty) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Err("has no type".into());
+    };
+    let type_proto::Value::TensorType(tt) = ty else {
+        return Err(format!(
+            "is a {} value; only tensors are supported",
+            match ty {
+                type_proto::Value::SequenceType(_) => "sequence",
+                type_proto::Value::MapType(_) => "map",
+                type_proto::Value::OptionalType(_) => "optional",
+                type_proto::Value::SparseTensorType(_) => "sparse tensor",
+                type_proto::Value::TensorType(_) => "tensor",
+            }
+        ));
+    };
+    let dtype = to_dtype(tt.elem_type())?;
+    let Some(shape) = tt.shape.as_ref() else {
+        return Err("has no shape (unknown rank is not supported)".into());
+    };
+    let mut dims = Vec::with_capacity(shape.dim.len());
+    for (i, d) in shape.dim.iter().enumerate() {
+        use crate::proto::tensor_shape_proto::dimension::Value as D;
+        dims.push(match &d.value {
+            Some(D::DimValue(n)) if *n >= 0 => Dim::Static(*n as usize),
+            Some(D::DimValue(n)) => return Err(format!("dim {i} is negative ({n})")),
+            Some(D::DimParam(p)) if !p.is_empty() => Dim::sym(p),
+            _ => Dim::sym(&format!("{name}_d{i}")),
+        });
+    }
+    Ok(TensorType::new(dtype, Shape(dims)))
+}
+
+/// Checks an output against the type the model declares (dtype and static dims).
+fn check_declared(ctx: &Ctx, v: &Val, decl: &ValueInfoProto) -> Result<(), String> {
+    let Some(type_proto::Value::TensorType(tt)) = decl.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return Ok(());
+    };
+    let got = ctx.ty(v);
+    if tt.elem_type() != 0 {
+        match to_dtype(tt.elem_type()) {
+            Ok(d) if d == got.dtype => {}
+            _ => {
+                return Err(format!(
+                    "output `{}` is declared {} but computes {}",
+                    decl.name(),
+                    onnx_type_name(tt.elem_type()),
+                    got.dtype
+                ))
+            }
+        }
+    }
+    if let Some(shape) = &tt.shape {
+        use crate::proto::tensor_shape_proto::dimension::Value as D;
+        let mismatch = shape.dim.len() != got.shape.rank()
+            || shape.dim.iter().zip(got.shape.dims()).any(|(d, g)| {
+                matches!((&d.value, g), (Some(D::DimValue(n)), Dim::Static(s)) if *n as usize != *s)
+            });
+        if mismatch {
+            return Err(format!(
+                "output `{}` computes shape {} which disagrees with its declaration",
+                decl.name(),
+                got.shape
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! Elementwise ops: the IR's unary and binary rows, variadic folds, casts, and activations
+//! decomposed into those rows.
+
+use crate::ctx::{invalid, unsupported, Ctx, Val, R};
+use crate::dtype::to_dtype;
+use crate::node::NodeIn;
+use rlx_ir::{BinaryOp, DType, UnaryOp};
+
+/// A mapper producing one value.
+fn one(v: Val) -> R<Vec<Val>> {
+    Ok(vec![v])
+}
+
+/// An op that is one IR unary row.
+pub fn unary(ctx: &mut Ctx, n: &NodeIn, u: UnaryOp) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let d = ctx.dtype(&x);
+    if !u.accepts(d) {
+        unsupported!("dtype {d} is not supported by {}", u.name());
+    }
+    one(ctx.unary(u, &x)?)
+}
+
+/// An op that is one IR binary row (numpy broadcasting, equal dtypes).
+pub fn binary(ctx: &mut Ctx, n: &NodeIn, b: BinaryOp) -> R<Vec<Val>> {
+    let (x, y) = (n.input(0)?, n.input(1)?);
+    let d = ctx.dtype(&x);
+    if !b.accepts(d) {
+        unsupported!("dtype {d} is not supported by {}", b.name());
+    }
+    one(ctx.binary(b, &x, &y)?)
+}
+
+/// `Max`, `Min`, `Sum`, `Mean`: a left fold over any number of inputs.
+pub fn variadic(ctx: &mut Ctx, n: &NodeIn, b: BinaryOp, mean: bool) -> R<Vec<Val>> {
+    let mut acc = n.input(0)?;
+    for i in 1..n.n_inputs() {
+        acc = ctx.binary(b, &acc, &n.input(i)?)?;
+    }
+    if mean {
+        acc = ctx.binary_scalar(BinaryOp::Div, &acc, n.n_inputs() as f64)?;
+    }
+    one(acc)
+}
+
+/// `Mod`: floored for `fmod=0` (integers), truncated for `fmod=1`.
+pub fn modulo(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let fmod = n.int("fmod", 0)?;
+    let b = if fmod == 1 { BinaryOp::FMod } else { BinaryOp::Mod };
+    binary(ctx, n, b)
+}
+
+/// `Pow`: the exponent may have another dtype; it is converted to the base's.
+pub fn pow(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, y) = (n.input(0)?, n.input(1)?);
+    let y = ctx.cast(&y, ctx.dtype(&x))?;
+    one(ctx.binary(BinaryOp::Pow, &x, &y)?)
+}
+
+/// `Identity`.
+pub fn identity(_ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    one(n.input(0)?)
+}
+
+/// `Cast` to the `to` attribute.
+pub fn cast(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let to = n.int_opt("to")?.ok_or_else(|| fail_attr("to"))?;
+    // `saturate` and `round_mode` only change float8 conversions, which have no IR dtype.
+    n.int("saturate", 1)?;
+    n.string("round_mode", "up")?;
+    let to = to_dtype(to as i32).map_err(crate::ctx::Fail::Unsupported)?;
+    one(ctx.cast(&x, to)?)
+}
+
+/// `CastLike`: cast to the dtype of the second input.
+pub fn cast_like(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, like) = (n.input(0)?, n.input(1)?);
+    n.int("saturate", 1)?;
+    n.string("round_mode", "up")?;
+    let d = ctx.dtype(&like);
+    one(ctx.cast(&x, d)?)
+}
+
+fn fail_attr(name: &str) -> crate::ctx::Fail {
+    crate::ctx::Fail::Invalid(format!("required attribute `{name}` is missing"))
+}
+
+/// `Clip`: bounds as inputs (opset 11+) or attributes (before).
+pub fn clip(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let (lo, hi) = if n.opset < 11 {
+        let lo = n.float("min", f32::MIN)?;
+        let hi = n.float("max", f32::MAX)?;
+        (
+            Some(ctx.scalar_like(&x, lo as f64)),
+            Some(ctx.scalar_like(&x, hi as f64)),
+        )
+    } else {
+        (n.opt(1), n.opt(2))
+    };
+    let mut y = x;
+    if let Some(lo) = lo {
+        y = ctx.binary(BinaryOp::Max, &y, &lo)?;
+    }
+    if let Some(hi) = hi {
+        y = ctx.binary(BinaryOp::Min, &y, &hi)?;
+    }
+    one(y)
+}
+
+/// `Where`.
+pub fn where_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    one(ctx.where_(&n.input(0)?, &n.input(1)?, &n.input(2)?)?)
+}
+
+/// `IsNaN`: x != x.
+pub fn is_nan(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    one(ctx.binary(BinaryOp::Ne, &x, &x)?)
+}
+
+/// `IsInf` with `detect_negative` / `detect_positive`.
+pub fn is_inf(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let neg = n.int("detect_negative", 1)? != 0;
+    let pos = n.int("detect_positive", 1)? != 0;
+    let pinf = ctx.binary_scalar(BinaryOp::Eq, &x, f64::INFINITY)?;
+    let ninf = ctx.binary_scalar(BinaryOp::Eq, &x, f64::NEG_INFINITY)?;
+    one(match (neg, pos) {
+        (true, true) => ctx.binary(BinaryOp::Or, &pinf, &ninf)?,
+        (false, true) => pinf,
+        (true, false) => ninf,
+        (false, false) => ctx.binary(BinaryOp::And, &pinf, &ninf)?,
+    })
+}
+
+/// `BitShift` as multiplication or division by a power of two (wrapping like the dtype).
+pub fn bit_shift(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, s) = (n.input(0)?, n.input(1)?);
+    let dir = n.string_opt("direction")?.ok_or_else(|| fail_attr("direction"))?;
+    let d = ctx.dtype(&x);
+    if d != DType::U8 {
+        unsupported!("BitShift on {d}: only unsigned types exist in ONNX and the IR has only u8");
+    }
+    // Work in i64 so that 2^s does not wrap before the shift.
+    let xi = ctx.cast(&x, DType::I64)?;
+    let si = ctx.cast(&s, DType::I64)?;
+    let two = ctx.scalar(DType::I64, 2.0);
+    let p = ctx.binary(BinaryOp::Pow, &two, &si)?;
+    let y = match dir.as_str() {
+        "LEFT" => ctx.mul(&xi, &p)?,
+        "RIGHT" => ctx.div(&xi, &p)?,
+        other => invalid!("direction `{other}` is neither LEFT nor RIGHT"),
+    };
+    one(ctx.cast(&y, d)?)
+}
+
+fn float_attr(n: &NodeIn, name: &str, default: f32) -> R<f64> {
+    Ok(n.float(name, default)? as f64)
+}
+
+/// Activations with closed forms over IR rows.
+pub fn activation(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    if !ctx.dtype(&x).is_float() {
+        unsupported!("dtype {} is not supported (float only)", ctx.dtype(&x));
+    }
+    let zero = ctx.scalar_like(&x, 0.0);
+    let y = match n.op_type() {
+        "LeakyRelu" => {
+            let a = float_attr(n, "alpha", 0.01)?;
+            let ax = ctx.binary_scalar(BinaryOp::Mul, &x, a)?;
+            let c = ctx.binary(BinaryOp::Ge, &x, &zero)?;
+            ctx.where_(&c, &x, &ax)?
+        }
+        "Elu" | "Celu" => {
+            let a = float_attr(n, "alpha", 1.0)?;
+            let xs = if n.op_type() == "Celu" {
+                ctx.binary_scalar(BinaryOp::Div, &x, a)?
+            } else {
+                x.clone()
+            };
+            let e = ctx.unary(UnaryOp::Exp, &xs)?;
+            let em1 = ctx.binary_scalar(BinaryOp::Sub, &e, 1.0)?;
+            let neg = ctx.binary_scalar(BinaryOp::Mul, &em1, a)?;
+            let c = ctx.binary(BinaryOp::Gt, &x, &zero)?;
+            ctx.where_(&c, &x, &neg)?
+        }
+        "Selu" => {
+            let a = float_attr(n, "alpha", 1.673_263_2)?;
+            let g = float_attr(n, "gamma", 1.050_701)?;
+            let e = ctx.unary(UnaryOp::Exp, &x)?;
+            let em1 = ctx.binary_scalar(BinaryOp::Sub, &e, 1.0)?;
+            let neg = ctx.binary_scalar(BinaryOp::Mul, &em1, a)?;
+            let c = ctx.binary(BinaryOp::Gt, &x, &zero)?;
+            let y = ctx.where_(&c, &x, &neg)?;
+            ctx.binary_scalar(BinaryOp::Mul, &y, g)?
+        }
+        "HardSigmoid" => {
+            let a = float_attr(n, "alpha", 0.2)?;
+            let b = float_attr(n, "beta", 0.5)?;
+            hard_sigmoid(ctx, &x, a, b)?
+        }
+        "HardSwish" => {
+            let h = hard_sigmoid(ctx, &x, 1.0 / 6.0, 0.5)?;
+            ctx.mul(&x, &h)?
+        }
+        "Softplus" => {
+            let e = ctx.unary(UnaryOp::Exp, &x)?;
+            let e1 = ctx.binary_scalar(BinaryOp::Add, &e, 1.0)?;
+            ctx.unary(UnaryOp::Log, &e1)?
+        }
+        "Softsign" => {
+            let a = ctx.unary(UnaryOp::Abs, &x)?;
+            let a1 = ctx.binary_scalar(BinaryOp::Add, &a, 1.0)?;
+            ctx.div(&x, &a1)?
+        }
+        "ThresholdedRelu" => {
+            let a = float_attr(n, "alpha", 1.0)?;
+            let c = ctx.binary_scalar(BinaryOp::Gt, &x, a)?;
+            ctx.where_(&c, &x, &zero)?
+        }
+        "Shrink" => {
+            let bias = float_attr(n, "bias", 0.0)?;
+            let l = float_attr(n, "lambd", 0.5)?;
+            let lo = ctx.binary_scalar(BinaryOp::Lt, &x, -l)?;
+            let hi = ctx.binary_scalar(BinaryOp::Gt, &x, l)?;
+            let xb = ctx.binary_scalar(BinaryOp::Add, &x, bias)?;
+            let xs = ctx.binary_scalar(BinaryOp::Sub, &x, bias)?;
+            let y = ctx.where_(&hi, &xs, &zero)?;
+            ctx.where_(&lo, &xb, &y)?
+        }
+        "Mish" => {
+            let e = ctx.unary(UnaryOp::Exp, &x)?;
+            let e1 = ctx.binary_scalar(BinaryOp::Add, &e, 1.0)?;
+            let sp = ctx.unary(UnaryOp::Log, &e1)?;
+            let t = ctx.unary(UnaryOp::Tanh, &sp)?;
+            ctx.mul(&x, &t)?
+        }
+        "Swish" => {
+            let a = float_attr(n, "alpha", 1.0)?;
+            let ax = ctx.binary_scalar(BinaryOp::Mul, &x, a)?;
+            let s = ctx.unary(UnaryOp::Sigmoid, &ax)?;
+            ctx.mul(&x, &s)?
+        }
+        "Gelu" => match n.string("approximate", "none")?.as_str() {
+            "none" => ctx.unary(UnaryOp::Gelu, &x)?,
+            "tanh" => ctx.unary(UnaryOp::GeluTanh, &x)?,
+            other => invalid!("approximate `{other}` is neither none nor tanh"),
+        },
+        other => unsupported!("activation {other} is not implemented"),
+    };
+    one(y)
+}
+
+fn hard_sigmoid(ctx: &mut Ctx, x: &Val, a: f64, b: f64) -> R<Val> {
+    let ax = ctx.binary_scalar(BinaryOp::Mul, x, a)?;
+    let y = ctx.binary_scalar(BinaryOp::Add, &ax, b)?;
+    let y = ctx.binary_scalar(BinaryOp::Max, &y, 0.0)?;
+    ctx.binary_scalar(BinaryOp::Min, &y, 1.0)
+}
+
+/// `PRelu`: slope broadcast to x.
+pub fn prelu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, slope) = (n.input(0)?, n.input(1)?);
+    let zero = ctx.scalar_like(&x, 0.0);
+    let c = ctx.binary(BinaryOp::Lt, &x, &zero)?;
+    let sx = ctx.mul(&x, &slope)?;
+    one(ctx.where_(&c, &sx, &x)?)
+}
