@@ -55,3 +55,145 @@ pub fn random_bindings(
     }
     (inputs, params)
 }
+
+use crate::{run_program_reference, CpuError, CpuOptions, CpuProgram};
+use rlx_ir::kernel::{Buffer, BufferId, Kernel, LibraryKernel, LoopKernel, View};
+use rlx_ir::{DType, Op, Shape, TensorType};
+
+/// A row-major view over `shape` (offset 0).
+pub fn contiguous_view(shape: &[usize]) -> View {
+    View {
+        offset: 0,
+        strides: rlx_ir::contiguous_strides(shape)
+            .into_iter()
+            .map(|s| s as isize)
+            .collect(),
+    }
+}
+
+/// A view reading a row-major `in_shape` tensor broadcast (numpy rules) to `out_shape`.
+pub fn broadcast_view(in_shape: &[usize], out_shape: &[usize]) -> View {
+    View {
+        offset: 0,
+        strides: crate::interp::index::broadcast_strides(in_shape, out_shape)
+            .into_iter()
+            .map(|s| s as isize)
+            .collect(),
+    }
+}
+
+/// Builds kernel programs by hand for tests: buffers, kernels and outputs.
+#[derive(Debug, Default)]
+pub struct ProgramBuilder {
+    /// the program so far
+    pub program: KernelProgram,
+}
+
+impl ProgramBuilder {
+    /// An empty program.
+    pub fn new() -> ProgramBuilder {
+        ProgramBuilder::default()
+    }
+
+    fn buffer(&mut self, dtype: DType, shape: &[usize], kind: BufferKind, alias_of: Option<BufferId>) -> BufferId {
+        self.program.buffers.push(Buffer {
+            ty: TensorType::new(dtype, Shape::of(shape)),
+            kind,
+            alias_of,
+        });
+        self.program.buffers.len() - 1
+    }
+
+    /// A run-time input.
+    pub fn input(&mut self, name: &str, dtype: DType, shape: &[usize]) -> BufferId {
+        self.buffer(dtype, shape, BufferKind::Input(name.into()), None)
+    }
+
+    /// A param.
+    pub fn param(&mut self, name: &str, dtype: DType, shape: &[usize]) -> BufferId {
+        self.buffer(dtype, shape, BufferKind::Param(name.into()), None)
+    }
+
+    /// A constant.
+    pub fn constant(&mut self, t: Tensor) -> BufferId {
+        let (d, s) = (t.dtype(), t.shape().to_vec());
+        self.buffer(d, &s, BufferKind::Constant(Arc::new(t)), None)
+    }
+
+    /// A temporary.
+    pub fn temp(&mut self, dtype: DType, shape: &[usize]) -> BufferId {
+        self.buffer(dtype, shape, BufferKind::Temp, None)
+    }
+
+    /// A row-major reinterpretation of `of` with another shape.
+    pub fn alias(&mut self, of: BufferId, shape: &[usize]) -> BufferId {
+        let dtype = self.program.buffers[of].ty.dtype;
+        self.buffer(dtype, shape, BufferKind::Temp, Some(of))
+    }
+
+    /// Appends a loop kernel writing a new temp of its shape and dtype; returns the temp.
+    pub fn push_loop(&mut self, mut k: LoopKernel) -> BufferId {
+        let out = self.temp(k.out_dtype(), &k.shape.clone());
+        k.output = out;
+        self.program.kernels.push(Kernel::Loop(k));
+        out
+    }
+
+    /// Appends a library kernel writing a new temp (the epilogue's type when there is one,
+    /// else the op's inferred type); returns the temp.
+    ///
+    /// # Errors
+    /// Operands the op rejects.
+    pub fn push_library(
+        &mut self,
+        name: &str,
+        op: Op,
+        inputs: &[BufferId],
+        epilogue: Option<LoopKernel>,
+    ) -> Result<BufferId, CpuError> {
+        let tys: Vec<&TensorType> = inputs.iter().map(|&b| &self.program.buffers[b].ty).collect();
+        let (dtype, shape) = crate::check::library_result(&op, &tys)?;
+        let out = match &epilogue {
+            Some(e) => self.temp(e.out_dtype(), &e.shape.clone()),
+            None => self.temp(dtype, &shape),
+        };
+        self.program.kernels.push(Kernel::Library(LibraryKernel {
+            name: name.into(),
+            op,
+            inputs: inputs.to_vec(),
+            output: out,
+            epilogue,
+        }));
+        Ok(out)
+    }
+
+    /// Names a buffer as an output.
+    pub fn output(&mut self, name: &str, b: BufferId) {
+        self.program.outputs.push((name.into(), b));
+    }
+
+    /// The finished program.
+    pub fn finish(self) -> KernelProgram {
+        self.program
+    }
+}
+
+/// Runs `p` on the fast path and on the reference interpreter with the same random
+/// bindings and returns the worst [`rel_l2`] over the outputs.
+///
+/// # Errors
+/// Compilation or run failures of either path.
+pub fn compare_with_reference(p: &KernelProgram, opts: &CpuOptions, seed: u64) -> Result<f64, CpuError> {
+    let (inputs, params) = random_bindings(p, seed);
+    let want = run_program_reference(p, &inputs, &params)?;
+    let got = CpuProgram::compile(p.clone(), opts)?.run(&inputs, &params)?;
+    Ok(got
+        .iter()
+        .zip(&want)
+        .map(|((n1, a), (n2, b))| {
+            assert_eq!(n1, n2, "output order");
+            assert_eq!(a.dtype(), b.dtype(), "output `{n1}` dtype");
+            rel_l2(a, b)
+        })
+        .fold(0.0, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }))
+}

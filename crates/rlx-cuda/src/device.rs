@@ -184,6 +184,43 @@ impl CudaDevice {
     }
 }
 
+impl CudaDevice {
+    /// Records a timing event on the stream.
+    ///
+    /// # Errors
+    /// The driver refuses.
+    pub fn record(&self) -> Result<Event, CudaError> {
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| CudaError::driver("cuEventCreate", e))?;
+        // SAFETY: both handles are valid.
+        unsafe { result::event::record(event, self.stream) }.map_err(|e| CudaError::driver("cuEventRecord", e))?;
+        Ok(Event { event })
+    }
+
+    /// Milliseconds between two recorded events (waits for the second).
+    ///
+    /// # Errors
+    /// The driver refuses.
+    pub fn elapsed_ms(&self, start: &Event, end: &Event) -> Result<f32, CudaError> {
+        // SAFETY: both events were recorded on this device's stream.
+        unsafe {
+            result::event::synchronize(end.event).map_err(|e| CudaError::driver("cuEventSynchronize", e))?;
+            result::event::elapsed(start.event, end.event).map_err(|e| CudaError::driver("cuEventElapsedTime", e))
+        }
+    }
+}
+
+/// A timing event; destroyed on drop.
+pub struct Event {
+    event: sys::CUevent,
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created once, destroyed once.
+        let _ = unsafe { result::event::destroy(self.event) };
+    }
+}
+
 /// A loaded module; unloaded on drop.
 pub struct Module {
     module: sys::CUmodule,

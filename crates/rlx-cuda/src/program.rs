@@ -1,7 +1,7 @@
 //! A compiled CUDA program: planned steps, one NVRTC module, prepared GEMMs, one planned
 //! arena for every intermediate, fixed device buffers for inputs, constants and weights, and
-//! pinned staging. The first run captures the whole run (input copies, kernels, GEMMs,
-//! output copies) as a CUDA graph; later runs replay it.
+//! pinned staging. The first run captures every kernel and GEMM as one CUDA graph; later
+//! runs copy inputs in, replay it, and copy outputs out.
 
 use crate::blas::{Blas, PreparedGemm};
 use crate::codegen::{program_source, ArgRef, Target};
@@ -80,7 +80,6 @@ pub struct CudaProgram {
     params: Vec<(String, usize, Arc<WeightSlot>)>,
     outputs: Vec<(String, usize, usize)>,
     state: Mutex<RunState>,
-    options: CudaOptions,
     /// compile facts
     pub stats: CompileStats,
 }
@@ -247,7 +246,6 @@ impl CudaProgram {
             params,
             outputs,
             state: Mutex::new(state),
-            options: options.clone(),
             stats,
         })
     }
@@ -285,13 +283,8 @@ impl CudaProgram {
         }
     }
 
-    /// Enqueues the whole run: input copies from staging, every step, output copies.
-    fn enqueue(&self, state: &mut RunState) -> Result<(), CudaError> {
-        let mut off = 0;
-        for (_, _, buf, bytes) in &self.inputs {
-            self.device.upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
-            off += bytes;
-        }
+    /// Enqueues every step (the part captured as a CUDA graph).
+    fn enqueue_steps(&self) -> Result<(), CudaError> {
         for (i, step) in self.plan.steps.iter().enumerate() {
             match step {
                 Step::Kernel(k) => {
@@ -309,13 +302,42 @@ impl CudaProgram {
                 }
             }
         }
-        let mut off = 0;
-        for (_, b, bytes) in &self.outputs {
-            let src = self.addr(ArgRef::Buffer(*b));
-            self.device.download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
-            off += bytes;
-        }
         Ok(())
+    }
+
+    /// Runs the steps: replays the captured graph, capturing it first when allowed.
+    fn launch_steps(&self, state: &mut RunState) -> Result<(), CudaError> {
+        if state.graph.is_none() && state.graphs_ok {
+            self.device.begin_capture()?;
+            let enqueued = self.enqueue_steps();
+            let captured = self.device.end_capture();
+            match (enqueued, captured) {
+                (Ok(()), Ok(g)) => state.graph = Some(g),
+                _ => state.graphs_ok = false,
+            }
+        }
+        match &state.graph {
+            Some(g) => self.device.replay(g),
+            None => self.enqueue_steps(),
+        }
+    }
+
+    /// Times `iters` runs of the steps alone with device events (inputs and weights stay
+    /// where the last [`CudaProgram::run`] put them), in milliseconds per run.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn time_steps(&self, iters: usize) -> Result<Vec<f64>, CudaError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.device.bind()?;
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let start = self.device.record()?;
+            self.launch_steps(&mut state)?;
+            let end = self.device.record()?;
+            times.push(self.device.elapsed_ms(&start, &end)? as f64);
+        }
+        Ok(times)
     }
 
     /// Runs with inputs by name and weights by name.
@@ -342,18 +364,17 @@ impl CudaProgram {
             state.staging_in.as_mut_slice()[off..off + bytes].copy_from_slice(tensor_bytes(t));
             off += bytes;
         }
-        if state.graph.is_none() && state.graphs_ok {
-            self.device.begin_capture()?;
-            let enqueued = self.enqueue(&mut state);
-            let captured = self.device.end_capture();
-            match (enqueued, captured) {
-                (Ok(()), Ok(g)) => state.graph = Some(g),
-                _ => state.graphs_ok = false,
-            }
+        let mut off = 0;
+        for (_, _, buf, bytes) in &self.inputs {
+            self.device.upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
+            off += bytes;
         }
-        match &state.graph {
-            Some(g) => self.device.replay(g)?,
-            None => self.enqueue(&mut state)?,
+        self.launch_steps(&mut state)?;
+        let mut off = 0;
+        for (_, b, bytes) in &self.outputs {
+            let src = self.addr(ArgRef::Buffer(*b));
+            self.device.download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
+            off += bytes;
         }
         self.device.sync()?;
         let mut out = Vec::with_capacity(self.outputs.len());
@@ -365,7 +386,6 @@ impl CudaProgram {
             out.push((name.clone(), Tensor::new(shape, data).map_err(|e| CudaError::Invalid(format!("output {name}: {e}")))?));
             off += bytes;
         }
-        let _ = &self.options;
         Ok(out)
     }
 }

@@ -100,6 +100,11 @@ impl DedicatedCache {
         }
     }
 
+    /// The block behind a slot.
+    pub fn block(&self, id: SlotId) -> Option<&Block> {
+        self.slots.get(id as usize)?.as_ref().map(|s| &s.block)
+    }
+
     /// Whether `id` names a block in use.
     pub fn is_in_use(&self, id: SlotId) -> bool {
         self.slots

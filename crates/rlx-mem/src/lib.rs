@@ -15,6 +15,8 @@
 //! Allocation traces replay through layer 2 on the CPU ([`replay_file`]), which measures
 //! fragmentation and speed without a GPU.
 
+#![warn(missing_docs)]
+
 mod align;
 mod arena;
 mod dedicated;

@@ -236,6 +236,21 @@ impl SubAllocator {
         before - self.stats.bytes_reserved
     }
 
+    /// The provider block holding an allocation (a buffer handle for APIs that need one);
+    /// the allocation starts `allocation.addr() - block.addr` bytes into it.
+    pub fn block_of(&self, allocation: &Allocation) -> Option<&Block> {
+        if allocation.owner != self.id {
+            return None;
+        }
+        match allocation.place {
+            Place::Pooled(node) => {
+                let region = self.tlsf.node(node).2;
+                self.blocks.get(region as usize)?.as_ref().map(|p| &p.block)
+            }
+            Place::Dedicated(slot) => self.dedicated.block(slot),
+        }
+    }
+
     /// Current counters.
     pub fn stats(&self) -> Stats {
         let mut stats = self.stats;

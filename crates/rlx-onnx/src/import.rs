@@ -273,6 +273,7 @@ fn value_type(v: &ValueInfoProto, name: &str) -> Result<TensorType, String> {
                 type_proto::Value::OptionalType(_) => "optional",
                 type_proto::Value::SparseTensorType(_) => "sparse tensor",
                 type_proto::Value::TensorType(_) => "tensor",
+                type_proto::Value::OpaqueType(_) => "opaque",
             }
         ));
     };

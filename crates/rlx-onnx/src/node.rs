@@ -34,7 +34,7 @@ impl<'a> NodeIn<'a> {
 
     /// The op type, e.g. `Conv`.
     pub fn op_type(&self) -> &str {
-        &self.proto.op_type
+        self.proto.op_type()
     }
 
     /// Required input `i`.

@@ -31,12 +31,12 @@ impl ExternalData {
         let mut offset = 0usize;
         let mut length = None;
         for e in &t.external_data {
-            let v = e.value.as_str();
+            let v = e.value();
             let num = || {
                 v.parse::<usize>()
-                    .map_err(|_| format!("external data `{}` is not a number: `{v}`", e.key))
+                    .map_err(|_| format!("external data `{}` is not a number: `{v}`", e.key()))
             };
-            match e.key.as_str() {
+            match e.key() {
                 "location" => location = Some(v.to_string()),
                 "offset" => offset = num()?,
                 "length" => length = Some(num()?),
@@ -106,14 +106,16 @@ pub fn proto_shape(t: &TensorProto) -> Result<Vec<usize>, String> {
 /// Unsupported element types (strings, uint16, ...), data that does not match the dims, or
 /// unreadable external data; the message names what is wrong.
 pub fn to_tensor(t: &TensorProto, ext: &mut ExternalData) -> Result<Tensor, String> {
-    let dtype = to_dtype(t.data_type)?;
+    let dtype = to_dtype(t.data_type())?;
     let shape = proto_shape(t)?;
     let numel: usize = shape.iter().product();
-    let data = if t.data_location == DataLocation::External as i32 {
+    let data = if t.data_location() == DataLocation::External {
         let (map, off, len) = ext.bytes(t)?;
         from_raw(dtype, &map[off..off + len], numel)?
-    } else if !t.raw_data.is_empty() || numel == 0 {
-        from_raw(dtype, &t.raw_data, numel)?
+    } else if let Some(raw) = t.raw_data.as_ref().filter(|r| !r.is_empty() || numel == 0) {
+        from_raw(dtype, raw, numel)?
+    } else if numel == 0 {
+        from_raw(dtype, &[], 0)?
     } else {
         from_fields(t, dtype, numel)?
     };

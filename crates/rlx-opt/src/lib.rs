@@ -30,3 +30,6 @@ pub use passes::dce::dce;
 pub use passes::fold::{elementwise_eval, fold, Evaluator, FOLD_MAX_ELEMENTS};
 pub use passes::simplify::simplify;
 pub use passes::{optimize, optimize_with, PASSES};
+
+#[cfg(test)]
+mod test_util;

@@ -151,20 +151,6 @@ impl<'a> DataMut<'a> {
         dispatch!(self, DataMut, s => as_bytes_mut(s))
     }
 
-    /// A shared view of the same elements.
-    pub fn as_data(&self) -> Data<'_> {
-        match self {
-            DataMut::F32(s) => Data::F32(s),
-            DataMut::F64(s) => Data::F64(s),
-            DataMut::F16(s) => Data::F16(s),
-            DataMut::BF16(s) => Data::BF16(s),
-            DataMut::I8(s) => Data::I8(s),
-            DataMut::U8(s) => Data::U8(s),
-            DataMut::I32(s) => Data::I32(s),
-            DataMut::I64(s) => Data::I64(s),
-        }
-    }
-
     /// The same elements, shared, for the rest of the borrow.
     pub fn into_data(self) -> Data<'a> {
         match self {

@@ -16,7 +16,7 @@ pub fn emit(ctx: &LibCtx, op: ArgOp, axis: usize) -> Result<EmittedKernel, Strin
     let inner = numel(&shape[axis + 1..]);
     let rows = numel(&shape[..axis]) * inner;
     let t = compute(*dtype);
-    let ity = if numel(shape) < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if numel(shape) < (1 << 30) { "int" } else { "long long" };
     let cmp = match op {
         ArgOp::ArgMax => ">",
         ArgOp::ArgMin => "<",

@@ -54,7 +54,7 @@ pub fn im2col(label: &str, ctx: &LibCtx, p: &Conv2dParams, col: ArgRef) -> Emitt
     let (kh, kw) = (w[2], w[3]);
     let (oh, ow) = (out[2], out[3]);
     let total = x[0] * x[1] * kh * kw * oh * ow;
-    let ity = if total.max(numel(x)) < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if total.max(numel(x)) < (1 << 30) { "int" } else { "long long" };
     let s = storage(*dtype);
     let text = format!(
         "extern \"C\" __global__ void __launch_bounds__(256) RLX_FN(const {s}* __restrict__ x, {s}* __restrict__ col) {{\n\
@@ -89,7 +89,7 @@ pub fn im2col(label: &str, ctx: &LibCtx, p: &Conv2dParams, col: ArgRef) -> Emitt
 pub fn bias_epilogue(label: &str, ctx: &LibCtx, geo: &ConvGeometry, src: ArgRef, has_bias: bool) -> Result<EmittedKernel, String> {
     let dtype = ctx.result.0;
     let n = numel(&ctx.result.1);
-    let ity = if n < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if n < (1 << 30) { "int" } else { "long long" };
     let t = compute(dtype);
     let s = storage(dtype);
     let bias = if has_bias {

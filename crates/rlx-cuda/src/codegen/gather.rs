@@ -16,7 +16,7 @@ pub fn emit(ctx: &LibCtx, axis: usize) -> Result<EmittedKernel, String> {
     let dim = shape[axis];
     let post = numel(&shape[axis + 1..]);
     let n = numel(&ctx.result.1);
-    let ity = if numel(shape).max(n) < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if numel(shape).max(n) < (1 << 30) { "int" } else { "long long" };
     let store = ctx.store("idx", "v", ity)?;
     let text = format!(
         "extern \"C\" __global__ void __launch_bounds__(256) RLX_FN({ins}{outs}) {{\n\

@@ -86,7 +86,7 @@ pub fn offset(base: &str, prefix: &str, strides: &[isize]) -> String {
 /// The integer type indices need: `int` when every index and offset fits in 31 bits.
 pub fn index_type(max_linear: usize, views: &[(usize, &[usize], &[isize])]) -> &'static str {
     let limit = i32::MAX as usize;
-    let fits = max_linear < limit
+    let fits = max_linear < (1 << 30)
         && views.iter().all(|(off, dims, strides)| {
             let span: usize = dims
                 .iter()

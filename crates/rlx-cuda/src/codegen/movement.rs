@@ -16,7 +16,7 @@ pub fn concat(ctx: &LibCtx, axis: usize) -> Result<EmittedKernel, String> {
     let n = numel(out);
     let post = numel(&out[axis + 1..]);
     let total = out[axis];
-    let ity = if n < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if n < (1 << 30) { "int" } else { "long long" };
     let mut choose = String::new();
     let mut start = 0usize;
     for (i, (dtype, shape)) in ctx.inputs.iter().enumerate() {
@@ -53,7 +53,7 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
     let (dtype, shape) = &ctx.inputs[0];
     let out = &ctx.result.1;
     let n = numel(out);
-    let ity = if n.max(numel(shape)) < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if n.max(numel(shape)) < (1 << 30) { "int" } else { "long long" };
     let in_strides = contiguous(shape);
     let mut body = coords("idx", "c", out, ity);
     body += &format!("{ity} src = 0;\nbool inside = true;\n");

@@ -28,7 +28,7 @@ pub fn emit(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<EmittedK
     let norm = &shape[axis..];
     let len = numel(norm);
     let t = compute(*dtype);
-    let ity = if numel(shape) < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if numel(shape) < (1 << 30) { "int" } else { "long long" };
     let n_params = if layer { 2 } else { 1 };
     let mut views = vec![contiguous(norm)];
     for p in 1..=n_params {

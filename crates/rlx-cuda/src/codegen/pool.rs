@@ -17,7 +17,7 @@ pub fn pool2d(ctx: &LibCtx, p: &Pool2dParams) -> Result<EmittedKernel, String> {
     let (oh, ow) = (out[2], out[3]);
     let n = numel(out);
     let t = compute(*dtype);
-    let ity = if n.max(numel(shape)) < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if n.max(numel(shape)) < (1 << 30) { "int" } else { "long long" };
     let [sh, sw] = p.stride;
     let [dh, dw] = p.dilation;
     let [kh, kw] = p.kernel;
@@ -88,7 +88,7 @@ pub fn global(ctx: &LibCtx, kind: PoolKind) -> Result<EmittedKernel, String> {
     let planes = shape[0] * shape[1];
     let hw = shape[2] * shape[3];
     let t = compute(*dtype);
-    let ity = if numel(shape) < i32::MAX as usize { "int" } else { "long long" };
+    let ity = if numel(shape) < (1 << 30) { "int" } else { "long long" };
     let x = load(*dtype, "in0[row * HW + j]").replace("HW", &hw.to_string());
     let (init, fold, reduce, result) = match kind {
         PoolKind::Max => (literal(*dtype, f64::NEG_INFINITY), format!("acc = rlx_max(acc, {x})"), "rlx_warp_max", "acc".to_string()),

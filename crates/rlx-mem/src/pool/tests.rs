@@ -133,6 +133,10 @@ fn dedicated_blocks_are_exact_reused_and_released() {
     );
     let small = alloc.alloc(299_000, 256).unwrap();
     assert!(!small.is_dedicated());
+    let block = alloc.block_of(&big).unwrap();
+    assert_eq!((block.addr, block.size), (big.addr(), 5_000_192));
+    let block = alloc.block_of(&small).unwrap();
+    assert!(small.addr() >= block.addr && small.addr() + small.size() <= block.addr + block.size);
     alloc.free(big).unwrap();
     // A slightly smaller request reuses the cached block; no provider call.
     let allocs = probe.stats().allocs;

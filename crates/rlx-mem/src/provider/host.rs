@@ -7,8 +7,9 @@ use super::{Block, BlockProvider, ProviderStats};
 use crate::align::{align_up, check_align};
 use crate::MemError;
 
-/// Virtual bytes reserved per growable block; only committed pages cost memory.
-const DEFAULT_WINDOW: usize = 64 << 30;
+/// Virtual bytes reserved per growable block; only committed pages cost memory. A block that
+/// outgrows its window makes the pool add a new block instead.
+const DEFAULT_WINDOW: usize = 16 << 30;
 
 /// Provides host RAM. Blocks from the reservation path can grow in place, so a pool over this
 /// provider keeps one contiguous range as it grows.
@@ -37,6 +38,12 @@ impl HostProvider {
             growable: false,
             ..Self::new()
         }
+    }
+
+    /// Sets how far one block may grow in place (virtual address space reserved per block).
+    pub fn with_growth_window(mut self, bytes: usize) -> Self {
+        self.window = bytes;
+        self
     }
 
     /// Refuses to hold more than `bytes` at once.
@@ -293,6 +300,15 @@ mod tests {
         }
         provider.free(block);
         assert_eq!(provider.stats().live_bytes, 0);
+    }
+
+    #[test]
+    fn growth_stops_at_the_window() {
+        let mut provider = HostProvider::new().with_growth_window(8 << 20);
+        let mut block = provider.alloc(1 << 20, 256, false).unwrap();
+        assert_eq!(provider.grow(&mut block, 6 << 20).unwrap(), vm::SUPPORTED);
+        assert!(!provider.grow(&mut block, 9 << 20).unwrap());
+        provider.free(block);
     }
 
     #[test]

@@ -17,10 +17,10 @@ pub struct ReplayArgs {
     trace: PathBuf,
     /// Block size the sub-allocator asks its provider for, in bytes.
     #[arg(long)]
-    block_size: Option<u64>,
+    block_size: Option<usize>,
     /// Requests above this many bytes get a dedicated block.
     #[arg(long)]
-    dedicated_threshold: Option<u64>,
+    dedicated_threshold: Option<usize>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,

@@ -15,7 +15,6 @@ const PAR_BYTES: usize = 1 << 16;
 #[derive(Debug, Clone)]
 pub(crate) struct GatherPlan {
     pub axis: usize,
-    pub outer: usize,
     pub n: usize,
     /// bytes per gathered row
     pub row: usize,
@@ -24,10 +23,9 @@ pub(crate) struct GatherPlan {
 impl GatherPlan {
     /// Plans `data.take(indices, axis)` for data of `shape` and elements of `elem` bytes.
     pub fn new(axis: usize, shape: &[usize], elem: usize) -> GatherPlan {
-        let (outer, n, inner) = split_axis(shape, axis);
+        let (_, n, inner) = split_axis(shape, axis);
         GatherPlan {
             axis,
-            outer,
             n,
             row: inner * elem,
         }

@@ -85,11 +85,6 @@ impl Space {
         }
     }
 
-    /// Number of points.
-    pub fn numel(&self) -> usize {
-        self.dims.iter().product()
-    }
-
     /// Element offset of point `flat` for input `k`.
     pub fn offset(&self, k: usize, mut flat: usize) -> isize {
         let mut off = 0;

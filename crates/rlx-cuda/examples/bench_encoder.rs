@@ -1,0 +1,161 @@
+//! A BERT-shaped encoder (all-MiniLM-L6-v2 shapes: hidden 384, 6 layers, 12 heads, FFN
+//! 1536, sequence 128) built with the rlx-ir builder, fp16, random weights, timed on the
+//! CUDA device: median and p90 of device time per run (CUDA-graph replay, inputs resident)
+//! and of a whole run with copies, launches per run and compile time.
+//!
+//! `cargo run --release -p rlx-cuda --example bench_encoder -- --batches 1,32,256
+//! --iters 100 --warmup 20 [--dump DIR]`. `--dump` writes the weights, the batch-1 input and
+//! RLX's batch-1 output as raw little-endian files plus `manifest.txt`, so
+//! `scripts/bench/encoder_torch.py --weights DIR` runs PyTorch on the same numbers.
+
+mod common;
+
+use common::{arg, lower_for_cuda, quantile, require_device};
+use rlx_cuda::weights::{tensor_bytes, WeightCache};
+use rlx_cuda::{CudaOptions, CudaProgram};
+use rlx_ir::{DType, Graph, NodeId, Shape, SplitMix64, Tensor, UnaryOp};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+const HIDDEN: usize = 384;
+const LAYERS: usize = 6;
+const HEADS: usize = 12;
+const FFN: usize = 1536;
+const SEQ: usize = 128;
+
+struct Model {
+    graph: Graph,
+    params: HashMap<String, Arc<Tensor>>,
+    order: Vec<String>,
+}
+
+fn weight(m: &mut Model, name: &str, shape: &[usize], scale: f64, offset: f64, seed: &mut SplitMix64) -> NodeId {
+    let t = Tensor::random(DType::F32, shape, seed.next_u64());
+    let t = Tensor::from_f64(DType::F16, shape, t.to_f64_vec().into_iter().map(|v| v * scale + offset)).expect("sizes");
+    m.params.insert(name.into(), Arc::new(t));
+    m.order.push(name.into());
+    m.graph.param(name, DType::F16, Shape::of(shape))
+}
+
+/// The encoder for `batch` sequences; weights come from a fixed seed (same for every batch).
+fn encoder(batch: usize) -> Model {
+    let mut m = Model { graph: Graph::new(), params: HashMap::new(), order: Vec::new() };
+    let mut seed = SplitMix64(42);
+    let hd = HIDDEN / HEADS;
+    let mut x = m.graph.input("hidden", DType::F16, Shape::of(&[batch, SEQ, HIDDEN]));
+    let w_scale = 1.0 / (HIDDEN as f64).sqrt();
+    for l in 0..LAYERS {
+        let mut proj = |m: &mut Model, name: &str, x: NodeId, k: usize, n: usize, seed: &mut SplitMix64| {
+            let w = weight(m, &format!("l{l}.{name}.w"), &[k, n], w_scale, 0.0, seed);
+            let b = weight(m, &format!("l{l}.{name}.b"), &[n], 0.02, 0.0, seed);
+            let y = m.graph.matmul(x, w).unwrap();
+            m.graph.add(y, b).unwrap()
+        };
+        let heads = |m: &mut Model, y: NodeId| {
+            let y = m.graph.reshape(y, Shape::of(&[batch, SEQ, HEADS, hd])).unwrap();
+            m.graph.transpose(y, &[0, 2, 1, 3]).unwrap()
+        };
+        let q = proj(&mut m, "q", x, HIDDEN, HIDDEN, &mut seed);
+        let q = heads(&mut m, q);
+        let k = proj(&mut m, "k", x, HIDDEN, HIDDEN, &mut seed);
+        let k = heads(&mut m, k);
+        let v = proj(&mut m, "v", x, HIDDEN, HIDDEN, &mut seed);
+        let v = heads(&mut m, v);
+        let a = m.graph.attention(q, k, v, None, false, None).unwrap();
+        let a = m.graph.transpose(a, &[0, 2, 1, 3]).unwrap();
+        let a = m.graph.reshape(a, Shape::of(&[batch, SEQ, HIDDEN])).unwrap();
+        let o = proj(&mut m, "o", a, HIDDEN, HIDDEN, &mut seed);
+        let r = m.graph.add(o, x).unwrap();
+        let g1 = weight(&mut m, &format!("l{l}.ln1.g"), &[HIDDEN], 0.1, 1.0, &mut seed);
+        let b1 = weight(&mut m, &format!("l{l}.ln1.b"), &[HIDDEN], 0.02, 0.0, &mut seed);
+        let h = m.graph.layer_norm(r, g1, b1, 1e-12).unwrap();
+        let f = proj(&mut m, "ffn1", h, HIDDEN, FFN, &mut seed);
+        let f = m.graph.unary(UnaryOp::Gelu, f).unwrap();
+        let f = proj(&mut m, "ffn2", f, FFN, HIDDEN, &mut seed);
+        let r = m.graph.add(f, h).unwrap();
+        let g2 = weight(&mut m, &format!("l{l}.ln2.g"), &[HIDDEN], 0.1, 1.0, &mut seed);
+        let b2 = weight(&mut m, &format!("l{l}.ln2.b"), &[HIDDEN], 0.02, 0.0, &mut seed);
+        x = m.graph.layer_norm(r, g2, b2, 1e-12).unwrap();
+    }
+    m.graph.output("out", x);
+    m
+}
+
+fn dump(dir: &str, m: &Model, input: &Tensor, out: &Tensor) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut manifest = String::new();
+    let mut write = |name: &str, t: &Tensor| -> std::io::Result<()> {
+        std::fs::write(format!("{dir}/{name}.bin"), tensor_bytes(t))?;
+        let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+        manifest += &format!("{name} {} {}\n", t.dtype(), dims.join(","));
+        Ok(())
+    };
+    for name in &m.order {
+        write(name, &m.params[name])?;
+    }
+    write("input", input)?;
+    write("rlx_output", out)?;
+    std::fs::write(format!("{dir}/manifest.txt"), manifest)
+}
+
+fn main() {
+    require_device("bench_encoder");
+    let batches: Vec<usize> = arg("--batches", "1,32,256").split(',').filter_map(|s| s.parse().ok()).collect();
+    let iters: usize = arg("--iters", "100").parse().unwrap_or(100);
+    let warmup: usize = arg("--warmup", "20").parse().unwrap_or(20);
+    let dump_dir = arg("--dump", "");
+    for &batch in &batches {
+        let m = encoder(batch);
+        let start = Instant::now();
+        let program = match lower_for_cuda(&m.graph).map_err(|e| e.to_string()).and_then(|p| {
+            CudaProgram::compile(p, &WeightCache::new(), &CudaOptions::default()).map_err(|e| e.to_string())
+        }) {
+            Ok(p) => p,
+            Err(e) => {
+                println!("encoder batch={batch}: FAILED to compile: {e}");
+                continue;
+            }
+        };
+        let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+        let input = Tensor::random(DType::F16, &[batch, SEQ, HIDDEN], 7);
+        let inputs = HashMap::from([("hidden".to_string(), input.clone())]);
+        let mut e2e = Vec::new();
+        let mut out = None;
+        for i in 0..warmup + iters {
+            let t = Instant::now();
+            match program.run(&inputs, &m.params) {
+                Ok(o) => out = Some(o),
+                Err(e) => {
+                    println!("encoder batch={batch}: FAILED to run: {e}");
+                    break;
+                }
+            }
+            if i >= warmup {
+                e2e.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        let Some(out) = out else { continue };
+        let _ = program.time_steps(warmup);
+        let mut dev = program.time_steps(iters).unwrap_or_default();
+        let finite = out[0].1.to_f64_vec().iter().all(|v| v.is_finite());
+        println!(
+            "encoder batch={batch} fp16 device_median_ms={:.4} device_p90_ms={:.4} run_median_ms={:.4} launches={} functions={} compile_ms={:.1} nvrtc_ms={:.1} cached={} cuda_graph={} arena_mib={:.1} finite={finite}",
+            quantile(&mut dev, 0.5),
+            quantile(&mut dev, 0.9),
+            quantile(&mut e2e, 0.5),
+            program.stats.launches,
+            program.stats.functions,
+            compile_ms,
+            program.stats.nvrtc_ms,
+            program.stats.cached,
+            program.uses_graph(),
+            program.stats.arena_bytes as f64 / (1 << 20) as f64,
+        );
+        if batch == 1 && !dump_dir.is_empty() {
+            if let Err(e) = dump(&dump_dir, &m, &input, &out[0].1) {
+                println!("dump to {dump_dir} failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Convolutions and pooling: 1-D and 2-D onto the IR's 2-D ops (1-D as height 1),
+//! `ConvTranspose` as a dilated input convolved with the flipped kernel, and `LpPool` over
+//! average pooling.
+
+use crate::ctx::{invalid, unsupported, Ctx, Val, R};
+use crate::node::NodeIn;
+use rlx_ir::{BinaryOp, Conv2dParams, DType, Op, PadMode, Pool2dParams, PoolKind, UnaryOp};
+
+/// The spatial attributes every conv/pool shares, resolved to 2-D.
+struct Window {
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    /// top, left, bottom, right
+    pads: [usize; 4],
+}
+
+fn pos(v: i64, what: &str) -> R<usize> {
+    if v <= 0 {
+        invalid!("{what} must be positive, got {v}");
+    }
+    Ok(v as usize)
+}
+
+/// Reads kernel/strides/dilations/pads/auto_pad for `nsp` (1 or 2) spatial dims of sizes
+/// `spatial`; 1-D values land in the second (width) slot.
+fn window(n: &NodeIn, kernel: &[usize], spatial: &[usize], ceil: bool) -> R<Window> {
+    let nsp = spatial.len();
+    let get = |name: &str| -> R<Vec<i64>> {
+        Ok(n.ints_opt(name)?.unwrap_or_else(|| vec![1; nsp]))
+    };
+    let strides = get("strides")?;
+    let dil = get("dilations")?;
+    if strides.len() != nsp || dil.len() != nsp || kernel.len() != nsp {
+        invalid!("strides, dilations and kernel must have {nsp} values");
+    }
+    let mut pads = n.ints_opt("pads")?.unwrap_or_else(|| vec![0; 2 * nsp]);
+    if pads.len() != 2 * nsp || pads.iter().any(|&p| p < 0) {
+        invalid!("pads {pads:?} must be {} non-negative values", 2 * nsp);
+    }
+    let auto = n.string("auto_pad", "NOTSET")?;
+    match auto.as_str() {
+        "NOTSET" => {}
+        "VALID" => pads = vec![0; 2 * nsp],
+        "SAME_UPPER" | "SAME_LOWER" => {
+            for i in 0..nsp {
+                let s = pos(strides[i], "stride")?;
+                let d = pos(dil[i], "dilation")?;
+                let out = spatial[i].div_ceil(s);
+                let span = (kernel[i] - 1) * d + 1;
+                let total = ((out - 1) * s + span).saturating_sub(spatial[i]);
+                let small = total / 2;
+                let (b, e) = if auto == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
+                pads[i] = b as i64;
+                pads[i + nsp] = e as i64;
+            }
+        }
+        other => invalid!("auto_pad `{other}`"),
+    }
+    let _ = ceil;
+    let mut w = Window {
+        kernel: [1, 1],
+        stride: [1, 1],
+        dilation: [1, 1],
+        pads: [0; 4],
+    };
+    let off = 2 - nsp;
+    for i in 0..nsp {
+        w.kernel[off + i] = kernel[i];
+        w.stride[off + i] = pos(strides[i], "stride")?;
+        w.dilation[off + i] = pos(dil[i], "dilation")?;
+        w.pads[off + i] = pads[i] as usize;
+        w.pads[2 + off + i] = pads[i + nsp] as usize;
+    }
+    Ok(w)
+}
+
+/// Number of spatial dims, rejecting what the IR's 2-D ops cannot express.
+fn spatial_rank(ctx: &Ctx, x: &Val) -> R<usize> {
+    match ctx.rank(x) {
+        3 => Ok(1),
+        4 => Ok(2),
+        r if r > 4 => unsupported!("{}-D spatial input (the IR has 1-D and 2-D convolution/pooling)", r - 2),
+        r => invalid!("input rank {r} is too small"),
+    }
+}
+
+/// Views a 1-D (NCL) tensor as 2-D (NC1L).
+fn to_2d(ctx: &mut Ctx, x: &Val) -> R<Val> {
+    if ctx.rank(x) == 3 {
+        ctx.unsqueeze(x, &[2])
+    } else {
+        Ok(x.clone())
+    }
+}
+
+fn from_2d(ctx: &mut Ctx, y: &Val, nsp: usize) -> R<Val> {
+    if nsp == 1 {
+        let s = ctx.shape(y)?;
+        ctx.reshape(y, &[s[0], s[1], s[3]])
+    } else {
+        Ok(y.clone())
+    }
+}
+
+/// `Conv` (1-D and 2-D).
+pub fn conv(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, w) = (n.input(0)?, n.input(1)?);
+    let nsp = spatial_rank(ctx, &x)?;
+    let xs = ctx.shape(&x)?;
+    let ws = ctx.shape(&w)?;
+    let kernel = match n.ints_opt("kernel_shape")? {
+        Some(k) => k.iter().map(|&v| pos(v, "kernel")).collect::<R<Vec<_>>>()?,
+        None => ws[2..].to_vec(),
+    };
+    let win = window(n, &kernel, &xs[2..], false)?;
+    let groups = pos(n.int("group", 1)?, "group")?;
+    let x2 = to_2d(ctx, &x)?;
+    let w2 = to_2d(ctx, &w)?;
+    let mut ins = vec![x2, w2];
+    ins.extend(n.opt(2));
+    let p = Conv2dParams {
+        stride: win.stride,
+        pads: win.pads,
+        dilation: win.dilation,
+        groups,
+    };
+    let refs: Vec<&Val> = ins.iter().collect();
+    let y = ctx.op(Op::Conv2d(p), &refs)?;
+    Ok(vec![from_2d(ctx, &y, nsp)?])
+}
+
+/// `MaxPool` and `AveragePool` (integer max pooling runs in f32, which is exact).
+pub fn pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let nsp = spatial_rank(ctx, &x)?;
+    let xs = ctx.shape(&x)?;
+    let Some(kernel) = n.ints_opt("kernel_shape")? else {
+        invalid!("kernel_shape is required");
+    };
+    let kernel = kernel.iter().map(|&v| pos(v, "kernel")).collect::<R<Vec<_>>>()?;
+    let ceil = n.int("ceil_mode", 0)? != 0;
+    let win = window(n, &kernel, &xs[2..], ceil)?;
+    let max = n.op_type() == "MaxPool";
+    let count_include_pad = if max {
+        n.int("storage_order", 0)?;
+        false
+    } else {
+        n.int("count_include_pad", 0)? != 0
+    };
+    if max && n.wants(1) {
+        unsupported!("the Indices output of MaxPool");
+    }
+    let d = ctx.dtype(&x);
+    let xf = if d.is_float() {
+        x.clone()
+    } else if max && matches!(d, DType::U8 | DType::I8 | DType::I32) {
+        ctx.cast(&x, DType::F32)?
+    } else {
+        unsupported!("dtype {d}");
+    };
+    let p = Pool2dParams {
+        kind: if max { PoolKind::Max } else { PoolKind::Avg },
+        kernel: win.kernel,
+        stride: win.stride,
+        pads: win.pads,
+        dilation: win.dilation,
+        count_include_pad,
+        ceil_mode: ceil,
+    };
+    let x2 = to_2d(ctx, &xf)?;
+    let y = ctx.op(Op::Pool2d(p), &[&x2])?;
+    let y = from_2d(ctx, &y, nsp)?;
+    Ok(vec![ctx.cast(&y, d)?])
+}
+
+/// `LpPool`: (sum over the window of |x|^p)^(1/p), the sum as average times window size.
+pub fn lp_pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let nsp = spatial_rank(ctx, &x)?;
+    let xs = ctx.shape(&x)?;
+    let Some(kernel) = n.ints_opt("kernel_shape")? else {
+        invalid!("kernel_shape is required");
+    };
+    let kernel = kernel.iter().map(|&v| pos(v, "kernel")).collect::<R<Vec<_>>>()?;
+    let ceil = n.int("ceil_mode", 0)? != 0;
+    let win = window(n, &kernel, &xs[2..], ceil)?;
+    let p = n.int("p", 2)? as f64;
+    let a = ctx.unary(UnaryOp::Abs, &x)?;
+    let ap = ctx.binary_scalar(BinaryOp::Pow, &a, p)?;
+    let params = Pool2dParams {
+        kind: PoolKind::Avg,
+        kernel: win.kernel,
+        stride: win.stride,
+        pads: win.pads,
+        dilation: win.dilation,
+        count_include_pad: true,
+        ceil_mode: ceil,
+    };
+    let x2 = to_2d(ctx, &ap)?;
+    let avg = ctx.op(Op::Pool2d(params), &[&x2])?;
+    let k = (win.kernel[0] * win.kernel[1]) as f64;
+    let sum = ctx.binary_scalar(BinaryOp::Mul, &avg, k)?;
+    let y = ctx.binary_scalar(BinaryOp::Pow, &sum, 1.0 / p)?;
+    Ok(vec![from_2d(ctx, &y, nsp)?])
+}
+
+/// `GlobalAveragePool` / `GlobalMaxPool`.
+pub fn global_pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let kind = if n.op_type() == "GlobalMaxPool" {
+        PoolKind::Max
+    } else {
+        PoolKind::Avg
+    };
+    Ok(vec![ctx.op(Op::GlobalPool(kind), &[&x])?])
+}
+
+/// `ConvTranspose`: zeros between input pixels (stride), padding of `dilation*(k-1)` minus
+/// the given pads, then a stride-1 convolution with the flipped, regrouped kernel.
+pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, w) = (n.input(0)?, n.input(1)?);
+    let nsp = spatial_rank(ctx, &x)?;
+    let xs = ctx.shape(&x)?;
+    let ws = ctx.shape(&w)?;
+    let g = pos(n.int("group", 1)?, "group")?;
+    let kernel: Vec<usize> = match n.ints_opt("kernel_shape")? {
+        Some(k) => k.iter().map(|&v| pos(v, "kernel")).collect::<R<_>>()?,
+        None => ws[2..].to_vec(),
+    };
+    let ones = vec![1i64; nsp];
+    let strides = n.ints_opt("strides")?.unwrap_or_else(|| ones.clone());
+    let dil = n.ints_opt("dilations")?.unwrap_or_else(|| ones.clone());
+    let out_pad = n.ints_opt("output_padding")?.unwrap_or_else(|| vec![0; nsp]);
+    let mut pads = n.ints_opt("pads")?.unwrap_or_else(|| vec![0; 2 * nsp]);
+    let auto = n.string("auto_pad", "NOTSET")?;
+    let out_shape = n.ints_opt("output_shape")?;
+    if strides.len() != nsp || dil.len() != nsp || out_pad.len() != nsp || pads.len() != 2 * nsp {
+        invalid!("strides, dilations, output_padding and pads must match {nsp} spatial dims");
+    }
+    let want: Option<Vec<i64>> = match (&out_shape, auto.as_str()) {
+        (Some(o), _) => Some(o[o.len().saturating_sub(nsp)..].to_vec()),
+        (None, "SAME_UPPER" | "SAME_LOWER") => {
+            Some((0..nsp).map(|i| xs[2 + i] as i64 * strides[i]).collect())
+        }
+        (None, "NOTSET" | "VALID") => None,
+        (None, other) => invalid!("auto_pad `{other}`"),
+    };
+    if let Some(o) = want {
+        for i in 0..nsp {
+            let total = strides[i] * (xs[2 + i] as i64 - 1)
+                + out_pad[i]
+                + (kernel[i] as i64 - 1) * dil[i]
+                + 1
+                - o[i];
+            let half = total / 2;
+            if auto == "SAME_UPPER" {
+                pads[i] = half;
+                pads[i + nsp] = total - half;
+            } else {
+                pads[i] = total - half;
+                pads[i + nsp] = half;
+            }
+        }
+    }
+    // Input dilation by the stride.
+    let x2 = to_2d(ctx, &x)?;
+    let w2 = to_2d(ctx, &w)?;
+    let s2: Vec<usize> = ctx.shape(&x2)?;
+    let off = 2 - nsp;
+    let mut st = [1usize; 2];
+    let mut di = [1usize; 2];
+    let mut k2 = [1usize; 2];
+    let mut pb = [0i64; 2];
+    let mut pe = [0i64; 2];
+    for i in 0..nsp {
+        st[off + i] = pos(strides[i], "stride")?;
+        di[off + i] = pos(dil[i], "dilation")?;
+        k2[off + i] = kernel[i];
+        pb[off + i] = pads[i];
+        pe[off + i] = pads[i + nsp];
+    }
+    let (nb, c, h, wd) = (s2[0], s2[1], s2[2], s2[3]);
+    let mut y = ctx.reshape(&x2, &[nb, c, h, 1, wd, 1])?;
+    if st != [1, 1] {
+        let pp = vec![(0, 0), (0, 0), (0, 0), (0, st[0] - 1), (0, 0), (0, st[1] - 1)];
+        y = ctx.op(Op::Pad { pads: pp, mode: PadMode::Constant(0.0) }, &[&y])?;
+    }
+    y = ctx.reshape(&y, &[nb, c, h * st[0], wd * st[1]])?;
+    y = ctx.slice(&y, 2, 0, ((h - 1) * st[0] + 1) as i64, 1)?;
+    y = ctx.slice(&y, 3, 0, ((wd - 1) * st[1] + 1) as i64, 1)?;
+    // Full padding minus the requested pads (negative: crop), plus output_padding at the end.
+    let mut outp = [0i64; 2];
+    for i in 0..nsp {
+        outp[off + i] = out_pad[i];
+    }
+    let mut pads2 = vec![(0usize, 0usize); 4];
+    for a in 0..2 {
+        let full = (di[a] * (k2[a] - 1)) as i64;
+        let b = full - pb[a];
+        let e = full - pe[a] + outp[a];
+        let len = ctx.shape(&y)?[2 + a] as i64;
+        if b < 0 || e < 0 {
+            y = ctx.slice(&y, 2 + a, (-b).max(0), len - (-e).max(0), 1)?;
+        }
+        pads2[2 + a] = (b.max(0) as usize, e.max(0) as usize);
+    }
+    if pads2.iter().any(|&(b, e)| b > 0 || e > 0) {
+        y = ctx.op(Op::Pad { pads: pads2, mode: PadMode::Constant(0.0) }, &[&y])?;
+    }
+    // Kernel [Ci, Co/g, kh, kw] -> [Co, Ci/g, kh, kw], flipped spatially.
+    let ci = ws[0];
+    let cog = ws[1];
+    if ci % g != 0 {
+        invalid!("{ci} input channels not divisible by {g} groups");
+    }
+    let (kh, kw) = (k2[0], k2[1]);
+    let wk = ctx.reshape(&w2, &[g, ci / g, cog, kh, kw])?;
+    let wk = ctx.transpose(&wk, &[0, 2, 1, 3, 4])?;
+    let wk = ctx.reshape(&wk, &[g * cog, ci / g, kh, kw])?;
+    let wk = ctx.slice(&wk, 2, -1, i64::MIN, -1)?;
+    let wk = ctx.slice(&wk, 3, -1, i64::MIN, -1)?;
+    let p = Conv2dParams {
+        stride: [1, 1],
+        pads: [0; 4],
+        dilation: di,
+        groups: g,
+    };
+    let mut ins = vec![y, wk];
+    ins.extend(n.opt(2));
+    let refs: Vec<&Val> = ins.iter().collect();
+    let out = ctx.op(Op::Conv2d(p), &refs)?;
+    Ok(vec![from_2d(ctx, &out, nsp)?])
+}

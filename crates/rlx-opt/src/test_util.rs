@@ -1,0 +1,78 @@
+//! Helpers for unit tests: random inputs, the CPU validation interpreter as reference, and
+//! relative-L2 comparison.
+
+use rlx_ir::kernel::KernelProgram;
+use rlx_ir::{Graph, Op, Tensor};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Random non-zero inputs and params for every leaf the graph declares.
+pub fn random_bindings(
+    g: &Graph,
+    seed: u64,
+) -> (HashMap<String, Tensor>, HashMap<String, Arc<Tensor>>) {
+    let mut inputs = HashMap::new();
+    let mut params = HashMap::new();
+    for (k, node) in g.nodes().iter().enumerate() {
+        let shape = node.ty.shape.as_static().expect("static test graphs");
+        let t = Tensor::random(node.ty.dtype, &shape, seed.wrapping_add(k as u64));
+        match &node.op {
+            Op::Input { name } => {
+                inputs.insert(name.clone(), t);
+            }
+            Op::Param { name } => {
+                params.insert(name.clone(), Arc::new(t));
+            }
+            _ => {}
+        }
+    }
+    (inputs, params)
+}
+
+/// The interpreter as a constant-folding evaluator.
+pub fn cpu_eval(op: &Op, inputs: &[&Tensor]) -> Option<Tensor> {
+    rlx_cpu::eval_op(op, inputs).ok()
+}
+
+/// Runs a graph on the interpreter.
+pub fn run(g: &Graph, seed: u64) -> Vec<(String, Tensor)> {
+    let (i, p) = random_bindings(g, seed);
+    rlx_cpu::run_graph(g, &i, &p).unwrap_or_else(|e| panic!("run_graph: {e}\n{g}"))
+}
+
+/// Runs a kernel program on the interpreter with the bindings `g` would get.
+pub fn run_program(p: &KernelProgram, g: &Graph, seed: u64) -> Vec<(String, Tensor)> {
+    let (i, pa) = random_bindings(g, seed);
+    rlx_cpu::run_program_reference(p, &i, &pa)
+        .unwrap_or_else(|e| panic!("run_program_reference: {e}\n{p}"))
+}
+
+/// Relative L2 distance of two tensors (NaN and infinities must match exactly).
+pub fn rel_l2(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.shape(), b.shape(), "shapes differ");
+    assert_eq!(a.dtype(), b.dtype(), "dtypes differ");
+    let (mut num, mut den) = (0.0, 0.0);
+    for (x, y) in a.to_f64_vec().into_iter().zip(b.to_f64_vec()) {
+        if !x.is_finite() || !y.is_finite() {
+            assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{x} vs {y}");
+            continue;
+        }
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    if num == 0.0 {
+        0.0
+    } else {
+        (num / den.max(1e-30)).sqrt()
+    }
+}
+
+/// Asserts that two output lists agree within `tol` relative L2, output by output.
+pub fn assert_close(got: &[(String, Tensor)], want: &[(String, Tensor)], tol: f64) {
+    assert_eq!(got.len(), want.len());
+    for ((gn, gt), (wn, wt)) in got.iter().zip(want) {
+        assert_eq!(gn, wn);
+        let e = rel_l2(gt, wt);
+        assert!(e <= tol, "output `{gn}`: relative L2 {e:e} > {tol:e}");
+    }
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds (here, in release mode) what the CUDA backend runs on the GPU machine and copies it,
+# stripped, into .gpu/: the rlx-cuda test binaries, the bench examples, the PyTorch peer
+# script and run-cuda.sh. Then, on the GPU machine: bash .gpu/run-cuda.sh (see that file).
+#   CARGO_TARGET_DIR=/work/target-cuda scripts/gpu/stage-cuda.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd); cd "$root"
+target=${CARGO_TARGET_DIR:-$root/target}
+rm -rf .gpu; mkdir -p .gpu/tests
+cargo test --release -p rlx-cuda --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
+        print(m["executable"])' | while read -r exe; do cp "$exe" .gpu/tests/; done
+cargo build --release -p rlx-cuda --examples
+cp "$target/release/examples/bench_encoder" "$target/release/examples/bench_micro" .gpu/
+if [ -x "$target/release/rlx" ] && [ "${RLX_STAGE_CLI:-0}" = 1 ]; then cp "$target/release/rlx" .gpu/; fi
+cp scripts/bench/encoder_torch.py scripts/gpu/run-cuda.sh .gpu/
+strip .gpu/tests/* .gpu/bench_* .gpu/rlx 2>/dev/null || true
+du -sh .gpu; ls -la .gpu .gpu/tests
