@@ -100,7 +100,10 @@ pub(crate) fn check_program(p: &KernelProgram) -> Result<ProgramInfo, CpuError> 
     let mut shapes = Vec::with_capacity(nb);
     for (i, b) in p.buffers.iter().enumerate() {
         let s = b.ty.shape.as_static().ok_or_else(|| {
-            invalid(format!("buffer b{i} has symbolic type {}; bind it first", b.ty))
+            invalid(format!(
+                "buffer b{i} has symbolic type {}; bind it first",
+                b.ty
+            ))
         })?;
         if let BufferKind::Constant(t) = &b.kind {
             if t.dtype() != b.ty.dtype || t.shape() != s.as_slice() {
@@ -167,7 +170,12 @@ pub(crate) fn check_program(p: &KernelProgram) -> Result<ProgramInfo, CpuError> 
                 )));
             }
         }
-        let info = |b: BufferId| (p.buffers[b].ty.dtype, p.buffers[b].ty.shape.numel().unwrap());
+        let info = |b: BufferId| {
+            (
+                p.buffers[b].ty.dtype,
+                p.buffers[b].ty.shape.numel().unwrap(),
+            )
+        };
         match k {
             Kernel::Loop(l) => {
                 let ins: Vec<_> = l.inputs.iter().map(|i| info(i.buffer)).collect();

@@ -95,7 +95,13 @@ impl ProgramBuilder {
         ProgramBuilder::default()
     }
 
-    fn buffer(&mut self, dtype: DType, shape: &[usize], kind: BufferKind, alias_of: Option<BufferId>) -> BufferId {
+    fn buffer(
+        &mut self,
+        dtype: DType,
+        shape: &[usize],
+        kind: BufferKind,
+        alias_of: Option<BufferId>,
+    ) -> BufferId {
         self.program.buffers.push(Buffer {
             ty: TensorType::new(dtype, Shape::of(shape)),
             kind,
@@ -151,7 +157,10 @@ impl ProgramBuilder {
         inputs: &[BufferId],
         epilogue: Option<LoopKernel>,
     ) -> Result<BufferId, CpuError> {
-        let tys: Vec<&TensorType> = inputs.iter().map(|&b| &self.program.buffers[b].ty).collect();
+        let tys: Vec<&TensorType> = inputs
+            .iter()
+            .map(|&b| &self.program.buffers[b].ty)
+            .collect();
         let (dtype, shape) = crate::check::library_result(&op, &tys)?;
         let out = match &epilogue {
             Some(e) => self.temp(e.out_dtype(), &e.shape.clone()),
@@ -183,7 +192,11 @@ impl ProgramBuilder {
 ///
 /// # Errors
 /// Compilation or run failures of either path.
-pub fn compare_with_reference(p: &KernelProgram, opts: &CpuOptions, seed: u64) -> Result<f64, CpuError> {
+pub fn compare_with_reference(
+    p: &KernelProgram,
+    opts: &CpuOptions,
+    seed: u64,
+) -> Result<f64, CpuError> {
     let (inputs, params) = random_bindings(p, seed);
     let want = run_program_reference(p, &inputs, &params)?;
     let got = CpuProgram::compile(p.clone(), opts)?.run(&inputs, &params)?;
@@ -195,5 +208,11 @@ pub fn compare_with_reference(p: &KernelProgram, opts: &CpuOptions, seed: u64) -
             assert_eq!(a.dtype(), b.dtype(), "output `{n1}` dtype");
             rel_l2(a, b)
         })
-        .fold(0.0, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }))
+        .fold(0.0, |a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        }))
 }

@@ -15,10 +15,20 @@ fn unary_kernel(name: &str, shape: &[usize], src: usize, op: UnaryOp) -> LoopKer
         name: name.into(),
         shape: shape.to_vec(),
         reduce_shape: vec![],
-        inputs: vec![KernelInput { buffer: src, dtype: F, view: contiguous_view(shape) }],
+        inputs: vec![KernelInput {
+            buffer: src,
+            dtype: F,
+            view: contiguous_view(shape),
+        }],
         body: vec![
-            ExprNode { expr: Expr::Load(0), dtype: F },
-            ExprNode { expr: Expr::Unary(op, 0), dtype: F },
+            ExprNode {
+                expr: Expr::Load(0),
+                dtype: F,
+            },
+            ExprNode {
+                expr: Expr::Unary(op, 0),
+                dtype: F,
+            },
         ],
         reduce: None,
         result: 1,
@@ -37,9 +47,15 @@ fn matmul_program() -> rlx_ir::kernel::KernelProgram {
 
 fn bindings() -> (HashMap<String, Tensor>, HashMap<String, Arc<Tensor>>) {
     let mut inputs = HashMap::new();
-    inputs.insert("a".to_string(), Tensor::from_f32(&[2, 3], vec![1., 2., 3., 4., 5., 6.]).unwrap());
+    inputs.insert(
+        "a".to_string(),
+        Tensor::from_f32(&[2, 3], vec![1., 2., 3., 4., 5., 6.]).unwrap(),
+    );
     let mut params = HashMap::new();
-    params.insert("w".to_string(), Arc::new(Tensor::from_f32(&[3, 2], vec![7., 8., 9., 10., 11., 12.]).unwrap()));
+    params.insert(
+        "w".to_string(),
+        Arc::new(Tensor::from_f32(&[3, 2], vec![7., 8., 9., 10., 11., 12.]).unwrap()),
+    );
     (inputs, params)
 }
 
@@ -61,7 +77,9 @@ fn one_program_from_four_threads() {
     let h = b.push_library("mm", Op::MatMul, &[x, w], None).unwrap();
     let k = unary_kernel("gelu", &[64, 96], h, UnaryOp::Gelu);
     let y = b.push_loop(k);
-    let s = b.push_library("softmax", Op::Softmax { axis: 1 }, &[y], None).unwrap();
+    let s = b
+        .push_library("softmax", Op::Softmax { axis: 1 }, &[y], None)
+        .unwrap();
     b.output("s", s);
     let prog = b.finish();
     let p = Arc::new(CpuProgram::compile(prog.clone(), &CpuOptions { threads: Some(2) }).unwrap());
@@ -129,14 +147,23 @@ fn bad_bindings_are_named_errors() {
     let p = CpuProgram::compile(matmul_program(), &CpuOptions::default()).unwrap();
     let (mut inputs, mut params) = bindings();
     params.clear();
-    assert_eq!(p.run(&inputs, &params).unwrap_err().to_string(), "missing param `w`");
+    assert_eq!(
+        p.run(&inputs, &params).unwrap_err().to_string(),
+        "missing param `w`"
+    );
     let (_, good) = bindings();
     inputs.insert("a".into(), Tensor::full(DType::F64, &[2, 3], 1.0));
     let e = p.run(&inputs, &good).unwrap_err();
     assert_eq!(e.to_string(), "input `a`: expected f32[2,3], got f64[2,3]");
     inputs.clear();
     let e = run_program_reference(p.program(), &inputs, &good).unwrap_err();
-    assert_eq!(e, CpuError::Missing { kind: "input", name: "a".into() });
+    assert_eq!(
+        e,
+        CpuError::Missing {
+            kind: "input",
+            name: "a".into()
+        }
+    );
 }
 
 #[test]
@@ -144,18 +171,34 @@ fn gather_out_of_range_is_an_error_on_both_paths() {
     let mut b = ProgramBuilder::new();
     let table = b.param("table", F, &[4, 3]);
     let ids = b.input("ids", DType::I64, &[2]);
-    let y = b.push_library("embed", Op::Gather { axis: 0 }, &[table, ids], None).unwrap();
+    let y = b
+        .push_library("embed", Op::Gather { axis: 0 }, &[table, ids], None)
+        .unwrap();
     b.output("y", y);
     let prog = b.finish();
     let p = CpuProgram::compile(prog.clone(), &CpuOptions::default()).unwrap();
     let (mut inputs, params) = random_bindings(&prog, 1);
-    inputs.insert("ids".into(), Tensor::new(vec![2], TensorData::I64(vec![1, -5])).unwrap());
+    inputs.insert(
+        "ids".into(),
+        Tensor::new(vec![2], TensorData::I64(vec![1, -5])).unwrap(),
+    );
     let e = p.run(&inputs, &params).unwrap_err().to_string();
-    assert_eq!(e, "kernel `embed`: gather: index -5 out of range for axis 0 of size 4");
-    let e = run_program_reference(&prog, &inputs, &params).unwrap_err().to_string();
-    assert_eq!(e, "kernel `embed`: gather: index -5 out of range for axis 0 of size 4");
+    assert_eq!(
+        e,
+        "kernel `embed`: gather: index -5 out of range for axis 0 of size 4"
+    );
+    let e = run_program_reference(&prog, &inputs, &params)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "kernel `embed`: gather: index -5 out of range for axis 0 of size 4"
+    );
     // a good index after a failed run: the arena went back to the pool
-    inputs.insert("ids".into(), Tensor::new(vec![2], TensorData::I64(vec![1, -4])).unwrap());
+    inputs.insert(
+        "ids".into(),
+        Tensor::new(vec![2], TensorData::I64(vec![1, -4])).unwrap(),
+    );
     assert!(p.run(&inputs, &params).is_ok());
 }
 
@@ -165,38 +208,64 @@ fn malformed_programs_are_rejected_at_compile() {
     let mut b = ProgramBuilder::new();
     let x = b.input("x", F, &[4]);
     let mut k = unary_kernel("oob", &[4], x, UnaryOp::Neg);
-    k.inputs[0].view = View { offset: 1, strides: vec![1] };
+    k.inputs[0].view = View {
+        offset: 1,
+        strides: vec![1],
+    };
     let y = b.push_loop(k);
     b.output("y", y);
-    let e = CpuProgram::compile(b.finish(), &CpuOptions::default()).err().unwrap().to_string();
-    assert!(e.contains("kernel `oob` input 0") && e.contains("buffer of 4"), "{e}");
+    let e = CpuProgram::compile(b.finish(), &CpuOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("kernel `oob` input 0") && e.contains("buffer of 4"),
+        "{e}"
+    );
     // a temp read before any kernel writes it
     let mut b = ProgramBuilder::new();
     let t = b.temp(F, &[4]);
     let y = b.push_loop(unary_kernel("early", &[4], t, UnaryOp::Neg));
     b.output("y", y);
-    let e = CpuProgram::compile(b.finish(), &CpuOptions::default()).err().unwrap().to_string();
-    assert_eq!(e, "kernel `early` reads temp b0 before any kernel writes it");
+    let e = CpuProgram::compile(b.finish(), &CpuOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        e,
+        "kernel `early` reads temp b0 before any kernel writes it"
+    );
     // an op whose operands do not fit
     let mut b = ProgramBuilder::new();
     let x = b.input("x", F, &[4, 3]);
     let out = b.temp(F, &[4, 4]);
-    b.program.kernels.push(rlx_ir::kernel::Kernel::Library(rlx_ir::kernel::LibraryKernel {
-        name: "mm".into(),
-        op: Op::MatMul,
-        inputs: vec![x, x],
-        output: out,
-        epilogue: None,
-    }));
-    let e = CpuProgram::compile(b.finish(), &CpuOptions::default()).err().unwrap().to_string();
-    assert!(e.starts_with("kernel `mm`: matmul: inner dims differ"), "{e}");
+    b.program.kernels.push(rlx_ir::kernel::Kernel::Library(
+        rlx_ir::kernel::LibraryKernel {
+            name: "mm".into(),
+            op: Op::MatMul,
+            inputs: vec![x, x],
+            output: out,
+            epilogue: None,
+        },
+    ));
+    let e = CpuProgram::compile(b.finish(), &CpuOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.starts_with("kernel `mm`: matmul: inner dims differ"),
+        "{e}"
+    );
     // writing an input
     let mut b = ProgramBuilder::new();
     let x = b.input("x", F, &[4]);
     let mut k = unary_kernel("w", &[4], x, UnaryOp::Neg);
     k.output = x;
     b.program.kernels.push(rlx_ir::kernel::Kernel::Loop(k));
-    let e = CpuProgram::compile(b.finish(), &CpuOptions::default()).err().unwrap().to_string();
+    let e = CpuProgram::compile(b.finish(), &CpuOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
     assert_eq!(e, "kernel `w` writes b0, which is not a temp buffer");
 }
 

@@ -5,8 +5,7 @@ use rlx_cpu::testing::{broadcast_view, compare_with_reference, contiguous_view, 
 use rlx_cpu::CpuOptions;
 use rlx_ir::kernel::{Expr, ExprNode, KernelInput, KernelReduce, LoopKernel, View};
 use rlx_ir::{
-    AttnMask, BinaryOp, Conv2dParams, DType, Op, PadMode, Pool2dParams, PoolKind, ReduceOp,
-    UnaryOp,
+    AttnMask, BinaryOp, Conv2dParams, DType, Op, PadMode, Pool2dParams, PoolKind, ReduceOp, UnaryOp,
 };
 
 const F: DType = DType::F32;
@@ -16,10 +15,19 @@ fn n(expr: Expr, dtype: DType) -> ExprNode {
 }
 
 fn inp(buffer: usize, dtype: DType, view: View) -> KernelInput {
-    KernelInput { buffer, dtype, view }
+    KernelInput {
+        buffer,
+        dtype,
+        view,
+    }
 }
 
-fn kernel(name: &str, shape: &[usize], inputs: Vec<KernelInput>, body: Vec<ExprNode>) -> LoopKernel {
+fn kernel(
+    name: &str,
+    shape: &[usize],
+    inputs: Vec<KernelInput>,
+    body: Vec<ExprNode>,
+) -> LoopKernel {
     LoopKernel {
         name: name.into(),
         shape: shape.to_vec(),
@@ -52,7 +60,14 @@ fn elementwise_chain_with_broadcast_and_transposed_view() {
         &[r, c],
         vec![
             inp(x, F, contiguous_view(&[r, c])),
-            inp(y, F, View { offset: 0, strides: vec![1, r as isize] }),
+            inp(
+                y,
+                F,
+                View {
+                    offset: 0,
+                    strides: vec![1, r as isize],
+                },
+            ),
             inp(bias, F, broadcast_view(&[c], &[r, c])),
         ],
         vec![
@@ -78,10 +93,19 @@ fn elementwise_chain_with_broadcast_and_transposed_view() {
 fn rms_kernel(b: &mut ProgramBuilder, rows: usize, cols: usize, reduce_axis0: bool) -> usize {
     let (shape, x_view) = if reduce_axis0 {
         // x is [cols, rows]; reduce over its first dim
-        let x_view = View { offset: 0, strides: vec![1, rows as isize] };
+        let x_view = View {
+            offset: 0,
+            strides: vec![1, rows as isize],
+        };
         (vec![cols, rows], x_view)
     } else {
-        (vec![rows, cols], View { offset: 0, strides: vec![cols as isize, 1] })
+        (
+            vec![rows, cols],
+            View {
+                offset: 0,
+                strides: vec![cols as isize, 1],
+            },
+        )
     };
     let x = b.input("x", F, &shape);
     let s = b.param("s", F, &[rows]);
@@ -89,7 +113,17 @@ fn rms_kernel(b: &mut ProgramBuilder, rows: usize, cols: usize, reduce_axis0: bo
         name: "rms".into(),
         shape: vec![rows],
         reduce_shape: vec![cols],
-        inputs: vec![inp(x, F, x_view), inp(s, F, View { offset: 0, strides: vec![1, 0] })],
+        inputs: vec![
+            inp(x, F, x_view),
+            inp(
+                s,
+                F,
+                View {
+                    offset: 0,
+                    strides: vec![1, 0],
+                },
+            ),
+        ],
         body: vec![
             n(Expr::Load(0), F),
             n(Expr::Binary(BinaryOp::Mul, 0, 0), F),
@@ -100,7 +134,11 @@ fn rms_kernel(b: &mut ProgramBuilder, rows: usize, cols: usize, reduce_axis0: bo
             n(Expr::Load(1), F),
             n(Expr::Binary(BinaryOp::Mul, 5, 6), F),
         ],
-        reduce: Some(KernelReduce { op: ReduceOp::Mean, value: 1, dtype: F }),
+        reduce: Some(KernelReduce {
+            op: ReduceOp::Mean,
+            value: 1,
+            dtype: F,
+        }),
         result: 7,
         output: 0,
     };
@@ -109,7 +147,13 @@ fn rms_kernel(b: &mut ProgramBuilder, rows: usize, cols: usize, reduce_axis0: bo
 
 #[test]
 fn reduction_with_prologue_and_epilogue() {
-    for (rows, cols, axis0) in [(37, 513, false), (1000, 7, false), (300, 20, true), (3, 70_000, false), (1, 1, false)] {
+    for (rows, cols, axis0) in [
+        (37, 513, false),
+        (1000, 7, false),
+        (300, 20, true),
+        (3, 70_000, false),
+        (1, 1, false),
+    ] {
         let mut b = ProgramBuilder::new();
         let out = rms_kernel(&mut b, rows, cols, axis0);
         b.output("r", out);
@@ -128,8 +172,18 @@ fn every_reduce_op_in_both_strategies() {
                 shape: vec![rows],
                 reduce_shape: vec![cols],
                 inputs: vec![inp(x, F, contiguous_view(&[rows, cols]))],
-                body: vec![n(Expr::Load(0), F), n(Expr::Unary(UnaryOp::Abs, 0), F), n(Expr::Const(0.5), F), n(Expr::Binary(BinaryOp::Add, 1, 2), F), n(Expr::Reduced, F)],
-                reduce: Some(KernelReduce { op, value: 3, dtype: F }),
+                body: vec![
+                    n(Expr::Load(0), F),
+                    n(Expr::Unary(UnaryOp::Abs, 0), F),
+                    n(Expr::Const(0.5), F),
+                    n(Expr::Binary(BinaryOp::Add, 1, 2), F),
+                    n(Expr::Reduced, F),
+                ],
+                reduce: Some(KernelReduce {
+                    op,
+                    value: 3,
+                    dtype: F,
+                }),
                 result: 4,
                 output: 0,
             };
@@ -148,7 +202,17 @@ fn bias_gelu_epilogue(shape: &[usize], bias: usize, n_bias: usize) -> LoopKernel
     kernel(
         "bias_gelu",
         shape,
-        vec![inp(0, F, contiguous_view(shape)), inp(bias, F, View { offset: 0, strides: bias_view })],
+        vec![
+            inp(0, F, contiguous_view(shape)),
+            inp(
+                bias,
+                F,
+                View {
+                    offset: 0,
+                    strides: bias_view,
+                },
+            ),
+        ],
         vec![
             n(Expr::Load(0), F),
             n(Expr::Load(1), F),
@@ -165,7 +229,9 @@ fn matmul_with_bias_gelu_epilogue() {
     let w = b.param("w", F, &[33, 29]);
     let bias = b.param("bias", F, &[29]);
     let epi = bias_gelu_epilogue(&[3, 17, 29], bias, 29);
-    let y = b.push_library("mm", Op::MatMul, &[a, w], Some(epi)).unwrap();
+    let y = b
+        .push_library("mm", Op::MatMul, &[a, w], Some(epi))
+        .unwrap();
     b.output("y", y);
     check(b, None);
 }
@@ -179,15 +245,26 @@ fn matmul_batched_broadcast_transposed_epilogue_and_dtypes() {
     let epi = kernel(
         "t",
         &[2, 3, 4, 5],
-        vec![inp(0, F, View { offset: 0, strides: vec![60, 20, 1, 4] })],
+        vec![inp(
+            0,
+            F,
+            View {
+                offset: 0,
+                strides: vec![60, 20, 1, 4],
+            },
+        )],
         vec![n(Expr::Load(0), F), n(Expr::Unary(UnaryOp::Sigmoid, 0), F)],
     );
-    let y = b.push_library("mm", Op::MatMul, &[a, w], Some(epi)).unwrap();
+    let y = b
+        .push_library("mm", Op::MatMul, &[a, w], Some(epi))
+        .unwrap();
     b.output("y", y);
     for _ in 0..3 {
         let big_a = b.input("big_a", F, &[16, 8, 8]);
         let big_b = b.input("big_b", F, &[16, 8, 8]);
-        let z = b.push_library("mm_many", Op::MatMul, &[big_a, big_b], None).unwrap();
+        let z = b
+            .push_library("mm_many", Op::MatMul, &[big_a, big_b], None)
+            .unwrap();
         b.output("z", z);
         break;
     }
@@ -198,7 +275,11 @@ fn matmul_batched_broadcast_transposed_epilogue_and_dtypes() {
         let w = b.input("w", dt, &[6, 5]);
         let y = b.push_library("mm", Op::MatMul, &[a, w], None).unwrap();
         b.output("y", y);
-        let tol = if matches!(dt, DType::F16 | DType::BF16) { 1e-2 } else { 1e-12 };
+        let tol = if matches!(dt, DType::F16 | DType::BF16) {
+            1e-2
+        } else {
+            1e-12
+        };
         let err = compare_with_reference(&b.finish(), &CpuOptions::default(), 3).unwrap();
         assert!(err <= tol, "{dt}: {err}");
     }
@@ -207,9 +288,29 @@ fn matmul_batched_broadcast_transposed_epilogue_and_dtypes() {
 #[test]
 fn convolutions() {
     let cases = [
-        ([2, 4, 9, 9], [6, 2, 3, 3], Conv2dParams { stride: [2, 1], pads: [1, 0, 1, 2], dilation: [1, 2], groups: 2 }, true),
+        (
+            [2, 4, 9, 9],
+            [6, 2, 3, 3],
+            Conv2dParams {
+                stride: [2, 1],
+                pads: [1, 0, 1, 2],
+                dilation: [1, 2],
+                groups: 2,
+            },
+            true,
+        ),
         ([4, 3, 5, 6], [8, 3, 1, 1], Conv2dParams::default(), false),
-        ([5, 2, 7, 7], [4, 2, 3, 3], Conv2dParams { stride: [1, 1], pads: [1; 4], dilation: [1, 1], groups: 1 }, true),
+        (
+            [5, 2, 7, 7],
+            [4, 2, 3, 3],
+            Conv2dParams {
+                stride: [1, 1],
+                pads: [1; 4],
+                dilation: [1, 1],
+                groups: 1,
+            },
+            true,
+        ),
     ];
     for (x, w, p, bias) in cases {
         let mut b = ProgramBuilder::new();
@@ -229,30 +330,71 @@ fn convolutions() {
 fn pools_norms_softmax_attention() {
     let mut b = ProgramBuilder::new();
     let x = b.input("x", F, &[2, 3, 9, 8]);
-    for (kind, ceil, cip) in [(PoolKind::Max, true, false), (PoolKind::Avg, true, true), (PoolKind::Avg, false, false)] {
-        let p = Pool2dParams { kind, kernel: [3, 2], stride: [2, 2], pads: [1, 1, 1, 0], dilation: [1, 1], count_include_pad: cip, ceil_mode: ceil };
+    for (kind, ceil, cip) in [
+        (PoolKind::Max, true, false),
+        (PoolKind::Avg, true, true),
+        (PoolKind::Avg, false, false),
+    ] {
+        let p = Pool2dParams {
+            kind,
+            kernel: [3, 2],
+            stride: [2, 2],
+            pads: [1, 1, 1, 0],
+            dilation: [1, 1],
+            count_include_pad: cip,
+            ceil_mode: ceil,
+        };
         let y = b.push_library("pool", Op::Pool2d(p), &[x], None).unwrap();
         b.output(&format!("pool{}", b.program.outputs.len()), y);
     }
-    let g = b.push_library("gap", Op::GlobalPool(PoolKind::Avg), &[x], None).unwrap();
+    let g = b
+        .push_library("gap", Op::GlobalPool(PoolKind::Avg), &[x], None)
+        .unwrap();
     b.output("gap", g);
     let s = b.input("s", F, &[7, 300]);
-    for op in [Op::Softmax { axis: 1 }, Op::LogSoftmax { axis: 1 }, Op::Softmax { axis: 0 }] {
+    for op in [
+        Op::Softmax { axis: 1 },
+        Op::LogSoftmax { axis: 1 },
+        Op::Softmax { axis: 0 },
+    ] {
         let y = b.push_library("softmax", op, &[s], None).unwrap();
         b.output(&format!("sm{}", b.program.outputs.len()), y);
     }
     let scale = b.param("scale", F, &[300]);
     let bias = b.param("bias", F, &[1]);
-    let ln = b.push_library("ln", Op::LayerNorm { axis: 1, eps: 1e-5 }, &[s, scale, bias], None).unwrap();
+    let ln = b
+        .push_library(
+            "ln",
+            Op::LayerNorm { axis: 1, eps: 1e-5 },
+            &[s, scale, bias],
+            None,
+        )
+        .unwrap();
     b.output("ln", ln);
-    let rms = b.push_library("rms", Op::RmsNorm { axis: 1, eps: 1e-6 }, &[s, scale], None).unwrap();
+    let rms = b
+        .push_library("rms", Op::RmsNorm { axis: 1, eps: 1e-6 }, &[s, scale], None)
+        .unwrap();
     b.output("rms", rms);
     let q = b.input("q", F, &[2, 3, 5, 8]);
     let k = b.input("k", F, &[2, 1, 7, 8]);
     let v = b.input("v", F, &[1, 3, 7, 6]);
     let mask = b.input("mask", F, &[5, 1]);
-    for (m, ins) in [(AttnMask::Causal, vec![q, k, v]), (AttnMask::Additive, vec![q, k, v, mask]), (AttnMask::None, vec![q, k, v])] {
-        let y = b.push_library("attn", Op::Attention { mask: m, scale: None }, &ins, None).unwrap();
+    for (m, ins) in [
+        (AttnMask::Causal, vec![q, k, v]),
+        (AttnMask::Additive, vec![q, k, v, mask]),
+        (AttnMask::None, vec![q, k, v]),
+    ] {
+        let y = b
+            .push_library(
+                "attn",
+                Op::Attention {
+                    mask: m,
+                    scale: None,
+                },
+                &ins,
+                None,
+            )
+            .unwrap();
         b.output(&format!("attn{}", b.program.outputs.len()), y);
     }
     check(b, None);
@@ -263,40 +405,91 @@ fn data_movement_every_dtype() {
     for dt in [F, DType::I64, DType::Bool, DType::F16, DType::U8] {
         let mut b = ProgramBuilder::new();
         let x = b.input("x", dt, &[5, 4, 3]);
-        let idx = b.constant(rlx_ir::Tensor::new(vec![2, 2], rlx_ir::TensorData::I64(vec![-1, 0, 2, 2])).unwrap());
-        for (i, op) in [
-            Op::Gather { axis: 0 },
-            Op::Gather { axis: 2 },
-        ]
-        .into_iter()
-        .enumerate()
+        let idx = b.constant(
+            rlx_ir::Tensor::new(vec![2, 2], rlx_ir::TensorData::I64(vec![-1, 0, 2, 2])).unwrap(),
+        );
+        for (i, op) in [Op::Gather { axis: 0 }, Op::Gather { axis: 2 }]
+            .into_iter()
+            .enumerate()
         {
             let y = b.push_library("gather", op, &[x, idx], None).unwrap();
             b.output(&format!("g{i}"), y);
         }
-        let c = b.push_library("concat", Op::Concat { axis: 1 }, &[x, x, x], None).unwrap();
+        let c = b
+            .push_library("concat", Op::Concat { axis: 1 }, &[x, x, x], None)
+            .unwrap();
         b.output("c", c);
-        for (i, mode) in [PadMode::Reflect, PadMode::Edge, PadMode::Constant(2.0)].into_iter().enumerate() {
+        for (i, mode) in [PadMode::Reflect, PadMode::Edge, PadMode::Constant(2.0)]
+            .into_iter()
+            .enumerate()
+        {
             let pads = vec![(1, 2), (0, 0), (2, 1)];
-            let y = b.push_library("pad", Op::Pad { pads, mode }, &[x], None).unwrap();
+            let y = b
+                .push_library("pad", Op::Pad { pads, mode }, &[x], None)
+                .unwrap();
             b.output(&format!("p{i}"), y);
         }
-        let t = b.push_library("transpose", Op::Transpose(vec![2, 0, 1]), &[x], None).unwrap();
+        let t = b
+            .push_library("transpose", Op::Transpose(vec![2, 0, 1]), &[x], None)
+            .unwrap();
         b.output("t", t);
-        let sl = Op::Slice { axes: vec![0, 2], starts: vec![-1, 0], ends: vec![i64::MIN, 3], steps: vec![-2, 2] };
+        let sl = Op::Slice {
+            axes: vec![0, 2],
+            starts: vec![-1, 0],
+            ends: vec![i64::MIN, 3],
+            steps: vec![-2, 2],
+        };
         let s = b.push_library("slice", sl, &[x], None).unwrap();
         b.output("s", s);
-        let e = b.push_library("expand", Op::Expand(rlx_ir::Shape::of(&[2, 5, 4, 3])), &[x], None).unwrap();
+        let e = b
+            .push_library(
+                "expand",
+                Op::Expand(rlx_ir::Shape::of(&[2, 5, 4, 3])),
+                &[x],
+                None,
+            )
+            .unwrap();
         b.output("e", e);
-        let r = b.push_library("reshape", Op::Reshape(rlx_ir::Shape::of(&[20, 3])), &[x], None).unwrap();
+        let r = b
+            .push_library(
+                "reshape",
+                Op::Reshape(rlx_ir::Shape::of(&[20, 3])),
+                &[x],
+                None,
+            )
+            .unwrap();
         let r2 = b.alias(r, &[60]);
         b.output("r", r2);
         if dt != DType::Bool {
-            let am = b.push_library("argmax", Op::ArgReduce { op: rlx_ir::ArgOp::ArgMax, axis: 1, keepdims: true }, &[x], None).unwrap();
+            let am = b
+                .push_library(
+                    "argmax",
+                    Op::ArgReduce {
+                        op: rlx_ir::ArgOp::ArgMax,
+                        axis: 1,
+                        keepdims: true,
+                    },
+                    &[x],
+                    None,
+                )
+                .unwrap();
             b.output("am", am);
-            let sum = b.push_library("sum", Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 2], keepdims: true }, &[x], None).unwrap();
+            let sum = b
+                .push_library(
+                    "sum",
+                    Op::Reduce {
+                        op: ReduceOp::Sum,
+                        axes: vec![0, 2],
+                        keepdims: true,
+                    },
+                    &[x],
+                    None,
+                )
+                .unwrap();
             b.output("sum", sum);
-            let cast = b.push_library("cast", Op::Cast(DType::F32), &[x], None).unwrap();
+            let cast = b
+                .push_library("cast", Op::Cast(DType::F32), &[x], None)
+                .unwrap();
             b.output("cast", cast);
         }
         let p = b.finish();
@@ -314,7 +507,10 @@ fn integer_and_half_loop_kernels_match_exactly() {
         let k = kernel(
             "int",
             &[10, 30],
-            vec![inp(x, dt, contiguous_view(&[10, 30])), inp(y, dt, broadcast_view(&[30], &[10, 30]))],
+            vec![
+                inp(x, dt, contiguous_view(&[10, 30])),
+                inp(y, dt, broadcast_view(&[30], &[10, 30])),
+            ],
             vec![
                 n(Expr::Load(0), dt),
                 n(Expr::Load(1), dt),

@@ -30,9 +30,24 @@ struct Model {
     order: Vec<String>,
 }
 
-fn weight(m: &mut Model, name: &str, shape: &[usize], scale: f64, offset: f64, seed: &mut SplitMix64) -> NodeId {
+fn weight(
+    m: &mut Model,
+    name: &str,
+    shape: &[usize],
+    scale: f64,
+    offset: f64,
+    seed: &mut SplitMix64,
+) -> NodeId {
     let t = Tensor::random(DType::F32, shape, seed.next_u64());
-    let t = Tensor::from_f64(DType::F16, shape, t.to_f64_vec().into_iter().map(|v| v * scale + offset)).expect("sizes");
+    let t = Tensor::from_f64(
+        DType::F16,
+        shape,
+        &t.to_f64_vec()
+            .into_iter()
+            .map(|v| v * scale + offset)
+            .collect::<Vec<_>>(),
+    )
+    .expect("sizes");
     m.params.insert(name.into(), Arc::new(t));
     m.order.push(name.into());
     m.graph.param(name, DType::F16, Shape::of(shape))
@@ -40,20 +55,30 @@ fn weight(m: &mut Model, name: &str, shape: &[usize], scale: f64, offset: f64, s
 
 /// The encoder for `batch` sequences; weights come from a fixed seed (same for every batch).
 fn encoder(batch: usize) -> Model {
-    let mut m = Model { graph: Graph::new(), params: HashMap::new(), order: Vec::new() };
+    let mut m = Model {
+        graph: Graph::new(),
+        params: HashMap::new(),
+        order: Vec::new(),
+    };
     let mut seed = SplitMix64(42);
     let hd = HIDDEN / HEADS;
-    let mut x = m.graph.input("hidden", DType::F16, Shape::of(&[batch, SEQ, HIDDEN]));
+    let mut x = m
+        .graph
+        .input("hidden", DType::F16, Shape::of(&[batch, SEQ, HIDDEN]));
     let w_scale = 1.0 / (HIDDEN as f64).sqrt();
     for l in 0..LAYERS {
-        let mut proj = |m: &mut Model, name: &str, x: NodeId, k: usize, n: usize, seed: &mut SplitMix64| {
-            let w = weight(m, &format!("l{l}.{name}.w"), &[k, n], w_scale, 0.0, seed);
-            let b = weight(m, &format!("l{l}.{name}.b"), &[n], 0.02, 0.0, seed);
-            let y = m.graph.matmul(x, w).unwrap();
-            m.graph.add(y, b).unwrap()
-        };
+        let proj =
+            |m: &mut Model, name: &str, x: NodeId, k: usize, n: usize, seed: &mut SplitMix64| {
+                let w = weight(m, &format!("l{l}.{name}.w"), &[k, n], w_scale, 0.0, seed);
+                let b = weight(m, &format!("l{l}.{name}.b"), &[n], 0.02, 0.0, seed);
+                let y = m.graph.matmul(x, w).unwrap();
+                m.graph.add(y, b).unwrap()
+            };
         let heads = |m: &mut Model, y: NodeId| {
-            let y = m.graph.reshape(y, Shape::of(&[batch, SEQ, HEADS, hd])).unwrap();
+            let y = m
+                .graph
+                .reshape(y, Shape::of(&[batch, SEQ, HEADS, hd]))
+                .unwrap();
             m.graph.transpose(y, &[0, 2, 1, 3]).unwrap()
         };
         let q = proj(&mut m, "q", x, HIDDEN, HIDDEN, &mut seed);
@@ -64,18 +89,49 @@ fn encoder(batch: usize) -> Model {
         let v = heads(&mut m, v);
         let a = m.graph.attention(q, k, v, None, false, None).unwrap();
         let a = m.graph.transpose(a, &[0, 2, 1, 3]).unwrap();
-        let a = m.graph.reshape(a, Shape::of(&[batch, SEQ, HIDDEN])).unwrap();
+        let a = m
+            .graph
+            .reshape(a, Shape::of(&[batch, SEQ, HIDDEN]))
+            .unwrap();
         let o = proj(&mut m, "o", a, HIDDEN, HIDDEN, &mut seed);
         let r = m.graph.add(o, x).unwrap();
-        let g1 = weight(&mut m, &format!("l{l}.ln1.g"), &[HIDDEN], 0.1, 1.0, &mut seed);
-        let b1 = weight(&mut m, &format!("l{l}.ln1.b"), &[HIDDEN], 0.02, 0.0, &mut seed);
+        let g1 = weight(
+            &mut m,
+            &format!("l{l}.ln1.g"),
+            &[HIDDEN],
+            0.1,
+            1.0,
+            &mut seed,
+        );
+        let b1 = weight(
+            &mut m,
+            &format!("l{l}.ln1.b"),
+            &[HIDDEN],
+            0.02,
+            0.0,
+            &mut seed,
+        );
         let h = m.graph.layer_norm(r, g1, b1, 1e-12).unwrap();
         let f = proj(&mut m, "ffn1", h, HIDDEN, FFN, &mut seed);
         let f = m.graph.unary(UnaryOp::Gelu, f).unwrap();
         let f = proj(&mut m, "ffn2", f, FFN, HIDDEN, &mut seed);
         let r = m.graph.add(f, h).unwrap();
-        let g2 = weight(&mut m, &format!("l{l}.ln2.g"), &[HIDDEN], 0.1, 1.0, &mut seed);
-        let b2 = weight(&mut m, &format!("l{l}.ln2.b"), &[HIDDEN], 0.02, 0.0, &mut seed);
+        let g2 = weight(
+            &mut m,
+            &format!("l{l}.ln2.g"),
+            &[HIDDEN],
+            0.1,
+            1.0,
+            &mut seed,
+        );
+        let b2 = weight(
+            &mut m,
+            &format!("l{l}.ln2.b"),
+            &[HIDDEN],
+            0.02,
+            0.0,
+            &mut seed,
+        );
         x = m.graph.layer_norm(r, g2, b2, 1e-12).unwrap();
     }
     m.graph.output("out", x);
@@ -101,16 +157,22 @@ fn dump(dir: &str, m: &Model, input: &Tensor, out: &Tensor) -> std::io::Result<(
 
 fn main() {
     require_device("bench_encoder");
-    let batches: Vec<usize> = arg("--batches", "1,32,256").split(',').filter_map(|s| s.parse().ok()).collect();
+    let batches: Vec<usize> = arg("--batches", "1,32,256")
+        .split(',')
+        .filter_map(|s| s.parse().ok())
+        .collect();
     let iters: usize = arg("--iters", "100").parse().unwrap_or(100);
     let warmup: usize = arg("--warmup", "20").parse().unwrap_or(20);
     let dump_dir = arg("--dump", "");
     for &batch in &batches {
         let m = encoder(batch);
         let start = Instant::now();
-        let program = match lower_for_cuda(&m.graph).map_err(|e| e.to_string()).and_then(|p| {
-            CudaProgram::compile(p, &WeightCache::new(), &CudaOptions::default()).map_err(|e| e.to_string())
-        }) {
+        let program = match lower_for_cuda(&m.graph)
+            .map_err(|e| e.to_string())
+            .and_then(|p| {
+                CudaProgram::compile(p, &WeightCache::new(), &CudaOptions::default())
+                    .map_err(|e| e.to_string())
+            }) {
             Ok(p) => p,
             Err(e) => {
                 println!("encoder batch={batch}: FAILED to compile: {e}");

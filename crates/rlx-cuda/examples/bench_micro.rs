@@ -26,12 +26,18 @@ fn gemm(n: usize, dtype: DType) {
     let c = g.matmul(a, b).unwrap();
     g.output("c", c);
     let program = compile(&g);
-    let inputs = HashMap::from([("a".to_string(), Tensor::full(dtype, &[n, n], 0.01)), ("b".to_string(), Tensor::full(dtype, &[n, n], 0.02))]);
+    let inputs = HashMap::from([
+        ("a".to_string(), Tensor::full(dtype, &[n, n], 0.01)),
+        ("b".to_string(), Tensor::full(dtype, &[n, n], 0.02)),
+    ]);
     program.run(&inputs, &HashMap::new()).expect("runs");
     let _ = program.time_steps(10);
     let mut t = program.time_steps(50).expect("times");
     let med = quantile(&mut t, 0.5);
-    println!("rlx gemm n={n} dtype={dtype} median_ms={med:.4} tflops={:.1}", 2.0 * (n as f64).powi(3) / med / 1e9);
+    println!(
+        "rlx gemm n={n} dtype={dtype} median_ms={med:.4} tflops={:.1}",
+        2.0 * (n as f64).powi(3) / med / 1e9
+    );
 }
 
 fn elementwise_chain() {
@@ -46,13 +52,19 @@ fn elementwise_chain() {
     let y = g.binary(BinaryOp::Max, y, x).unwrap();
     g.output("y", y);
     let program = compile(&g);
-    println!("rlx elementwise chain: {} launch(es)", program.stats.launches);
+    println!(
+        "rlx elementwise chain: {} launch(es)",
+        program.stats.launches
+    );
     let inputs = HashMap::from([("x".to_string(), Tensor::full(DType::F32, &[n], 0.25))]);
     program.run(&inputs, &HashMap::new()).expect("runs");
     let _ = program.time_steps(5);
     let mut t = program.time_steps(30).expect("times");
     let med = quantile(&mut t, 0.5);
-    println!("rlx elementwise 1GiB f32 median_ms={med:.4} gbps_rw={:.1}", 2.0 * 4.0 * n as f64 / med / 1e6);
+    println!(
+        "rlx elementwise 1GiB f32 median_ms={med:.4} gbps_rw={:.1}",
+        2.0 * 4.0 * n as f64 / med / 1e6
+    );
     let dev = CudaDevice::get().unwrap();
     let mem = DeviceMemory::get().unwrap();
     let (a, b) = (mem.alloc(4 * n).unwrap(), mem.alloc(4 * n).unwrap());
@@ -67,7 +79,10 @@ fn elementwise_chain() {
         }
     }
     let med = quantile(&mut times, 0.5);
-    println!("device copy 1GiB median_ms={med:.4} gbps_rw={:.1}", 2.0 * 4.0 * n as f64 / med / 1e6);
+    println!(
+        "device copy 1GiB median_ms={med:.4} gbps_rw={:.1}",
+        2.0 * 4.0 * n as f64 / med / 1e6
+    );
 }
 
 fn alloc_latency() {

@@ -27,7 +27,11 @@ unsafe impl Send for Blas {}
 unsafe impl Sync for Blas {}
 
 fn blas_err(call: &str, spec: &GemmSpec, e: impl std::fmt::Debug) -> CudaError {
-    CudaError::Blas { call: call.into(), shapes: spec.describe(), message: format!("{e:?}") }
+    CudaError::Blas {
+        call: call.into(),
+        shapes: spec.describe(),
+        message: format!("{e:?}"),
+    }
 }
 
 /// Checks that libcublasLt loads.
@@ -39,7 +43,10 @@ pub fn cublaslt_present() -> Result<(), String> {
     if unsafe { sys::is_culib_present() } {
         Ok(())
     } else {
-        Err("libcublasLt.so.13 not found (add the CUDA toolkit's lib64 folder to LD_LIBRARY_PATH)".into())
+        Err(
+            "libcublasLt.so.13 not found (add the CUDA toolkit's lib64 folder to LD_LIBRARY_PATH)"
+                .into(),
+        )
     }
 }
 
@@ -51,7 +58,11 @@ impl Blas {
     pub fn new(mem: &Arc<DeviceMemory>) -> Result<Blas, CudaError> {
         cublaslt_present().map_err(CudaError::Unavailable)?;
         let workspace = mem.alloc(WORKSPACE_BYTES)?;
-        let handle = result::create_handle().map_err(|e| CudaError::Blas { call: "cublasLtCreate".into(), shapes: String::new(), message: format!("{e:?}") })?;
+        let handle = result::create_handle().map_err(|e| CudaError::Blas {
+            call: "cublasLtCreate".into(),
+            shapes: String::new(),
+            message: format!("{e:?}"),
+        })?;
         Ok(Blas { handle, workspace })
     }
 
@@ -61,14 +72,41 @@ impl Blas {
     /// cuBLASLt rejects the shapes or finds no algorithm.
     pub fn prepare(&self, spec: &GemmSpec, tf32: bool) -> Result<PreparedGemm, CudaError> {
         let (data, compute, scale) = match spec.dtype {
-            DType::F32 if tf32 => (sys::cudaDataType::CUDA_R_32F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32, sys::cudaDataType::CUDA_R_32F),
-            DType::F32 => (sys::cudaDataType::CUDA_R_32F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F),
-            DType::F16 => (sys::cudaDataType::CUDA_R_16F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F),
-            DType::BF16 => (sys::cudaDataType::CUDA_R_16BF, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F),
-            DType::F64 => (sys::cudaDataType::CUDA_R_64F, sys::cublasComputeType_t::CUBLAS_COMPUTE_64F, sys::cudaDataType::CUDA_R_64F),
-            other => return Err(blas_err("prepare", spec, format!("dtype {other} has no GEMM"))),
+            DType::F32 if tf32 => (
+                sys::cudaDataType::CUDA_R_32F,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+                sys::cudaDataType::CUDA_R_32F,
+            ),
+            DType::F32 => (
+                sys::cudaDataType::CUDA_R_32F,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cudaDataType::CUDA_R_32F,
+            ),
+            DType::F16 => (
+                sys::cudaDataType::CUDA_R_16F,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cudaDataType::CUDA_R_32F,
+            ),
+            DType::BF16 => (
+                sys::cudaDataType::CUDA_R_16BF,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cudaDataType::CUDA_R_32F,
+            ),
+            DType::F64 => (
+                sys::cudaDataType::CUDA_R_64F,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_64F,
+                sys::cudaDataType::CUDA_R_64F,
+            ),
+            other => {
+                return Err(blas_err(
+                    "prepare",
+                    spec,
+                    format!("dtype {other} has no GEMM"),
+                ))
+            }
         };
-        let desc = result::create_matmul_desc(compute, scale).map_err(|e| blas_err("cublasLtMatmulDescCreate", spec, e))?;
+        let desc = result::create_matmul_desc(compute, scale)
+            .map_err(|e| blas_err("cublasLtMatmulDescCreate", spec, e))?;
         let mut g = PreparedGemm {
             desc,
             layouts: [std::ptr::null_mut(); 3],
@@ -87,13 +125,23 @@ impl Blas {
         // SAFETY: the descriptor is valid; the value is a 4-byte enum as the attribute expects.
         unsafe {
             let v = epilogue as u32;
-            result::set_matmul_desc_attribute(desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, &v as *const u32 as *const c_void, 4)
+            result::set_matmul_desc_attribute(
+                desc,
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+                &v as *const u32 as *const c_void,
+                4,
+            )
         }
         .map_err(|e| blas_err("set epilogue", spec, e))?;
         // Column-major view: A' = B (n x k, ld n), B' = A (k x m, ld k), C' = C (n x m, ld n).
-        let dims = [(spec.n, spec.k, spec.b.batch_stride), (spec.k, spec.m, spec.a.batch_stride), (spec.n, spec.m, spec.c.batch_stride)];
+        let dims = [
+            (spec.n, spec.k, spec.b.batch_stride),
+            (spec.k, spec.m, spec.a.batch_stride),
+            (spec.n, spec.m, spec.c.batch_stride),
+        ];
         for (i, (rows, cols, stride)) in dims.into_iter().enumerate() {
-            let l = result::create_matrix_layout(data, rows as u64, cols as u64, rows as i64).map_err(|e| blas_err("cublasLtMatrixLayoutCreate", spec, e))?;
+            let l = result::create_matrix_layout(data, rows as u64, cols as u64, rows as i64)
+                .map_err(|e| blas_err("cublasLtMatrixLayoutCreate", spec, e))?;
             g.layouts[i] = l;
             if spec.batch > 1 {
                 let count = spec.batch as i32;
@@ -106,16 +154,36 @@ impl Blas {
                 .map_err(|e| blas_err("set batch layout", spec, e))?;
             }
         }
-        let pref = result::create_matmul_pref().map_err(|e| blas_err("cublasLtMatmulPreferenceCreate", spec, e))?;
+        let pref = result::create_matmul_pref()
+            .map_err(|e| blas_err("cublasLtMatmulPreferenceCreate", spec, e))?;
         let ws = WORKSPACE_BYTES as u64;
         // SAFETY: valid preference; u64 attribute.
         let heuristic = unsafe {
-            result::set_matmul_pref_attribute(pref, sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws as *const u64 as *const c_void, 8)
-                .and_then(|_| result::get_matmul_algo_heuristic(self.handle, desc, g.layouts[0], g.layouts[1], g.layouts[2], g.layouts[2], pref))
+            result::set_matmul_pref_attribute(
+                pref,
+                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &ws as *const u64 as *const c_void,
+                8,
+            )
+            .and_then(|_| {
+                result::get_matmul_algo_heuristic(
+                    self.handle,
+                    desc,
+                    g.layouts[0],
+                    g.layouts[1],
+                    g.layouts[2],
+                    g.layouts[2],
+                    pref,
+                )
+            })
         };
         // SAFETY: created above, destroyed once.
         let _ = unsafe { result::destroy_matmul_pref(pref) };
-        g.algo = Some(heuristic.map_err(|e| blas_err("cublasLtMatmulAlgoGetHeuristic", spec, e))?.algo);
+        g.algo = Some(
+            heuristic
+                .map_err(|e| blas_err("cublasLtMatmulAlgoGetHeuristic", spec, e))?
+                .algo,
+        );
         Ok(g)
     }
 
@@ -124,17 +192,38 @@ impl Blas {
     ///
     /// # Errors
     /// cuBLASLt refuses the call.
-    pub fn run(&self, g: &PreparedGemm, a: u64, b: u64, c: u64, bias: Option<u64>, stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
+    pub fn run(
+        &self,
+        g: &PreparedGemm,
+        a: u64,
+        b: u64,
+        c: u64,
+        bias: Option<u64>,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), CudaError> {
         if let Some(bias) = bias {
             // SAFETY: valid descriptor; a device pointer attribute.
-            unsafe { result::set_matmul_desc_attribute(g.desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias as *const u64 as *const c_void, 8) }
-                .map_err(|e| blas_err("set bias pointer", &g.spec, e))?;
+            unsafe {
+                result::set_matmul_desc_attribute(
+                    g.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    &bias as *const u64 as *const c_void,
+                    8,
+                )
+            }
+            .map_err(|e| blas_err("set bias pointer", &g.spec, e))?;
         }
         let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
         let (alpha, beta) = if g.f64_scale {
-            (&one64 as *const f64 as *const c_void, &zero64 as *const f64 as *const c_void)
+            (
+                &one64 as *const f64 as *const c_void,
+                &zero64 as *const f64 as *const c_void,
+            )
         } else {
-            (&one32 as *const f32 as *const c_void, &zero32 as *const f32 as *const c_void)
+            (
+                &one32 as *const f32 as *const c_void,
+                &zero32 as *const f32 as *const c_void,
+            )
         };
         let algo = g.algo.as_ref().map_or(std::ptr::null(), |a| a as *const _);
         // SAFETY: every pointer addresses device memory sized by the plan; layouts match.

@@ -34,7 +34,11 @@ pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
         Op::MatMul | Op::Conv2d(_) => first.is_some_and(gemm_dtype),
         Op::Attention { .. } => {
             let head_ok = inputs.iter().take(3).all(|t| {
-                t.shape.dims().last().and_then(|d| d.as_static()).is_none_or(|d| d <= MAX_HEAD)
+                t.shape
+                    .dims()
+                    .last()
+                    .and_then(|d| d.as_static())
+                    .is_none_or(|d| d <= MAX_HEAD)
             });
             first.is_some_and(single_float) && head_ok
         }
@@ -49,9 +53,15 @@ mod tests {
     #[test]
     fn attention_claims_head_sizes_up_to_256_only() {
         let t = |d| TensorType::new(DType::F16, Shape::of(&[2, 8, d]));
-        let op = Op::Attention { mask: AttnMask::None, scale: None };
+        let op = Op::Attention {
+            mask: AttnMask::None,
+            scale: None,
+        };
         assert!(supports(&op, &[&t(256), &t(256), &t(256)]));
         assert!(!supports(&op, &[&t(320), &t(320), &t(320)]));
-        assert!(!supports(&Op::MatMul, &[&TensorType::new(DType::I32, Shape::of(&[2, 2]))]));
+        assert!(!supports(
+            &Op::MatMul,
+            &[&TensorType::new(DType::I32, Shape::of(&[2, 2]))]
+        ));
     }
 }

@@ -42,11 +42,19 @@ impl CudaDevice {
         let facts = device_facts().map_err(CudaError::Unavailable)?;
         let device = result::device::get(0).map_err(|e| CudaError::driver("cuDeviceGet", e))?;
         // SAFETY: `device` is valid; the primary context is retained for the process.
-        let context = unsafe { result::primary_ctx::retain(device) }.map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
+        let context = unsafe { result::primary_ctx::retain(device) }
+            .map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
         // SAFETY: the context was just retained.
-        unsafe { result::ctx::set_current(context) }.map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
-        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| CudaError::driver("cuStreamCreate", e))?;
-        Ok(CudaDevice { device, context, stream, facts })
+        unsafe { result::ctx::set_current(context) }
+            .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| CudaError::driver("cuStreamCreate", e))?;
+        Ok(CudaDevice {
+            device,
+            context,
+            stream,
+            facts,
+        })
     }
 
     /// Makes the context current on the calling thread.
@@ -55,7 +63,8 @@ impl CudaDevice {
     /// The driver refuses.
     pub fn bind(&self) -> Result<(), CudaError> {
         // SAFETY: the context lives as long as the process.
-        unsafe { result::ctx::set_current(self.context) }.map_err(|e| CudaError::driver("cuCtxSetCurrent", e))
+        unsafe { result::ctx::set_current(self.context) }
+            .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))
     }
 
     /// The backend's stream.
@@ -74,7 +83,8 @@ impl CudaDevice {
     /// A kernel failed (the driver reports the first error here).
     pub fn sync(&self) -> Result<(), CudaError> {
         // SAFETY: the stream is valid.
-        unsafe { result::stream::synchronize(self.stream) }.map_err(|e| CudaError::driver("cuStreamSynchronize", e))
+        unsafe { result::stream::synchronize(self.stream) }
+            .map_err(|e| CudaError::driver("cuStreamSynchronize", e))
     }
 
     /// Bytes free and total on the device.
@@ -89,7 +99,8 @@ impl CudaDevice {
     pub fn load_module(&self, image: &[u8]) -> Result<Module, CudaError> {
         self.bind()?;
         // SAFETY: `image` is a CUBIN produced by NVRTC for this device's architecture.
-        let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
+        let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+            .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
         Ok(Module { module })
     }
 
@@ -97,14 +108,23 @@ impl CudaDevice {
     ///
     /// # Errors
     /// The driver rejects the launch (named after `what`).
-    pub fn launch(&self, f: sys::CUfunction, launch: &Launch, args: &[u64], what: &str) -> Result<(), CudaError> {
+    pub fn launch(
+        &self,
+        f: &Function,
+        launch: &Launch,
+        args: &[u64],
+        what: &str,
+    ) -> Result<(), CudaError> {
         let mut values: Vec<u64> = args.to_vec();
-        let mut ptrs: Vec<*mut c_void> = values.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+        let mut ptrs: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
         // SAFETY: `f` comes from a loaded module; every argument is a device pointer the
         // kernel's signature expects, in order.
         unsafe {
             result::launch_kernel(
-                f,
+                f.0,
                 (launch.grid[0], launch.grid[1], 1),
                 (launch.block, 1, 1),
                 launch.shared_bytes,
@@ -125,7 +145,8 @@ impl CudaDevice {
             return Ok(());
         }
         // SAFETY: `dst` holds at least `src.len()` bytes (sized by the caller's plan).
-        unsafe { result::memcpy_htod_async(dst, src, self.stream) }.map_err(|e| CudaError::driver("cuMemcpyHtoDAsync", e))
+        unsafe { result::memcpy_htod_async(dst, src, self.stream) }
+            .map_err(|e| CudaError::driver("cuMemcpyHtoDAsync", e))
     }
 
     /// Copies device bytes to the host, asynchronously on the stream.
@@ -137,7 +158,8 @@ impl CudaDevice {
             return Ok(());
         }
         // SAFETY: `src` holds at least `dst.len()` bytes.
-        unsafe { result::memcpy_dtoh_async(dst, src, self.stream) }.map_err(|e| CudaError::driver("cuMemcpyDtoHAsync", e))
+        unsafe { result::memcpy_dtoh_async(dst, src, self.stream) }
+            .map_err(|e| CudaError::driver("cuMemcpyDtoHAsync", e))
     }
 
     /// Copies between device buffers on the stream.
@@ -146,7 +168,8 @@ impl CudaDevice {
     /// The copy is refused.
     pub fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), CudaError> {
         // SAFETY: both ranges hold `bytes` bytes.
-        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }.map_err(|e| CudaError::driver("cuMemcpyDtoDAsync", e))
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }
+            .map_err(|e| CudaError::driver("cuMemcpyDtoDAsync", e))
     }
 
     /// Starts capturing the stream into a graph.
@@ -155,8 +178,13 @@ impl CudaDevice {
     /// The driver refuses.
     pub fn begin_capture(&self) -> Result<(), CudaError> {
         // SAFETY: the stream is valid and not capturing.
-        unsafe { result::stream::begin_capture(self.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
-            .map_err(|e| CudaError::driver("cuStreamBeginCapture", e))
+        unsafe {
+            result::stream::begin_capture(
+                self.stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .map_err(|e| CudaError::driver("cuStreamBeginCapture", e))
     }
 
     /// Ends the capture and instantiates the graph.
@@ -165,11 +193,13 @@ impl CudaDevice {
     /// Something in the captured work was not capturable.
     pub fn end_capture(&self) -> Result<Graph, CudaError> {
         // SAFETY: the stream is capturing.
-        let graph = unsafe { result::stream::end_capture(self.stream) }.map_err(|e| CudaError::driver("cuStreamEndCapture", e))?;
+        let graph = unsafe { result::stream::end_capture(self.stream) }
+            .map_err(|e| CudaError::driver("cuStreamEndCapture", e))?;
         // SAFETY: `graph` was just captured.
         let exec = unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) };
         // SAFETY: the executable graph keeps what it needs.
-        unsafe { result::graph::destroy(graph) }.map_err(|e| CudaError::driver("cuGraphDestroy", e))?;
+        unsafe { result::graph::destroy(graph) }
+            .map_err(|e| CudaError::driver("cuGraphDestroy", e))?;
         let exec = exec.map_err(|e| CudaError::driver("cuGraphInstantiate", e))?;
         Ok(Graph { exec })
     }
@@ -180,7 +210,8 @@ impl CudaDevice {
     /// The driver refuses.
     pub fn replay(&self, graph: &Graph) -> Result<(), CudaError> {
         // SAFETY: the graph was instantiated in this context.
-        unsafe { result::graph::launch(graph.exec, self.stream) }.map_err(|e| CudaError::driver("cuGraphLaunch", e))
+        unsafe { result::graph::launch(graph.exec, self.stream) }
+            .map_err(|e| CudaError::driver("cuGraphLaunch", e))
     }
 }
 
@@ -190,9 +221,11 @@ impl CudaDevice {
     /// # Errors
     /// The driver refuses.
     pub fn record(&self) -> Result<Event, CudaError> {
-        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| CudaError::driver("cuEventCreate", e))?;
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(|e| CudaError::driver("cuEventCreate", e))?;
         // SAFETY: both handles are valid.
-        unsafe { result::event::record(event, self.stream) }.map_err(|e| CudaError::driver("cuEventRecord", e))?;
+        unsafe { result::event::record(event, self.stream) }
+            .map_err(|e| CudaError::driver("cuEventRecord", e))?;
         Ok(Event { event })
     }
 
@@ -203,8 +236,10 @@ impl CudaDevice {
     pub fn elapsed_ms(&self, start: &Event, end: &Event) -> Result<f32, CudaError> {
         // SAFETY: both events were recorded on this device's stream.
         unsafe {
-            result::event::synchronize(end.event).map_err(|e| CudaError::driver("cuEventSynchronize", e))?;
-            result::event::elapsed(start.event, end.event).map_err(|e| CudaError::driver("cuEventElapsedTime", e))
+            result::event::synchronize(end.event)
+                .map_err(|e| CudaError::driver("cuEventSynchronize", e))?;
+            result::event::elapsed(start.event, end.event)
+                .map_err(|e| CudaError::driver("cuEventElapsedTime", e))
         }
     }
 }
@@ -237,10 +272,12 @@ impl Module {
     ///
     /// # Errors
     /// No such function, or the limit cannot be raised.
-    pub fn function(&self, name: &str, shared_bytes: u32) -> Result<sys::CUfunction, CudaError> {
-        let cname = CString::new(name).map_err(|_| CudaError::Invalid(format!("function name {name:?}")))?;
+    pub fn function(&self, name: &str, shared_bytes: u32) -> Result<Function, CudaError> {
+        let cname = CString::new(name)
+            .map_err(|_| CudaError::Invalid(format!("function name {name:?}")))?;
         // SAFETY: the module is loaded; the name is NUL terminated.
-        let f = unsafe { result::module::get_function(self.module, cname) }.map_err(|e| CudaError::driver(format!("cuModuleGetFunction {name}"), e))?;
+        let f = unsafe { result::module::get_function(self.module, cname) }
+            .map_err(|e| CudaError::driver(format!("cuModuleGetFunction {name}"), e))?;
         if shared_bytes > 48 * 1024 {
             // SAFETY: `f` is valid; the size is within the device's opt-in limit (checked by codegen).
             unsafe {
@@ -250,11 +287,25 @@ impl Module {
                     shared_bytes as i32,
                 )
             }
-            .map_err(|e| CudaError::driver(format!("cuFuncSetAttribute {name} ({shared_bytes} bytes shared)"), e))?;
+            .map_err(|e| {
+                CudaError::driver(
+                    format!("cuFuncSetAttribute {name} ({shared_bytes} bytes shared)"),
+                    e,
+                )
+            })?;
         }
-        Ok(f)
+        Ok(Function(f))
     }
 }
+
+/// A kernel function of a loaded module (valid while its module is).
+#[derive(Clone, Copy)]
+pub struct Function(sys::CUfunction);
+
+// SAFETY: function handles are immutable and usable from any thread with the context current.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
 
 impl Drop for Module {
     fn drop(&mut self) {

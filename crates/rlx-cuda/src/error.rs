@@ -11,7 +11,9 @@ pub enum CudaError {
     #[error("the CUDA backend cannot lower {}", .0.join("; "))]
     Unsupported(Vec<String>),
     /// NVRTC rejected generated source.
-    #[error("NVRTC failed to compile `{program}` for {arch} (source written to {source_path}):\n{log}")]
+    #[error(
+        "NVRTC failed to compile `{program}` for {arch} (source written to {source_path}):\n{log}"
+    )]
     Compile {
         /// program (kernel group) name
         program: String,

@@ -74,26 +74,43 @@ impl GemmSpec {
 /// Recognizes an epilogue cuBLASLt can fuse: `act(result + bias)` with the bias read along
 /// the last dim only, all in the result dtype. Returns the bias buffer and activation.
 pub fn match_bias_epilogue(e: &LoopKernel, dtype: DType, n: usize) -> Option<(usize, Activation)> {
-    if e.inputs.len() != 2 || e.reduce.is_some() || e.out_dtype() != dtype || e.shape.last() != Some(&n) {
+    if e.inputs.len() != 2
+        || e.reduce.is_some()
+        || e.out_dtype() != dtype
+        || e.shape.last() != Some(&n)
+    {
         return None;
     }
     let bias = &e.inputs[1];
     let last = e.shape.len() - 1;
     let along_last = bias.view.offset == 0
-        && bias.view.strides.iter().enumerate().all(|(d, &s)| if d == last { s == 1 } else { s == 0 });
+        && bias
+            .view
+            .strides
+            .iter()
+            .enumerate()
+            .all(|(d, &s)| if d == last { s == 1 } else { s == 0 });
     if !along_last || bias.dtype != dtype || e.inputs[0].dtype != dtype {
         return None;
     }
     let ex: Vec<&Expr> = e.body.iter().map(|n| &n.expr).collect();
-    let loads = matches!((ex.first(), ex.get(1)), (Some(Expr::Load(0)), Some(Expr::Load(1))) | (Some(Expr::Load(1)), Some(Expr::Load(0))));
-    let sum = matches!(ex.get(2), Some(Expr::Binary(BinaryOp::Add, 0, 1)) | Some(Expr::Binary(BinaryOp::Add, 1, 0)));
+    let loads = matches!(
+        (ex.first(), ex.get(1)),
+        (Some(Expr::Load(0)), Some(Expr::Load(1))) | (Some(Expr::Load(1)), Some(Expr::Load(0)))
+    );
+    let sum = matches!(
+        ex.get(2),
+        Some(Expr::Binary(BinaryOp::Add, 0, 1)) | Some(Expr::Binary(BinaryOp::Add, 1, 0))
+    );
     if !loads || !sum {
         return None;
     }
     match (ex.len(), e.result, ex.get(3)) {
         (3, 2, None) => Some((bias.buffer, Activation::None)),
         (4, 3, Some(Expr::Unary(UnaryOp::Relu, 2))) => Some((bias.buffer, Activation::Relu)),
-        (4, 3, Some(Expr::Unary(UnaryOp::GeluTanh, 2))) => Some((bias.buffer, Activation::GeluTanh)),
+        (4, 3, Some(Expr::Unary(UnaryOp::GeluTanh, 2))) => {
+            Some((bias.buffer, Activation::GeluTanh))
+        }
         _ => None,
     }
 }

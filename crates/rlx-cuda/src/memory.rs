@@ -6,7 +6,9 @@
 use crate::device::CudaDevice;
 use crate::CudaError;
 use cudarc::driver::result;
-use rlx_mem::{AllocatorConfig, Allocation, Block, BlockProvider, MemError, ProviderStats, Stats, SubAllocator};
+use rlx_mem::{
+    Allocation, AllocatorConfig, Block, BlockProvider, MemError, ProviderStats, Stats, SubAllocator,
+};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Raw device blocks from the driver.
@@ -17,7 +19,9 @@ pub struct CudaProvider {
 impl CudaProvider {
     /// A provider for device 0 (the context must be current when it is called).
     pub fn new() -> CudaProvider {
-        CudaProvider { stats: ProviderStats::default() }
+        CudaProvider {
+            stats: ProviderStats::default(),
+        }
     }
 }
 
@@ -36,22 +40,35 @@ impl BlockProvider for CudaProvider {
         if !align.is_power_of_two() {
             return Err(MemError::BadAlignment { align });
         }
-        let fail = |reason: String| MemError::ProviderFailed { device: "cuda:0".into(), requested: size, reason };
+        let fail = |reason: String| MemError::ProviderFailed {
+            device: "cuda:0".into(),
+            requested: size,
+            reason,
+        };
         if exportable {
-            return Err(fail("exportable CUDA blocks are not implemented yet".into()));
+            return Err(fail(
+                "exportable CUDA blocks are not implemented yet".into(),
+            ));
         }
-        if align > 256 {
-            return Err(fail(format!("cuMemAlloc aligns to 256 bytes, {align} asked")));
-        }
+        // cuMemAlloc aligns to at least 256 bytes; larger alignments over-allocate and round up.
+        let extra = align.saturating_sub(256);
         // SAFETY: plain allocation; the context is current (callers bind it).
-        let addr = unsafe { result::malloc_sync(size.max(1)) }.map_err(|e| fail(format!("cuMemAlloc: {e:?}")))?;
+        let raw = unsafe { result::malloc_sync((size + extra).max(1)) }
+            .map_err(|e| fail(format!("cuMemAlloc: {e:?}")))?;
+        let addr = (raw as usize).div_ceil(align) * align;
         self.stats.on_alloc_public(size);
-        Ok(Block { addr: addr as usize, size, align, exportable, handle: 0 })
+        Ok(Block {
+            addr,
+            size,
+            align,
+            exportable,
+            handle: raw,
+        })
     }
 
     fn free(&mut self, block: Block) {
         // SAFETY: the block came from `alloc` and is freed once.
-        let _ = unsafe { result::free_sync(block.addr as u64) };
+        let _ = unsafe { result::free_sync(block.handle) };
         self.stats.on_free_public(block.size);
     }
 
@@ -100,9 +117,15 @@ impl DeviceMemory {
         static MEM: OnceLock<Result<Arc<DeviceMemory>, String>> = OnceLock::new();
         MEM.get_or_init(|| {
             let device = CudaDevice::get().map_err(|e| e.to_string())?;
-            let config = AllocatorConfig { grow_in_place: false, ..AllocatorConfig::default() };
+            let config = AllocatorConfig {
+                grow_in_place: false,
+                ..AllocatorConfig::default()
+            };
             let pool = SubAllocator::new(Box::new(CudaProvider::new()), config);
-            Ok(Arc::new(DeviceMemory { device, pool: Mutex::new(pool) }))
+            Ok(Arc::new(DeviceMemory {
+                device,
+                pool: Mutex::new(pool),
+            }))
         })
         .clone()
         .map_err(CudaError::Unavailable)
@@ -121,14 +144,19 @@ impl DeviceMemory {
             Ok(a) => a,
             Err(_) => {
                 pool.trim();
-                pool.alloc(bytes.max(1), ALIGN).map_err(|_| CudaError::OutOfMemory {
-                    requested: bytes,
-                    in_use: pool.stats().bytes_in_use,
-                    free: self.device.mem_info().0,
-                })?
+                pool.alloc(bytes.max(1), ALIGN)
+                    .map_err(|_| CudaError::OutOfMemory {
+                        requested: bytes,
+                        in_use: pool.stats().bytes_in_use,
+                        free: self.device.mem_info().0,
+                    })?
             }
         };
-        Ok(DeviceBuffer { mem: self.clone(), allocation: Some(allocation), bytes })
+        Ok(DeviceBuffer {
+            mem: self.clone(),
+            allocation: Some(allocation),
+            bytes,
+        })
     }
 
     /// The pool's statistics.
@@ -164,6 +192,8 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if let Some(a) = self.allocation.take() {
+            // Returning an empty block calls cuMemFree, which needs the context current.
+            let _ = self.mem.device.bind();
             let mut pool = self.mem.pool.lock().unwrap_or_else(|e| e.into_inner());
             let _ = pool.free(a);
         }
@@ -189,8 +219,12 @@ impl Pinned {
     pub fn new(device: &CudaDevice, bytes: usize) -> Result<Pinned, CudaError> {
         device.bind()?;
         // SAFETY: allocation only.
-        let ptr = unsafe { result::malloc_host(bytes.max(1), 0) }.map_err(|e| CudaError::driver(format!("cuMemHostAlloc {bytes} bytes"), e))?;
-        Ok(Pinned { ptr: ptr as *mut u8, bytes })
+        let ptr = unsafe { result::malloc_host(bytes.max(1), 0) }
+            .map_err(|e| CudaError::driver(format!("cuMemHostAlloc {bytes} bytes"), e))?;
+        Ok(Pinned {
+            ptr: ptr as *mut u8,
+            bytes,
+        })
     }
 
     /// The bytes.

@@ -17,9 +17,11 @@ pub fn nvrtc_present() -> Result<(), String> {
     if unsafe { sys::is_culib_present() } {
         Ok(())
     } else {
-        Err("libnvrtc.so.13 not found (install the CUDA toolkit's NVRTC, or \
+        Err(
+            "libnvrtc.so.13 not found (install the CUDA toolkit's NVRTC, or \
              `pip install nvidia-cuda-nvrtc==13.0.88` and add its lib folder to LD_LIBRARY_PATH)"
-            .into())
+                .into(),
+        )
     }
 }
 
@@ -56,7 +58,9 @@ pub fn stable_hash(parts: &[&[u8]]) -> String {
     for p in parts {
         for &byte in p.iter().chain(&[0xff]) {
             a = (a ^ byte as u64).wrapping_mul(0x0000_0100_0000_01b3);
-            b = (b ^ byte as u64).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(5);
+            b = (b ^ byte as u64)
+                .wrapping_mul(0x0000_0100_0000_01b3)
+                .rotate_left(5);
         }
     }
     format!("{a:016x}{b:016x}")
@@ -91,12 +95,20 @@ pub fn compile_cached(name: &str, source: &str, arch: &str) -> Result<Cubin, Cud
     let (major, minor) = nvrtc_version()?;
     let version = format!("{major}.{minor}");
     let joined = opts.join(" ");
-    let key = stable_hash(&[source.as_bytes(), arch.as_bytes(), joined.as_bytes(), version.as_bytes()]);
+    let key = stable_hash(&[
+        source.as_bytes(),
+        arch.as_bytes(),
+        joined.as_bytes(),
+        version.as_bytes(),
+    ]);
     let dir = cache_dir();
     let path = dir.join(format!("{key}.cubin"));
     if let Ok(image) = std::fs::read(&path) {
         if !image.is_empty() {
-            return Ok(Cubin { image, cached: true });
+            return Ok(Cubin {
+                image,
+                cached: true,
+            });
         }
     }
     let image = compile(name, source, &opts).map_err(|log| {
@@ -114,7 +126,10 @@ pub fn compile_cached(name: &str, source: &str, arch: &str) -> Result<Cubin, Cud
             let _ = std::fs::rename(&tmp, &path);
         }
     }
-    Ok(Cubin { image, cached: false })
+    Ok(Cubin {
+        image,
+        cached: false,
+    })
 }
 
 fn write_source(dir: &Path, key: &str, source: &str) -> String {

@@ -84,13 +84,19 @@ pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError>
     }
 }
 
-fn plan_loop(program: &KernelProgram, k: &LoopKernel, target: &Target, plan: &mut Plan) -> Result<(), String> {
+fn plan_loop(
+    program: &KernelProgram,
+    k: &LoopKernel,
+    target: &Target,
+    plan: &mut Plan,
+) -> Result<(), String> {
     if k.numel() == 0 {
         return Ok(());
     }
     let out = root(program, k.output);
     let restrict = !k.inputs.iter().any(|i| root(program, i.buffer) == out);
-    plan.steps.push(Step::Kernel(loops::emit(k, target, restrict)?));
+    plan.steps
+        .push(Step::Kernel(loops::emit(k, target, restrict)?));
     Ok(())
 }
 
@@ -100,11 +106,19 @@ fn types<'a>(program: &'a KernelProgram, ids: &[BufferId]) -> Vec<&'a TensorType
 
 /// Describes a library kernel's operands for messages: `matmul(f32[2, 3], f32[3, 4])`.
 fn describe(program: &KernelProgram, k: &LibraryKernel) -> String {
-    let ins: Vec<String> = types(program, &k.inputs).iter().map(|t| t.to_string()).collect();
+    let ins: Vec<String> = types(program, &k.inputs)
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
     format!("{}({})", k.op.name(), ins.join(", "))
 }
 
-fn plan_library(program: &KernelProgram, k: &LibraryKernel, target: &Target, plan: &mut Plan) -> Result<(), String> {
+fn plan_library(
+    program: &KernelProgram,
+    k: &LibraryKernel,
+    target: &Target,
+    plan: &mut Plan,
+) -> Result<(), String> {
     let ins = types(program, &k.inputs);
     let result = library_result(program, k)?;
     let ctx = LibCtx::new(k, &ins, &result, target)?;
@@ -114,7 +128,9 @@ fn plan_library(program: &KernelProgram, k: &LibraryKernel, target: &Target, pla
     let with = |e: String| format!("{}: {e}", describe(program, k));
     let templated = !matches!(k.op, Op::MatMul | Op::Conv2d(_));
     if templated && ctx.unfused_epilogue() {
-        return Err(with("its epilogue does not read the result contiguously".into()));
+        return Err(with(
+            "its epilogue does not read the result contiguously".into(),
+        ));
     }
     let kernel = match &k.op {
         Op::Softmax { axis } => codegen::softmax::emit(&ctx, *axis, false),
@@ -141,7 +157,9 @@ fn plan_library(program: &KernelProgram, k: &LibraryKernel, target: &Target, pla
         | Op::Reshape(_)
         | Op::Transpose(_)
         | Op::Slice { .. }
-        | Op::Expand(_) => Err("lowering emits this op as a loop kernel, not a library kernel".into()),
+        | Op::Expand(_) => {
+            Err("lowering emits this op as a loop kernel, not a library kernel".into())
+        }
     };
     plan.steps.push(Step::Kernel(kernel.map_err(with)?));
     Ok(())
@@ -174,5 +192,9 @@ pub fn fused_bias(k: &LibraryKernel, ctx: &LibCtx, n: usize) -> Option<(ArgRef, 
 
 /// Constructs an operand.
 pub fn operand(arg: ArgRef, offset: usize, batch_stride: usize) -> Operand {
-    Operand { arg, offset, batch_stride }
+    Operand {
+        arg,
+        offset,
+        batch_stride,
+    }
 }

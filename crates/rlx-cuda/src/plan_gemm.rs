@@ -16,7 +16,13 @@ fn batch_offsets(bd: &[usize], ob: &[usize], mat: usize) -> Vec<usize> {
     let own = contiguous(bd);
     let lead = ob.len() - bd.len();
     let strides: Vec<usize> = (0..ob.len())
-        .map(|d| if d < lead || bd[d - lead] == 1 { 0 } else { own[d - lead] as usize * mat })
+        .map(|d| {
+            if d < lead || bd[d - lead] == 1 {
+                0
+            } else {
+                own[d - lead] as usize * mat
+            }
+        })
         .collect();
     let total = numel(ob);
     (0..total)
@@ -34,14 +40,23 @@ fn batch_offsets(bd: &[usize], ob: &[usize], mat: usize) -> Vec<usize> {
 /// The stride when `offsets[b] == b * stride` for all b.
 fn affine(offsets: &[usize]) -> Option<usize> {
     let s = offsets.get(1).copied().unwrap_or(0);
-    offsets.iter().enumerate().all(|(b, &o)| o == b * s).then_some(s)
+    offsets
+        .iter()
+        .enumerate()
+        .all(|(b, &o)| o == b * s)
+        .then_some(s)
 }
 
 /// Plans a matmul.
 ///
 /// # Errors
 /// An unsupported dtype or an epilogue no rule accepts.
-pub fn matmul(program: &KernelProgram, k: &LibraryKernel, ctx: &LibCtx, plan: &mut Plan) -> Result<(), String> {
+pub fn matmul(
+    program: &KernelProgram,
+    k: &LibraryKernel,
+    ctx: &LibCtx,
+    plan: &mut Plan,
+) -> Result<(), String> {
     let (dtype, a) = &ctx.inputs[0];
     let (_, b) = &ctx.inputs[1];
     if !crate::caps::gemm_dtype(*dtype) {
@@ -54,30 +69,41 @@ pub fn matmul(program: &KernelProgram, k: &LibraryKernel, ctx: &LibCtx, plan: &m
     let (target, epilogue) = gemm_target(program, k, ctx, n, plan)?;
     let bias = fused_bias(k, ctx, n);
     let (bias_arg, activation) = bias.map_or((None, Activation::None), |(b, a)| (Some(b), a));
-    let spec = |m: usize, batch: usize, ao: (usize, usize), bo: (usize, usize), co: (usize, usize)| GemmSpec {
-        label: k.name.clone(),
-        dtype: *dtype,
-        m,
-        n,
-        k: kk,
-        batch,
-        a: operand(ArgRef::Buffer(k.inputs[0]), ao.0, ao.1),
-        b: operand(ArgRef::Buffer(k.inputs[1]), bo.0, bo.1),
-        c: operand(target, co.0, co.1),
-        bias: bias_arg,
-        activation,
-    };
+    let spec =
+        |m: usize, batch: usize, ao: (usize, usize), bo: (usize, usize), co: (usize, usize)| {
+            GemmSpec {
+                label: k.name.clone(),
+                dtype: *dtype,
+                m,
+                n,
+                k: kk,
+                batch,
+                a: operand(ArgRef::Buffer(k.inputs[0]), ao.0, ao.1),
+                b: operand(ArgRef::Buffer(k.inputs[1]), bo.0, bo.1),
+                c: operand(target, co.0, co.1),
+                bias: bias_arg,
+                activation,
+            }
+        };
     let a_off = batch_offsets(&a[..ra - 2], ob, m * kk);
     let b_off = batch_offsets(&b[..rb - 2], ob, kk * n);
     let batch = numel(ob);
     if numel(&b[..rb - 2]) == 1 && affine(&a_off) == Some(m * kk) {
         // A shared right operand: all batches are one tall GEMM.
-        plan.steps.push(Step::Gemm(spec(m * batch, 1, (0, 0), (0, 0), (0, 0))));
+        plan.steps
+            .push(Step::Gemm(spec(m * batch, 1, (0, 0), (0, 0), (0, 0))));
     } else if let (Some(sa), Some(sb)) = (affine(&a_off), affine(&b_off)) {
-        plan.steps.push(Step::Gemm(spec(m, batch, (0, sa), (0, sb), (0, m * n))));
+        plan.steps
+            .push(Step::Gemm(spec(m, batch, (0, sa), (0, sb), (0, m * n))));
     } else {
         for i in 0..batch {
-            plan.steps.push(Step::Gemm(spec(m, 1, (a_off[i], 0), (b_off[i], 0), (i * m * n, 0))));
+            plan.steps.push(Step::Gemm(spec(
+                m,
+                1,
+                (a_off[i], 0),
+                (b_off[i], 0),
+                (i * m * n, 0),
+            )));
         }
     }
     if let Some(step) = epilogue {
@@ -89,17 +115,34 @@ pub fn matmul(program: &KernelProgram, k: &LibraryKernel, ctx: &LibCtx, plan: &m
 /// Where a GEMM writes and the epilogue step that follows it, if any: no epilogue or a
 /// cuBLASLt-fused one write the output; a same-dtype epilogue runs in place over the
 /// output; otherwise the GEMM writes a scratch the epilogue reads.
-fn gemm_target(program: &KernelProgram, k: &LibraryKernel, ctx: &LibCtx, n: usize, plan: &mut Plan) -> Result<(ArgRef, Option<Step>), String> {
+fn gemm_target(
+    program: &KernelProgram,
+    k: &LibraryKernel,
+    ctx: &LibCtx,
+    n: usize,
+    plan: &mut Plan,
+) -> Result<(ArgRef, Option<Step>), String> {
     let out = ArgRef::Buffer(k.output);
-    let Some(e) = &k.epilogue else { return Ok((out, None)) };
+    let Some(e) = &k.epilogue else {
+        return Ok((out, None));
+    };
     if fused_bias(k, ctx, n).is_some() {
         return Ok((out, None));
     }
     let mut e = e.clone();
     let in_place = e.out_dtype() == ctx.result.0;
-    let src = if in_place { out } else { scratch(plan, numel(&ctx.result.1) * ctx.result.0.size_bytes()) };
+    let src = if in_place {
+        out
+    } else {
+        scratch(plan, numel(&ctx.result.1) * ctx.result.0.size_bytes())
+    };
     e.inputs[0].buffer = k.output;
-    let restrict = !in_place && !e.inputs.iter().skip(1).any(|i| root(program, i.buffer) == root(program, k.output));
+    let restrict = !in_place
+        && !e
+            .inputs
+            .iter()
+            .skip(1)
+            .any(|i| root(program, i.buffer) == root(program, k.output));
     let mut emitted = loops::emit(&e, ctx.target, restrict)?;
     emitted.args[0] = src;
     Ok((src, Some(Step::Kernel(emitted))))
@@ -109,7 +152,12 @@ fn gemm_target(program: &KernelProgram, k: &LibraryKernel, ctx: &LibCtx, n: usiz
 ///
 /// # Errors
 /// An unsupported dtype or an epilogue no rule accepts.
-pub fn conv2d(k: &LibraryKernel, ctx: &LibCtx, p: &Conv2dParams, plan: &mut Plan) -> Result<(), String> {
+pub fn conv2d(
+    k: &LibraryKernel,
+    ctx: &LibCtx,
+    p: &Conv2dParams,
+    plan: &mut Plan,
+) -> Result<(), String> {
     let (dtype, x) = &ctx.inputs[0];
     if !crate::caps::gemm_dtype(*dtype) {
         return Err(format!("no cuBLASLt GEMM for {dtype}"));
@@ -121,8 +169,12 @@ pub fn conv2d(k: &LibraryKernel, ctx: &LibCtx, p: &Conv2dParams, plan: &mut Plan
     let col = if geo.direct {
         ArgRef::Buffer(k.inputs[0])
     } else {
-        let col = scratch(plan, geo.n * geo.groups * geo.k * geo.spatial * dtype.size_bytes());
-        plan.steps.push(Step::Kernel(conv::im2col(&k.name, ctx, p, col)));
+        let col = scratch(
+            plan,
+            geo.n * geo.groups * geo.k * geo.spatial * dtype.size_bytes(),
+        );
+        plan.steps
+            .push(Step::Kernel(conv::im2col(&k.name, ctx, p, col)));
         col
     };
     let has_bias = k.inputs.len() == 3;
@@ -142,14 +194,20 @@ pub fn conv2d(k: &LibraryKernel, ctx: &LibCtx, p: &Conv2dParams, plan: &mut Plan
             k: geo.k,
             batch: geo.n,
             a: operand(ArgRef::Buffer(k.inputs[1]), g * geo.og * geo.k, 0),
-            b: operand(col, g * geo.k * geo.spatial, geo.groups * geo.k * geo.spatial),
+            b: operand(
+                col,
+                g * geo.k * geo.spatial,
+                geo.groups * geo.k * geo.spatial,
+            ),
             c: operand(target, g * geo.og * geo.spatial, geo.o * geo.spatial),
             bias: None,
             activation: Activation::None,
         }));
     }
     if post {
-        plan.steps.push(Step::Kernel(conv::bias_epilogue(&k.name, ctx, &geo, target, has_bias)?));
+        plan.steps.push(Step::Kernel(conv::bias_epilogue(
+            &k.name, ctx, &geo, target, has_bias,
+        )?));
     }
     Ok(())
 }

@@ -24,7 +24,10 @@ pub struct CudaDeviceFacts {
 impl CudaDeviceFacts {
     /// The NVRTC architecture name, e.g. `sm_90`.
     pub fn arch(&self) -> String {
-        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
     }
 }
 
@@ -36,7 +39,8 @@ fn probe_once() -> Result<CudaDeviceFacts, String> {
             .into());
     }
     result::init().map_err(|e| format!("cuInit failed: {e:?} (driver present but unusable)"))?;
-    let count = result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    let count =
+        result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
     if count < 1 {
         return Err("the NVIDIA driver is present but reports no CUDA device".into());
     }

@@ -5,12 +5,11 @@
 
 use crate::blas::{Blas, PreparedGemm};
 use crate::codegen::{program_source, ArgRef, Target};
-use crate::device::{CudaDevice, Graph, Module};
+use crate::device::{CudaDevice, Function, Graph, Module};
 use crate::memory::{DeviceBuffer, DeviceMemory, Pinned, ALIGN};
 use crate::plan::{plan, root, Plan, Step};
 use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
-use cudarc::driver::sys::CUfunction;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
 use rlx_ir::{Tensor, TensorData};
 use std::collections::HashMap;
@@ -28,7 +27,10 @@ pub struct CudaOptions {
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { tf32: false, graphs: std::env::var("RLX_CUDA_GRAPHS").map_or(true, |v| v != "0") }
+        CudaOptions {
+            tf32: false,
+            graphs: std::env::var("RLX_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+        }
     }
 }
 
@@ -69,7 +71,7 @@ pub struct CudaProgram {
     plan: Plan,
     source: String,
     _module: Option<Module>,
-    functions: Vec<Option<CUfunction>>,
+    functions: Vec<Option<Function>>,
     gemms: Vec<Option<PreparedGemm>>,
     blas: Option<Blas>,
     arena: DeviceBuffer,
@@ -84,14 +86,12 @@ pub struct CudaProgram {
     pub stats: CompileStats,
 }
 
-// SAFETY: CUfunction handles are immutable after load; runs are serialized by `state`.
-unsafe impl Send for CudaProgram {}
-// SAFETY: as above.
-unsafe impl Sync for CudaProgram {}
-
 fn bytes_of(program: &KernelProgram, b: usize) -> usize {
     let t = &program.buffers[b].ty;
-    t.shape.as_static().map_or(0, |s| s.iter().product::<usize>()) * t.dtype.size_bytes()
+    t.shape
+        .as_static()
+        .map_or(0, |s| s.iter().product::<usize>())
+        * t.dtype.size_bytes()
 }
 
 impl CudaProgram {
@@ -101,7 +101,11 @@ impl CudaProgram {
     /// CUDA is unavailable.
     pub fn target() -> Result<Target, CudaError> {
         let f = crate::probe::device_facts().map_err(CudaError::Unavailable)?;
-        Ok(Target { arch: f.arch(), sm_count: f.sm_count, max_shared: f.max_shared_per_block })
+        Ok(Target {
+            arch: f.arch(),
+            sm_count: f.sm_count,
+            max_shared: f.max_shared_per_block,
+        })
     }
 
     /// Plans, generates, compiles and loads `program`; allocates its memory and uploads its
@@ -110,19 +114,30 @@ impl CudaProgram {
     /// # Errors
     /// Unsupported kernels (all listed), an NVRTC failure (with its log and the source's
     /// path), a cuBLASLt refusal, or out of memory.
-    pub fn compile(program: KernelProgram, weights: &WeightCache, options: &CudaOptions) -> Result<CudaProgram, CudaError> {
+    pub fn compile(
+        program: KernelProgram,
+        weights: &WeightCache,
+        options: &CudaOptions,
+    ) -> Result<CudaProgram, CudaError> {
         let device = CudaDevice::get()?;
         let mem = DeviceMemory::get()?;
         device.bind()?;
         let target = Self::target()?;
         let plan = plan(&program, &target)?;
-        let mut stats = CompileStats { launches: plan.steps.len(), ..CompileStats::default() };
+        let mut stats = CompileStats {
+            launches: plan.steps.len(),
+            ..CompileStats::default()
+        };
         let source = program_source(plan.kernels());
         let module = if plan.kernels().next().is_some() {
             let start = Instant::now();
             let cubin = crate::nvrtc::compile_cached("rlx_program", &source, &target.arch)?;
             stats.cached = cubin.cached;
-            stats.nvrtc_ms = if cubin.cached { 0.0 } else { start.elapsed().as_secs_f64() * 1e3 };
+            stats.nvrtc_ms = if cubin.cached {
+                0.0
+            } else {
+                start.elapsed().as_secs_f64() * 1e3
+            };
             Some(device.load_module(&cubin.image)?)
         } else {
             None
@@ -130,19 +145,27 @@ impl CudaProgram {
         let mut names = std::collections::HashSet::new();
         let mut functions = Vec::new();
         let needs_blas = plan.steps.iter().any(|s| matches!(s, Step::Gemm(_)));
-        let blas = if needs_blas { Some(Blas::new(&mem)?) } else { None };
+        let blas = if needs_blas {
+            Some(Blas::new(&mem)?)
+        } else {
+            None
+        };
         let mut gemms = Vec::new();
         for step in &plan.steps {
             match step {
                 Step::Kernel(k) => {
                     names.insert(k.function.clone());
-                    let m = module.as_ref().ok_or_else(|| CudaError::Invalid("kernels without a module".into()))?;
+                    let m = module
+                        .as_ref()
+                        .ok_or_else(|| CudaError::Invalid("kernels without a module".into()))?;
                     functions.push(Some(m.function(&k.function, k.launch.shared_bytes)?));
                     gemms.push(None);
                 }
                 Step::Gemm(g) => {
                     functions.push(None);
-                    let b = blas.as_ref().ok_or_else(|| CudaError::Invalid("GEMM without cuBLASLt".into()))?;
+                    let b = blas
+                        .as_ref()
+                        .ok_or_else(|| CudaError::Invalid("GEMM without cuBLASLt".into()))?;
                     gemms.push(Some(b.prepare(g, options.tf32)?));
                 }
             }
@@ -173,12 +196,23 @@ impl CudaProgram {
         for (slot, l) in life.iter().enumerate() {
             let temp = slot >= n_buf || matches!(program.buffers[slot].kind, BufferKind::Temp);
             if let (Some((first, last)), true) = (l, temp) {
-                let size = if slot >= n_buf { plan.scratch[slot - n_buf] } else { bytes_of(&program, slot) };
-                requests.push(rlx_mem::PlanRequest { size: size.max(1), align: ALIGN, first: *first, last: *last, inplace_of: None });
+                let size = if slot >= n_buf {
+                    plan.scratch[slot - n_buf]
+                } else {
+                    bytes_of(&program, slot)
+                };
+                requests.push(rlx_mem::PlanRequest {
+                    size: size.max(1),
+                    align: ALIGN,
+                    first: *first,
+                    last: *last,
+                    inplace_of: None,
+                });
                 owners.push(slot);
             }
         }
-        let mem_plan = rlx_mem::plan(&requests).map_err(|e| CudaError::Invalid(format!("memory plan: {e}")))?;
+        let mem_plan = rlx_mem::plan(&requests)
+            .map_err(|e| CudaError::Invalid(format!("memory plan: {e}")))?;
         stats.arena_bytes = mem_plan.arena_bytes;
         let arena = mem.alloc(mem_plan.arena_bytes)?;
         let mut homes: Vec<Option<Home>> = (0..n_buf).map(|_| None).collect();
@@ -220,7 +254,11 @@ impl CudaProgram {
             }
         }
         device.sync()?;
-        let outputs: Vec<(String, usize, usize)> = program.outputs.iter().map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b))).collect();
+        let outputs: Vec<(String, usize, usize)> = program
+            .outputs
+            .iter()
+            .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
+            .collect();
         let in_bytes: usize = inputs.iter().map(|i| i.3).sum();
         let out_bytes: usize = outputs.iter().map(|o| o.2).sum();
         let state = RunState {
@@ -267,7 +305,11 @@ impl CudaProgram {
 
     /// True once runs replay a captured CUDA graph.
     pub fn uses_graph(&self) -> bool {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).graph.is_some()
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .graph
+            .is_some()
     }
 
     fn addr(&self, r: ArgRef) -> u64 {
@@ -289,16 +331,34 @@ impl CudaProgram {
             match step {
                 Step::Kernel(k) => {
                     let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
-                    let f = self.functions[i].ok_or_else(|| CudaError::Invalid("missing function".into()))?;
-                    self.device.launch(f, &k.launch, &args, &format!("{} ({})", k.function, k.label))?;
+                    let f = self.functions[i]
+                        .ok_or_else(|| CudaError::Invalid("missing function".into()))?;
+                    self.device.launch(
+                        &f,
+                        &k.launch,
+                        &args,
+                        &format!("{} ({})", k.function, k.label),
+                    )?;
                 }
                 Step::Gemm(g) => {
-                    let prepared = self.gemms[i].as_ref().ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
-                    let blas = self.blas.as_ref().ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
+                    let prepared = self.gemms[i]
+                        .as_ref()
+                        .ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
+                    let blas = self
+                        .blas
+                        .as_ref()
+                        .ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
                     let size = g.dtype.size_bytes() as u64;
                     let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
                     let bias = g.bias.map(|b| self.addr(b));
-                    blas.run(prepared, at(&g.a), at(&g.b), at(&g.c), bias, self.device.stream())?;
+                    blas.run(
+                        prepared,
+                        at(&g.a),
+                        at(&g.b),
+                        at(&g.c),
+                        bias,
+                        self.device.stream(),
+                    )?;
                 }
             }
         }
@@ -344,14 +404,26 @@ impl CudaProgram {
     ///
     /// # Errors
     /// A missing or mistyped input or weight, or a device failure (naming the kernel).
-    pub fn run(&self, inputs: &HashMap<String, Tensor>, weights: &HashMap<String, Arc<Tensor>>) -> Result<Vec<(String, Tensor)>, CudaError> {
+    pub fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        weights: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<Vec<(String, Tensor)>, CudaError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.device.bind()?;
         for (name, b, slot) in &self.params {
-            let t = weights.get(name).ok_or_else(|| CudaError::Binding { what: "param", name: name.clone(), message: "not set".into() })?;
+            let t = weights.get(name).ok_or_else(|| CudaError::Binding {
+                what: "param",
+                name: name.clone(),
+                message: "not set".into(),
+            })?;
             check(&self.program, *b, t, "param", name)?;
             if slot.needs_upload(t) {
-                if let Err(e) = self.device.upload(slot.ptr(), tensor_bytes(t)).and_then(|_| self.device.sync()) {
+                if let Err(e) = self
+                    .device
+                    .upload(slot.ptr(), tensor_bytes(t))
+                    .and_then(|_| self.device.sync())
+                {
                     slot.invalidate();
                     return Err(e);
                 }
@@ -359,21 +431,27 @@ impl CudaProgram {
         }
         let mut off = 0;
         for (name, b, _, bytes) in &self.inputs {
-            let t = inputs.get(name).ok_or_else(|| CudaError::Binding { what: "input", name: name.clone(), message: "missing".into() })?;
+            let t = inputs.get(name).ok_or_else(|| CudaError::Binding {
+                what: "input",
+                name: name.clone(),
+                message: "missing".into(),
+            })?;
             check(&self.program, *b, t, "input", name)?;
             state.staging_in.as_mut_slice()[off..off + bytes].copy_from_slice(tensor_bytes(t));
             off += bytes;
         }
         let mut off = 0;
         for (_, _, buf, bytes) in &self.inputs {
-            self.device.upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
+            self.device
+                .upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
             off += bytes;
         }
         self.launch_steps(&mut state)?;
         let mut off = 0;
         for (_, b, bytes) in &self.outputs {
             let src = self.addr(ArgRef::Buffer(*b));
-            self.device.download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
+            self.device
+                .download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
             off += bytes;
         }
         self.device.sync()?;
@@ -381,16 +459,30 @@ impl CudaProgram {
         let mut off = 0;
         for (name, b, bytes) in &self.outputs {
             let ty = &self.program.buffers[*b].ty;
-            let data = TensorData::from_le_bytes(ty.dtype, &state.staging_out.as_slice()[off..off + bytes]).ok_or_else(|| CudaError::Invalid(format!("output {name}: bad size")))?;
+            let data = TensorData::from_le_bytes(
+                ty.dtype,
+                &state.staging_out.as_slice()[off..off + bytes],
+            )
+            .ok_or_else(|| CudaError::Invalid(format!("output {name}: bad size")))?;
             let shape = ty.shape.as_static().unwrap_or_default();
-            out.push((name.clone(), Tensor::new(shape, data).map_err(|e| CudaError::Invalid(format!("output {name}: {e}")))?));
+            out.push((
+                name.clone(),
+                Tensor::new(shape, data)
+                    .map_err(|e| CudaError::Invalid(format!("output {name}: {e}")))?,
+            ));
             off += bytes;
         }
         Ok(out)
     }
 }
 
-fn check(program: &KernelProgram, b: usize, t: &Tensor, what: &'static str, name: &str) -> Result<(), CudaError> {
+fn check(
+    program: &KernelProgram,
+    b: usize,
+    t: &Tensor,
+    what: &'static str,
+    name: &str,
+) -> Result<(), CudaError> {
     let ty = &program.buffers[b].ty;
     let want = ty.shape.as_static().unwrap_or_default();
     if t.dtype() != ty.dtype || t.shape() != want.as_slice() {

@@ -54,19 +54,32 @@ impl WeightCache {
     ///
     /// # Errors
     /// Out of device memory.
-    pub fn slot(&self, mem: &Arc<DeviceMemory>, name: &str, bytes: usize) -> Result<Arc<WeightSlot>, CudaError> {
+    pub fn slot(
+        &self,
+        mem: &Arc<DeviceMemory>,
+        name: &str,
+        bytes: usize,
+    ) -> Result<Arc<WeightSlot>, CudaError> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = slots.get(&(name.to_string(), bytes)) {
             return Ok(s.clone());
         }
-        let slot = Arc::new(WeightSlot { buffer: mem.alloc(bytes)?, uploaded: Mutex::new(None) });
+        let slot = Arc::new(WeightSlot {
+            buffer: mem.alloc(bytes)?,
+            uploaded: Mutex::new(None),
+        });
         slots.insert((name.to_string(), bytes), slot.clone());
         Ok(slot)
     }
 
     /// Bytes held on the device.
     pub fn bytes(&self) -> usize {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner()).values().map(|s| s.buffer.bytes()).sum()
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|s| s.buffer.bytes())
+            .sum()
     }
 }
 

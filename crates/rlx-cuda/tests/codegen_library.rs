@@ -11,13 +11,19 @@ use support::cases::library_cases;
 use support::{compile_check, lower_for_cuda};
 
 fn plan_case(name: &str) -> Plan {
-    let case = library_cases().into_iter().find(|c| c.name == name).expect("known case");
+    let case = library_cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .expect("known case");
     let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
     plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{name}: {e}\n{program}"))
 }
 
 fn gemms(p: &Plan) -> Vec<&rlx_cuda::gemm::GemmSpec> {
-    p.steps.iter().filter_map(|s| if let Step::Gemm(g) = s { Some(g) } else { None }).collect()
+    p.steps
+        .iter()
+        .filter_map(|s| if let Step::Gemm(g) = s { Some(g) } else { None })
+        .collect()
 }
 
 #[test]
@@ -25,12 +31,19 @@ fn every_library_kernel_compiles_with_nvrtc() {
     let mut kernels = Vec::new();
     let mut failures = Vec::new();
     for case in library_cases() {
-        match lower_for_cuda(&case.graph).map_err(|e| e.to_string()).and_then(|p| plan(&p, &Target::h200()).map_err(|e| e.to_string())) {
+        match lower_for_cuda(&case.graph)
+            .map_err(|e| e.to_string())
+            .and_then(|p| plan(&p, &Target::h200()).map_err(|e| e.to_string()))
+        {
             Ok(p) => kernels.extend(p.kernels().cloned()),
             Err(e) => failures.push(format!("{}: {e}", case.name)),
         }
     }
-    assert!(failures.is_empty(), "cases that do not plan:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "cases that do not plan:\n{}",
+        failures.join("\n")
+    );
     println!("{} kernels", kernels.len());
     compile_check("every_library_kernel_compiles_with_nvrtc", &kernels);
 }
@@ -51,11 +64,23 @@ fn batched_and_broadcast_matmuls() {
     let p = plan_case("matmul_batched_gelu_f32");
     let g = gemms(&p);
     assert_eq!((g.len(), g[0].batch, g[0].b.batch_stride), (1, 2, 30));
-    assert_eq!(p.steps.len(), 2, "exact GELU runs as an in-place epilogue kernel");
+    assert_eq!(
+        p.steps.len(),
+        2,
+        "exact GELU runs as an in-place epilogue kernel"
+    );
     assert!(p.scratch.is_empty());
     let p = plan_case("matmul_broadcast_cast_f32");
-    assert_eq!(gemms(&p).len(), 6, "non-affine broadcast batches run one GEMM each");
-    assert_eq!(p.scratch.len(), 1, "a dtype-changing epilogue reads a scratch result");
+    assert_eq!(
+        gemms(&p).len(),
+        6,
+        "non-affine broadcast batches run one GEMM each"
+    );
+    assert_eq!(
+        p.scratch.len(),
+        1,
+        "a dtype-changing epilogue reads a scratch result"
+    );
 }
 
 #[test]

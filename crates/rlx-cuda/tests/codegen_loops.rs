@@ -18,7 +18,10 @@ fn bias_relu(dtype: DType) -> rlx_ir::kernel::LoopKernel {
         "bias_relu",
         &[4, 3, 8],
         &[],
-        vec![input(0, dtype, strides(&[4, 3, 8])), input(1, dtype, vec![0, 0, 1])],
+        vec![
+            input(0, dtype, strides(&[4, 3, 8])),
+            input(1, dtype, vec![0, 0, 1]),
+        ],
         vec![
             node(Expr::Load(0), dtype),
             node(Expr::Load(1), dtype),
@@ -46,13 +49,26 @@ fn elementwise_text_merges_dims_and_uses_literals() {
 fn half_types_convert_at_loads_and_stores() {
     let k = emit(&bias_relu(DType::F16));
     assert!(k.source.contains("rlx_f16_to_f32(in0[b0])"), "{}", k.source);
-    assert!(k.source.contains("out[idx] = rlx_f32_to_f16(e3)"), "{}", k.source);
+    assert!(
+        k.source.contains("out[idx] = rlx_f32_to_f16(e3)"),
+        "{}",
+        k.source
+    );
 }
 
 #[test]
 fn elementwise_kernels_compile_for_every_dtype() {
     let mut ks = Vec::new();
-    for dt in [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64, DType::I8, DType::U8] {
+    for dt in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::I8,
+        DType::U8,
+    ] {
         ks.push(emit(&bias_relu(dt)));
     }
     compile_check("elementwise_kernels_compile_for_every_dtype", &ks);
@@ -70,7 +86,9 @@ fn all_ops(dtype: DType) -> rlx_ir::kernel::LoopKernel {
         let out = op.result_dtype(dtype);
         body.push(node(Expr::Binary(op, acc, 1), out));
         let r = body.len() - 1;
-        let back = if out == dtype { r } else {
+        let back = if out == dtype {
+            r
+        } else {
             body.push(node(Expr::Where(r, acc, 1), dtype));
             body.len() - 1
         };
@@ -102,8 +120,16 @@ fn every_scalar_rule_compiles_for_every_dtype() {
 /// out[i] = sqrt(mean(x[i, :]^2) + 1e-5) over rows of `len`, an rms-like reduction with
 /// prologue and epilogue.
 fn rms_rows(rows: usize, len: usize, op: ReduceOp, dtype: DType) -> rlx_ir::kernel::LoopKernel {
-    let acc = if dtype.is_float() { DType::F32.max(dtype) } else { dtype };
-    let acc = if matches!(dtype, DType::F16 | DType::BF16) { DType::F32 } else { acc };
+    let acc = if dtype.is_float() {
+        DType::F32.max(dtype)
+    } else {
+        dtype
+    };
+    let acc = if matches!(dtype, DType::F16 | DType::BF16) {
+        DType::F32
+    } else {
+        acc
+    };
     let mut body = vec![node(Expr::Load(0), dtype)];
     body.push(node(Expr::Cast(0), acc));
     body.push(node(Expr::Binary(BinaryOp::Mul, 1, 1), acc));
@@ -116,7 +142,10 @@ fn rms_rows(rows: usize, len: usize, op: ReduceOp, dtype: DType) -> rlx_ir::kern
         "rms_rows",
         &[rows],
         &[len],
-        vec![input(0, dtype, vec![len as isize, 1]), input(1, dtype, vec![0, 0])],
+        vec![
+            input(0, dtype, vec![len as isize, 1]),
+            input(1, dtype, vec![0, 0]),
+        ],
         body,
         Some((op, 2, acc)),
         2,
@@ -128,9 +157,16 @@ fn reductions_pick_thread_warp_or_block_per_row() {
     let t = Target::h200();
     assert_eq!(loops::reduce_shape(1000, 8, &t), loops::ReduceShape::Thread);
     assert_eq!(loops::reduce_shape(1000, 384, &t), loops::ReduceShape::Warp);
-    assert_eq!(loops::reduce_shape(4, 1 << 20, &t), loops::ReduceShape::Block);
+    assert_eq!(
+        loops::reduce_shape(4, 1 << 20, &t),
+        loops::ReduceShape::Block
+    );
     let k = emit(&rms_rows(4, 1 << 20, ReduceOp::Sum, DType::F32));
-    assert!(k.source.contains("__shared__ float rlx_sh[8]"), "{}", k.source);
+    assert!(
+        k.source.contains("__shared__ float rlx_sh[8]"),
+        "{}",
+        k.source
+    );
     assert_eq!(k.launch.grid[0], 4);
 }
 
@@ -139,7 +175,14 @@ fn reductions_compile_for_every_op_shape_and_dtype() {
     let mut ks = Vec::new();
     for op in ReduceOp::ALL {
         for (rows, len) in [(100, 7), (100, 384), (3, 100_000)] {
-            for dt in [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64] {
+            for dt in [
+                DType::F32,
+                DType::F16,
+                DType::BF16,
+                DType::F64,
+                DType::I32,
+                DType::I64,
+            ] {
                 ks.push(emit(&rms_rows(rows, len, op, dt)));
             }
         }

@@ -18,28 +18,49 @@ use support::{lower_for_cuda, rel_l2, tolerance};
 fn device_ready(test: &str) -> bool {
     let a = rlx_cuda::probe::availability();
     if !a.available {
-        rlx_driver::testing::skip(test, &format!("no CUDA device: {}", a.reason.unwrap_or_default()));
+        rlx_driver::testing::skip(
+            test,
+            &format!("no CUDA device: {}", a.reason.unwrap_or_default()),
+        );
     }
     a.available
 }
 
 /// Compiles and runs twice (the second run replays the CUDA graph) and compares both runs
 /// with the interpreter.
-fn check(name: &str, graph: &Graph, inputs: &HashMap<String, Tensor>, params: &HashMap<String, Arc<Tensor>>, dtype: DType) -> Result<(), String> {
-    let want = rlx_cpu::run_graph(graph, inputs, params).map_err(|e| format!("interpreter: {e}"))?;
+fn check(
+    name: &str,
+    graph: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    params: &HashMap<String, Arc<Tensor>>,
+    dtype: DType,
+) -> Result<(), String> {
+    let want =
+        rlx_cpu::run_graph(graph, inputs, params).map_err(|e| format!("interpreter: {e}"))?;
     let program = lower_for_cuda(graph)?;
     let text = program.to_string();
-    let compiled = CudaProgram::compile(program, &WeightCache::new(), &CudaOptions::default()).map_err(|e| format!("compile: {e}\n{text}"))?;
+    let compiled = CudaProgram::compile(program, &WeightCache::new(), &CudaOptions::default())
+        .map_err(|e| format!("compile: {e}\n{text}"))?;
     for run in 0..2 {
-        let got = compiled.run(inputs, params).map_err(|e| format!("run {run}: {e}"))?;
+        let got = compiled
+            .run(inputs, params)
+            .map_err(|e| format!("run {run}: {e}"))?;
         for ((wn, w), (gn, g)) in want.iter().zip(&got) {
             if wn != gn || w.shape() != g.shape() || w.dtype() != g.dtype() {
-                return Err(format!("{name} output {wn}: got {}{:?}, want {}{:?}", g.dtype(), g.shape(), w.dtype(), w.shape()));
+                return Err(format!(
+                    "{name} output {wn}: got {}{:?}, want {}{:?}",
+                    g.dtype(),
+                    g.shape(),
+                    w.dtype(),
+                    w.shape()
+                ));
             }
             let err = rel_l2(g, w);
             let tol = tolerance(dtype, false);
-            if !(err <= tol) {
-                return Err(format!("{name} output {wn} run {run}: relative L2 error {err:e} > {tol:e}\n{text}"));
+            if err.is_nan() || err > tol {
+                return Err(format!(
+                    "{name} output {wn} run {run}: relative L2 error {err:e} > {tol:e}\n{text}"
+                ));
             }
         }
     }
@@ -52,7 +73,10 @@ fn every_library_op_matches_the_interpreter() {
         return;
     }
     let cases = library_cases();
-    let failures: Vec<String> = cases.iter().filter_map(|c| check(&c.name, &c.graph, &c.inputs, &c.params, c.dtype).err()).collect();
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| check(&c.name, &c.graph, &c.inputs, &c.params, c.dtype).err())
+        .collect();
     println!("{} library cases, {} failures", cases.len(), failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
@@ -62,17 +86,34 @@ fn random_graphs_match_the_interpreter() {
     if !device_ready("random_graphs_match_the_interpreter") {
         return;
     }
-    let n: u64 = std::env::var("RLX_DIFF_GRAPHS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    let first: u64 = std::env::var("RLX_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let n: u64 = std::env::var("RLX_DIFF_GRAPHS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let first: u64 = std::env::var("RLX_DIFF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut failures = Vec::new();
     for seed in first..first + n {
         let r = random_graph(seed);
-        if let Err(e) = check(&format!("seed {seed} {:?}", r.ops), &r.graph, &r.inputs, &r.params, DType::F32) {
+        if let Err(e) = check(
+            &format!("seed {seed} {:?}", r.ops),
+            &r.graph,
+            &r.inputs,
+            &r.params,
+            DType::F32,
+        ) {
             failures.push(e);
         }
     }
     println!("{n} random graphs, {} failures", failures.len());
-    assert!(failures.is_empty(), "{} of {n} differ:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {n} differ:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }
 
 #[test]
@@ -80,17 +121,33 @@ fn weights_upload_once_and_again_when_replaced() {
     if !device_ready("weights_upload_once_and_again_when_replaced") {
         return;
     }
-    let case = library_cases().into_iter().find(|c| c.name == "matmul_bias_relu_f32").unwrap();
+    let case = library_cases()
+        .into_iter()
+        .find(|c| c.name == "matmul_bias_relu_f32")
+        .unwrap();
     let cache = WeightCache::new();
-    let program = CudaProgram::compile(lower_for_cuda(&case.graph).unwrap(), &cache, &CudaOptions::default()).unwrap();
+    let program = CudaProgram::compile(
+        lower_for_cuda(&case.graph).unwrap(),
+        &cache,
+        &CudaOptions::default(),
+    )
+    .unwrap();
     let first = program.run(&case.inputs, &case.params).unwrap();
     let mut params = case.params.clone();
     let w = params["w0"].clone();
-    let doubled = Tensor::from_f64(DType::F32, w.shape(), w.to_f64_vec().iter().map(|v| v * 2.0)).unwrap();
+    let doubled = Tensor::from_f64(
+        DType::F32,
+        w.shape(),
+        &w.to_f64_vec().iter().map(|v| v * 2.0).collect::<Vec<_>>(),
+    )
+    .unwrap();
     params.insert("w0".into(), Arc::new(doubled));
     let second = program.run(&case.inputs, &params).unwrap();
     let want = rlx_cpu::run_graph(&case.graph, &case.inputs, &params).unwrap();
     assert!(rel_l2(&second[0].1, &want[0].1) < 1e-5);
-    assert!(rel_l2(&first[0].1, &second[0].1) > 1e-3, "the new weight was used");
+    assert!(
+        rel_l2(&first[0].1, &second[0].1) > 1e-3,
+        "the new weight was used"
+    );
     assert!(program.uses_graph(), "runs replay a CUDA graph");
 }

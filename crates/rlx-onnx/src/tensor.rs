@@ -1,7 +1,7 @@
 //! `TensorProto` to [`Tensor`]: typed fields, raw data, and external data files (memory
 //! mapped, so a weight is copied once, straight from the page cache into its typed storage).
 
-use crate::dtype::{onnx_type_name, to_dtype};
+use crate::dtype::to_dtype;
 use crate::proto::{tensor_proto::DataLocation, TensorProto};
 use memmap2::Mmap;
 use rlx_ir::{DType, Tensor, TensorData};
@@ -173,9 +173,4 @@ fn from_fields(t: &TensorProto, dtype: DType, numel: usize) -> Result<TensorData
             TensorData::from_f64(dtype, t.int32_data.iter().map(|&v| v as f64))
         }
     })
-}
-
-/// A readable description of an element type code, for errors.
-pub fn type_label(code: i32) -> String {
-    format!("{} ({code})", onnx_type_name(code))
 }

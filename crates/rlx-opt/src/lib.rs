@@ -16,6 +16,8 @@
 //! runtime passes the CPU validation interpreter), and backends describe themselves by a
 //! capability function.
 
+#![warn(missing_docs)]
+
 mod error;
 mod legalize;
 mod lower;

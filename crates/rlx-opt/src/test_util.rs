@@ -6,16 +6,20 @@ use rlx_ir::{Graph, Op, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Random non-zero inputs and params for every leaf the graph declares.
+/// Random non-zero inputs and params for every leaf the graph declares. Values depend on
+/// the seed and the leaf's name only, so a rewritten graph gets the same bindings.
 pub fn random_bindings(
     g: &Graph,
     seed: u64,
 ) -> (HashMap<String, Tensor>, HashMap<String, Arc<Tensor>>) {
     let mut inputs = HashMap::new();
     let mut params = HashMap::new();
-    for (k, node) in g.nodes().iter().enumerate() {
+    for node in g.nodes() {
         let shape = node.ty.shape.as_static().expect("static test graphs");
-        let t = Tensor::random(node.ty.dtype, &shape, seed.wrapping_add(k as u64));
+        let name_hash = node.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        let t = Tensor::random(node.ty.dtype, &shape, seed ^ name_hash);
         match &node.op {
             Op::Input { name } => {
                 inputs.insert(name.clone(), t);
@@ -54,7 +58,10 @@ pub fn rel_l2(a: &Tensor, b: &Tensor) -> f64 {
     let (mut num, mut den) = (0.0, 0.0);
     for (x, y) in a.to_f64_vec().into_iter().zip(b.to_f64_vec()) {
         if !x.is_finite() || !y.is_finite() {
-            assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{x} vs {y}");
+            assert!(
+                x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                "{x} vs {y}"
+            );
             continue;
         }
         num += (x - y) * (x - y);

@@ -23,6 +23,11 @@ enum Command {
     Report(cmd::report::Args),
     /// Print what the compiler produced at a stage.
     Dump(cmd::dump::Args),
+    /// Run a directory of ONNX backend tests and classify each.
+    OnnxTest(cmd::onnx_test::Args),
+    /// Run one ONNX backend test in this process (used by `onnx-test`).
+    #[command(hide = true)]
+    OnnxTestOne(cmd::onnx_test::OneArgs),
     /// Memory tools.
     Mem {
         #[command(subcommand)]
@@ -48,6 +53,8 @@ fn main() -> ExitCode {
         Command::Report(a) => cmd::report::run(a),
         Command::Dump(a) => cmd::dump::run(a),
         Command::Mem { command } => cmd::mem::run(command),
+        Command::OnnxTest(a) => cmd::onnx_test::run(a),
+        Command::OnnxTestOne(a) => cmd::onnx_test::run_one(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

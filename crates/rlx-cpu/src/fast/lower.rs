@@ -32,7 +32,8 @@ pub(crate) fn lower(
 ) -> Option<LoopKernel> {
     let (odt, oshape) = (out.0, &out.1);
     let bcast = |k: usize| input(ins[k].0, 0, isize_vec(broadcast_strides(&ins[k].1, oshape)));
-    let loads = |n: usize| -> Vec<ExprNode> { (0..n).map(|k| node(Expr::Load(k), ins[k].0)).collect() };
+    let loads =
+        |n: usize| -> Vec<ExprNode> { (0..n).map(|k| node(Expr::Load(k), ins[k].0)).collect() };
     let elementwise = |n_in: usize, last: Expr| {
         let mut body = loads(n_in);
         body.push(node(last, odt));

@@ -7,7 +7,13 @@
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let over = x > 88.722_84;
-    let xc = if x < -103.9 { -103.9 } else if x > 88.722_84 { 88.722_84 } else { x };
+    let xc = if x < -103.9 {
+        -103.9
+    } else if x > 88.722_84 {
+        88.722_84
+    } else {
+        x
+    };
     // Round x*log2(e) to nearest with the 1.5*2^23 trick (no libm, no SSE4.1 needed).
     let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
     let n_f = t - 12_582_912.0;
@@ -39,13 +45,12 @@ pub fn exp(x: f32) -> f32 {
 pub fn tanh(x: f32) -> f32 {
     let a = x.abs();
     let z = x * x;
-    let small = ((((-5.704_988_7e-3 * z + 2.063_908_9e-2) * z - 5.373_971_6e-2) * z
-        + 1.333_144_2e-1)
-        * z
-        - 3.333_328_2e-1)
-        * z
-        * x
-        + x;
+    let small =
+        ((((-5.704_988_7e-3 * z + 2.063_908_9e-2) * z - 5.373_971_6e-2) * z + 1.333_144_2e-1) * z
+            - 3.333_328_2e-1)
+            * z
+            * x
+            + x;
     let e = exp(2.0 * a);
     let large = (1.0 - 2.0 / (e + 1.0)).copysign(x);
     if a < 0.625 {

@@ -214,7 +214,9 @@ pub(crate) fn zeroed(dtype: DType, n: usize) -> TensorData {
 /// Turns owned storage of a bool buffer (u8) back into bools.
 pub(crate) fn finish_owned(dtype: DType, data: TensorData) -> TensorData {
     match (dtype, data) {
-        (DType::Bool, TensorData::U8(v)) => TensorData::Bool(v.into_iter().map(|b| b != 0).collect()),
+        (DType::Bool, TensorData::U8(v)) => {
+            TensorData::Bool(v.into_iter().map(|b| b != 0).collect())
+        }
         (_, d) => d,
     }
 }
@@ -301,7 +303,9 @@ impl<'a> RunMemory<'a> {
             .map(|b| {
                 let r = roots[b];
                 let ptr = match locs[r] {
-                    Loc::Leaf => data_ptr(leaves[r].expect("leaf roots are bound").data()) as *mut u8,
+                    Loc::Leaf => {
+                        data_ptr(leaves[r].expect("leaf roots are bound").data()) as *mut u8
+                    }
                     // SAFETY: the plan keeps every offset inside the arena.
                     Loc::Arena(off) => unsafe { base.add(off) },
                     Loc::Owned(i) => owned_ptrs[i],

@@ -95,7 +95,10 @@ impl CpuProgram {
             ),
             None => None,
         };
-        let threads = opts.threads.unwrap_or_else(rayon::current_num_threads).max(1);
+        let threads = opts
+            .threads
+            .unwrap_or_else(rayon::current_num_threads)
+            .max(1);
         let ty = |b: BufferId| {
             let t = &program.buffers[b].ty;
             (t.dtype, info.shapes[b].clone())
@@ -130,7 +133,8 @@ impl CpuProgram {
                 Exec::Loop { .. } => 0,
             })
             .collect();
-        let (locs, owned, offsets, arena_bytes) = layout(&program, &info, &dtypes, &numels, &scratch);
+        let (locs, owned, offsets, arena_bytes) =
+            layout(&program, &info, &dtypes, &numels, &scratch);
         let steps = execs
             .into_iter()
             .zip(offsets)
@@ -235,7 +239,10 @@ impl CpuProgram {
                 None => go(),
             }
         };
-        self.arenas.lock().unwrap_or_else(|e| e.into_inner()).push(arena);
+        self.arenas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(arena);
         status?;
         let mut uses = vec![0usize; owned.len()];
         for (_, b) in &self.program.outputs {
@@ -281,7 +288,10 @@ impl CpuProgram {
                 } => {
                     // SAFETY: a kernel's inputs never share storage with its output (see
                     // `memory`), so these views do not alias.
-                    let srcs: Vec<Src<'_>> = inputs.iter().map(|&b| Src::Buf(unsafe { mem.data(b) })).collect();
+                    let srcs: Vec<Src<'_>> = inputs
+                        .iter()
+                        .map(|&b| Src::Buf(unsafe { mem.data(b) }))
+                        .collect();
                     loops::exec::run(exec, &srcs, unsafe { mem.data_mut(*output) });
                     &exec.name
                 }

@@ -88,9 +88,21 @@ mod tests {
     #[test]
     fn disjoint_lifetimes_share_memory() {
         let reqs = [
-            Interval { bytes: 100, first: 0, last: 1 },
-            Interval { bytes: 100, first: 1, last: 2 },
-            Interval { bytes: 100, first: 2, last: 3 },
+            Interval {
+                bytes: 100,
+                first: 0,
+                last: 1,
+            },
+            Interval {
+                bytes: 100,
+                first: 1,
+                last: 2,
+            },
+            Interval {
+                bytes: 100,
+                first: 2,
+                last: 3,
+            },
         ];
         let plan = plan_memory(&reqs);
         assert!(!overlaps(&reqs, &plan));

@@ -26,8 +26,8 @@ pub(super) fn conv2d(
                     for ci in 0..cg {
                         let ic = g * cg + ci;
                         for i in 0..kh {
-                            let iy = (y * p.stride[0] + i * p.dilation[0]) as isize
-                                - p.pads[0] as isize;
+                            let iy =
+                                (y * p.stride[0] + i * p.dilation[0]) as isize - p.pads[0] as isize;
                             if iy < 0 || iy >= h as isize {
                                 continue;
                             }

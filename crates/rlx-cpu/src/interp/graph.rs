@@ -104,7 +104,9 @@ pub fn run_graph(
         .outputs()
         .iter()
         .map(|(name, id)| {
-            let t = values[id.0].as_ref().expect("outputs are kept alive by their use");
+            let t = values[id.0]
+                .as_ref()
+                .expect("outputs are kept alive by their use");
             (name.clone(), (**t).clone())
         })
         .collect())

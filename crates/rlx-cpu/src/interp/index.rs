@@ -103,7 +103,10 @@ mod tests {
 
     #[test]
     fn broadcast_map_matches_numpy() {
-        assert_eq!(broadcast_map(&[3, 1], &[2, 3, 2]), [0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2]);
+        assert_eq!(
+            broadcast_map(&[3, 1], &[2, 3, 2]),
+            [0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2]
+        );
         assert_eq!(broadcast_map(&[], &[2]), [0, 0]);
         assert_eq!(unravel(5, &[2, 3]), [1, 2]);
     }

@@ -16,10 +16,10 @@ mod norm;
 mod program;
 mod reduce;
 
-pub use graph::run_graph;
 pub(crate) use graph::check_bound as graph_check_bound;
-pub use kernel::run_loop_kernel;
+pub use graph::run_graph;
 pub(crate) use kernel::needed as kernel_needed;
+pub use kernel::run_loop_kernel;
 pub use program::run_program_reference;
 
 pub(crate) use conv::{pool_windows, PoolWindow};
@@ -43,7 +43,9 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
         message,
     };
     if matches!(op, Op::Input { .. } | Op::Param { .. }) {
-        return Err(err("inputs and params are bound by name, not evaluated".into()));
+        return Err(err(
+            "inputs and params are bound by name, not evaluated".into()
+        ));
     }
     let out = result_type(op, inputs)?;
     let shape = out.shape.as_static().expect("operands have static shapes");

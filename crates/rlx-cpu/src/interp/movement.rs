@@ -13,7 +13,9 @@ fn gather_flat(x: &Tensor, out_shape: &[usize], f: impl Fn(&[usize]) -> usize) -
 
 pub(super) fn transpose(perm: &[usize], x: &Tensor, shape: &[usize]) -> TensorData {
     let s = strides(x.shape());
-    gather_flat(x, shape, |o| o.iter().zip(perm).map(|(i, &p)| i * s[p]).sum())
+    gather_flat(x, shape, |o| {
+        o.iter().zip(perm).map(|(i, &p)| i * s[p]).sum()
+    })
 }
 
 pub(super) fn slice(
@@ -107,7 +109,12 @@ pub(crate) fn pad_source(o: usize, before: usize, n: usize, mode: PadMode) -> Op
     }
 }
 
-pub(super) fn pad(pads: &[(usize, usize)], mode: PadMode, x: &Tensor, shape: &[usize]) -> TensorData {
+pub(super) fn pad(
+    pads: &[(usize, usize)],
+    mode: PadMode,
+    x: &Tensor,
+    shape: &[usize],
+) -> TensorData {
     let fill_value = match mode {
         PadMode::Constant(v) => v,
         _ => 0.0,

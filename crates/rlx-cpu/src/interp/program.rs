@@ -27,7 +27,9 @@ pub fn run_program_reference(
         let r = info.roots[b];
         let data = match leaves[r] {
             Some(t) => t.data().clone(),
-            None => temps[r].clone().expect("checked: temps are written before reads"),
+            None => temps[r]
+                .clone()
+                .expect("checked: temps are written before reads"),
         };
         Tensor::new(info.shapes[b].clone(), data).expect("checked: aliases keep the size")
     };

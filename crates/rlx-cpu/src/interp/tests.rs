@@ -18,7 +18,10 @@ fn check(op: Op, inputs: &[&Tensor], shape: &[usize], want: &[f64]) {
     let got = r.to_f64_vec();
     assert_eq!(got.len(), want.len());
     for (g, w) in got.iter().zip(want) {
-        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{op:?}: got {got:?} want {want:?}");
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{op:?}: got {got:?} want {want:?}"
+        );
     }
 }
 
@@ -28,7 +31,12 @@ fn matmul_2x3_by_3x2() {
     let b = t(&[3, 2], &[7., 8., 9., 10., 11., 12.]);
     check(Op::MatMul, &[&a, &b], &[2, 2], &[58., 64., 139., 154.]);
     let batched = t(&[2, 1, 3], &[1., 2., 3., 4., 5., 6.]);
-    check(Op::MatMul, &[&batched, &b], &[2, 1, 2], &[58., 64., 139., 154.]);
+    check(
+        Op::MatMul,
+        &[&batched, &b],
+        &[2, 1, 2],
+        &[58., 64., 139., 154.],
+    );
 }
 
 #[test]
@@ -93,7 +101,13 @@ fn attention_causal_equals_explicit_mask() {
     };
     // sq=3, sk=5: query i sees keys j <= i + 2.
     let m: Vec<f64> = (0..15)
-        .map(|p| if p % 5 <= p / 5 + 2 { 0.0 } else { f64::NEG_INFINITY })
+        .map(|p| {
+            if p % 5 <= p / 5 + 2 {
+                0.0
+            } else {
+                f64::NEG_INFINITY
+            }
+        })
         .collect();
     let mask = Tensor::from_f64(DType::F64, &[3, 5], &m).unwrap();
     let a = eval_op(&causal, &[&q, &k, &v]).unwrap();
@@ -129,7 +143,12 @@ fn layer_and_rms_norm() {
     let b = t(&[4], &[0., 0., 1., 0.]);
     let r = 1.0 / 1.25f64.sqrt();
     let want = [-1.5 * r, -0.5 * r * 2.0, 0.5 * r + 1.0, 1.5 * r];
-    check(Op::LayerNorm { axis: 1, eps: 0.0 }, &[&x, &s, &b], &[1, 4], &want);
+    check(
+        Op::LayerNorm { axis: 1, eps: 0.0 },
+        &[&x, &s, &b],
+        &[1, 4],
+        &want,
+    );
     let rms = 1.0 / 7.5f64.sqrt();
     let want = [rms, 4. * rms, 3. * rms, 4. * rms];
     check(Op::RmsNorm { axis: 1, eps: 0.0 }, &[&x, &s], &[1, 4], &want);
@@ -152,7 +171,12 @@ fn softmax_and_log_softmax() {
 fn gather_wraps_negative_indices_and_rejects_out_of_range() {
     let d = t(&[3, 2], &[1., 2., 3., 4., 5., 6.]);
     let i = Tensor::new(vec![2], rlx_ir::TensorData::I64(vec![-1, 0])).unwrap();
-    check(Op::Gather { axis: 0 }, &[&d, &i], &[2, 2], &[5., 6., 1., 2.]);
+    check(
+        Op::Gather { axis: 0 },
+        &[&d, &i],
+        &[2, 2],
+        &[5., 6., 1., 2.],
+    );
     let i = Tensor::new(vec![1], rlx_ir::TensorData::I32(vec![1])).unwrap();
     check(Op::Gather { axis: 1 }, &[&d, &i], &[3, 1], &[2., 4., 6.]);
     let bad = Tensor::new(vec![1], rlx_ir::TensorData::I64(vec![3])).unwrap();
@@ -168,9 +192,19 @@ fn pad_modes() {
         pads: pads.clone(),
         mode,
     };
-    check(p(PadMode::Reflect), &[&x], &[1, 6], &[3., 2., 1., 2., 3., 2.]);
+    check(
+        p(PadMode::Reflect),
+        &[&x],
+        &[1, 6],
+        &[3., 2., 1., 2., 3., 2.],
+    );
     check(p(PadMode::Edge), &[&x], &[1, 6], &[1., 1., 1., 2., 3., 3.]);
-    check(p(PadMode::Constant(9.)), &[&x], &[1, 6], &[9., 9., 1., 2., 3., 9.]);
+    check(
+        p(PadMode::Constant(9.)),
+        &[&x],
+        &[1, 6],
+        &[9., 9., 1., 2., 3., 9.],
+    );
 }
 
 #[test]
@@ -184,9 +218,19 @@ fn slice_with_negative_step_and_transpose() {
     };
     check(s, &[&x], &[3], &[4., 2., 0.]);
     let m = t(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
-    check(Op::Transpose(vec![1, 0]), &[&m], &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+    check(
+        Op::Transpose(vec![1, 0]),
+        &[&m],
+        &[3, 2],
+        &[1., 4., 2., 5., 3., 6.],
+    );
     let c = Op::Concat { axis: 1 };
-    check(c, &[&m, &m], &[2, 6], &[1., 2., 3., 1., 2., 3., 4., 5., 6., 4., 5., 6.]);
+    check(
+        c,
+        &[&m, &m],
+        &[2, 6],
+        &[1., 2., 3., 1., 2., 3., 4., 5., 6., 4., 5., 6.],
+    );
     let e = Op::Expand(rlx_ir::Shape::of(&[2, 2]));
     check(e, &[&t(&[2, 1], &[7., 8.])], &[2, 2], &[7., 7., 8., 8.]);
 }
@@ -220,13 +264,23 @@ fn reductions_and_arg_reductions() {
 fn elementwise_broadcast_and_integer_semantics() {
     let a = t(&[2, 1], &[1., 2.]);
     let b = t(&[3], &[10., 20., 30.]);
-    check(Op::Binary(BinaryOp::Add), &[&a, &b], &[2, 3], &[11., 21., 31., 12., 22., 32.]);
+    check(
+        Op::Binary(BinaryOp::Add),
+        &[&a, &b],
+        &[2, 3],
+        &[11., 21., 31., 12., 22., 32.],
+    );
     let i = Tensor::from_f64(DType::I32, &[2], &[-7., 7.]).unwrap();
     let two = Tensor::from_f64(DType::I32, &[], &[2.]).unwrap();
     check(Op::Binary(BinaryOp::Div), &[&i, &two], &[2], &[-3., 3.]);
     check(Op::Unary(UnaryOp::Relu), &[&a], &[2, 1], &[1., 2.]);
     let c = Tensor::from_f64(DType::Bool, &[2, 1], &[1., 0.]).unwrap();
-    check(Op::Where, &[&c, &a, &b], &[2, 3], &[1., 1., 1., 10., 20., 30.]);
+    check(
+        Op::Where,
+        &[&c, &a, &b],
+        &[2, 3],
+        &[1., 1., 1., 10., 20., 30.],
+    );
     let r = eval_op(&Op::Cast(DType::I64), &[&t(&[2], &[2.7, -2.7])]).unwrap();
     assert_eq!(r.data(), &rlx_ir::TensorData::I64(vec![2, -2]));
 }
@@ -235,7 +289,10 @@ fn elementwise_broadcast_and_integer_semantics() {
 fn eval_op_rejects_bad_operands() {
     let a = t(&[2, 3], &[0.; 6]);
     let e = eval_op(&Op::MatMul, &[&a, &a]).unwrap_err();
-    assert!(e.to_string().contains("matmul") && e.to_string().contains("f32[2,3]"), "{e}");
+    assert!(
+        e.to_string().contains("matmul") && e.to_string().contains("f32[2,3]"),
+        "{e}"
+    );
     let e = eval_op(&Op::Input { name: "x".into() }, &[]).unwrap_err();
     assert!(e.to_string().contains("bound by name"));
 }
@@ -273,9 +330,18 @@ mod shapes {
         let r = shape.len();
         let mut v: Vec<(Op, Vec<Tensor>)> = vec![
             (Op::Unary(UnaryOp::ALL[pick % 20]), vec![x.clone()]),
-            (Op::Binary(BinaryOp::ALL[pick % 15]), vec![x.clone(), Tensor::random(DType::F32, &shape[r.min(pick % (r + 1))..], 9)]),
+            (
+                Op::Binary(BinaryOp::ALL[pick % 15]),
+                vec![
+                    x.clone(),
+                    Tensor::random(DType::F32, &shape[r.min(pick % (r + 1))..], 9),
+                ],
+            ),
             (Op::Cast(DType::ALL[pick % 9]), vec![x.clone()]),
-            (Op::Reshape(rlx_ir::Shape::of(&[x.numel()])), vec![x.clone()]),
+            (
+                Op::Reshape(rlx_ir::Shape::of(&[x.numel()])),
+                vec![x.clone()],
+            ),
         ];
         if r > 0 {
             let axis = pick % r;
@@ -284,20 +350,67 @@ mod shapes {
             let mut axes: Vec<usize> = (0..r).filter(|_| rng.below(2) == 0).collect();
             axes.dedup();
             let idx = Tensor::from_f64(DType::I64, &[2], &[-1.0, 0.0]).unwrap();
-            let pads: Vec<(usize, usize)> = shape.iter().map(|&d| (rng.below(d), rng.below(d))).collect();
+            let pads: Vec<(usize, usize)> = shape
+                .iter()
+                .map(|&d| (rng.below(d), rng.below(d)))
+                .collect();
             v.extend([
-                (Op::Reduce { op: ReduceOp::ALL[pick % 5], axes, keepdims: pick % 2 == 0 }, vec![x.clone()]),
-                (Op::ArgReduce { op: ArgOp::ArgMax, axis, keepdims: pick % 2 == 1 }, vec![x.clone()]),
+                (
+                    Op::Reduce {
+                        op: ReduceOp::ALL[pick % 5],
+                        axes,
+                        keepdims: pick % 2 == 0,
+                    },
+                    vec![x.clone()],
+                ),
+                (
+                    Op::ArgReduce {
+                        op: ArgOp::ArgMax,
+                        axis,
+                        keepdims: pick % 2 == 1,
+                    },
+                    vec![x.clone()],
+                ),
                 (Op::Softmax { axis }, vec![x.clone()]),
                 (Op::LogSoftmax { axis }, vec![x.clone()]),
-                (Op::LayerNorm { axis, eps: 1e-5 }, vec![x.clone(), Tensor::random(DType::F32, &shape[axis..], 1), Tensor::random(DType::F32, &shape[r - 1..], 2)]),
-                (Op::RmsNorm { axis, eps: 1e-5 }, vec![x.clone(), Tensor::random(DType::F32, &shape[axis..], 1)]),
+                (
+                    Op::LayerNorm { axis, eps: 1e-5 },
+                    vec![
+                        x.clone(),
+                        Tensor::random(DType::F32, &shape[axis..], 1),
+                        Tensor::random(DType::F32, &shape[r - 1..], 2),
+                    ],
+                ),
+                (
+                    Op::RmsNorm { axis, eps: 1e-5 },
+                    vec![x.clone(), Tensor::random(DType::F32, &shape[axis..], 1)],
+                ),
                 (Op::Transpose(perm), vec![x.clone()]),
-                (Op::Slice { axes: vec![axis], starts: vec![rng.below(4) as i64 - 2], ends: vec![i64::MAX], steps: vec![if pick % 2 == 0 { 1 } else { -1 }] }, vec![x.clone()]),
+                (
+                    Op::Slice {
+                        axes: vec![axis],
+                        starts: vec![rng.below(4) as i64 - 2],
+                        ends: vec![i64::MAX],
+                        steps: vec![if pick % 2 == 0 { 1 } else { -1 }],
+                    },
+                    vec![x.clone()],
+                ),
                 (Op::Concat { axis }, vec![x.clone(), x.clone()]),
                 (Op::Gather { axis }, vec![x.clone(), idx]),
-                (Op::Pad { pads: pads.clone(), mode: PadMode::Reflect }, vec![x.clone()]),
-                (Op::Pad { pads, mode: PadMode::Constant(1.5) }, vec![x.clone()]),
+                (
+                    Op::Pad {
+                        pads: pads.clone(),
+                        mode: PadMode::Reflect,
+                    },
+                    vec![x.clone()],
+                ),
+                (
+                    Op::Pad {
+                        pads,
+                        mode: PadMode::Constant(1.5),
+                    },
+                    vec![x.clone()],
+                ),
             ]);
             let mut big = shape.to_vec();
             big.insert(0, 2);
@@ -309,14 +422,33 @@ mod shapes {
             let y = Tensor::random(DType::F32, &bs[pick % (r - 1)..], 3);
             v.push((Op::MatMul, vec![x.clone(), y]));
             let kv = Tensor::random(DType::F32, &shape[r - 2..], 4);
-            v.push((Op::Attention { mask: AttnMask::Causal, scale: None }, vec![x.clone(), kv.clone(), kv]));
+            v.push((
+                Op::Attention {
+                    mask: AttnMask::Causal,
+                    scale: None,
+                },
+                vec![x.clone(), kv.clone(), kv],
+            ));
         }
         if r == 4 {
             let k = 1 + pick % 2;
             let w = Tensor::random(DType::F32, &[3, shape[1], k, k], 5);
-            let p = Conv2dParams { stride: [1 + pick % 2, 1], pads: [pick % 2, 0, 1, pick % 2], dilation: [1, 1], groups: 1 };
+            let p = Conv2dParams {
+                stride: [1 + pick % 2, 1],
+                pads: [pick % 2, 0, 1, pick % 2],
+                dilation: [1, 1],
+                groups: 1,
+            };
             v.push((Op::Conv2d(p), vec![x.clone(), w]));
-            let pp = Pool2dParams { kind: PoolKind::Avg, kernel: [k, k], stride: [2, 1], pads: [0, 0, k - 1, 0], dilation: [1, 1], count_include_pad: false, ceil_mode: pick % 2 == 0 };
+            let pp = Pool2dParams {
+                kind: PoolKind::Avg,
+                kernel: [k, k],
+                stride: [2, 1],
+                pads: [0, 0, k - 1, 0],
+                dilation: [1, 1],
+                count_include_pad: false,
+                ceil_mode: pick % 2 == 0,
+            };
             v.push((Op::Pool2d(pp), vec![x.clone()]));
             v.push((Op::GlobalPool(PoolKind::Max), vec![x.clone()]));
         }

@@ -41,7 +41,10 @@ pub fn flag(name: &str) -> bool {
 pub fn require_device(what: &str) {
     let a = rlx_cuda::probe::availability();
     if !a.available {
-        println!("SKIPPED: {what}: no CUDA device: {}", a.reason.unwrap_or_default());
+        println!(
+            "SKIPPED: {what}: no CUDA device: {}",
+            a.reason.unwrap_or_default()
+        );
         std::process::exit(0);
     }
 }

@@ -16,12 +16,21 @@ pub fn emit(ctx: &LibCtx, op: ArgOp, axis: usize) -> Result<EmittedKernel, Strin
     let inner = numel(&shape[axis + 1..]);
     let rows = numel(&shape[..axis]) * inner;
     let t = compute(*dtype);
-    let ity = if numel(shape) < (1 << 30) { "int" } else { "long long" };
+    let ity = if numel(shape) < (1 << 30) {
+        "int"
+    } else {
+        "long long"
+    };
     let cmp = match op {
         ArgOp::ArgMax => ">",
         ArgOp::ArgMin => "<",
     };
-    let nan_check = if dtype.is_float() { "(best == best) && (x != x || x CMP best)" } else { "x CMP best" }.replace("CMP", cmp);
+    let nan_check = if dtype.is_float() {
+        "(best == best) && (x != x || x CMP best)"
+    } else {
+        "x CMP best"
+    }
+    .replace("CMP", cmp);
     let store = ctx.store("row", "v", ity)?;
     let text = format!(
         "extern \"C\" __global__ void __launch_bounds__(256) RLX_FN({ins}{outs}) {{\n\
@@ -42,5 +51,11 @@ pub fn emit(ctx: &LibCtx, op: ArgOp, axis: usize) -> Result<EmittedKernel, Strin
         ArgOp::ArgMax => "argmax",
         ArgOp::ArgMin => "argmin",
     };
-    Ok(finish(&ctx.kernel.name, family, text, Launch::linear(grid_for(rows, 256), 256), ctx.args()))
+    Ok(finish(
+        &ctx.kernel.name,
+        family,
+        text,
+        Launch::linear(grid_for(rows, 256), 256),
+        ctx.args(),
+    ))
 }

@@ -67,7 +67,8 @@ pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedK
         }
         s + ";\n"
     };
-    let mut batch_offsets = coords("bi", "bc", out_batch, ity) + &offs("qo", q) + &offs("ko", k) + &offs("vo", v);
+    let mut batch_offsets =
+        coords("bi", "bc", out_batch, ity) + &offs("qo", q) + &offs("ko", k) + &offs("vo", v);
     let mask_term = match mask {
         AttnMask::None => String::new(),
         AttnMask::Causal => format!("if (j > i + {}) s = ninf;\n", sk as isize - sq as isize),
@@ -75,13 +76,21 @@ pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedK
             let (mdt, ms) = &ctx.inputs[3];
             batch_offsets += &offs("mo", ms);
             let mr = ms.len();
-            let si = if mr >= 2 && ms[mr - 2] != 1 { ms[mr - 1] } else { 0 };
+            let si = if mr >= 2 && ms[mr - 2] != 1 {
+                ms[mr - 1]
+            } else {
+                0
+            };
             let sj = if mr >= 1 && ms[mr - 1] != 1 { 1 } else { 0 };
-            format!("if (j < {sk}) s += {};\n", load(*mdt, &format!("in3[mo + (long long)i * {si} + j * {sj}]")))
+            format!(
+                "if (j < {sk}) s += {};\n",
+                load(*mdt, &format!("in3[mo + (long long)i * {si} + j * {sj}]"))
+            )
         }
     };
     let shared_floats = qt * d + KT * (d + 1) + KT * dv;
-    let store = ctx.store("((long long)bi * {sq} + i) * {dv} + c", "val", ity)?
+    let store = ctx
+        .store("((long long)bi * {sq} + i) * {dv} + c", "val", ity)?
         .replace("{sq}", &sq.to_string())
         .replace("{dv}", &dv.to_string());
     let text = format!(
@@ -152,7 +161,13 @@ pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedK
         block: (WARPS * 32) as u32,
         shared_bytes: (shared_floats * 4) as u32,
     };
-    Ok(finish(&ctx.kernel.name, "attention", text, launch, ctx.args()))
+    Ok(finish(
+        &ctx.kernel.name,
+        "attention",
+        text,
+        launch,
+        ctx.args(),
+    ))
 }
 
 #[cfg(test)]

@@ -49,7 +49,11 @@ mod tests {
     fn every_op_has_a_rule_for_what_it_accepts() {
         for op in BinaryOp::ALL {
             for dt in DType::ALL {
-                assert_eq!(binary(op, dt, "a", "b").is_some(), op.accepts(dt), "{op:?} {dt}");
+                assert_eq!(
+                    binary(op, dt, "a", "b").is_some(),
+                    op.accepts(dt),
+                    "{op:?} {dt}"
+                );
             }
         }
     }

@@ -32,7 +32,8 @@ pub struct ConvGeometry {
 /// The GEMM geometry of a convolution with input `x`, weight `w` and output `out` shapes.
 pub fn geometry(x: &[usize], w: &[usize], out: &[usize], p: &Conv2dParams) -> ConvGeometry {
     let spatial = out[2] * out[3];
-    let direct = w[2] == 1 && w[3] == 1 && p.stride == [1, 1] && p.pads == [0; 4] && spatial == x[2] * x[3];
+    let direct =
+        w[2] == 1 && w[3] == 1 && p.stride == [1, 1] && p.pads == [0; 4] && spatial == x[2] * x[3];
     ConvGeometry {
         n: x[0],
         groups: p.groups,
@@ -54,7 +55,11 @@ pub fn im2col(label: &str, ctx: &LibCtx, p: &Conv2dParams, col: ArgRef) -> Emitt
     let (kh, kw) = (w[2], w[3]);
     let (oh, ow) = (out[2], out[3]);
     let total = x[0] * x[1] * kh * kw * oh * ow;
-    let ity = if total.max(numel(x)) < (1 << 30) { "int" } else { "long long" };
+    let ity = if total.max(numel(x)) < (1 << 30) {
+        "int"
+    } else {
+        "long long"
+    };
     let s = storage(*dtype);
     let text = format!(
         "extern \"C\" __global__ void __launch_bounds__(256) RLX_FN(const {s}* __restrict__ x, {s}* __restrict__ col) {{\n\
@@ -78,7 +83,13 @@ pub fn im2col(label: &str, ctx: &LibCtx, p: &Conv2dParams, col: ArgRef) -> Emitt
         dh = p.dilation[0],
         dw = p.dilation[1],
     );
-    finish(label, "im2col", text, Launch::linear(grid_for(total, 256), 256), vec![ArgRef::Buffer(ctx.kernel.inputs[0]), col])
+    finish(
+        label,
+        "im2col",
+        text,
+        Launch::linear(grid_for(total, 256), 256),
+        vec![ArgRef::Buffer(ctx.kernel.inputs[0]), col],
+    )
 }
 
 /// Emits `out = epilogue(gemm + bias[o])` over the NCHW result held in `src` (which may be
@@ -86,19 +97,32 @@ pub fn im2col(label: &str, ctx: &LibCtx, p: &Conv2dParams, col: ArgRef) -> Emitt
 ///
 /// # Errors
 /// An epilogue node no rule accepts.
-pub fn bias_epilogue(label: &str, ctx: &LibCtx, geo: &ConvGeometry, src: ArgRef, has_bias: bool) -> Result<EmittedKernel, String> {
+pub fn bias_epilogue(
+    label: &str,
+    ctx: &LibCtx,
+    geo: &ConvGeometry,
+    src: ArgRef,
+    has_bias: bool,
+) -> Result<EmittedKernel, String> {
     let dtype = ctx.result.0;
     let n = numel(&ctx.result.1);
     let ity = if n < (1 << 30) { "int" } else { "long long" };
     let t = compute(dtype);
     let s = storage(dtype);
     let bias = if has_bias {
-        format!(" + {}", load(dtype, &format!("bias[(idx / {}) % {}]", geo.spatial, geo.o)))
+        format!(
+            " + {}",
+            load(dtype, &format!("bias[(idx / {}) % {}]", geo.spatial, geo.o))
+        )
     } else {
         format!(" + {}", literal(dtype, 0.0))
     };
     let store_text = ctx.store("idx", "v", ity)?;
-    let bias_param = if has_bias { format!(", const {s}* __restrict__ bias") } else { String::new() };
+    let bias_param = if has_bias {
+        format!(", const {s}* __restrict__ bias")
+    } else {
+        String::new()
+    };
     // `src` may alias `out`, so neither is restrict-qualified.
     let outs = ctx.out_params().replace("* __restrict__ out", "* out");
     let text = format!(
@@ -115,5 +139,11 @@ pub fn bias_epilogue(label: &str, ctx: &LibCtx, geo: &ConvGeometry, src: ArgRef,
     if let Some(e) = &ctx.epilogue {
         args.extend(e.args());
     }
-    Ok(finish(label, "conv_bias", text, Launch::linear(grid_for(n, 256), 256), args))
+    Ok(finish(
+        label,
+        "conv_bias",
+        text,
+        Launch::linear(grid_for(n, 256), 256),
+        args,
+    ))
 }

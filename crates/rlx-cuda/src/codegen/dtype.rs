@@ -44,7 +44,9 @@ pub fn load(dtype: DType, elem: &str) -> String {
         DType::F16 => format!("rlx_f16_to_f32({elem})"),
         DType::BF16 => format!("rlx_bf16_to_f32({elem})"),
         DType::Bool => format!("({elem} != 0)"),
-        DType::F32 | DType::F64 | DType::I8 | DType::U8 | DType::I32 | DType::I64 => elem.to_string(),
+        DType::F32 | DType::F64 | DType::I8 | DType::U8 | DType::I32 | DType::I64 => {
+            elem.to_string()
+        }
     }
 }
 
@@ -54,7 +56,9 @@ pub fn store(dtype: DType, value: &str) -> String {
         DType::F16 => format!("rlx_f32_to_f16({value})"),
         DType::BF16 => format!("rlx_f32_to_bf16({value})"),
         DType::Bool => format!("(unsigned char)({value})"),
-        DType::F32 | DType::F64 | DType::I8 | DType::U8 | DType::I32 | DType::I64 => value.to_string(),
+        DType::F32 | DType::F64 | DType::I8 | DType::U8 | DType::I32 | DType::I64 => {
+            value.to_string()
+        }
     }
 }
 
@@ -97,7 +101,11 @@ pub fn literal(dtype: DType, v: f64) -> String {
             if v.is_nan() {
                 "__longlong_as_double(0x7ff8000000000000LL)".into()
             } else if v.is_infinite() {
-                let bits = if v > 0.0 { "0x7ff0000000000000LL" } else { "(long long)0xfff0000000000000ULL" };
+                let bits = if v > 0.0 {
+                    "0x7ff0000000000000LL"
+                } else {
+                    "(long long)0xfff0000000000000ULL"
+                };
                 format!("__longlong_as_double({bits})")
             } else {
                 format!("{v:?}")
@@ -130,9 +138,15 @@ pub fn int_bounds(dtype: DType) -> (String, String) {
         DType::I8 => ("(signed char)(-128)".into(), "(signed char)127".into()),
         DType::U8 => ("(unsigned char)0".into(), "(unsigned char)255".into()),
         DType::I32 => ("(-2147483647 - 1)".into(), "2147483647".into()),
-        DType::I64 => ("(-9223372036854775807LL - 1)".into(), "9223372036854775807LL".into()),
+        DType::I64 => (
+            "(-9223372036854775807LL - 1)".into(),
+            "9223372036854775807LL".into(),
+        ),
         DType::Bool => ("false".into(), "true".into()),
-        DType::F32 | DType::F16 | DType::BF16 | DType::F64 => (literal(dtype, f64::NEG_INFINITY), literal(dtype, f64::INFINITY)),
+        DType::F32 | DType::F16 | DType::BF16 | DType::F64 => (
+            literal(dtype, f64::NEG_INFINITY),
+            literal(dtype, f64::INFINITY),
+        ),
     }
 }
 
@@ -144,7 +158,10 @@ mod tests {
     fn literals_round_and_spell_specials() {
         assert_eq!(literal(DType::F32, 0.5), "0.5f");
         assert_eq!(literal(DType::F32, 1e-5), "1e-5f");
-        assert_eq!(literal(DType::F32, f64::NEG_INFINITY), "__int_as_float(0xff800000)");
+        assert_eq!(
+            literal(DType::F32, f64::NEG_INFINITY),
+            "__int_as_float(0xff800000)"
+        );
         assert_eq!(literal(DType::I32, -2.7), "-2");
         assert_eq!(literal(DType::Bool, 0.3), "true");
         assert_eq!(literal(DType::F64, 2.0), "2.0");

@@ -2,7 +2,7 @@
 //! library kernels.
 
 use super::dtype::{cast, compute, literal, load, storage, store};
-use super::index::{coords, contiguous, merge_dims, offset};
+use super::index::{contiguous, coords, merge_dims, offset};
 use super::{binary::binary, unary::unary, ArgRef};
 use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::DType;
@@ -65,10 +65,13 @@ pub fn emit_nodes(
                 }
             }
             Expr::Const(c) => literal(n.dtype, *c),
-            Expr::Unary(op, a) => unary(*op, operand_dtype(*a), &name(*a))
-                .ok_or_else(|| format!("e{i}: {} does not accept {}", op.name(), operand_dtype(*a)))?,
+            Expr::Unary(op, a) => unary(*op, operand_dtype(*a), &name(*a)).ok_or_else(|| {
+                format!("e{i}: {} does not accept {}", op.name(), operand_dtype(*a))
+            })?,
             Expr::Binary(op, a, b) => binary(*op, operand_dtype(*a), &name(*a), &name(*b))
-                .ok_or_else(|| format!("e{i}: {} does not accept {}", op.name(), operand_dtype(*a)))?,
+                .ok_or_else(|| {
+                    format!("e{i}: {} does not accept {}", op.name(), operand_dtype(*a))
+                })?,
             Expr::Where(c, a, b) => format!("({} ? {} : {})", name(*c), name(*a), name(*b)),
             Expr::Cast(a) => cast(operand_dtype(*a), n.dtype, &name(*a)),
             Expr::Reduced => reduced
@@ -119,7 +122,10 @@ impl<'a> EpilogueCtx<'a> {
 
     /// Extra pointer arguments, matching [`EpilogueCtx::params`].
     pub fn args(&self) -> Vec<ArgRef> {
-        self.kernel.inputs[1..].iter().map(|i| ArgRef::Buffer(i.buffer)).collect()
+        self.kernel.inputs[1..]
+            .iter()
+            .map(|i| ArgRef::Buffer(i.buffer))
+            .collect()
     }
 
     /// Statements computing the stored value for element `linear` whose library value (a
@@ -144,7 +150,10 @@ impl<'a> EpilogueCtx<'a> {
             }
         };
         s += &emit_nodes(k, &needed(k, &[k.result]), "p", &elem, None)?;
-        s += &format!("rlx_epi_out = {};\n}}\n", store(k.out_dtype(), &format!("p{}", k.result)));
+        s += &format!(
+            "rlx_epi_out = {};\n}}\n",
+            store(k.out_dtype(), &format!("p{}", k.result))
+        );
         let decl = format!("{} rlx_epi_out;\n", storage(k.out_dtype()));
         Ok((decl + &s, "rlx_epi_out".into()))
     }

@@ -16,7 +16,11 @@ pub fn emit(ctx: &LibCtx, axis: usize) -> Result<EmittedKernel, String> {
     let dim = shape[axis];
     let post = numel(&shape[axis + 1..]);
     let n = numel(&ctx.result.1);
-    let ity = if numel(shape).max(n) < (1 << 30) { "int" } else { "long long" };
+    let ity = if numel(shape).max(n) < (1 << 30) {
+        "int"
+    } else {
+        "long long"
+    };
     let store = ctx.store("idx", "v", ity)?;
     let text = format!(
         "extern \"C\" __global__ void __launch_bounds__(256) RLX_FN({ins}{outs}) {{\n\
@@ -34,5 +38,11 @@ pub fn emit(ctx: &LibCtx, axis: usize) -> Result<EmittedKernel, String> {
         last = dim.saturating_sub(1),
         value = load(*dtype, &format!("in0[(p * {dim} + ({ity})a) * {post} + q]")),
     );
-    Ok(finish(&ctx.kernel.name, "gather", text, Launch::linear(grid_for(n, 256), 256), ctx.args()))
+    Ok(finish(
+        &ctx.kernel.name,
+        "gather",
+        text,
+        Launch::linear(grid_for(n, 256), 256),
+        ctx.args(),
+    ))
 }

@@ -55,7 +55,11 @@ pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKe
         .chain(std::iter::once(super::index::contiguous(&k.shape)))
         .collect();
     let outer = merge_dims(&k.shape, &out_strides);
-    let inner_strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides[n_out..].to_vec()).collect();
+    let inner_strides: Vec<Vec<isize>> = k
+        .inputs
+        .iter()
+        .map(|i| i.view.strides[n_out..].to_vec())
+        .collect();
     let inner = merge_dims(&k.reduce_shape, &inner_strides);
     let views: Vec<(usize, Vec<usize>, Vec<isize>)> = k
         .inputs
@@ -66,7 +70,10 @@ pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKe
             (i.view.offset, d, i.view.strides.clone())
         })
         .collect();
-    let view_refs: Vec<(usize, &[usize], &[isize])> = views.iter().map(|(o, d, s)| (*o, d.as_slice(), s.as_slice())).collect();
+    let view_refs: Vec<(usize, &[usize], &[isize])> = views
+        .iter()
+        .map(|(o, d, s)| (*o, d.as_slice(), s.as_slice()))
+        .collect();
     let ity = index_type(n.saturating_mul(r.max(1)), &view_refs);
     let in_params: Vec<(&str, String)> = k
         .inputs
@@ -102,7 +109,12 @@ fn base_offsets(k: &LoopKernel, outer: &IndexSpace, ity: &str) -> String {
     k.inputs
         .iter()
         .enumerate()
-        .map(|(i, inp)| format!("const {ity} b{i} = {};\n", offset(&inp.view.offset.to_string(), "o", &outer.strides[i])))
+        .map(|(i, inp)| {
+            format!(
+                "const {ity} b{i} = {};\n",
+                offset(&inp.view.offset.to_string(), "o", &outer.strides[i])
+            )
+        })
         .collect()
 }
 
@@ -134,7 +146,12 @@ fn reduction(
     let acc_ty = compute(red.dtype);
     let pro = needed(k, &[red.value]);
     let epi_need = needed(k, &[k.result]);
-    let pro_elem = |i: usize| (format!("in{i}[b{i} + {}]", offset("0", "r", &inner.strides[i])), false);
+    let pro_elem = |i: usize| {
+        (
+            format!("in{i}[b{i} + {}]", offset("0", "r", &inner.strides[i])),
+            false,
+        )
+    };
     let prologue = emit_nodes(k, &pro, "e", &pro_elem, None)?;
     // Epilogue: masked nodes plus the prologue-free values they need (at reduction point 0).
     let epi_elem = |i: usize| (format!("in{i}[b{i}]"), false);
@@ -146,9 +163,24 @@ fn reduction(
     let done = finish_reduce(red.op, red.dtype, "acc", r);
     let stored = store(k.out_dtype(), &format!("f{}", k.result));
     let (row_start, row_step, lane_start, lane_step) = match shape {
-        ReduceShape::Thread => ("blockIdx.x * 256 + threadIdx.x".to_string(), "gridDim.x * 256".to_string(), "0", "1"),
-        ReduceShape::Warp => ("blockIdx.x * 8 + (threadIdx.x >> 5)".to_string(), "gridDim.x * 8".to_string(), "(threadIdx.x & 31)", "32"),
-        ReduceShape::Block => ("blockIdx.x".to_string(), "gridDim.x".to_string(), "threadIdx.x", "256"),
+        ReduceShape::Thread => (
+            "blockIdx.x * 256 + threadIdx.x".to_string(),
+            "gridDim.x * 256".to_string(),
+            "0",
+            "1",
+        ),
+        ReduceShape::Warp => (
+            "blockIdx.x * 8 + (threadIdx.x >> 5)".to_string(),
+            "gridDim.x * 8".to_string(),
+            "(threadIdx.x & 31)",
+            "32",
+        ),
+        ReduceShape::Block => (
+            "blockIdx.x".to_string(),
+            "gridDim.x".to_string(),
+            "threadIdx.x",
+            "256",
+        ),
     };
     let combine_lanes = match shape {
         ReduceShape::Thread => String::new(),

@@ -17,8 +17,8 @@ pub mod binary;
 pub mod conv;
 pub mod dtype;
 mod expr;
-mod group;
 pub mod gather;
+mod group;
 pub mod index;
 pub mod loops;
 pub mod movement;
@@ -109,7 +109,13 @@ pub struct EmittedKernel {
 
 /// Finishes a kernel: `text` uses `RLX_FN` where the function name goes; the name becomes
 /// `<family>_<hash of text>`.
-pub fn finish(label: &str, family: &str, text: String, launch: Launch, args: Vec<ArgRef>) -> EmittedKernel {
+pub fn finish(
+    label: &str,
+    family: &str,
+    text: String,
+    launch: Launch,
+    args: Vec<ArgRef>,
+) -> EmittedKernel {
     let hash = crate::nvrtc::stable_hash(&[text.as_bytes()]);
     let function = format!("rlx_{family}_{}", &hash[..12]);
     EmittedKernel {

@@ -24,7 +24,10 @@ pub fn concat(ctx: &LibCtx, axis: usize) -> Result<EmittedKernel, String> {
         if a == 0 {
             continue;
         }
-        let read = load(*dtype, &format!("in{i}[(p * {a} + (j - {start})) * {post} + q]"));
+        let read = load(
+            *dtype,
+            &format!("in{i}[(p * {a} + (j - {start})) * {post} + q]"),
+        );
         choose += &format!("if (j < {}) v = {read}; else\n", start + a);
         start += a;
     }
@@ -42,7 +45,13 @@ pub fn concat(ctx: &LibCtx, axis: usize) -> Result<EmittedKernel, String> {
         ins = ctx.in_params(),
         outs = ctx.out_params(),
     );
-    Ok(finish(&ctx.kernel.name, "concat", text, Launch::linear(grid_for(n, 256), 256), ctx.args()))
+    Ok(finish(
+        &ctx.kernel.name,
+        "concat",
+        text,
+        Launch::linear(grid_for(n, 256), 256),
+        ctx.args(),
+    ))
 }
 
 /// Emits pad with `pads[d] = (before, after)`.
@@ -53,7 +62,11 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
     let (dtype, shape) = &ctx.inputs[0];
     let out = &ctx.result.1;
     let n = numel(out);
-    let ity = if n.max(numel(shape)) < (1 << 30) { "int" } else { "long long" };
+    let ity = if n.max(numel(shape)) < (1 << 30) {
+        "int"
+    } else {
+        "long long"
+    };
     let in_strides = contiguous(shape);
     let mut body = coords("idx", "c", out, ity);
     body += &format!("{ity} src = 0;\nbool inside = true;\n");
@@ -62,7 +75,10 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
         body += &format!("{{ {ity} i = c{d} - {before};\n");
         body += &match mode {
             PadMode::Constant(_) => format!("if (i < 0 || i >= {len}) inside = false;\n"),
-            PadMode::Reflect => format!("if (i < 0) i = -i;\nif (i >= {len}) i = {} - i;\n", 2 * (len - 1)),
+            PadMode::Reflect => format!(
+                "if (i < 0) i = -i;\nif (i >= {len}) i = {} - i;\n",
+                2 * (len - 1)
+            ),
             PadMode::Edge => format!("i = i < 0 ? 0 : (i >= {len} ? {} : i);\n", (len - 1).max(0)),
         };
         body += &format!("src += i * {}; }}\n", in_strides[d]);
@@ -72,7 +88,10 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
         PadMode::Constant(c) => literal(*dtype, c),
         PadMode::Reflect | PadMode::Edge => literal(*dtype, 0.0),
     };
-    body += &format!("const {t} v = inside ? {} : {fill};\n", load(*dtype, "in0[inside ? src : 0]"));
+    body += &format!(
+        "const {t} v = inside ? {} : {fill};\n",
+        load(*dtype, "in0[inside ? src : 0]")
+    );
     let store = ctx.store("idx", "v", ity)?;
     let text = format!(
         "extern \"C\" __global__ void __launch_bounds__(256) RLX_FN({ins}{outs}) {{\n\
@@ -81,5 +100,11 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
         ins = ctx.in_params(),
         outs = ctx.out_params(),
     );
-    Ok(finish(&ctx.kernel.name, "pad", text, Launch::linear(grid_for(n, 256), 256), ctx.args()))
+    Ok(finish(
+        &ctx.kernel.name,
+        "pad",
+        text,
+        Launch::linear(grid_for(n, 256), 256),
+        ctx.args(),
+    ))
 }

@@ -5,7 +5,7 @@
 
 use super::dtype::{compute, literal, load};
 use super::group::RowGroup;
-use super::index::{coords, contiguous, merge_dims, offset};
+use super::index::{contiguous, coords, merge_dims, offset};
 use super::store::{numel, LibCtx};
 use super::{finish, EmittedKernel};
 
@@ -14,7 +14,13 @@ fn broadcast_strides(p: &[usize], norm: &[usize]) -> Vec<isize> {
     let own = contiguous(p);
     let lead = norm.len() - p.len();
     (0..norm.len())
-        .map(|d| if d < lead || p[d - lead] == 1 { 0 } else { own[d - lead] })
+        .map(|d| {
+            if d < lead || p[d - lead] == 1 {
+                0
+            } else {
+                own[d - lead]
+            }
+        })
         .collect()
 }
 
@@ -28,14 +34,20 @@ pub fn emit(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<EmittedK
     let norm = &shape[axis..];
     let len = numel(norm);
     let t = compute(*dtype);
-    let ity = if numel(shape) < (1 << 30) { "int" } else { "long long" };
+    let ity = if numel(shape) < (1 << 30) {
+        "int"
+    } else {
+        "long long"
+    };
     let n_params = if layer { 2 } else { 1 };
     let mut views = vec![contiguous(norm)];
     for p in 1..=n_params {
         views.push(broadcast_strides(&ctx.inputs[p].1, norm));
     }
     let sp = merge_dims(norm, &views);
-    let param_off: Vec<String> = (1..=n_params).map(|p| offset("0", "c", &sp.strides[p])).collect();
+    let param_off: Vec<String> = (1..=n_params)
+        .map(|p| offset("0", "c", &sp.strides[p]))
+        .collect();
     let coord_text = coords("j", "c", &sp.dims, ity);
     let g = RowGroup::pick(rows, len, ctx.target);
     let (start, step) = g.rows();
@@ -88,7 +100,13 @@ pub fn emit(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<EmittedK
         gs = g.size,
     );
     let family = if layer { "layer_norm" } else { "rms_norm" };
-    Ok(finish(&ctx.kernel.name, family, text, g.launch(rows), ctx.args()))
+    Ok(finish(
+        &ctx.kernel.name,
+        family,
+        text,
+        g.launch(rows),
+        ctx.args(),
+    ))
 }
 
 #[cfg(test)]

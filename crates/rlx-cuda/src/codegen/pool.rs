@@ -17,7 +17,11 @@ pub fn pool2d(ctx: &LibCtx, p: &Pool2dParams) -> Result<EmittedKernel, String> {
     let (oh, ow) = (out[2], out[3]);
     let n = numel(out);
     let t = compute(*dtype);
-    let ity = if n.max(numel(shape)) < (1 << 30) { "int" } else { "long long" };
+    let ity = if n.max(numel(shape)) < (1 << 30) {
+        "int"
+    } else {
+        "long long"
+    };
     let [sh, sw] = p.stride;
     let [dh, dw] = p.dilation;
     let [kh, kw] = p.kernel;
@@ -31,9 +35,16 @@ pub fn pool2d(ctx: &LibCtx, p: &Pool2dParams) -> Result<EmittedKernel, String> {
         ),
         PoolKind::Avg => {
             // With count_include_pad, window positions inside the padded extent count.
-            let count = if p.count_include_pad { "cnt_pad" } else { "cnt" };
+            let count = if p.count_include_pad {
+                "cnt_pad"
+            } else {
+                "cnt"
+            };
             (
-                format!("{t} acc = {};\nint cnt = 0;\nint cnt_pad = 0;\n", literal(*dtype, 0.0)),
+                format!(
+                    "{t} acc = {};\nint cnt = 0;\nint cnt_pad = 0;\n",
+                    literal(*dtype, 0.0)
+                ),
                 format!("acc += {x};\n++cnt;\n"),
                 format!("({count} == 0 ? ({t})0 : acc / ({t}){count})"),
             )
@@ -76,7 +87,13 @@ pub fn pool2d(ctx: &LibCtx, p: &Pool2dParams) -> Result<EmittedKernel, String> {
         PoolKind::Max => "max_pool2d",
         PoolKind::Avg => "avg_pool2d",
     };
-    Ok(finish(&ctx.kernel.name, family, text, Launch::linear(grid_for(n, 256), 256), ctx.args()))
+    Ok(finish(
+        &ctx.kernel.name,
+        family,
+        text,
+        Launch::linear(grid_for(n, 256), 256),
+        ctx.args(),
+    ))
 }
 
 /// Emits a global pool over H, W (NCHW → NC11).
@@ -88,11 +105,25 @@ pub fn global(ctx: &LibCtx, kind: PoolKind) -> Result<EmittedKernel, String> {
     let planes = shape[0] * shape[1];
     let hw = shape[2] * shape[3];
     let t = compute(*dtype);
-    let ity = if numel(shape) < (1 << 30) { "int" } else { "long long" };
+    let ity = if numel(shape) < (1 << 30) {
+        "int"
+    } else {
+        "long long"
+    };
     let x = load(*dtype, "in0[row * HW + j]").replace("HW", &hw.to_string());
     let (init, fold, reduce, result) = match kind {
-        PoolKind::Max => (literal(*dtype, f64::NEG_INFINITY), format!("acc = rlx_max(acc, {x})"), "rlx_warp_max", "acc".to_string()),
-        PoolKind::Avg => (literal(*dtype, 0.0), format!("acc += {x}"), "rlx_warp_sum", format!("acc / ({t}){hw}")),
+        PoolKind::Max => (
+            literal(*dtype, f64::NEG_INFINITY),
+            format!("acc = rlx_max(acc, {x})"),
+            "rlx_warp_max",
+            "acc".to_string(),
+        ),
+        PoolKind::Avg => (
+            literal(*dtype, 0.0),
+            format!("acc += {x}"),
+            "rlx_warp_sum",
+            format!("acc / ({t}){hw}"),
+        ),
     };
     let store = ctx.store("row", "v", ity)?;
     let text = format!(
@@ -109,5 +140,11 @@ pub fn global(ctx: &LibCtx, kind: PoolKind) -> Result<EmittedKernel, String> {
         PoolKind::Max => "global_max_pool",
         PoolKind::Avg => "global_avg_pool",
     };
-    Ok(finish(&ctx.kernel.name, family, text, Launch::linear(grid_for(planes, 8), 256), ctx.args()))
+    Ok(finish(
+        &ctx.kernel.name,
+        family,
+        text,
+        Launch::linear(grid_for(planes, 8), 256),
+        ctx.args(),
+    ))
 }

@@ -18,7 +18,11 @@ pub fn emit(ctx: &LibCtx, axis: usize, log: bool) -> Result<EmittedKernel, Strin
     let inner = numel(&shape[axis + 1..]);
     let rows = outer * inner;
     let t = compute(*dtype);
-    let ity = if numel(shape) < (1 << 30) { "int" } else { "long long" };
+    let ity = if numel(shape) < (1 << 30) {
+        "int"
+    } else {
+        "long long"
+    };
     let ninf = literal(*dtype, f64::NEG_INFINITY);
     let zero = literal(*dtype, 0.0);
     let exp = if t == "float" { "expf" } else { "exp" };

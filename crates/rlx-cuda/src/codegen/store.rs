@@ -22,7 +22,12 @@ pub struct LibCtx<'a> {
 
 impl<'a> LibCtx<'a> {
     /// Builds the context from buffer types.
-    pub fn new(kernel: &'a LibraryKernel, inputs: &[&TensorType], result: &TensorType, target: &'a Target) -> Result<LibCtx<'a>, String> {
+    pub fn new(
+        kernel: &'a LibraryKernel,
+        inputs: &[&TensorType],
+        result: &TensorType,
+        target: &'a Target,
+    ) -> Result<LibCtx<'a>, String> {
         let stat = |t: &TensorType| {
             t.shape
                 .as_static()
@@ -40,19 +45,30 @@ impl<'a> LibCtx<'a> {
 
     /// The dtype stored to the output buffer.
     pub fn out_dtype(&self) -> DType {
-        self.epilogue.as_ref().map_or(self.result.0, |e| e.out_dtype())
+        self.epilogue
+            .as_ref()
+            .map_or(self.result.0, |e| e.out_dtype())
     }
 
     /// The output parameter plus the epilogue's extra inputs, comma-led:
     /// `, T* __restrict__ out, const U* __restrict__ ep1 ...`.
     pub fn out_params(&self) -> String {
-        let epi = self.epilogue.as_ref().map(|e| e.params()).unwrap_or_default();
+        let epi = self
+            .epilogue
+            .as_ref()
+            .map(|e| e.params())
+            .unwrap_or_default();
         format!(", {}* __restrict__ out{epi}", storage(self.out_dtype()))
     }
 
     /// Pointer arguments: operands, output, epilogue inputs.
     pub fn args(&self) -> Vec<ArgRef> {
-        let mut a: Vec<ArgRef> = self.kernel.inputs.iter().map(|&b| ArgRef::Buffer(b)).collect();
+        let mut a: Vec<ArgRef> = self
+            .kernel
+            .inputs
+            .iter()
+            .map(|&b| ArgRef::Buffer(b))
+            .collect();
         a.push(ArgRef::Buffer(self.kernel.output));
         if let Some(e) = &self.epilogue {
             a.extend(e.args());
@@ -76,7 +92,10 @@ impl<'a> LibCtx<'a> {
     /// An epilogue node no rule accepts.
     pub fn store(&self, linear: &str, value: &str, ity: &str) -> Result<String, String> {
         match &self.epilogue {
-            None => Ok(format!("out[{linear}] = {};\n", store(self.result.0, value))),
+            None => Ok(format!(
+                "out[{linear}] = {};\n",
+                store(self.result.0, value)
+            )),
             Some(e) => {
                 let (stmts, var) = e.apply(linear, value, ity)?;
                 Ok(format!("{{\n{stmts}out[{linear}] = {var};\n}}\n"))

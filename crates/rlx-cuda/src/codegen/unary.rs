@@ -55,7 +55,10 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
         UnaryOp::Sign if dtype.is_float() => {
             format!("({a} > {zero} ? {one} : ({a} < {zero} ? -{one} : {a}))")
         }
-        UnaryOp::Sign => format!("(({})(({a} > {zero}) - ({a} < {zero})))", super::dtype::compute(dtype)),
+        UnaryOp::Sign => format!(
+            "(({})(({a} > {zero}) - ({a} < {zero})))",
+            super::dtype::compute(dtype)
+        ),
         UnaryOp::Not => format!("(!{a})"),
     })
 }
@@ -77,6 +80,9 @@ mod tests {
     fn float_rules_use_single_precision_math() {
         assert_eq!(unary(UnaryOp::Exp, DType::F16, "x").unwrap(), "expf(x)");
         assert_eq!(unary(UnaryOp::Exp, DType::F64, "x").unwrap(), "exp(x)");
-        assert_eq!(unary(UnaryOp::Relu, DType::I32, "x").unwrap(), "(x > 0 ? x : 0)");
+        assert_eq!(
+            unary(UnaryOp::Relu, DType::I32, "x").unwrap(),
+            "(x > 0 ? x : 0)"
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! compile checks and the GPU differential tests run. Values are random, never zeros.
 
 use rlx_ir::{
-    ArgOp, BinaryOp, Conv2dParams, DType, Graph, NodeId, Op, PadMode, Pool2dParams, PoolKind, Shape, Tensor,
-    UnaryOp,
+    ArgOp, BinaryOp, Conv2dParams, DType, Graph, NodeId, Op, PadMode, Pool2dParams, PoolKind,
+    Shape, Tensor, UnaryOp,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,8 +32,16 @@ impl Builder {
     /// A new case.
     pub fn new(name: &str, dtype: DType) -> Builder {
         Builder {
-            case: Case { name: name.into(), graph: Graph::new(), inputs: HashMap::new(), params: HashMap::new(), dtype },
-            seed: name.bytes().fold(7u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64)),
+            case: Case {
+                name: name.into(),
+                graph: Graph::new(),
+                inputs: HashMap::new(),
+                params: HashMap::new(),
+                dtype,
+            },
+            seed: name
+                .bytes()
+                .fold(7u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64)),
         }
     }
 
@@ -46,7 +54,9 @@ impl Builder {
     pub fn input(&mut self, dtype: DType, shape: &[usize]) -> NodeId {
         self.seed += 1;
         let name = format!("x{}", self.case.inputs.len());
-        self.case.inputs.insert(name.clone(), Tensor::random(dtype, shape, self.seed));
+        self.case
+            .inputs
+            .insert(name.clone(), Tensor::random(dtype, shape, self.seed));
         self.case.graph.input(&name, dtype, Shape::of(shape))
     }
 
@@ -54,7 +64,10 @@ impl Builder {
     pub fn param(&mut self, dtype: DType, shape: &[usize]) -> NodeId {
         self.seed += 1;
         let name = format!("w{}", self.case.params.len());
-        self.case.params.insert(name.clone(), Arc::new(Tensor::random(dtype, shape, self.seed)));
+        self.case.params.insert(
+            name.clone(),
+            Arc::new(Tensor::random(dtype, shape, self.seed)),
+        );
         self.case.graph.param(&name, dtype, Shape::of(shape))
     }
 
@@ -63,9 +76,14 @@ impl Builder {
         self.seed += 1;
         let count: usize = shape.iter().product();
         let mut rng = rlx_ir::SplitMix64(self.seed);
-        let vals: Vec<f64> = (0..count).map(|_| rng.below(2 * n) as f64 - n as f64).collect();
+        let vals: Vec<f64> = (0..count)
+            .map(|_| rng.below(2 * n) as f64 - n as f64)
+            .collect();
         let name = format!("x{}", self.case.inputs.len());
-        self.case.inputs.insert(name.clone(), Tensor::from_f64(dtype, shape, vals).expect("sizes match"));
+        self.case.inputs.insert(
+            name.clone(),
+            Tensor::from_f64(dtype, shape, &vals).expect("sizes match"),
+        );
         self.case.graph.input(&name, dtype, Shape::of(shape))
     }
 
@@ -117,13 +135,28 @@ pub fn library_cases() -> Vec<Case> {
         let y = b.g().rms_norm(x, s, 1e-6).unwrap();
         cases.push(b.done(y));
         // Attention: none, causal, additive mask; head sizes 32, 48, 256.
-        for (mask, d, sq, sk) in [("none", 32, 10, 12), ("causal", 48, 9, 9), ("additive", 32, 10, 40), ("none", 256, 5, 40)] {
+        for (mask, d, sq, sk) in [
+            ("none", 32, 10, 12),
+            ("causal", 48, 9, 9),
+            ("additive", 32, 10, 40),
+            ("none", 256, 5, 40),
+        ] {
             let mut b = Builder::new(&format!("attention_{mask}_d{d}_{dt}"), dt);
             let q = b.input(dt, &[2, 3, sq, d]);
             let k = b.input(dt, &[2, 3, sk, d]);
             let v = b.input(dt, &[2, 3, sk, d]);
             let m = (mask == "additive").then(|| b.input(dt, &[2, 1, sq, sk]));
-            let y = b.g().attention(q, k, v, m, mask == "causal", if d == 48 { Some(0.3) } else { None }).unwrap();
+            let y = b
+                .g()
+                .attention(
+                    q,
+                    k,
+                    v,
+                    m,
+                    mask == "causal",
+                    if d == 48 { Some(0.3) } else { None },
+                )
+                .unwrap();
             cases.push(b.done(y));
         }
         // Matmuls: folded rows, batched, broadcast batches; fused bias+relu; unfused gelu.
@@ -148,12 +181,21 @@ pub fn library_cases() -> Vec<Case> {
         let y = b.g().cast(y, DType::F64).unwrap();
         cases.push(b.done(y));
         // Convolutions: 3x3 padded with bias and relu; grouped strided; 1x1 direct.
-        for (name, c, o, k, groups, stride, pad) in [("3x3", 3, 4, 3, 1, 1, 1), ("grouped", 4, 6, 3, 2, 2, 0), ("1x1", 8, 5, 1, 1, 1, 0)] {
+        for (name, c, o, k, groups, stride, pad) in [
+            ("3x3", 3, 4, 3, 1, 1, 1),
+            ("grouped", 4, 6, 3, 2, 2, 0),
+            ("1x1", 8, 5, 1, 1, 1, 0),
+        ] {
             let mut b = Builder::new(&format!("conv_{name}_{dt}"), dt);
             let x = b.input(dt, &[2, c, 7, 6]);
             let w = b.param(dt, &[o, c / groups, k, k]);
             let bias = b.param(dt, &[o]);
-            let p = Conv2dParams { stride: [stride, stride], pads: [pad; 4], dilation: [1, 1], groups };
+            let p = Conv2dParams {
+                stride: [stride, stride],
+                pads: [pad; 4],
+                dilation: [1, 1],
+                groups,
+            };
             let y = b.g().conv2d(x, w, Some(bias), p).unwrap();
             let y = b.g().relu(y).unwrap();
             cases.push(b.done(y));
@@ -172,19 +214,46 @@ pub fn library_cases() -> Vec<Case> {
     let y = b.g().gather(data, idx, 1).unwrap();
     cases.push(b.done(y));
     let mut b = Builder::new("concat_three", dt);
-    let xs = [b.input(dt, &[2, 3, 4]), b.input(dt, &[2, 1, 4]), b.input(dt, &[2, 5, 4])];
+    let xs = [
+        b.input(dt, &[2, 3, 4]),
+        b.input(dt, &[2, 1, 4]),
+        b.input(dt, &[2, 5, 4]),
+    ];
     let y = b.g().concat(&xs, 1).unwrap();
     cases.push(b.done(y));
-    for (name, mode) in [("constant", PadMode::Constant(0.5)), ("reflect", PadMode::Reflect), ("edge", PadMode::Edge)] {
+    for (name, mode) in [
+        ("constant", PadMode::Constant(0.5)),
+        ("reflect", PadMode::Reflect),
+        ("edge", PadMode::Edge),
+    ] {
         let mut b = Builder::new(&format!("pad_{name}"), dt);
         let x = b.input(dt, &[2, 4, 5]);
-        let y = op(&mut b, Op::Pad { pads: vec![(0, 1), (2, 1), (1, 3)], mode }, &[x]);
+        let y = op(
+            &mut b,
+            Op::Pad {
+                pads: vec![(0, 1), (2, 1), (1, 3)],
+                mode,
+            },
+            &[x],
+        );
         cases.push(b.done(y));
     }
-    for (kind, cip, ceil) in [(PoolKind::Max, false, false), (PoolKind::Avg, true, false), (PoolKind::Avg, false, true)] {
+    for (kind, cip, ceil) in [
+        (PoolKind::Max, false, false),
+        (PoolKind::Avg, true, false),
+        (PoolKind::Avg, false, true),
+    ] {
         let mut b = Builder::new(&format!("pool_{kind:?}_{cip}_{ceil}"), dt);
         let x = b.input(dt, &[2, 3, 7, 6]);
-        let p = Pool2dParams { kind, kernel: [3, 2], stride: [2, 2], pads: [1, 0, 1, 1], dilation: [1, 1], count_include_pad: cip, ceil_mode: ceil };
+        let p = Pool2dParams {
+            kind,
+            kernel: [3, 2],
+            stride: [2, 2],
+            pads: [1, 0, 1, 1],
+            dilation: [1, 1],
+            count_include_pad: cip,
+            ceil_mode: ceil,
+        };
         let y = b.g().pool2d(x, p).unwrap();
         cases.push(b.done(y));
     }
@@ -197,7 +266,15 @@ pub fn library_cases() -> Vec<Case> {
     for arg in [ArgOp::ArgMax, ArgOp::ArgMin] {
         let mut b = Builder::new(&format!("{arg:?}"), dt);
         let x = b.input(dt, &[3, 7, 4]);
-        let y = op(&mut b, Op::ArgReduce { op: arg, axis: 1, keepdims: false }, &[x]);
+        let y = op(
+            &mut b,
+            Op::ArgReduce {
+                op: arg,
+                axis: 1,
+                keepdims: false,
+            },
+            &[x],
+        );
         cases.push(b.done(y));
     }
     let mut b = Builder::new("bf16_matmul_bias", DType::BF16);

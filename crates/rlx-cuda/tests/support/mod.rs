@@ -76,8 +76,15 @@ pub fn compile_check(test: &str, kernels: &[EmittedKernel]) -> bool {
     let src = program_source(kernels);
     let opts = rlx_cuda::nvrtc::options(&Target::h200().arch);
     if let Err(log) = rlx_cuda::nvrtc::compile(test, &src, &opts) {
-        let numbered: Vec<String> = src.lines().enumerate().map(|(i, l)| format!("{:4} {l}", i + 1)).collect();
-        panic!("NVRTC rejected {test}:\n{log}\n--- source ---\n{}", numbered.join("\n"));
+        let numbered: Vec<String> = src
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{:4} {l}", i + 1))
+            .collect();
+        panic!(
+            "NVRTC rejected {test}:\n{log}\n--- source ---\n{}",
+            numbered.join("\n")
+        );
     }
     true
 }

@@ -61,7 +61,16 @@ impl Gen {
         let (x, xs) = self.operand();
         let r = match self.pick(10) {
             0..=2 => {
-                let u = [UnaryOp::Neg, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Exp, UnaryOp::Sqrt][self.pick(8)];
+                let u = [
+                    UnaryOp::Neg,
+                    UnaryOp::Tanh,
+                    UnaryOp::Sigmoid,
+                    UnaryOp::Relu,
+                    UnaryOp::Gelu,
+                    UnaryOp::Silu,
+                    UnaryOp::Exp,
+                    UnaryOp::Sqrt,
+                ][self.pick(8)];
                 self.r.ops.push(u.name());
                 let arg = match u {
                     UnaryOp::Exp => self.r.graph.unary(UnaryOp::Tanh, x).unwrap(),
@@ -74,7 +83,10 @@ impl Gen {
                 let b = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Max][self.pick(4)];
                 self.r.ops.push(b.name());
                 let drop = self.pick(xs.len().min(2) + 1).min(xs.len() - 1);
-                let ys: Vec<usize> = xs[drop..].iter().map(|&d| if self.pick(3) == 0 { 1 } else { d }).collect();
+                let ys: Vec<usize> = xs[drop..]
+                    .iter()
+                    .map(|&d| if self.pick(3) == 0 { 1 } else { d })
+                    .collect();
                 let y = self.leaf(&ys);
                 self.r.graph.binary(b, x, y)
             }
@@ -83,17 +95,24 @@ impl Gen {
                 self.r.ops.push(op.name());
                 let axes: Vec<i64> = (0..xs.len() as i64).filter(|_| self.pick(2) == 0).collect();
                 let axes = if axes.is_empty() { vec![-1] } else { axes };
-                self.r.graph.reduce(op, x, &axes, self.pick(2) == 0)
+                let keep = self.pick(2) == 0;
+                self.r.graph.reduce(op, x, &axes, keep)
             }
             6 => {
                 self.r.ops.push("softmax");
-                self.r.graph.softmax(x, -1 - self.pick(xs.len()) as i64)
+                let axis = -1 - self.pick(xs.len()) as i64;
+                self.r.graph.softmax(x, axis)
             }
             7 => {
                 self.r.ops.push("matmul");
                 let k = *xs.last().unwrap();
-                let w = self.leaf(&[k, [1, 3, 4][self.pick(3)]]);
-                let lhs = if xs.len() == 1 { self.r.graph.reshape(x, Shape::of(&[1, k])).unwrap() } else { x };
+                let n = [1, 3, 4][self.pick(3)];
+                let w = self.leaf(&[k, n]);
+                let lhs = if xs.len() == 1 {
+                    self.r.graph.reshape(x, Shape::of(&[1, k])).unwrap()
+                } else {
+                    x
+                };
                 self.r.graph.matmul(lhs, w)
             }
             8 => {
@@ -121,7 +140,12 @@ impl Gen {
 pub fn random_graph(seed: u64) -> RandomGraph {
     let mut g = Gen {
         rng: SplitMix64(seed),
-        r: RandomGraph { graph: Graph::new(), inputs: HashMap::new(), params: HashMap::new(), ops: Vec::new() },
+        r: RandomGraph {
+            graph: Graph::new(),
+            inputs: HashMap::new(),
+            params: HashMap::new(),
+            ops: Vec::new(),
+        },
         pool: Vec::new(),
     };
     let rank = 1 + g.pick(4);

@@ -125,3 +125,5 @@ impl Failure {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_values;

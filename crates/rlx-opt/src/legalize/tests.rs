@@ -101,7 +101,11 @@ fn partially_supported_graph_reports_only_the_missing_piece() {
         panic!()
     };
     assert_eq!(nodes.len(), 1);
-    assert!(nodes[0].reason.contains("needs `erf` on f32[4]"), "{}", nodes[0].reason);
+    assert!(
+        nodes[0].reason.contains("needs `erf` on f32[4]"),
+        "{}",
+        nodes[0].reason
+    );
     assert_eq!(report.count(How::Decomposed), 1);
 }
 

@@ -14,6 +14,8 @@ pub(crate) struct IndexMap {
     pub offset: Vec<isize>,
     /// per node dim, per loop dim: how far one loop step moves the index
     pub coef: Vec<Vec<isize>>,
+    /// number of loop dims (kept apart so rank-0 nodes still know it)
+    pub n_loop: usize,
 }
 
 impl IndexMap {
@@ -25,15 +27,12 @@ impl IndexMap {
         IndexMap {
             offset: vec![0; rank],
             coef,
+            n_loop,
         }
     }
 
-    fn n_loop(&self) -> usize {
-        self.coef.first().map_or(0, Vec::len)
-    }
-
     fn zero_row(&self) -> Vec<isize> {
-        vec![0; self.n_loop()]
+        vec![0; self.n_loop]
     }
 
     /// The map of an operand of shape `in_shape` broadcast (numpy rules) to this node's
@@ -43,6 +42,7 @@ impl IndexMap {
         let mut m = IndexMap {
             offset: Vec::with_capacity(in_shape.len()),
             coef: Vec::with_capacity(in_shape.len()),
+            n_loop: self.n_loop,
         };
         for (e, &size) in in_shape.iter().enumerate() {
             if size == 1 && out_shape[skip + e] != 1 {
@@ -61,6 +61,7 @@ impl IndexMap {
         let mut m = IndexMap {
             offset: vec![0; perm.len()],
             coef: vec![Vec::new(); perm.len()],
+            n_loop: self.n_loop,
         };
         for (d, &p) in perm.iter().enumerate() {
             m.offset[p] = self.offset[d];
@@ -98,6 +99,7 @@ impl IndexMap {
         let mut m = IndexMap {
             offset: vec![0; in_shape.len()],
             coef: vec![self.zero_row(); in_shape.len()],
+            n_loop: self.n_loop,
         };
         for (e, group) in groups.iter().enumerate() {
             for &(d, mult) in group {
@@ -117,6 +119,7 @@ impl IndexMap {
         let mut m = IndexMap {
             offset: vec![0; in_rank],
             coef: vec![vec![0; n_loop]; in_rank],
+            n_loop,
         };
         let mut out_pos = 0;
         for d in 0..in_rank {

@@ -24,8 +24,8 @@ use builder::{Absorbed, BodyBuilder};
 use index_map::IndexMap;
 use plan::{kind, Kind, Plan, Role};
 use rlx_ir::kernel::{
-    Buffer, BufferId, BufferKind, Kernel, KernelInput, KernelProgram, KernelReduce,
-    LibraryKernel, LoopKernel,
+    Buffer, BufferId, BufferKind, Kernel, KernelInput, KernelProgram, KernelReduce, LibraryKernel,
+    LoopKernel,
 };
 use rlx_ir::{Dim, Graph, NodeId, Op, TensorType};
 
@@ -69,7 +69,12 @@ pub fn dump_kernels(graph: &Graph) -> Result<String, OptError> {
 
 fn check_static(graph: &Graph) -> Result<(), OptError> {
     for node in graph.nodes() {
-        if let Some(Dim::Sym(s)) = node.ty.shape.dims().iter().find(|d| d.as_static().is_none())
+        if let Some(Dim::Sym(s)) = node
+            .ty
+            .shape
+            .dims()
+            .iter()
+            .find(|d| d.as_static().is_none())
         {
             return Err(OptError::Symbolic {
                 node: node.name.clone(),
@@ -136,7 +141,12 @@ impl<'g> Lowering<'g> {
         b
     }
 
-    fn new_buffer(&mut self, ty: TensorType, kind: BufferKind, alias: Option<BufferId>) -> BufferId {
+    fn new_buffer(
+        &mut self,
+        ty: TensorType,
+        kind: BufferKind,
+        alias: Option<BufferId>,
+    ) -> BufferId {
         self.program.buffers.push(Buffer {
             ty,
             kind,

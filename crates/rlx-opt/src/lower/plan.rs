@@ -11,8 +11,11 @@
 //!   it is not recomputed per broadcast element;
 //! - layout ops are views unless they are outputs or library operands; a reshape that
 //!   merges dims needs its source in a buffer (then it is an alias of that buffer);
-//! - a reduction or library op whose only reader is a chain of same-shape elementwise
-//!   nodes, each with one reader, is fused into the kernel of the chain's last node.
+//! - a reduction or library op is fused into an elementwise root kernel when all its
+//!   readers reach that one root through same-shape elementwise nodes (`gelu(x @ w + b)`,
+//!   where the decomposed gelu reads `x @ w + b` twice); failing that, when its only reader
+//!   starts a chain of same-shape elementwise nodes, each the only reader of the one before,
+//!   the chain's last node becomes a root and takes it (`rsqrt(mean(x^2) + eps)`).
 
 use rlx_ir::{BinaryOp, Graph, NodeId, Op, UnaryOp};
 
@@ -97,7 +100,9 @@ pub(crate) fn plan(g: &Graph) -> Plan {
     let numel = |id: NodeId| g.ty(id).shape.numel().unwrap_or(0);
     let mut need_buffer = vec![false; n];
     let mut root = vec![false; n];
-    let mut slots = vec![0usize; n];
+    // The kernels (by root node) an inline node's expression lands in; a layout reader adds
+    // its own id, since it reads the node under another index map.
+    let mut tokens: Vec<Vec<NodeId>> = vec![Vec::new(); n];
     for idx in (0..n).rev() {
         let node = &nodes[idx];
         if !live[idx] {
@@ -113,19 +118,25 @@ pub(crate) fn plan(g: &Graph) -> Plan {
             }
             Kind::Reduce => root[idx] = true,
             Kind::Elementwise | Kind::Layout => {
-                slots[idx] = users[idx]
-                    .iter()
-                    .map(|u| {
-                        if kind(&g.node(*u).op) == Kind::Layout && !root[u.0] {
-                            slots[u.0]
-                        } else {
-                            1
+                let mut t: Vec<NodeId> = Vec::new();
+                for &u in &users[idx] {
+                    let k = kind(&g.node(u).op);
+                    if root[u.0] || matches!(k, Kind::Reduce | Kind::Library) {
+                        t.push(u);
+                    } else if k == Kind::Layout {
+                        t.push(u);
+                        if tokens[u.0].len() > 1 {
+                            t.extend(&tokens[u.0]);
                         }
-                    })
-                    .sum();
+                    } else {
+                        t.extend(&tokens[u.0]);
+                    }
+                }
+                t.sort();
+                t.dedup();
                 root[idx] = is_output[idx] || need_buffer[idx];
                 if kind(&node.op) == Kind::Elementwise {
-                    let shared = slots[idx] > 1 && !duplicable(g, NodeId(idx));
+                    let shared = t.len() > 1 && !duplicable(g, NodeId(idx));
                     let broadcast = !is_cheap(&node.op)
                         && users[idx].iter().any(|&u| numel(u) > numel(NodeId(idx)));
                     root[idx] |= shared || broadcast;
@@ -136,6 +147,7 @@ pub(crate) fn plan(g: &Graph) -> Plan {
                         need_buffer[node.inputs[0].0] = true;
                     }
                 }
+                tokens[idx] = if root[idx] { vec![NodeId(idx)] } else { t };
             }
         }
     }
@@ -149,28 +161,15 @@ pub(crate) fn plan(g: &Graph) -> Plan {
         if is_output[idx] || need_buffer[idx] {
             continue;
         }
-        let mut cur = idx;
-        let mut end = None;
-        loop {
-            let [u] = users[cur][..] else { break };
-            let u_node = g.node(u);
-            let fits = kind(&u_node.op) == Kind::Elementwise
-                && u_node.ty.shape == nodes[idx].ty.shape
-                && (root[u.0] || slots[u.0] <= 1)
-                && absorbs[u.0].is_none();
-            if !fits {
-                break;
-            }
-            end = Some(u);
-            cur = u.0;
-            if root[u.0] {
-                break;
-            }
-        }
-        if let Some(e) = end {
-            root[e.0] = true;
+        let m = NodeId(idx);
+        let end = epilogue_root(g, &users, &root, m).or_else(|| {
+            let end = epilogue_chain_end(g, &users, &root, &tokens, m)?;
+            root[end.0] = true;
+            Some(end)
+        });
+        if let Some(e) = end.filter(|e| absorbs[e.0].is_none()) {
             root[idx] = false;
-            absorbs[e.0] = Some(NodeId(idx));
+            absorbs[e.0] = Some(m);
             absorbed[idx] = Some(e);
         }
     }
@@ -190,6 +189,60 @@ pub(crate) fn plan(g: &Graph) -> Plan {
         })
         .collect();
     Plan { roles, absorbs }
+}
+
+/// The existing root kernel that every reader of `m` feeds through same-shape elementwise
+/// nodes, if there is exactly one: `m` can then run as that kernel's prologue (a reduction)
+/// or be read by its epilogue (a library op) without a buffer of its own.
+fn epilogue_root(g: &Graph, users: &[Vec<NodeId>], root: &[bool], m: NodeId) -> Option<NodeId> {
+    let shape = &g.ty(m).shape;
+    let mut target = None;
+    let mut seen = vec![false; users.len()];
+    let mut stack = users[m.0].clone();
+    while let Some(u) = stack.pop() {
+        if std::mem::replace(&mut seen[u.0], true) {
+            continue;
+        }
+        if kind(&g.node(u).op) != Kind::Elementwise || &g.ty(u).shape != shape {
+            return None;
+        }
+        if root[u.0] {
+            if target.is_some_and(|t| t != u) {
+                return None;
+            }
+            target = Some(u);
+        } else {
+            stack.extend(&users[u.0]);
+        }
+    }
+    target
+}
+
+/// The last node of the chain of same-shape elementwise nodes that starts at `m`'s only
+/// reader, each the only reader of the one before; that node becomes a root.
+fn epilogue_chain_end(
+    g: &Graph,
+    users: &[Vec<NodeId>],
+    root: &[bool],
+    tokens: &[Vec<NodeId>],
+    m: NodeId,
+) -> Option<NodeId> {
+    let mut cur = m;
+    let mut end = None;
+    while let [u] = users[cur.0][..] {
+        let fits = kind(&g.node(u).op) == Kind::Elementwise
+            && g.ty(u).shape == g.ty(m).shape
+            && (root[u.0] || tokens[u.0].len() <= 1);
+        if !fits {
+            break;
+        }
+        end = Some(u);
+        cur = u;
+        if root[u.0] {
+            break;
+        }
+    }
+    end
 }
 
 fn liveness(g: &Graph, is_output: &[bool]) -> Vec<bool> {

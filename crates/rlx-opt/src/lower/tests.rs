@@ -74,7 +74,12 @@ fn layer_norm_chain_fuses_prologue_and_epilogue() {
             _ => None,
         })
         .collect();
-    let want = [(false, "sub"), (false, "mul"), (true, "add"), (true, "rsqrt")];
+    let want = [
+        (false, "sub"),
+        (false, "mul"),
+        (true, "add"),
+        (true, "rsqrt"),
+    ];
     let want: Vec<(bool, String)> = want.iter().map(|(e, s)| (*e, s.to_string())).collect();
     assert_eq!(ops, want, "{p}");
 }
@@ -200,4 +205,20 @@ fn outputs_that_are_leaves_or_shared() {
     let p = check(&g);
     assert_eq!(p.kernels.len(), 1);
     assert_eq!(p.outputs[2].1, p.outputs[3].1);
+}
+
+#[test]
+fn empty_tensors_and_empty_slices() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [0, 3]);
+    let r = g.relu(x).unwrap();
+    let s = g.reduce(ReduceOp::Sum, r, &[0], false).unwrap();
+    let y = g.input("y", DType::F32, [4]);
+    let e = g.slice(y, 0, 3, 1, 1).unwrap(); // empty
+    let e = g.unary(UnaryOp::Exp, e).unwrap();
+    g.output("s", s);
+    g.output("r", r);
+    g.output("e", e);
+    let p = check(&g);
+    assert_eq!(lower_stats(&p).loop_kernels, 3, "{p}");
 }

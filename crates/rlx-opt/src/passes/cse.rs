@@ -21,7 +21,7 @@ pub fn cse(graph: &Graph) -> Result<Graph, IrError> {
     let mut seen: HashMap<Key, NodeId> = HashMap::new();
     for (idx, node) in graph.nodes().iter().enumerate() {
         let old_id = NodeId(idx);
-        let mut inputs = rb.inputs(node);
+        let inputs = rb.inputs(node);
         let key = match &node.op {
             Op::Input { .. } | Op::Param { .. } => None,
             Op::Constant(t) if t.numel() <= CSE_MAX_CONSTANT_ELEMENTS => Some(Key::Constant(
@@ -31,14 +31,15 @@ pub fn cse(graph: &Graph) -> Result<Graph, IrError> {
             )),
             Op::Constant(_) => None,
             op => {
+                let mut key_inputs = inputs.clone();
                 if let Op::Binary(b) = op {
                     if b.is_commutative() {
-                        inputs.sort();
+                        key_inputs.sort();
                     }
                 }
                 // `Debug` of a non-constant op prints every attribute exactly (f64 `Debug`
                 // round-trips), so it is a faithful key.
-                Some(Key::Op(format!("{op:?}"), inputs.clone()))
+                Some(Key::Op(format!("{op:?}"), key_inputs))
             }
         };
         if let Some(&existing) = key.as_ref().and_then(|k| seen.get(k)) {

@@ -67,7 +67,7 @@ pub fn fold(graph: &Graph, eval: Evaluator<'_>) -> Result<Graph, IrError> {
 pub fn elementwise_eval(op: &Op, inputs: &[&Tensor]) -> Option<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let out_shape = broadcast_all(&shapes)?;
-    let (dtype, f): (DType, Box<dyn Fn(&[f64]) -> f64>) = match op {
+    let (dtype, f): (DType, ScalarFn) = match op {
         Op::Unary(u) => {
             let u = *u;
             (inputs.first()?.dtype(), Box::new(move |v| u.eval(v[0])))
@@ -106,6 +106,9 @@ pub fn elementwise_eval(op: &Op, inputs: &[&Tensor]) -> Option<Tensor> {
     }
     Tensor::new(out_shape, TensorData::from_f64(dtype, values)).ok()
 }
+
+/// One element of the result from the operands' elements.
+type ScalarFn = Box<dyn Fn(&[f64]) -> f64>;
 
 fn broadcast_all(shapes: &[&[usize]]) -> Option<Vec<usize>> {
     let rank = shapes.iter().map(|s| s.len()).max()?;
@@ -183,13 +186,30 @@ mod tests {
         let e = g.unary(UnaryOp::Exp, c).unwrap();
         g.output("big", big);
         g.output("e", e);
-        let count_nonleaf =
-            |g: &Graph| g.nodes().iter().filter(|n| !n.op.is_leaf()).count();
+        let count_nonleaf = |g: &Graph| g.nodes().iter().filter(|n| !n.op.is_leaf()).count();
         let never = |_: &Op, _: &[&Tensor]| -> Option<Tensor> { None };
         assert_eq!(count_nonleaf(&fold(&g, &never).unwrap()), 2);
         let always = |_: &Op, _: &[&Tensor]| Some(Tensor::scalar(DType::F32, 7.0));
         // The expand is over the cap; the exp folds (to whatever the evaluator says).
         assert_eq!(count_nonleaf(&fold(&g, &always).unwrap()), 1);
+    }
+
+    #[test]
+    fn folds_any_op_the_evaluator_knows() {
+        let mut g = Graph::new();
+        let a = g.constant(Tensor::random(DType::F32, &[2, 3], 1));
+        let b = g.constant(Tensor::random(DType::F32, &[3, 2], 2));
+        let m = g.matmul(a, b).unwrap();
+        g.output("m", m);
+        let f = fold(&g, &crate::test_util::cpu_eval).unwrap();
+        assert!(
+            matches!(f.node(f.outputs()[0].1).op, Op::Constant(_)),
+            "{f}"
+        );
+        assert!(fold(&g, &elementwise_eval)
+            .unwrap()
+            .to_string()
+            .contains("matmul"));
     }
 
     #[test]

@@ -23,13 +23,22 @@ pub(crate) fn factory() -> Box<dyn Backend> {
         tf32: std::env::var("RLX_CUDA_TF32").is_ok_and(|v| v == "1"),
         ..CudaOptions::default()
     };
-    Box::new(CudaBackend { weights: Arc::new(WeightCache::new()), options })
+    Box::new(CudaBackend {
+        weights: Arc::new(WeightCache::new()),
+        options,
+    })
 }
 
 fn backend_err(e: CudaError) -> RuntimeError {
     match e {
-        CudaError::Unavailable(reason) => RuntimeError::Device(DeviceError::Unavailable { device: Device::Cuda, reason }),
-        other => RuntimeError::Backend { device: Device::Cuda, message: other.to_string() },
+        CudaError::Unavailable(reason) => RuntimeError::Device(DeviceError::Unavailable {
+            device: Device::Cuda,
+            reason,
+        }),
+        other => RuntimeError::Backend {
+            device: Device::Cuda,
+            message: other.to_string(),
+        },
     }
 }
 
@@ -50,13 +59,22 @@ impl Backend for CudaBackend {
         self.availability().available && rlx_cuda::caps::supports(op, inputs)
     }
 
-    fn compile(&self, graph: &Graph, _options: &CompileOptions) -> Result<Box<dyn Executable>, RuntimeError> {
+    fn compile(
+        &self,
+        graph: &Graph,
+        _options: &CompileOptions,
+    ) -> Result<Box<dyn Executable>, RuntimeError> {
         let avail = self.availability();
         if !avail.available {
-            return Err(DeviceError::Unavailable { device: Device::Cuda, reason: avail.reason.unwrap_or_default() }.into());
+            return Err(DeviceError::Unavailable {
+                device: Device::Cuda,
+                reason: avail.reason.unwrap_or_default(),
+            }
+            .into());
         }
         let program = rlx_opt::lower(graph)?;
-        let program = CudaProgram::compile(program, &self.weights, &self.options).map_err(backend_err)?;
+        let program =
+            CudaProgram::compile(program, &self.weights, &self.options).map_err(backend_err)?;
         Ok(Box::new(CudaExecutable { program }))
     }
 }
@@ -66,7 +84,11 @@ struct CudaExecutable {
 }
 
 impl Executable for CudaExecutable {
-    fn run(&self, inputs: &HashMap<String, Tensor>, params: &ParamStore) -> Result<Vec<(String, Tensor)>, RuntimeError> {
+    fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        params: &ParamStore,
+    ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
         let params = params.snapshot();
         self.program.run(inputs, &params).map_err(backend_err)
     }
@@ -80,6 +102,10 @@ impl Executable for CudaExecutable {
     }
 
     fn dump(&self) -> String {
-        format!("{}\n// generated CUDA C\n{}", self.program.dump(), self.program.source())
+        format!(
+            "{}\n// generated CUDA C\n{}",
+            self.program.dump(),
+            self.program.source()
+        )
     }
 }

@@ -4,8 +4,12 @@ pub mod devices;
 pub mod dump;
 pub mod mem;
 pub mod model;
+pub mod npy;
+pub mod onnx_case;
+pub mod onnx_test;
 pub mod report;
 pub mod run;
+pub mod run_model;
 
 /// Any error a verb reports: one readable message.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;

@@ -3,6 +3,7 @@
 use rlx_driver::Device;
 use rlx_ir::{Graph, Tensor};
 use rlx_runtime::auto_device;
+use std::collections::HashMap;
 
 /// A loaded model: graph, weights, and a human name.
 pub struct Loaded {
@@ -22,11 +23,29 @@ pub fn load(model: Option<&str>) -> Result<Loaded, Box<dyn std::error::Error>> {
             graph: rlx::demo::build_graph()?,
             params: rlx::demo::weights()?,
         }),
+        Some(path) if path.ends_with(".onnx") => load_onnx(path, &HashMap::new()),
         Some(path) => Err(format!(
-            "cannot load `{path}`: this build of rlx runs only the bundled demo (omit MODEL); model file formats arrive with the importers"
+            "cannot load `{path}`: this build of rlx reads ONNX models (`.onnx`) and the bundled demo (omit MODEL)"
         )
         .into()),
     }
+}
+
+/// Loads an ONNX model; `known` are input values it may freeze where the IR needs a static
+/// value (see `rlx_onnx::ImportOptions`).
+pub fn load_onnx(
+    path: &str,
+    known: &HashMap<String, Tensor>,
+) -> Result<Loaded, Box<dyn std::error::Error>> {
+    let opts = rlx_onnx::ImportOptions {
+        known_inputs: known.clone(),
+    };
+    let m = rlx_onnx::load(path, &opts)?;
+    Ok(Loaded {
+        name: path.to_string(),
+        graph: m.graph,
+        params: m.params,
+    })
 }
 
 /// Parses `--device`: `auto` picks the fastest available device.

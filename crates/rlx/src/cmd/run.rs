@@ -21,10 +21,35 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// An input of a model file: `NAME=FILE.npy` or `NAME=random` (repeatable).
+    #[arg(long = "input", value_name = "NAME=FILE.npy|NAME=random")]
+    inputs: Vec<String>,
+    /// Write each output of a model file as `DIR/NAME.npy`.
+    #[arg(long, value_name = "DIR")]
+    output: Option<std::path::PathBuf>,
 }
 
-/// Runs the demo.
+/// Runs a model file, or the demo without one.
 pub fn run(args: Args) -> CmdResult {
+    match args.model.as_deref() {
+        None | Some("demo") => {
+            if !args.inputs.is_empty() || args.output.is_some() {
+                return Err("--input and --output apply to model files, not the bundled demo".into());
+            }
+            run_demo(args)
+        }
+        Some(_) => super::run_model::run_model(
+            args.model.as_deref().unwrap_or_default(),
+            &args.device,
+            &args.inputs,
+            args.output.as_deref(),
+            args.json,
+        ),
+    }
+}
+
+/// Runs the demo and reports accuracy and timings.
+fn run_demo(args: Args) -> CmdResult {
     let model = load(args.model.as_deref())?;
     let device = device(&args.device)?;
     let t_load = Instant::now();

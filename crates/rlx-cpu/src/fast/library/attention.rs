@@ -30,12 +30,21 @@ pub(crate) struct AttnPlan {
 
 impl AttnPlan {
     /// Plans attention over operands of the given shapes giving `out`.
-    pub fn new(mask: AttnMask, scale: Option<f64>, ins: &[&[usize]], out: &[usize], threads: usize) -> AttnPlan {
+    pub fn new(
+        mask: AttnMask,
+        scale: Option<f64>,
+        ins: &[&[usize]],
+        out: &[usize],
+        threads: usize,
+    ) -> AttnPlan {
         let r = out.len();
         let batch = &out[..r - 2];
         let offs = |s: &[usize]| -> Vec<usize> {
             let mat = s[r - 2] * s[r - 1];
-            broadcast_map(&s[..r - 2], batch).into_iter().map(|b| b * mat).collect()
+            broadcast_map(&s[..r - 2], batch)
+                .into_iter()
+                .map(|b| b * mat)
+                .collect()
         };
         let (sq, dv) = (out[r - 2], out[r - 1]);
         let (d, sk) = (ins[0][r - 1], ins[1][r - 2]);
@@ -44,7 +53,9 @@ impl AttnPlan {
             let mut scores = batch.to_vec();
             scores.extend([sq, sk]);
             let st = broadcast_strides(ms, &scores);
-            for_each_index(batch, |_, idx| m_off.push(idx.iter().zip(&st).map(|(i, s)| i * s).sum()));
+            for_each_index(batch, |_, idx| {
+                m_off.push(idx.iter().zip(&st).map(|(i, s)| i * s).sum())
+            });
             (m_rs, m_cs) = (st[r - 2], st[r - 1]);
         }
         let n_batch: usize = batch.iter().product();
@@ -61,7 +72,11 @@ impl AttnPlan {
             m_rs,
             m_cs,
             scale: scale.unwrap_or(1.0 / (d as f64).sqrt()) as f32,
-            workers: if n_batch >= 2 { n_batch.min(threads) } else { 1 },
+            workers: if n_batch >= 2 {
+                n_batch.min(threads)
+            } else {
+                1
+            },
             threads,
         }
     }
@@ -72,7 +87,15 @@ impl AttnPlan {
     }
 
     /// Runs attention; `mask` is the additive mask when there is one.
-    pub fn run(&self, q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, out: &mut [f32], scratch: &mut [f32]) {
+    pub fn run(
+        &self,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        mask: Option<&[f32]>,
+        out: &mut [f32],
+        scratch: &mut [f32],
+    ) {
         let (sq, sk, dv) = (self.sq, self.sk, self.dv);
         let n_batch = self.q_off.len();
         if sq * dv == 0 || n_batch == 0 {
@@ -96,14 +119,32 @@ impl AttnPlan {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn one(&self, b: usize, q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, out: &mut [f32], s: &mut [f32], threads: usize) {
+    fn one(
+        &self,
+        b: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        mask: Option<&[f32]>,
+        out: &mut [f32],
+        s: &mut [f32],
+        threads: usize,
+    ) {
         let (sq, sk, d, dv) = (self.sq, self.sk, self.d, self.dv);
         if sk == 0 {
             out.fill(0.0);
             return;
         }
-        let qm = Mat { data: &q[self.q_off[b]..], rs: d, cs: 1 };
-        let kt = Mat { data: &k[self.k_off[b]..], rs: 1, cs: d };
+        let qm = Mat {
+            data: &q[self.q_off[b]..],
+            rs: d,
+            cs: 1,
+        };
+        let kt = Mat {
+            data: &k[self.k_off[b]..],
+            rs: 1,
+            cs: d,
+        };
         gemm(sq, sk, d, qm, kt, s, sk, false, 1.0, self.scale, threads);
         for (i, row) in s.chunks_mut(sk).enumerate() {
             if self.mask == AttnMask::Causal {
@@ -128,8 +169,16 @@ impl AttnPlan {
             let inv = 1.0 / super::norm::sum(row);
             row.iter_mut().for_each(|x| *x *= inv);
         }
-        let pm = Mat { data: &*s, rs: sk, cs: 1 };
-        let vm = Mat { data: &v[self.v_off[b]..], rs: dv, cs: 1 };
+        let pm = Mat {
+            data: &*s,
+            rs: sk,
+            cs: 1,
+        };
+        let vm = Mat {
+            data: &v[self.v_off[b]..],
+            rs: dv,
+            cs: 1,
+        };
         gemm(sq, dv, sk, pm, vm, out, dv, false, 1.0, 1.0, threads);
     }
 }

@@ -28,7 +28,13 @@ pub(crate) struct ConvPlan {
 
 impl ConvPlan {
     /// Plans a convolution of `x` by `w` giving `out`.
-    pub fn new(p: Conv2dParams, x: &[usize], w: &[usize], out: &[usize], threads: usize) -> ConvPlan {
+    pub fn new(
+        p: Conv2dParams,
+        x: &[usize],
+        w: &[usize],
+        out: &[usize],
+        threads: usize,
+    ) -> ConvPlan {
         let pointwise =
             (w[2] == 1 && w[3] == 1 && p.stride == [1, 1] && p.pads == [0; 4]) || w[1] == 0;
         let workers = if x[0] >= 2 * threads { threads } else { 1 };
@@ -60,7 +66,14 @@ impl ConvPlan {
     }
 
     /// Runs the convolution; `col` has [`ConvPlan::scratch_len`] elements.
-    pub fn run(&self, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32], col: &mut [f32]) {
+    pub fn run(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+        col: &mut [f32],
+    ) {
         let img_out = self.o * self.oh * self.ow;
         if img_out == 0 {
             return;
@@ -89,13 +102,23 @@ impl ConvPlan {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn image(&self, b: usize, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32], col: &mut [f32], threads: usize) {
+    fn image(
+        &self,
+        b: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+        col: &mut [f32],
+        threads: usize,
+    ) {
         let groups = self.p.groups;
         let og = self.o / groups;
         let plane = self.oh * self.ow;
         let kdim = self.cg * self.kh * self.kw;
         for g in 0..groups {
-            let xg = &x[(b * self.c + g * self.cg) * self.h * self.w..][..self.cg * self.h * self.w];
+            let xg =
+                &x[(b * self.c + g * self.cg) * self.h * self.w..][..self.cg * self.h * self.w];
             let og_out = &mut out[g * og * plane..(g + 1) * og * plane];
             if let Some(bias) = bias {
                 for (oc, row) in og_out.chunks_mut(plane).enumerate() {
@@ -118,7 +141,19 @@ impl ConvPlan {
                 rs: plane,
                 cs: 1,
             };
-            gemm(og, plane, kdim, wg, cm, og_out, plane, bias.is_some(), 1.0, 1.0, threads);
+            gemm(
+                og,
+                plane,
+                kdim,
+                wg,
+                cm,
+                og_out,
+                plane,
+                bias.is_some(),
+                1.0,
+                1.0,
+                threads,
+            );
         }
     }
 
@@ -141,15 +176,23 @@ impl ConvPlan {
                 let srow = &src[iy as usize * self.w..(iy as usize + 1) * self.w];
                 for (ox, d) in dst.iter_mut().enumerate() {
                     let ix = (ox * p.stride[1] + j * p.dilation[1]) as isize - p.pads[1] as isize;
-                    *d = if ix >= 0 && ix < w { srow[ix as usize] } else { 0.0 };
+                    *d = if ix >= 0 && ix < w {
+                        srow[ix as usize]
+                    } else {
+                        0.0
+                    };
                 }
             }
         };
         let plane = oh * ow;
         if threads > 1 {
-            col.par_chunks_mut(plane).enumerate().for_each(|(r, row)| fill_row(r, row));
+            col.par_chunks_mut(plane)
+                .enumerate()
+                .for_each(|(r, row)| fill_row(r, row));
         } else {
-            col.chunks_mut(plane).enumerate().for_each(|(r, row)| fill_row(r, row));
+            col.chunks_mut(plane)
+                .enumerate()
+                .for_each(|(r, row)| fill_row(r, row));
         }
     }
 }
@@ -184,38 +227,40 @@ impl PoolPlan {
             return;
         }
         let p = &self.p;
-        out.par_chunks_mut(plane_out).enumerate().for_each(|(pi, o)| {
-            let xp = &x[pi * h * w..(pi + 1) * h * w];
-            let mut k = 0;
-            for a in &self.wy {
-                for b in &self.wx {
-                    let mut acc = match p.kind {
-                        PoolKind::Max => f32::NEG_INFINITY,
-                        PoolKind::Avg => 0.0,
-                    };
-                    for i in a.lo..a.hi {
-                        let row = &xp[(a.start + (i * p.dilation[0]) as isize) as usize * w..];
-                        for j in b.lo..b.hi {
-                            let v = row[(b.start + (j * p.dilation[1]) as isize) as usize];
-                            acc = match p.kind {
-                                PoolKind::Max => acc.max(v),
-                                PoolKind::Avg => acc + v,
-                            };
-                        }
-                    }
-                    if p.kind == PoolKind::Avg {
-                        let count = if p.count_include_pad {
-                            a.padded * b.padded
-                        } else {
-                            (a.hi - a.lo) * (b.hi - b.lo)
+        out.par_chunks_mut(plane_out)
+            .enumerate()
+            .for_each(|(pi, o)| {
+                let xp = &x[pi * h * w..(pi + 1) * h * w];
+                let mut k = 0;
+                for a in &self.wy {
+                    for b in &self.wx {
+                        let mut acc = match p.kind {
+                            PoolKind::Max => f32::NEG_INFINITY,
+                            PoolKind::Avg => 0.0,
                         };
-                        acc = if count == 0 { 0.0 } else { acc / count as f32 };
+                        for i in a.lo..a.hi {
+                            let row = &xp[(a.start + (i * p.dilation[0]) as isize) as usize * w..];
+                            for j in b.lo..b.hi {
+                                let v = row[(b.start + (j * p.dilation[1]) as isize) as usize];
+                                acc = match p.kind {
+                                    PoolKind::Max => acc.max(v),
+                                    PoolKind::Avg => acc + v,
+                                };
+                            }
+                        }
+                        if p.kind == PoolKind::Avg {
+                            let count = if p.count_include_pad {
+                                a.padded * b.padded
+                            } else {
+                                (a.hi - a.lo) * (b.hi - b.lo)
+                            };
+                            acc = if count == 0 { 0.0 } else { acc / count as f32 };
+                        }
+                        o[k] = acc;
+                        k += 1;
                     }
-                    o[k] = acc;
-                    k += 1;
                 }
-            }
-        });
+            });
     }
 }
 
@@ -228,10 +273,12 @@ pub(crate) fn global_pool(kind: PoolKind, len: usize, x: &[f32], out: &mut [f32]
         });
         return;
     }
-    out.par_iter_mut().zip(x.par_chunks(len)).for_each(|(o, row)| {
-        *o = match kind {
-            PoolKind::Max => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
-            PoolKind::Avg => super::norm::sum(row) / len as f32,
-        };
-    });
+    out.par_iter_mut()
+        .zip(x.par_chunks(len))
+        .for_each(|(o, row)| {
+            *o = match kind {
+                PoolKind::Max => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                PoolKind::Avg => super::norm::sum(row) / len as f32,
+            };
+        });
 }

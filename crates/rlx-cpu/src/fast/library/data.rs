@@ -61,9 +61,13 @@ impl GatherPlan {
             dst.copy_from_slice(&data[src..src + self.row]);
         };
         if out.len() >= PAR_BYTES {
-            out.par_chunks_mut(self.row).enumerate().for_each(|(t, d)| copy(t, d));
+            out.par_chunks_mut(self.row)
+                .enumerate()
+                .for_each(|(t, d)| copy(t, d));
         } else {
-            out.chunks_mut(self.row).enumerate().for_each(|(t, d)| copy(t, d));
+            out.chunks_mut(self.row)
+                .enumerate()
+                .for_each(|(t, d)| copy(t, d));
         }
         Ok(())
     }
@@ -101,9 +105,13 @@ impl ConcatPlan {
             }
         };
         if out.len() >= PAR_BYTES {
-            out.par_chunks_mut(total).enumerate().for_each(|(o, d)| copy(o, d));
+            out.par_chunks_mut(total)
+                .enumerate()
+                .for_each(|(o, d)| copy(o, d));
         } else {
-            out.chunks_mut(total).enumerate().for_each(|(o, d)| copy(o, d));
+            out.chunks_mut(total)
+                .enumerate()
+                .for_each(|(o, d)| copy(o, d));
         }
     }
 }
@@ -122,7 +130,13 @@ pub(crate) struct PadPlan {
 
 impl PadPlan {
     /// Plans a pad of a `dtype` tensor.
-    pub fn new(pads: &[(usize, usize)], mode: PadMode, dtype: DType, x: &[usize], out: &[usize]) -> PadPlan {
+    pub fn new(
+        pads: &[(usize, usize)],
+        mode: PadMode,
+        dtype: DType,
+        x: &[usize],
+        out: &[usize],
+    ) -> PadPlan {
         let v = match mode {
             PadMode::Constant(v) => v,
             _ => 0.0,
@@ -150,7 +164,9 @@ impl PadPlan {
         if n_out == 0 {
             return;
         }
-        let cols: Vec<Option<usize>> = (0..n_out).map(|o| pad_source(o, before, n_in, self.mode)).collect();
+        let cols: Vec<Option<usize>> = (0..n_out)
+            .map(|o| pad_source(o, before, n_in, self.mode))
+            .collect();
         let in_strides = strides(&self.in_shape);
         let lead = &self.out_shape[..r - 1];
         let fill_row = |row_idx: usize, dst: &mut [u8]| {
@@ -159,13 +175,17 @@ impl PadPlan {
             for d in (0..r - 1).rev() {
                 let o = rest % lead[d];
                 rest /= lead[d];
-                src = match (src, pad_source(o, self.pads[d].0, self.in_shape[d], self.mode)) {
+                src = match (
+                    src,
+                    pad_source(o, self.pads[d].0, self.in_shape[d], self.mode),
+                ) {
                     (Some(s), Some(p)) => Some(s + p * in_strides[d]),
                     _ => None,
                 };
             }
             let Some(base) = src else {
-                dst.chunks_mut(e).for_each(|c| c.copy_from_slice(&self.fill));
+                dst.chunks_mut(e)
+                    .for_each(|c| c.copy_from_slice(&self.fill));
                 return;
             };
             let srow = &x[base * e..(base + n_in) * e];
@@ -184,9 +204,13 @@ impl PadPlan {
             dst[a * e..b * e].copy_from_slice(&srow[(a - before) * e..(b - before) * e]);
         };
         if out.len() >= PAR_BYTES {
-            out.par_chunks_mut(n_out * e).enumerate().for_each(|(i, d)| fill_row(i, d));
+            out.par_chunks_mut(n_out * e)
+                .enumerate()
+                .for_each(|(i, d)| fill_row(i, d));
         } else {
-            out.chunks_mut(n_out * e).enumerate().for_each(|(i, d)| fill_row(i, d));
+            out.chunks_mut(n_out * e)
+                .enumerate()
+                .for_each(|(i, d)| fill_row(i, d));
         }
     }
 }

@@ -36,8 +36,14 @@ pub(crate) fn gemm<T: Copy + Default + 'static>(
         }
         return;
     }
-    assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "gemm lhs out of bounds");
-    assert!((k - 1) * b.rs + (n - 1) * b.cs < b.data.len(), "gemm rhs out of bounds");
+    assert!(
+        (m - 1) * a.rs + (k - 1) * a.cs < a.data.len(),
+        "gemm lhs out of bounds"
+    );
+    assert!(
+        (k - 1) * b.rs + (n - 1) * b.cs < b.data.len(),
+        "gemm rhs out of bounds"
+    );
     let par = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
@@ -101,8 +107,8 @@ impl MatMulPlan {
             .into_iter()
             .map(|i| i * k * n)
             .collect();
-        let fold = b_off.iter().all(|&o| o == 0)
-            && a_off.iter().enumerate().all(|(i, &o)| o == i * m * k);
+        let fold =
+            b_off.iter().all(|&o| o == 0) && a_off.iter().enumerate().all(|(i, &o)| o == i * m * k);
         let par_batches = !fold && a_off.len() >= 2 * threads && m * n * k <= 1 << 21;
         MatMulPlan {
             m,
@@ -137,17 +143,53 @@ impl MatMulPlan {
         };
         if self.fold {
             let rows = m * self.a_off.len();
-            gemm(rows, n, k, mat_a(0), mat_b(0), c, n, false, one, one, self.threads);
+            gemm(
+                rows,
+                n,
+                k,
+                mat_a(0),
+                mat_b(0),
+                c,
+                n,
+                false,
+                one,
+                one,
+                self.threads,
+            );
         } else if self.par_batches {
             c.par_chunks_mut((m * n).max(1))
                 .enumerate()
                 .for_each(|(i, ci)| {
-                    gemm(m, n, k, mat_a(self.a_off[i]), mat_b(self.b_off[i]), ci, n, false, one, one, 1)
+                    gemm(
+                        m,
+                        n,
+                        k,
+                        mat_a(self.a_off[i]),
+                        mat_b(self.b_off[i]),
+                        ci,
+                        n,
+                        false,
+                        one,
+                        one,
+                        1,
+                    )
                 });
         } else {
             for (i, ci) in c.chunks_mut((m * n).max(1)).enumerate() {
                 let (ao, bo) = (self.a_off[i], self.b_off[i]);
-                gemm(m, n, k, mat_a(ao), mat_b(bo), ci, n, false, one, one, self.threads);
+                gemm(
+                    m,
+                    n,
+                    k,
+                    mat_a(ao),
+                    mat_b(bo),
+                    ci,
+                    n,
+                    false,
+                    one,
+                    one,
+                    self.threads,
+                );
             }
         }
     }

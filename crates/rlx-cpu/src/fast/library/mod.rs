@@ -34,14 +34,27 @@ enum Impl {
     Conv(ConvPlan),
     Pool(PoolPlan),
     GlobalPool(PoolKind, usize),
-    Softmax { n: usize, inner: usize, log: bool },
+    Softmax {
+        n: usize,
+        inner: usize,
+        log: bool,
+    },
     /// layer norm (with bias) or RMS norm; broadcast maps expand scale/bias to the row
-    Norm { eps: f32, len: usize, layer: bool, maps: Vec<Option<Vec<usize>>> },
+    Norm {
+        eps: f32,
+        len: usize,
+        layer: bool,
+        maps: Vec<Option<Vec<usize>>>,
+    },
     Attention(AttnPlan),
     Gather(GatherPlan),
     Concat(ConcatPlan),
     Pad(PadPlan),
-    ArgReduce { op: ArgOp, n: usize, inner: usize },
+    ArgReduce {
+        op: ArgOp,
+        n: usize,
+        inner: usize,
+    },
     Loop(LoopExec),
     Constant(Arc<Tensor>),
     /// the interpreter, on host copies of the operands
@@ -138,7 +151,9 @@ impl LibExec {
                 region(plan.scratch_len(), DType::F32);
                 Impl::Attention(plan)
             }
-            Op::Gather { axis } => Impl::Gather(GatherPlan::new(*axis, shape(0), result.0.size_bytes())),
+            Op::Gather { axis } => {
+                Impl::Gather(GatherPlan::new(*axis, shape(0), result.0.size_bytes()))
+            }
             Op::Concat { axis } => {
                 let shapes: Vec<&[usize]> = (0..in_types.len()).map(shape).collect();
                 Impl::Concat(ConcatPlan::new(*axis, &shapes, result.0.size_bytes()))
@@ -195,7 +210,11 @@ impl LibExec {
             let (off, len, dtype) = self.regions[i];
             unsafe { mem.scratch(scratch + off, len, dtype) }
         };
-        let ins: Vec<Data<'_>> = self.inputs.iter().map(|&b| unsafe { mem.data(b) }).collect();
+        let ins: Vec<Data<'_>> = self
+            .inputs
+            .iter()
+            .map(|&b| unsafe { mem.data(b) })
+            .collect();
         let result_region = self.epilogue.as_ref().and_then(|e| e.result_region);
         let dst = match result_region {
             Some(r) => region(r),
@@ -207,7 +226,11 @@ impl LibExec {
                 Some(r) => Src::Buf(region(r).into_data()),
                 None => Src::InPlace,
             }];
-            srcs.extend(self.epi_inputs.iter().map(|&b| Src::Buf(unsafe { mem.data(b) })));
+            srcs.extend(
+                self.epi_inputs
+                    .iter()
+                    .map(|&b| Src::Buf(unsafe { mem.data(b) })),
+            );
             exec::run(&e.exec, &srcs, unsafe { mem.data_mut(self.output) });
         }
         Ok(())
@@ -240,7 +263,9 @@ impl LibExec {
             }
             Impl::Pool(p) => p.run(f(0), dst.f32().unwrap()),
             Impl::GlobalPool(k, len) => conv::global_pool(*k, *len, f(0), dst.f32().unwrap()),
-            Impl::Softmax { n, inner, log } => norm::softmax(f(0), dst.f32().unwrap(), *n, *inner, *log),
+            Impl::Softmax { n, inner, log } => {
+                norm::softmax(f(0), dst.f32().unwrap(), *n, *inner, *log)
+            }
             Impl::Norm {
                 eps,
                 len,

@@ -116,7 +116,11 @@ pub(crate) fn arg_reduce(op: ArgOp, x: &[f32], out: &mut [i64], n: usize, inner:
         for (i, d) in dst.iter_mut().enumerate() {
             let mut best = 0;
             for j in 1..n {
-                if arg_better(op, block[j * inner + i] as f64, block[best * inner + i] as f64) {
+                if arg_better(
+                    op,
+                    block[j * inner + i] as f64,
+                    block[best * inner + i] as f64,
+                ) {
                     best = j;
                 }
             }

@@ -48,7 +48,9 @@ impl LaneMath for f32 {
         let mut p = [Self::identity(op); 8];
         let mut nan = [false; 8];
         match op {
-            ReduceOp::Sum | ReduceOp::Mean => chunks.for_each(|c| (0..8).for_each(|i| p[i] += c[i])),
+            ReduceOp::Sum | ReduceOp::Mean => {
+                chunks.for_each(|c| (0..8).for_each(|i| p[i] += c[i]))
+            }
             ReduceOp::Prod => chunks.for_each(|c| (0..8).for_each(|i| p[i] *= c[i])),
             ReduceOp::Max => chunks.for_each(|c| {
                 (0..8).for_each(|i| {
@@ -144,7 +146,11 @@ pub(crate) fn run(e: &LoopExec, srcs: &[Src<'_>], out: DataMut<'_>) {
 }
 
 fn block_len(e: &LoopExec) -> usize {
-    let per_point = if e.reduce.is_some() { e.n_red.max(1) } else { 1 };
+    let per_point = if e.reduce.is_some() {
+        e.n_red.max(1)
+    } else {
+        1
+    };
     let min_points = (1usize << 14).div_ceil(per_point);
     let b = e.n_out.div_ceil(e.threads * 8).max(min_points).max(1);
     if e.reduce.is_none() || e.strategy == Strategy::Outer {
@@ -163,9 +169,9 @@ fn drive<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [T]) {
         let _ = r;
     }
     let block = block_len(e);
-    out.par_chunks_mut(block)
-        .enumerate()
-        .for_each_init(|| Scratch::<L>::new(e), |sc, (bi, chunk)| {
+    out.par_chunks_mut(block).enumerate().for_each_init(
+        || Scratch::<L>::new(e),
+        |sc, (bi, chunk)| {
             let mut start = bi * block;
             for sub in chunk.chunks_mut(LANES) {
                 let n = sub.len();
@@ -183,7 +189,8 @@ fn drive<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [T]) {
                 epilogue(e, sc, srcs, start, sub);
                 start += n;
             }
-        });
+        },
+    );
 }
 
 /// Few output points, long reductions: each reduction is split across threads; partial
@@ -201,10 +208,21 @@ fn drive_split<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [
                 .into_par_iter()
                 .map_init(
                     || Scratch::<L>::new(e),
-                    |s, p| reduce_point(e, s, srcs, start + j, p * step, ((p + 1) * step).min(e.n_red)),
+                    |s, p| {
+                        reduce_point(
+                            e,
+                            s,
+                            srcs,
+                            start + j,
+                            p * step,
+                            ((p + 1) * step).min(e.n_red),
+                        )
+                    },
                 )
                 .collect();
-            let acc = partials.into_iter().fold(L::identity(r.op), |a, b| L::combine(r.op, a, b));
+            let acc = partials
+                .into_iter()
+                .fold(L::identity(r.op), |a, b| L::combine(r.op, a, b));
             sc.reduced[j] = L::finish(r.op, acc, e.n_red, r.dtype);
         }
         epilogue(e, &mut sc, srcs, start, sub);
@@ -243,7 +261,13 @@ fn reduce_point<L: LaneMath>(
 
 /// Finished reductions of output points `start..start + n` into `sc.reduced`, lanes over
 /// output points.
-fn reduce_lanes<L: LaneMath>(e: &LoopExec, sc: &mut Scratch<L>, srcs: &[Src<'_>], start: usize, n: usize) {
+fn reduce_lanes<L: LaneMath>(
+    e: &LoopExec,
+    sc: &mut Scratch<L>,
+    srcs: &[Src<'_>],
+    start: usize,
+    n: usize,
+) {
     let r = e.reduce.expect("reductions only");
     let Scratch {
         regs,
@@ -272,7 +296,13 @@ fn reduce_lanes<L: LaneMath>(e: &LoopExec, sc: &mut Scratch<L>, srcs: &[Src<'_>]
 }
 
 /// Evaluates the epilogue for output points `start..start + sub.len()` and stores them.
-fn epilogue<T: Elem, L: LaneMath>(e: &LoopExec, sc: &mut Scratch<L>, srcs: &[Src<'_>], start: usize, sub: &mut [T]) {
+fn epilogue<T: Elem, L: LaneMath>(
+    e: &LoopExec,
+    sc: &mut Scratch<L>,
+    srcs: &[Src<'_>],
+    start: usize,
+    sub: &mut [T],
+) {
     let n = sub.len();
     let Scratch {
         regs,
@@ -290,7 +320,10 @@ fn epilogue<T: Elem, L: LaneMath>(e: &LoopExec, sc: &mut Scratch<L>, srcs: &[Src
         Src::InPlace => dst.copy_from_slice(&inplace[..dst.len()]),
     };
     L::eval(&e.epilogue, regs, n, &mut ld, reduced);
-    for (o, &v) in sub.iter_mut().zip(&regs[e.result * LANES..e.result * LANES + n]) {
+    for (o, &v) in sub
+        .iter_mut()
+        .zip(&regs[e.result * LANES..e.result * LANES + n])
+    {
         *o = L::to_elem(v);
     }
 }

@@ -75,11 +75,23 @@ pub(crate) struct Access<'a> {
 /// Reads points `start..start + dst.len()` (row-major over `a.dims`) of an input whose point
 /// 0 is element `base`.
 #[inline]
-pub(crate) fn load<L: Lane>(src: Data<'_>, a: Access<'_>, base: isize, start: usize, dst: &mut [L]) {
+pub(crate) fn load<L: Lane>(
+    src: Data<'_>,
+    a: Access<'_>,
+    base: isize,
+    start: usize,
+    dst: &mut [L],
+) {
     dispatch!(src, Data, s => load_typed(s, a, base, start, dst))
 }
 
-fn load_typed<T: Elem, L: Lane>(src: &[T], a: Access<'_>, base: isize, start: usize, dst: &mut [L]) {
+fn load_typed<T: Elem, L: Lane>(
+    src: &[T],
+    a: Access<'_>,
+    base: isize,
+    start: usize,
+    dst: &mut [L],
+) {
     let n = dst.len();
     match a.layout {
         Layout::Contiguous => {
@@ -115,7 +127,12 @@ fn load_strided<T: Elem, L: Lane>(
         idx[d] = rest % a.dims[d];
         rest /= a.dims[d];
     }
-    let mut off = base + idx.iter().zip(a.strides).map(|(&i, &s)| i as isize * s).sum::<isize>();
+    let mut off = base
+        + idx
+            .iter()
+            .zip(a.strides)
+            .map(|(&i, &s)| i as isize * s)
+            .sum::<isize>();
     let (dl, sl) = (a.dims[last], a.strides[last]);
     let mut j = 0;
     let n = dst.len();

@@ -171,8 +171,16 @@ impl LoopExec {
         let fast = k.body.iter().all(|n| lane_friendly(n.dtype))
             && k.inputs.iter().all(|i| lane_friendly(i.dtype))
             && k.reduce.as_ref().is_none_or(|r| r.dtype == DType::F32);
-        let out_strides = k.inputs.iter().map(|i| i.view.strides[..n_dims].to_vec()).collect();
-        let red_strides = k.inputs.iter().map(|i| i.view.strides[n_dims..].to_vec()).collect();
+        let out_strides = k
+            .inputs
+            .iter()
+            .map(|i| i.view.strides[..n_dims].to_vec())
+            .collect();
+        let red_strides = k
+            .inputs
+            .iter()
+            .map(|i| i.view.strides[n_dims..].to_vec())
+            .collect();
         let out = Space::new(&k.shape, out_strides);
         let red = Space::new(&k.reduce_shape, red_strides);
         let reduce = k.reduce.as_ref().map(|r| Reduction {

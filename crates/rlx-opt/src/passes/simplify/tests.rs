@@ -102,7 +102,10 @@ fn layout_chains_compose() {
         .find(|n| matches!(n.op, Op::Transpose(_)))
         .unwrap();
     assert_eq!(t.op, Op::Transpose(vec![2, 0, 1]));
-    assert_eq!(simplified.ty(simplified.outputs()[1].1).shape, Shape::of(&[4, 2, 3]));
+    assert_eq!(
+        simplified.ty(simplified.outputs()[1].1).shape,
+        Shape::of(&[4, 2, 3])
+    );
 }
 
 #[test]

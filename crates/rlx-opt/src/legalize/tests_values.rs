@@ -1,0 +1,162 @@
+//! Decompositions give the values of the ops they replace (on the validation interpreter),
+//! both as graphs and after lowering to kernels.
+
+use super::*;
+use crate::lower::lower;
+use crate::test_util::{assert_close, run, run_program};
+use rlx_ir::{BinaryOp, DType, Op, PoolKind, Shape, UnaryOp};
+
+/// A backend with a small primitive set: arithmetic, exp/log/sqrt/erf/tanh, rounding,
+/// comparisons, where, reductions, matmul and transpose.
+fn primitives(op: &Op, _: &[&TensorType]) -> bool {
+    use BinaryOp as B;
+    use UnaryOp as U;
+    match op {
+        Op::Binary(b) => matches!(
+            b,
+            B::Add | B::Mul | B::Div | B::Lt | B::Gt | B::Eq | B::Ne | B::And
+        ),
+        Op::Unary(u) => matches!(
+            u,
+            U::Exp | U::Log | U::Sqrt | U::Erf | U::Tanh | U::Floor | U::Ceil
+        ),
+        Op::Where | Op::Reduce { .. } | Op::MatMul | Op::Transpose(_) => true,
+        _ => false,
+    }
+}
+
+/// Legalizes `g` for [`primitives`]; every node must now be claimed, and both the
+/// legalized graph and its kernels must match `g` on the interpreter.
+fn check(g: &Graph) {
+    g.verify().unwrap();
+    let (lg, report) = legalize(g, "prim", &primitives).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.count(How::Decomposed) >= 1, "{report}");
+    for n in lg.nodes().iter().filter(|n| !n.op.is_leaf()) {
+        let tys: Vec<&TensorType> = n.inputs.iter().map(|&i| lg.ty(i)).collect();
+        assert!(primitives(&n.op, &tys), "{} left in\n{lg}", n.op.name());
+    }
+    let program = lower(&lg).unwrap();
+    for seed in [3, 4] {
+        let want = run(g, seed);
+        assert_close(&run(&lg, seed), &want, 1e-5);
+        assert_close(&run_program(&program, &lg, seed), &want, 1e-5);
+    }
+}
+
+fn unary_graph(u: UnaryOp, positive: bool) -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [4, 33]);
+    let x = if positive {
+        let sq = g.mul(x, x).unwrap();
+        let half = g.scalar(DType::F32, 0.5);
+        g.add(sq, half).unwrap()
+    } else {
+        let three = g.scalar(DType::F32, 3.0);
+        g.mul(x, three).unwrap()
+    };
+    let y = g.unary(u, x).unwrap();
+    g.output("y", y);
+    g
+}
+
+#[test]
+fn activations() {
+    for u in [
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Reciprocal,
+        UnaryOp::Neg,
+        UnaryOp::Relu,
+    ] {
+        check(&unary_graph(u, false));
+    }
+    check(&unary_graph(UnaryOp::Rsqrt, true));
+}
+
+#[test]
+fn softmax_and_log_softmax() {
+    for log in [false, true] {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, [3, 4, 7]);
+        let op = if log {
+            Op::LogSoftmax { axis: 1 }
+        } else {
+            Op::Softmax { axis: 1 }
+        };
+        let y = g.push(op, &[x], None).unwrap();
+        g.output("y", y);
+        check(&g);
+    }
+}
+
+#[test]
+fn norms() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, 3, 8]);
+    let s = g.param("scale", DType::F32, [8]);
+    let b = g.param("bias", DType::F32, [8]);
+    let ln = g.layer_norm(x, s, b, 1e-5).unwrap();
+    let rms = g.rms_norm(x, s, 1e-6).unwrap();
+    let wide = g
+        .push(Op::LayerNorm { axis: 1, eps: 1e-5 }, &[x, s, b], None)
+        .unwrap();
+    g.output("ln", ln);
+    g.output("rms", rms);
+    g.output("wide", wide);
+    check(&g);
+}
+
+#[test]
+fn attention_with_each_mask() {
+    for (mask, scale) in [(0, None), (1, Some(0.3)), (2, None)] {
+        let mut g = Graph::new();
+        let q = g.input("q", DType::F32, [2, 3, 4]);
+        let k = g.input("k", DType::F32, [2, 5, 4]);
+        let v = g.input("v", DType::F32, [1, 5, 6]);
+        let m = (mask == 2).then(|| g.input("m", DType::F32, [3, 5]));
+        let y = g.attention(q, k, v, m, mask == 1, scale).unwrap();
+        g.output("y", y);
+        check(&g);
+    }
+}
+
+#[test]
+fn global_pools() {
+    for kind in [PoolKind::Max, PoolKind::Avg] {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, [2, 3, 4, 5]);
+        let y = g.push(Op::GlobalPool(kind), &[x], None).unwrap();
+        g.output("y", y);
+        check(&g);
+    }
+}
+
+#[test]
+fn expand_numeric_and_bool() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [3, 1]);
+    let b = g.input("b", DType::Bool, [1, 4]);
+    let xe = g
+        .push(Op::Expand(Shape::of(&[2, 3, 4])), &[x], None)
+        .unwrap();
+    let be = g.push(Op::Expand(Shape::of(&[3, 4])), &[b], None).unwrap();
+    g.output("xe", xe);
+    g.output("be", be);
+    check(&g);
+}
+
+#[test]
+fn modulo_float_and_int() {
+    for dtype in [DType::F32, DType::I32] {
+        for b in [BinaryOp::Mod, BinaryOp::FMod, BinaryOp::Sub] {
+            let mut g = Graph::new();
+            let x = g.input("x", dtype, [5, 7]);
+            let y = g.input("y", dtype, [7]);
+            let r = g.binary(b, x, y).unwrap();
+            g.output("r", r);
+            check(&g);
+        }
+    }
+}
