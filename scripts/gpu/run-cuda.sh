@@ -17,7 +17,7 @@ run() { # name timeout command...
 }
 for t in .gpu/tests/*; do
   [ -x "$t" ] || continue
-  run "test-$(basename "$t" | sed 's/-[0-9a-f]*$//')" 240 "$t" --test-threads=1
+  run "test-$(basename "$t" | sed 's/-[0-9a-f]*$//')" 240 "$t" --test-threads=1 --nocapture
 done
 run bench_micro 150 .gpu/bench_micro
 run torch_micro 120 python3 .gpu/encoder_torch.py --no-encoder --gemm --copy

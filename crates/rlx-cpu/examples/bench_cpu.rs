@@ -50,7 +50,7 @@ fn sgemm(n: usize) -> (f64, f64) {
         None
     });
     let kernel = time(1, iters, || {
-        Some(p.run_profiled(&inputs, &params).unwrap().1[0].seconds)
+        Some(p.run_profiled(&inputs, &params).unwrap().timings[0].seconds)
     });
     (flop / run / 1e9, flop / kernel / 1e9)
 }
@@ -148,7 +148,7 @@ fn main() {
     let warm = chain_program(len, true);
     let fresh = chain_program(len, false);
     let chain_kernel = time(1, 5, || {
-        Some(warm.run_profiled(&inputs, &params).unwrap().1[0].seconds)
+        Some(warm.run_profiled(&inputs, &params).unwrap().timings[0].seconds)
     });
     let chain_run = time(1, 5, || {
         fresh.run(&inputs, &params).unwrap();
@@ -161,6 +161,14 @@ fn main() {
         std::hint::black_box(&dst);
         None
     });
+    let par_copy = time(1, 5, || {
+        use rayon::prelude::*;
+        dst.par_chunks_mut(1 << 16)
+            .zip(src.par_chunks(1 << 16))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        std::hint::black_box(&dst);
+        None
+    });
     println!(
         "\n{:<44} {:>8} {:>10}",
         "64M f32, bytes read + written", "GB/s", "ms"
@@ -168,6 +176,7 @@ fn main() {
     let row =
         |name: &str, t: f64| println!("{:<44} {:>8.1} {:>10.1}", name, bytes / t / 1e9, t * 1e3);
     row("memcpy (copy_from_slice, warm dst)", copy);
+    row("memcpy, all threads (rayon chunks)", par_copy);
     row("gelu(x*a+b) kernel, warm arena output", chain_kernel);
     row("gelu(x*a+b) run(), fresh output tensor", chain_run);
 }

@@ -24,14 +24,21 @@ fn invalid(m: String) -> CpuError {
     CpuError::Invalid(m)
 }
 
-/// Checks that a view over loop dims `dims` stays inside a buffer of `len` elements.
-pub(crate) fn check_view(view: &View, dims: &[usize], len: usize) -> Result<(), String> {
-    if dims.contains(&0) {
+/// Checks that a view stays inside a buffer of `len` elements over output dims `out` and
+/// reduction dims `red`. Nothing is read when an output dim is 0; a reduction dim of 0
+/// still reads index 0 (the epilogue runs at reduction index 0), so it counts as 1.
+pub(crate) fn check_view(
+    view: &View,
+    out: &[usize],
+    red: &[usize],
+    len: usize,
+) -> Result<(), String> {
+    if out.contains(&0) {
         return Ok(());
     }
     let (mut lo, mut hi) = (view.offset as i128, view.offset as i128);
-    for (&d, &s) in dims.iter().zip(&view.strides) {
-        let span = (d as i128 - 1) * s as i128;
+    for (&d, &s) in out.iter().chain(red).zip(&view.strides) {
+        let span = (d.max(1) as i128 - 1) * s as i128;
         if span < 0 {
             lo += span;
         } else {
@@ -40,8 +47,8 @@ pub(crate) fn check_view(view: &View, dims: &[usize], len: usize) -> Result<(), 
     }
     if lo < 0 || hi >= len as i128 {
         return Err(format!(
-            "view offset={} strides={:?} over dims {dims:?} reads elements {lo}..={hi} of a \
-             buffer of {len}",
+            "view offset={} strides={:?} over dims {out:?}+{red:?} reads elements {lo}..={hi} \
+             of a buffer of {len}",
             view.offset, view.strides
         ));
     }
@@ -60,8 +67,6 @@ pub(crate) fn check_loop(k: &LoopKernel, inputs: &[(DType, usize)]) -> Result<()
             inputs.len()
         )));
     }
-    let mut dims = k.shape.clone();
-    dims.extend(&k.reduce_shape);
     for (i, (inp, &(dtype, len))) in k.inputs.iter().zip(inputs).enumerate() {
         if inp.dtype != dtype {
             return Err(invalid(format!(
@@ -69,7 +74,7 @@ pub(crate) fn check_loop(k: &LoopKernel, inputs: &[(DType, usize)]) -> Result<()
                 k.name, inp.dtype
             )));
         }
-        check_view(&inp.view, &dims, len)
+        check_view(&inp.view, &k.shape, &k.reduce_shape, len)
             .map_err(|m| invalid(format!("kernel `{}` input {i}: {m}", k.name)))?;
     }
     Ok(())

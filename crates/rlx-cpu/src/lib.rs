@@ -12,6 +12,8 @@
 //!
 //! This crate knows nothing of the runtime: the runtime wraps it in its backend adapter.
 
+#![warn(missing_docs)]
+
 mod check;
 mod error;
 mod fast;
@@ -20,7 +22,7 @@ pub mod testing;
 
 pub use error::CpuError;
 pub use fast::plan::{plan_memory, Interval, MemoryPlan};
-pub use fast::{CpuOptions, CpuProgram, KernelTiming};
+pub use fast::{CpuOptions, CpuProgram, KernelTiming, ProfiledRun};
 pub use interp::{eval_op, run_graph, run_loop_kernel, run_program_reference};
 
 /// Number of worker threads the fast path uses by default (rayon's global pool).

@@ -115,7 +115,10 @@ fn arena_reuses_memory_and_outputs_are_not_in_it() {
     // five temps of 4000 bytes, at most two live at once
     assert_eq!(p.arena_bytes(), 2 * 4032);
     let (inputs, params) = random_bindings(p.program(), 1);
-    let (out, timings) = p.run_profiled(&inputs, &params).unwrap();
+    let rlx_cpu::ProfiledRun {
+        outputs: out,
+        timings,
+    } = p.run_profiled(&inputs, &params).unwrap();
     assert_eq!(timings.len(), 6);
     assert_eq!(timings[0].kind, "loop");
     let want = run_program_reference(p.program(), &inputs, &params).unwrap();
@@ -129,6 +132,8 @@ fn outputs_may_be_inputs_constants_and_aliases() {
     let c = b.constant(Tensor::from_f32(&[2], vec![1., 2.]).unwrap());
     let y = b.push_loop(unary_kernel("neg", &[2, 3], x, UnaryOp::Neg));
     let flat = b.alias(y, &[6]);
+    let unused = b.temp(DType::I8, &[5]);
+    b.alias(unused, &[5, 1]);
     b.output("x", x);
     b.output("c", c);
     b.output("y", y);
@@ -274,4 +279,10 @@ fn device_info() {
     assert!(rlx_cpu::thread_count() >= 1);
     assert!(!rlx_cpu::cpu_name().is_empty());
     let _ = BinaryOp::Add;
+}
+
+#[test]
+fn program_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<CpuProgram>();
 }

@@ -155,7 +155,43 @@ fn dump(dir: &str, m: &Model, input: &Tensor, out: &Tensor) -> std::io::Result<(
     std::fs::write(format!("{dir}/manifest.txt"), manifest)
 }
 
+/// Prints the plan (no GPU needed): kernels and GEMMs per run.
+fn print_plan(batch: usize) {
+    let m = encoder(batch);
+    let program = lower_for_cuda(&m.graph).expect("lowers");
+    let plan = rlx_cuda::plan::plan(&program, &rlx_cuda::codegen::Target::h200()).expect("plans");
+    for step in &plan.steps {
+        match step {
+            rlx_cuda::plan::Step::Kernel(k) => println!(
+                "kernel {} {} grid={:?} block={}",
+                k.label, k.function, k.launch.grid, k.launch.block
+            ),
+            rlx_cuda::plan::Step::Gemm(g) => println!(
+                "gemm {} bias={} act={:?}",
+                g.describe(),
+                g.bias.is_some(),
+                g.activation
+            ),
+        }
+    }
+    println!(
+        "{} steps, {} scratch regions",
+        plan.steps.len(),
+        plan.scratch.len()
+    );
+}
+
 fn main() {
+    if common::flag("--plan") {
+        print_plan(
+            arg("--batches", "1")
+                .split(',')
+                .next()
+                .and_then(|b| b.parse().ok())
+                .unwrap_or(1),
+        );
+        return;
+    }
     require_device("bench_encoder");
     let batches: Vec<usize> = arg("--batches", "1,32,256")
         .split(',')

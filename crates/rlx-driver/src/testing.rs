@@ -9,7 +9,11 @@ pub fn skip(test: &str, reason: &str) {
     println!("SKIPPED: {test}: {reason}");
     eprintln!("SKIPPED: {test}: {reason}");
     if let Ok(path) = std::env::var("RLX_SKIP_LOG") {
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
             let _ = writeln!(f, "{test}\t{reason}");
         }
     }

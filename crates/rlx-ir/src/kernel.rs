@@ -147,8 +147,8 @@ impl LoopKernel {
                 ));
             }
         }
-        if self.reduce.is_some() != !self.reduce_shape.is_empty() && self.reduce_numel() != 1 {
-            return err("a reduction needs reduction dims and vice versa".into());
+        if self.reduce.is_none() && self.reduce_numel() != 1 {
+            return err("reduction dims without a reduction".into());
         }
         for (i, n) in self.body.iter().enumerate() {
             let refs: Vec<ExprId> = match &n.expr {

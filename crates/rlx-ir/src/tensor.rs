@@ -116,7 +116,7 @@ impl TensorData {
     /// Parses little-endian bytes of `dtype`; `None` when the length is not a multiple.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<TensorData> {
         let n = dtype.size_bytes();
-        if bytes.len() % n != 0 {
+        if !bytes.len().is_multiple_of(n) {
             return None;
         }
         fn arr<const N: usize>(c: &[u8]) -> [u8; N] {

@@ -145,7 +145,10 @@ impl Ctx {
     pub fn node(&mut self, v: &Val) -> NodeId {
         match v {
             Val::Node(id) => *id,
-            Val::Const { t, param: Some(name) } => {
+            Val::Const {
+                t,
+                param: Some(name),
+            } => {
                 if let Some(&id) = self.param_nodes.get(name) {
                     return id;
                 }
@@ -237,7 +240,11 @@ impl Ctx {
         let refs: Vec<&TensorType> = tys.iter().collect();
         let out = infer(&op, &refs).map_err(|m| {
             let types: Vec<String> = tys.iter().map(|t| t.to_string()).collect();
-            Fail::Invalid(format!("{}: {m} (operands {})", op.name(), types.join(", ")))
+            Fail::Invalid(format!(
+                "{}: {m} (operands {})",
+                op.name(),
+                types.join(", ")
+            ))
         })?;
         let all_const = inputs.iter().all(|v| matches!(v, Val::Const { .. }));
         if all_const && out.shape.numel().is_some_and(|n| n <= FOLD_LIMIT) {

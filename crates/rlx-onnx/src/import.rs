@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 /// The newest default-domain opset this importer knows (what onnx 1.23 emits).
 pub const MAX_OPSET: i64 = 28;
-/// The oldest default-domain opset this importer accepts.
-pub const MIN_OPSET: i64 = 7;
+/// The oldest default-domain opset this importer accepts. Opsets 7 and newer are the
+/// target; 1 to 6 (the PyTorch-converted suites) work where an op's attributes say how.
+pub const MIN_OPSET: i64 = 1;
 
 /// A name's binding while mapping: a value, or the output of a node that failed.
 #[derive(Clone)]
@@ -116,7 +117,11 @@ pub fn import(
         let name = out.name();
         let v = match scope.get(name) {
             Some(Slot::Val(v)) => v.clone(),
-            _ => return Err(model_err(format!("graph output `{name}` is never computed"))),
+            _ => {
+                return Err(model_err(format!(
+                    "graph output `{name}` is never computed"
+                )))
+            }
         };
         check_declared(&ctx, &v, out).map_err(model_err)?;
         ctx.cur = format!("output {name}");
@@ -199,7 +204,9 @@ fn map_nodes(
         let result = if poisoned {
             Err(None)
         } else if !opsets.contains_key(domain) {
-            Err(Some(format!("domain `{domain}` is not imported by the model")))
+            Err(Some(format!(
+                "domain `{domain}` is not imported by the model"
+            )))
         } else if let Some(handler) = crate::ops::lookup(domain, node.op_type()) {
             if domain == "ai.onnx" && !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
                 Err(Some(format!(
@@ -296,7 +303,8 @@ fn value_type(v: &ValueInfoProto, name: &str) -> Result<TensorType, String> {
 
 /// Checks an output against the type the model declares (dtype and static dims).
 fn check_declared(ctx: &Ctx, v: &Val, decl: &ValueInfoProto) -> Result<(), String> {
-    let Some(type_proto::Value::TensorType(tt)) = decl.r#type.as_ref().and_then(|t| t.value.as_ref())
+    let Some(type_proto::Value::TensorType(tt)) =
+        decl.r#type.as_ref().and_then(|t| t.value.as_ref())
     else {
         return Ok(());
     };

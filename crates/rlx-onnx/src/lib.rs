@@ -72,7 +72,10 @@ pub fn load(path: impl AsRef<Path>, opts: &ImportOptions) -> Result<OnnxModel, O
     // SAFETY: read-only map; the file changing underneath changes values read, not safety
     // of the decoder, which bounds-checks every read.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-    let base = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let base = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
     load_bytes(Bytes::from_owner(map), Some(base), &label, opts)
 }
 
@@ -126,8 +129,7 @@ fn other_format(b: &[u8]) -> Option<&'static str> {
         Some("an ELF binary")
     } else if b.starts_with(b"\x93NUMPY") {
         Some("a NumPy .npy file")
-    } else if b.len() > 9 && b[8] == b'{' && u64::from_le_bytes(b[..8].try_into().ok()?) < 1 << 32
-    {
+    } else if b.len() > 9 && b[8] == b'{' && u64::from_le_bytes(b[..8].try_into().ok()?) < 1 << 32 {
         Some("a safetensors file")
     } else {
         None

@@ -3,7 +3,9 @@
 //! reported, never silently ignored), and the node's opset version.
 
 use crate::ctx::{invalid, Val, R};
-use crate::proto::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto, TensorProto};
+use crate::proto::{
+    attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto, TensorProto,
+};
 use std::cell::RefCell;
 use std::collections::HashSet;
 
@@ -23,12 +25,17 @@ pub struct NodeIn<'a> {
 impl<'a> NodeIn<'a> {
     /// A node with resolved inputs.
     pub fn new(proto: &'a NodeProto, name: String, opset: i64, inputs: Vec<Option<Val>>) -> Self {
+        let mut read = HashSet::new();
+        if opset < 6 {
+            // An in-place memory hint of opsets 1 to 5 with no effect on values.
+            read.insert("consumed_inputs".to_string());
+        }
         NodeIn {
             proto,
             name,
             opset,
             inputs,
-            read: RefCell::new(HashSet::new()),
+            read: RefCell::new(read),
         }
     }
 
@@ -117,17 +124,23 @@ impl<'a> NodeIn<'a> {
 
     /// A string attribute with a default.
     pub fn string(&self, name: &str, default: &str) -> R<String> {
-        Ok(self.string_opt(name)?.unwrap_or_else(|| default.to_string()))
+        Ok(self
+            .string_opt(name)?
+            .unwrap_or_else(|| default.to_string()))
     }
 
     /// An ints attribute, if present.
     pub fn ints_opt(&self, name: &str) -> R<Option<Vec<i64>>> {
-        Ok(self.typed(name, AttributeType::Ints)?.map(|a| a.ints.clone()))
+        Ok(self
+            .typed(name, AttributeType::Ints)?
+            .map(|a| a.ints.clone()))
     }
 
     /// A floats attribute, if present.
     pub fn floats_opt(&self, name: &str) -> R<Option<Vec<f32>>> {
-        Ok(self.typed(name, AttributeType::Floats)?.map(|a| a.floats.clone()))
+        Ok(self
+            .typed(name, AttributeType::Floats)?
+            .map(|a| a.floats.clone()))
     }
 
     /// A strings attribute, if present.
@@ -142,12 +155,16 @@ impl<'a> NodeIn<'a> {
 
     /// A tensor attribute, if present.
     pub fn tensor_opt(&self, name: &str) -> R<Option<&'a TensorProto>> {
-        Ok(self.typed(name, AttributeType::Tensor)?.and_then(|a| a.t.as_ref()))
+        Ok(self
+            .typed(name, AttributeType::Tensor)?
+            .and_then(|a| a.t.as_ref()))
     }
 
     /// A graph attribute, if present.
     pub fn graph_opt(&self, name: &str) -> R<Option<&'a GraphProto>> {
-        Ok(self.typed(name, AttributeType::Graph)?.and_then(|a| a.g.as_ref()))
+        Ok(self
+            .typed(name, AttributeType::Graph)?
+            .and_then(|a| a.g.as_ref()))
     }
 
     /// Names of attributes present on the node that no mapper read.

@@ -13,6 +13,8 @@ mod session;
 
 pub use backend::{Backend, CompileOptions, Executable};
 pub use error::RuntimeError;
-pub use params::ParamStore;
-pub use registry::{auto_device, backend_for, register_backend, registered_devices, BackendFactory};
+pub use params::{ParamMap, ParamStore};
+pub use registry::{
+    auto_device, backend_for, register_backend, registered_devices, BackendFactory,
+};
 pub use session::{CompiledGraph, Session, Variant};

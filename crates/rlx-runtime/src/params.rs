@@ -4,10 +4,13 @@ use rlx_ir::Tensor;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+/// An immutable set of weights by name; a run holds one for its whole duration.
+pub type ParamMap = HashMap<String, Arc<Tensor>>;
+
 /// Named weights, shared (not copied) by every compiled graph of a session.
 #[derive(Debug, Clone, Default)]
 pub struct ParamStore {
-    inner: Arc<RwLock<Arc<HashMap<String, Arc<Tensor>>>>>,
+    inner: Arc<RwLock<Arc<ParamMap>>>,
 }
 
 impl ParamStore {
@@ -30,7 +33,7 @@ impl ParamStore {
     }
 
     /// A consistent view of all weights, cheap to take per run.
-    pub fn snapshot(&self) -> Arc<HashMap<String, Arc<Tensor>>> {
+    pub fn snapshot(&self) -> Arc<ParamMap> {
         self.inner.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

@@ -68,7 +68,11 @@ impl Session {
     /// # Errors
     /// A malformed graph, a failing pass, unsupported nodes (all listed), or a backend
     /// failure.
-    pub fn compile(&self, graph: &Graph, options: CompileOptions) -> Result<CompiledGraph, RuntimeError> {
+    pub fn compile(
+        &self,
+        graph: &Graph,
+        options: CompileOptions,
+    ) -> Result<CompiledGraph, RuntimeError> {
         graph.verify()?;
         let graph = if options.bindings.is_empty() {
             graph.clone()
@@ -150,15 +154,22 @@ impl CompiledGraph {
                 message: format!("the graph has no such param; params: {}", known.join(", ")),
             });
         };
-        check_type(&ty, &value, &mut BTreeMap::new())
-            .map_err(|message| RuntimeError::Param { name: name.into(), message })?;
+        check_type(&ty, &value, &mut BTreeMap::new()).map_err(|message| RuntimeError::Param {
+            name: name.into(),
+            message,
+        })?;
         self.params.set(name, Arc::new(value));
         Ok(())
     }
 
     /// The compiled variant for static graphs (or the first one compiled).
     pub fn first_variant(&self) -> Option<Arc<Variant>> {
-        self.variants.lock().unwrap_or_else(|e| e.into_inner()).values().next().cloned()
+        self.variants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .next()
+            .cloned()
     }
 
     /// Runs the graph.
@@ -166,7 +177,10 @@ impl CompiledGraph {
     /// # Errors
     /// Missing, unknown or mistyped inputs (naming expected and given types), missing
     /// params, or a backend failure.
-    pub fn run(&self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, RuntimeError> {
+    pub fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
         let bindings = self.check_inputs(inputs)?;
         let variant = self.variant(&bindings)?;
         self.check_params()?;
@@ -182,8 +196,10 @@ impl CompiledGraph {
                     message: format!("not set (expected {ty}); load weights or call set_param"),
                 });
             };
-            check_type(&ty, t, &mut BTreeMap::new())
-                .map_err(|message| RuntimeError::Param { name: name.clone(), message })?;
+            check_type(&ty, t, &mut BTreeMap::new()).map_err(|message| RuntimeError::Param {
+                name: name.clone(),
+                message,
+            })?;
         }
         Ok(())
     }
@@ -198,10 +214,15 @@ impl CompiledGraph {
                     message: format!("missing (expected {ty})"),
                 });
             };
-            check_type(ty, t, &mut bindings)
-                .map_err(|message| RuntimeError::Input { name: name.clone(), message })?;
+            check_type(ty, t, &mut bindings).map_err(|message| RuntimeError::Input {
+                name: name.clone(),
+                message,
+            })?;
         }
-        let mut unknown: Vec<&String> = inputs.keys().filter(|k| !declared.iter().any(|(n, _)| n == *k)).collect();
+        let mut unknown: Vec<&String> = inputs
+            .keys()
+            .filter(|k| !declared.iter().any(|(n, _)| n == *k))
+            .collect();
         if !unknown.is_empty() {
             unknown.sort();
             let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
@@ -218,18 +239,28 @@ impl CompiledGraph {
     /// # Errors
     /// Any compile failure for those shapes.
     pub fn variant(&self, bindings: &Bindings) -> Result<Arc<Variant>, RuntimeError> {
-        if let Some(v) = self.variants.lock().unwrap_or_else(|e| e.into_inner()).get(bindings) {
+        if let Some(v) = self
+            .variants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(bindings)
+        {
             return Ok(v.clone());
         }
         let start = Instant::now();
         let map: HashMap<String, usize> = bindings.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        let bound = if map.is_empty() { self.graph.clone() } else { self.graph.bind(&map)? };
+        let bound = if map.is_empty() {
+            self.graph.clone()
+        } else {
+            self.graph.bind(&map)?
+        };
         let backend = self.backend.clone();
         let fold = |op: &Op, ins: &[&Tensor]| backend.const_eval(op, ins);
         let optimized = rlx_opt::optimize(&bound, &fold)?;
         let caps = |op: &Op, ins: &[&TensorType]| self.backend.supports(op, ins);
         let (legal, report) = rlx_opt::legalize(&optimized, self.device.name(), &caps)?;
-        if self.options.print_report || std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1") {
+        if self.options.print_report || std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1")
+        {
             eprintln!("{report}");
         }
         let executable = self.backend.compile(&legal, &self.options)?;
@@ -259,7 +290,9 @@ fn check_type(ty: &TensorType, t: &Tensor, bindings: &mut Bindings) -> Result<()
     for (i, (d, &n)) in ty.shape.dims().iter().zip(t.shape()).enumerate() {
         match d {
             Dim::Static(s) if *s != n => {
-                return Err(format!("expected {ty}, got {given}: dim {i} is {n}, expected {s}"))
+                return Err(format!(
+                    "expected {ty}, got {given}: dim {i} is {n}, expected {s}"
+                ))
             }
             Dim::Sym(s) => match bindings.get(&**s) {
                 Some(&b) if b != n => {

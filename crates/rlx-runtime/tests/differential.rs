@@ -41,13 +41,18 @@ impl Gen {
 
     fn shape(&mut self) -> Vec<usize> {
         let rank = 1 + self.pick(4);
-        (0..rank).map(|_| [1, 2, 3, 4, 5, 7][self.pick(6)]).collect()
+        (0..rank)
+            .map(|_| [1, 2, 3, 4, 5, 7][self.pick(6)])
+            .collect()
     }
 
     /// A shape that broadcasts against `s`: some dims become 1, some leading dims drop.
     fn broadcastable(&mut self, s: &[usize]) -> Vec<usize> {
         let drop = self.pick(s.len().min(2) + 1).min(s.len() - 1);
-        s[drop..].iter().map(|&d| if self.pick(3) == 0 { 1 } else { d }).collect()
+        s[drop..]
+            .iter()
+            .map(|&d| if self.pick(3) == 0 { 1 } else { d })
+            .collect()
     }
 
     fn leaf(&mut self, shape: &[usize]) -> NodeId {
@@ -87,7 +92,11 @@ impl Gen {
     }
 
     fn step(&mut self) {
-        let (x, xs) = self.operand();
+        let (mut x, mut xs) = self.operand();
+        if xs.is_empty() {
+            x = self.g.reshape(x, Shape::of(&[1])).unwrap();
+            xs = vec![1];
+        }
         let choice = self.pick(16);
         let r = match choice {
             0..=3 => {
@@ -112,7 +121,9 @@ impl Gen {
                 self.ops.push(u.name());
                 let arg = match u {
                     UnaryOp::Exp => self.g.unary(UnaryOp::Tanh, x).unwrap(),
-                    UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => self.positive(x),
+                    UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => {
+                        self.positive(x)
+                    }
                     _ => x,
                 };
                 self.g.unary(u, arg)
@@ -129,7 +140,11 @@ impl Gen {
                 ][self.pick(7)];
                 self.ops.push(b.name());
                 let ys = self.broadcastable(&xs);
-                let y = if self.pick(2) == 0 { self.leaf(&ys) } else { self.operand().0 };
+                let y = if self.pick(2) == 0 {
+                    self.leaf(&ys)
+                } else {
+                    self.operand().0
+                };
                 let (lhs, rhs) = if self.pick(2) == 0 { (x, y) } else { (y, x) };
                 match b {
                     BinaryOp::Div => {
@@ -198,7 +213,11 @@ impl Gen {
                     let axis = self.pick(xs.len());
                     let d = xs[axis] as i64;
                     let step = [1, 2, -1][self.pick(3)];
-                    let (s, e) = if step > 0 { (self.pick(d as usize) as i64, d) } else { (d - 1, -d - 1) };
+                    let (s, e) = if step > 0 {
+                        (self.pick(d as usize) as i64, d)
+                    } else {
+                        (d - 1, -d - 1)
+                    };
                     self.g.slice(x, axis, s, e, step)
                 } else {
                     self.ops.push("concat");
@@ -242,7 +261,11 @@ impl Gen {
                 } else {
                     self.ops.push("pool2d");
                     let p = Pool2dParams {
-                        kind: if self.pick(2) == 0 { PoolKind::Max } else { PoolKind::Avg },
+                        kind: if self.pick(2) == 0 {
+                            PoolKind::Max
+                        } else {
+                            PoolKind::Avg
+                        },
                         kernel: [2, 2],
                         stride: [1 + self.pick(2), 2],
                         pads: [self.pick(2), 0, 0, self.pick(2)],
@@ -283,7 +306,8 @@ fn check(seed: u64) -> Result<(), String> {
             gen.g.output("mid", other);
         }
     }
-    let want = rlx_cpu::run_graph(&gen.g, &gen.inputs, &gen.params).map_err(|e| format!("interpreter: {e}"))?;
+    let want = rlx_cpu::run_graph(&gen.g, &gen.inputs, &gen.params)
+        .map_err(|e| format!("interpreter: {e}"))?;
     let session = Session::new(Device::Cpu).map_err(|e| e.to_string())?;
     for (n, t) in &gen.params {
         session.set_param(n, (**t).clone());
@@ -291,14 +315,23 @@ fn check(seed: u64) -> Result<(), String> {
     let compiled = session
         .compile(&gen.g, CompileOptions::default())
         .map_err(|e| format!("compile: {e}\n{}", gen.g))?;
-    let got = compiled.run(&gen.inputs).map_err(|e| format!("run: {e}\n{}", gen.g))?;
+    let got = compiled
+        .run(&gen.inputs)
+        .map_err(|e| format!("run: {e}\n{}", gen.g))?;
     for ((name, w), (gname, g)) in want.iter().zip(&got) {
         if name != gname || w.shape() != g.shape() {
-            return Err(format!("output {name}: shape {:?} vs {:?}", g.shape(), w.shape()));
+            return Err(format!(
+                "output {name}: shape {:?} vs {:?}",
+                g.shape(),
+                w.shape()
+            ));
         }
         let err = rel_l2(g, w);
         if !(err <= 1e-5) {
-            return Err(format!("output {name}: relative L2 error {err:e} (ops {:?})\n{}", gen.ops, gen.g));
+            return Err(format!(
+                "output {name}: relative L2 error {err:e} (ops {:?})\n{}",
+                gen.ops, gen.g
+            ));
         }
     }
     Ok(())
@@ -306,8 +339,14 @@ fn check(seed: u64) -> Result<(), String> {
 
 #[test]
 fn random_graphs_fast_path_matches_interpreter() {
-    let n: u64 = std::env::var("RLX_DIFF_GRAPHS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    let first: u64 = std::env::var("RLX_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let n: u64 = std::env::var("RLX_DIFF_GRAPHS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let first: u64 = std::env::var("RLX_DIFF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut failures = Vec::new();
     for seed in first..first + n {
         if let Err(e) = check(seed) {
@@ -321,4 +360,26 @@ fn random_graphs_fast_path_matches_interpreter() {
         failures.len(),
         failures.join("\n\n")
     );
+}
+
+#[test]
+fn generator_builds_varied_graphs() {
+    let mut ops = std::collections::BTreeSet::new();
+    let mut nodes = 0;
+    for seed in 0..200 {
+        let mut gen = Gen::new(seed);
+        let s = gen.shape();
+        gen.leaf(&s);
+        for _ in 0..6 {
+            gen.step();
+        }
+        nodes += gen.g.nodes().len();
+        ops.extend(gen.ops.iter().copied());
+    }
+    println!(
+        "{} distinct ops, {nodes} nodes over 200 graphs: {ops:?}",
+        ops.len()
+    );
+    assert!(ops.len() >= 30, "{ops:?}");
+    assert!(nodes >= 200 * 8);
 }

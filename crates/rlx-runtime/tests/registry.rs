@@ -20,7 +20,10 @@ fn default_build_registers_every_device_in_order() {
 
 #[test]
 fn seams_are_unavailable_with_a_reason_and_refuse_to_compile() {
-    for d in Device::ALL.into_iter().filter(|d| !matches!(d, Device::Cpu | Device::Egpu)) {
+    for d in Device::ALL
+        .into_iter()
+        .filter(|d| !matches!(d, Device::Cpu | Device::Egpu))
+    {
         let b = backend_for(d).unwrap();
         let a = b.availability();
         assert!(!a.available, "{d} should be a seam");
@@ -30,7 +33,11 @@ fn seams_are_unavailable_with_a_reason_and_refuse_to_compile() {
         let mut g = Graph::new();
         let x = g.input("x", DType::F32, [2]);
         g.output("y", x);
-        let err = b.compile(&g, &CompileOptions::default()).err().unwrap().to_string();
+        let err = b
+            .compile(&g, &CompileOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("not available"), "{err}");
         let err = Session::new(d).err().unwrap().to_string();
         assert!(err.contains(d.name()) && err.contains("no "), "{err}");
@@ -100,7 +107,9 @@ fn custom_backend_replaces_builtin_and_unsupported_nodes_are_listed_at_once() {
     g.output("y", y);
     let c = session.compile(&g, CompileOptions::default()).unwrap();
     let xin = Tensor::random(DType::F32, &[4], 3);
-    let out = c.run(&HashMap::from([("x".to_string(), xin.clone())])).unwrap();
+    let out = c
+        .run(&HashMap::from([("x".to_string(), xin.clone())]))
+        .unwrap();
     let want: Vec<f64> = xin.to_f64_vec().iter().map(|v| (v + v) * v).collect();
     let got = out[0].1.to_f64_vec();
     for (a, b) in got.iter().zip(&want) {
@@ -114,7 +123,11 @@ fn custom_backend_replaces_builtin_and_unsupported_nodes_are_listed_at_once() {
     let b = g.unary(UnaryOp::Cos, a).unwrap();
     g.set_name(b, "my_cos");
     g.output("y", b);
-    let err = session.compile(&g, CompileOptions::default()).err().unwrap().to_string();
+    let err = session
+        .compile(&g, CompileOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("my_exp") && err.contains("my_cos"), "{err}");
     assert!(err.contains("egpu"), "{err}");
 }

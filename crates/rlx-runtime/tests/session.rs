@@ -95,10 +95,19 @@ fn runs_from_several_threads_at_once() {
 fn set_param_checks_and_replaces() {
     let (s, w, _) = session_with_params();
     let c = s.compile(&mlp(), CompileOptions::default()).unwrap();
-    let err = c.set_param("w", Tensor::random(DType::F32, &[2, 3], 1)).unwrap_err().to_string();
-    assert!(err.contains("param `w`") && err.contains("f32[3,2]"), "{err}");
+    let err = c
+        .set_param("w", Tensor::random(DType::F32, &[2, 3], 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("param `w`") && err.contains("f32[3,2]"),
+        "{err}"
+    );
     let err = c.set_param("nope", w.clone()).unwrap_err().to_string();
-    assert!(err.contains("no such param") && err.contains("w, b"), "{err}");
+    assert!(
+        err.contains("no such param") && err.contains("w, b"),
+        "{err}"
+    );
     let b2 = Tensor::full(DType::F32, &[2], 100.0);
     c.set_param("b", b2.clone()).unwrap();
     let x = Tensor::random(DType::F32, &[2, 3], 9);
@@ -113,9 +122,15 @@ fn bad_inputs_are_clear_errors() {
     let err = |m: HashMap<String, Tensor>| c.run(&m).unwrap_err().to_string();
 
     let e = err(HashMap::new());
-    assert!(e.contains("input `x`") && e.contains("missing") && e.contains("f32[batch,3]"), "{e}");
+    assert!(
+        e.contains("input `x`") && e.contains("missing") && e.contains("f32[batch,3]"),
+        "{e}"
+    );
     let e = err(inputs(Tensor::random(DType::F64, &[2, 3], 1)));
-    assert!(e.contains("dtype differs") && e.contains("f64[2, 3]"), "{e}");
+    assert!(
+        e.contains("dtype differs") && e.contains("f64[2, 3]"),
+        "{e}"
+    );
     let e = err(inputs(Tensor::random(DType::F32, &[2, 4], 1)));
     assert!(e.contains("dim 1 is 4, expected 3"), "{e}");
     let e = err(inputs(Tensor::random(DType::F32, &[2, 3, 1], 1)));
@@ -123,14 +138,20 @@ fn bad_inputs_are_clear_errors() {
     let mut m = inputs(Tensor::random(DType::F32, &[2, 3], 1));
     m.insert("z".into(), Tensor::scalar(DType::F32, 1.0));
     let e = err(m);
-    assert!(e.contains("input `z`") && e.contains("no such input"), "{e}");
+    assert!(
+        e.contains("input `z`") && e.contains("no such input"),
+        "{e}"
+    );
 }
 
 #[test]
 fn missing_param_is_named() {
     let s = Session::new(Device::Cpu).unwrap();
     let c = s.compile(&mlp(), CompileOptions::default()).unwrap();
-    let e = c.run(&inputs(Tensor::random(DType::F32, &[2, 3], 1))).unwrap_err().to_string();
+    let e = c
+        .run(&inputs(Tensor::random(DType::F32, &[2, 3], 1)))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("param `w`") && e.contains("not set"), "{e}");
 }
 
@@ -154,8 +175,15 @@ fn malformed_graphs_are_rejected_with_the_node_named() {
     });
     let _ = x;
     g.output("y", b);
-    let e = s.compile(&g, CompileOptions::default()).err().unwrap().to_string();
-    assert!(e.contains("loop_a") && e.contains("not defined before it"), "{e}");
+    let e = s
+        .compile(&g, CompileOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("loop_a") && e.contains("not defined before it"),
+        "{e}"
+    );
 
     // A recorded type that inference contradicts.
     let mut g = Graph::new();
@@ -167,13 +195,24 @@ fn malformed_graphs_are_rejected_with_the_node_named() {
         name: "bad_exp".into(),
     });
     g.output("y", y);
-    let e = s.compile(&g, CompileOptions::default()).err().unwrap().to_string();
-    assert!(e.contains("bad_exp") && e.contains("f32[3]") && e.contains("f32[2]"), "{e}");
+    let e = s
+        .compile(&g, CompileOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("bad_exp") && e.contains("f32[3]") && e.contains("f32[2]"),
+        "{e}"
+    );
 
     // No outputs.
     let mut g = Graph::new();
     g.input("x", DType::F32, [2]);
-    let e = s.compile(&g, CompileOptions::default()).err().unwrap().to_string();
+    let e = s
+        .compile(&g, CompileOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("no outputs"), "{e}");
 
     // Shape errors at build time name op and shapes.
@@ -181,13 +220,19 @@ fn malformed_graphs_are_rejected_with_the_node_named() {
     let a = g.input("a", DType::F32, [2, 3]);
     let b = g.input("b", DType::F32, [4, 5]);
     let e = g.matmul(a, b).unwrap_err().to_string();
-    assert!(e.contains("matmul") && e.contains("f32[2,3]") && e.contains("f32[4,5]"), "{e}");
+    assert!(
+        e.contains("matmul") && e.contains("f32[2,3]") && e.contains("f32[4,5]"),
+        "{e}"
+    );
 }
 
 #[test]
 fn unknown_and_unavailable_devices() {
     let e = "quantum".parse::<Device>().unwrap_err().to_string();
-    assert!(e.contains("unknown device `quantum`") && e.contains("cuda"), "{e}");
+    assert!(
+        e.contains("unknown device `quantum`") && e.contains("cuda"),
+        "{e}"
+    );
     let e = Session::new(Device::Cuda).err().unwrap().to_string();
     assert!(e.contains("cuda") && e.contains("not available"), "{e}");
 }

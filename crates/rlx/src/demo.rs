@@ -2,7 +2,9 @@
 //! (`scripts/train_demo.py`), stored as safetensors in `assets/demo/` and compiled into the
 //! binary, so `rlx run` needs no download.
 
-use rlx_ir::{Conv2dParams, DType, Dim, Graph, IrError, Pool2dParams, PoolKind, Shape, Tensor, TensorData};
+use rlx_ir::{
+    Conv2dParams, DType, Dim, Graph, IrError, Pool2dParams, PoolKind, Shape, Tensor, TensorData,
+};
 use safetensors::SafeTensors;
 
 /// The trained weights (safetensors).
@@ -46,9 +48,19 @@ pub const PARAMS: [(&str, &[usize]); 8] = [
 pub fn build_graph() -> Result<Graph, IrError> {
     let mut g = Graph::new();
     let batch = Dim::sym("batch");
-    let x = g.input("images", DType::F32, Shape(vec![batch.clone(), 1.into(), 8.into(), 8.into()]));
-    let p: Vec<_> = PARAMS.iter().map(|(n, s)| g.param(n, DType::F32, Shape::of(s))).collect();
-    let same = Conv2dParams { pads: [1; 4], ..Conv2dParams::default() };
+    let x = g.input(
+        "images",
+        DType::F32,
+        Shape(vec![batch.clone(), 1.into(), 8.into(), 8.into()]),
+    );
+    let p: Vec<_> = PARAMS
+        .iter()
+        .map(|(n, s)| g.param(n, DType::F32, Shape::of(s)))
+        .collect();
+    let same = Conv2dParams {
+        pads: [1; 4],
+        ..Conv2dParams::default()
+    };
     let c1 = g.conv2d(x, p[0], Some(p[1]), same)?;
     let r1 = g.relu(c1)?;
     let pool = Pool2dParams {
@@ -99,15 +111,29 @@ fn parse(bytes: &[u8]) -> Result<SafeTensors<'_>, DemoError> {
     SafeTensors::deserialize(bytes).map_err(|e| DemoError::Format(e.to_string()))
 }
 
-fn read(st: &SafeTensors<'_>, name: &str, dtype: DType, shape: &[usize]) -> Result<Tensor, DemoError> {
-    let err = |message: String| DemoError::Tensor { name: name.into(), message };
+fn read(
+    st: &SafeTensors<'_>,
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+) -> Result<Tensor, DemoError> {
+    let err = |message: String| DemoError::Tensor {
+        name: name.into(),
+        message,
+    };
     let view = st.tensor(name).map_err(|e| err(e.to_string()))?;
     if view.shape() != shape {
         return Err(err(format!("shape {:?}, expected {shape:?}", view.shape())));
     }
-    let data = TensorData::from_le_bytes(dtype, view.data())
-        .ok_or_else(|| err(format!("byte length {} is not a multiple of {dtype}", view.data().len())))?;
-    if data.len() != shape.iter().product::<usize>() || view.dtype().size() != dtype.size_bytes() {
+    let data = TensorData::from_le_bytes(dtype, view.data()).ok_or_else(|| {
+        err(format!(
+            "byte length {} is not a multiple of {dtype}",
+            view.data().len()
+        ))
+    })?;
+    if data.len() != shape.iter().product::<usize>()
+        || view.dtype().bitsize() != dtype.size_bytes() * 8
+    {
         return Err(err(format!("dtype {:?}, expected {dtype}", view.dtype())));
     }
     Tensor::new(shape.to_vec(), data).map_err(|e| err(e.to_string()))
@@ -121,7 +147,13 @@ pub fn argmax_rows(logits: &Tensor) -> Vec<usize> {
         .map(|row| {
             row.iter()
                 .enumerate()
-                .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) })
+                .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| {
+                    if x > bv {
+                        (i, x)
+                    } else {
+                        (bi, bv)
+                    }
+                })
                 .0
         })
         .collect()

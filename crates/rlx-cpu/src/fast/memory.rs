@@ -235,6 +235,20 @@ fn data_ptr(t: &TensorData) -> *const u8 {
     }
 }
 
+fn data_ptr_mut(t: &mut TensorData) -> *mut u8 {
+    match t {
+        TensorData::F32(v) => v.as_mut_ptr() as *mut u8,
+        TensorData::F16(v) => v.as_mut_ptr() as *mut u8,
+        TensorData::BF16(v) => v.as_mut_ptr() as *mut u8,
+        TensorData::F64(v) => v.as_mut_ptr() as *mut u8,
+        TensorData::I8(v) => v.as_mut_ptr() as *mut u8,
+        TensorData::U8(v) => v.as_mut_ptr(),
+        TensorData::I32(v) => v.as_mut_ptr() as *mut u8,
+        TensorData::I64(v) => v.as_mut_ptr() as *mut u8,
+        TensorData::Bool(v) => v.as_mut_ptr() as *mut u8,
+    }
+}
+
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Block([u8; 64]);
@@ -270,6 +284,8 @@ pub(crate) enum Loc {
     Arena(usize),
     /// a temp that is a program output, in its own per-run allocation
     Owned(usize),
+    /// a temp no kernel touches
+    Unused,
 }
 
 /// Every buffer's storage for one run.
@@ -298,21 +314,23 @@ impl<'a> RunMemory<'a> {
         owned: &'a mut [TensorData],
     ) -> RunMemory<'a> {
         let base = arena.blocks.as_mut_ptr() as *mut u8;
-        let owned_ptrs: Vec<*mut u8> = owned.iter().map(|t| data_ptr(t) as *mut u8).collect();
+        let owned_ptrs: Vec<*mut u8> = owned.iter_mut().map(data_ptr_mut).collect();
         let slots = (0..roots.len())
             .map(|b| {
                 let r = roots[b];
-                let ptr = match locs[r] {
+                let (ptr, len) = match locs[r] {
                     Loc::Leaf => {
-                        data_ptr(leaves[r].expect("leaf roots are bound").data()) as *mut u8
+                        let t = leaves[r].expect("leaf roots are bound");
+                        (data_ptr(t.data()) as *mut u8, numels[b])
                     }
                     // SAFETY: the plan keeps every offset inside the arena.
-                    Loc::Arena(off) => unsafe { base.add(off) },
-                    Loc::Owned(i) => owned_ptrs[i],
+                    Loc::Arena(off) => (unsafe { base.add(off) }, numels[b]),
+                    Loc::Owned(i) => (owned_ptrs[i], numels[b]),
+                    Loc::Unused => (std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8, 0),
                 };
                 Slot {
                     ptr,
-                    len: numels[b],
+                    len,
                     dtype: dtypes[b],
                 }
             })
@@ -378,7 +396,7 @@ unsafe fn view_mut<'a>(p: *mut u8, n: usize, dtype: DType) -> DataMut<'a> {
         DType::F16 => DataMut::F16(s(p as *mut f16, n)),
         DType::BF16 => DataMut::BF16(s(p as *mut bf16, n)),
         DType::I8 => DataMut::I8(s(p as *mut i8, n)),
-        DType::U8 | DType::Bool => DataMut::U8(s(p as *mut u8, n)),
+        DType::U8 | DType::Bool => DataMut::U8(s(p, n)),
         DType::I32 => DataMut::I32(s(p as *mut i32, n)),
         DType::I64 => DataMut::I64(s(p as *mut i64, n)),
     }

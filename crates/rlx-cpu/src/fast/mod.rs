@@ -34,6 +34,15 @@ pub struct CpuOptions {
     pub threads: Option<usize>,
 }
 
+/// The outputs of a profiled run and the time each kernel took.
+#[derive(Debug, Clone)]
+pub struct ProfiledRun {
+    /// named outputs, in order
+    pub outputs: Vec<(String, Tensor)>,
+    /// one entry per kernel, in execution order
+    pub timings: Vec<KernelTiming>,
+}
+
 /// Time spent in one kernel during a profiled run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelTiming {
@@ -47,11 +56,11 @@ pub struct KernelTiming {
 
 enum Exec {
     Loop {
-        exec: LoopExec,
+        exec: Box<LoopExec>,
         inputs: Vec<BufferId>,
         output: BufferId,
     },
-    Library(LibExec),
+    Library(Box<LibExec>),
 }
 
 struct Step {
@@ -109,7 +118,7 @@ impl CpuProgram {
                 Kernel::Loop(l) => (
                     "loop",
                     Exec::Loop {
-                        exec: LoopExec::compile(l, threads),
+                        exec: Box::new(LoopExec::compile(l, threads)),
                         inputs: l.inputs.iter().map(|i| i.buffer).collect(),
                         output: l.output,
                     },
@@ -119,7 +128,7 @@ impl CpuProgram {
                     let result = info.lib_results[ki].clone().expect("library result type");
                     (
                         l.op.name(),
-                        Exec::Library(LibExec::compile(l, in_types, result, threads)),
+                        Exec::Library(Box::new(LibExec::compile(l, in_types, result, threads))),
                     )
                 }
             });
@@ -133,11 +142,15 @@ impl CpuProgram {
                 Exec::Loop { .. } => 0,
             })
             .collect();
-        let (locs, owned, offsets, arena_bytes) =
-            layout(&program, &info, &dtypes, &numels, &scratch);
+        let Layout {
+            locs,
+            owned,
+            scratch_offsets,
+            arena_bytes,
+        } = layout(&program, &info, &dtypes, &numels, &scratch);
         let steps = execs
             .into_iter()
-            .zip(offsets)
+            .zip(scratch_offsets)
             .map(|((kind, exec), scratch)| Step {
                 exec,
                 kind,
@@ -207,10 +220,10 @@ impl CpuProgram {
         &self,
         inputs: &HashMap<String, Tensor>,
         params: &HashMap<String, Arc<Tensor>>,
-    ) -> Result<(Vec<(String, Tensor)>, Vec<KernelTiming>), CpuError> {
+    ) -> Result<ProfiledRun, CpuError> {
         let mut timings = Vec::with_capacity(self.steps.len());
-        let out = self.run_inner(inputs, params, Some(&mut timings))?;
-        Ok((out, timings))
+        let outputs = self.run_inner(inputs, params, Some(&mut timings))?;
+        Ok(ProfiledRun { outputs, timings })
     }
 
     fn run_inner(
@@ -265,7 +278,7 @@ impl CpuProgram {
                     };
                     finish_owned(self.dtypes[*b], d)
                 }
-                Loc::Arena(_) => unreachable!("output temps are owned, not in the arena"),
+                Loc::Arena(_) | Loc::Unused => unreachable!("output temps are owned"),
             };
             let t = Tensor::new(self.info.shapes[*b].clone(), data).expect("checked sizes");
             out.push((name.clone(), t));
@@ -312,17 +325,27 @@ impl CpuProgram {
     }
 }
 
+/// Where storage lives, decided at compile time.
+struct Layout {
+    /// per root buffer
+    locs: Vec<Loc>,
+    /// dtype and element count of each owned output
+    owned: Vec<(DType, usize)>,
+    /// byte offset of each kernel's scratch block
+    scratch_offsets: Vec<usize>,
+    arena_bytes: usize,
+}
+
 /// Decides where every root buffer lives and plans the arena: temps that are program
 /// outputs are owned per run; other temps and each kernel's scratch go in the arena, live
-/// from their first write to their last read. Returns the locations, the owned outputs,
-/// each kernel's scratch offset and the arena size.
+/// from their first write to their last read.
 fn layout(
     p: &KernelProgram,
     info: &ProgramInfo,
     dtypes: &[DType],
     numels: &[usize],
     scratch: &[usize],
-) -> (Vec<Loc>, Vec<(DType, usize)>, Vec<usize>, usize) {
+) -> Layout {
     let nb = p.buffers.len();
     let mut first = vec![usize::MAX; nb];
     let mut last = vec![0usize; nb];
@@ -339,7 +362,14 @@ fn layout(
     for (_, b) in &p.outputs {
         is_output[info.roots[*b]] = true;
     }
-    let mut locs = vec![Loc::Leaf; nb];
+    let mut locs: Vec<Loc> = p
+        .buffers
+        .iter()
+        .map(|b| match b.kind {
+            BufferKind::Temp => Loc::Unused,
+            _ => Loc::Leaf,
+        })
+        .collect();
     let mut owned = Vec::new();
     let mut reqs = Vec::new();
     let mut req_of = Vec::new();
@@ -375,5 +405,10 @@ fn layout(
             None => scratch_offsets.push(plan.offsets[i]),
         }
     }
-    (locs, owned, scratch_offsets, plan.total_bytes)
+    Layout {
+        locs,
+        owned,
+        scratch_offsets,
+        arena_bytes: plan.total_bytes,
+    }
 }

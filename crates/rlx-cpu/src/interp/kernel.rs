@@ -42,7 +42,7 @@ pub(crate) fn needed(k: &LoopKernel, root: ExprId) -> Vec<bool> {
 /// dtype differs from its declaration, or a view reading outside its tensor.
 pub fn run_loop_kernel(k: &LoopKernel, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
     let info: Vec<_> = inputs.iter().map(|t| (t.dtype(), t.numel())).collect();
-    check_loop(k, &info).map_err(|e| e.in_kernel(&k.name))?;
+    check_loop(k, &info)?;
     let data: Vec<&TensorData> = inputs.iter().map(|t| t.data()).collect();
     let n_red = k.reduce_numel();
     let pro = k.reduce.as_ref().map(|r| needed(k, r.value));
@@ -101,5 +101,55 @@ fn eval(
             Expr::Cast(a) => d.round(vals[*a]),
             Expr::Reduced => reduced,
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::kernel::{ExprNode, KernelInput, KernelReduce, View};
+    use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+
+    #[test]
+    fn mean_of_squares_then_rsqrt_by_hand() {
+        let f = DType::F32;
+        let n = |expr, dtype| ExprNode { expr, dtype };
+        let k = LoopKernel {
+            name: "rms".into(),
+            shape: vec![2],
+            reduce_shape: vec![2],
+            inputs: vec![KernelInput {
+                buffer: 0,
+                dtype: f,
+                view: View {
+                    offset: 0,
+                    strides: vec![2, 1],
+                },
+            }],
+            body: vec![
+                n(Expr::Load(0), f),
+                n(Expr::Binary(BinaryOp::Mul, 0, 0), f),
+                n(Expr::Reduced, f),
+                n(Expr::Unary(UnaryOp::Rsqrt, 2), f),
+            ],
+            reduce: Some(KernelReduce {
+                op: ReduceOp::Mean,
+                value: 1,
+                dtype: f,
+            }),
+            result: 3,
+            output: 0,
+        };
+        let x = Tensor::from_f32(&[2, 2], vec![1., 2., 3., 4.]).unwrap();
+        let r = run_loop_kernel(&k, &[&x]).unwrap();
+        let want = [1.0 / 2.5f64.sqrt(), 1.0 / 12.5f64.sqrt()];
+        for (g, w) in r.to_f64_vec().iter().zip(want) {
+            assert!((g - w).abs() < 1e-7);
+        }
+        // a view that walks off the end is an error naming the kernel
+        let mut bad = k.clone();
+        bad.inputs[0].view.offset = 1;
+        let e = run_loop_kernel(&bad, &[&x]).unwrap_err().to_string();
+        assert!(e.starts_with("kernel `rms` input 0: view offset=1"), "{e}");
     }
 }

@@ -359,7 +359,7 @@ mod shapes {
                     Op::Reduce {
                         op: ReduceOp::ALL[pick % 5],
                         axes,
-                        keepdims: pick % 2 == 0,
+                        keepdims: pick.is_multiple_of(2),
                     },
                     vec![x.clone()],
                 ),
@@ -391,7 +391,7 @@ mod shapes {
                         axes: vec![axis],
                         starts: vec![rng.below(4) as i64 - 2],
                         ends: vec![i64::MAX],
-                        steps: vec![if pick % 2 == 0 { 1 } else { -1 }],
+                        steps: vec![if pick.is_multiple_of(2) { 1 } else { -1 }],
                     },
                     vec![x.clone()],
                 ),
@@ -447,7 +447,7 @@ mod shapes {
                 pads: [0, 0, k - 1, 0],
                 dilation: [1, 1],
                 count_include_pad: false,
-                ceil_mode: pick % 2 == 0,
+                ceil_mode: pick.is_multiple_of(2),
             };
             v.push((Op::Pool2d(pp), vec![x.clone()]));
             v.push((Op::GlobalPool(PoolKind::Max), vec![x.clone()]));

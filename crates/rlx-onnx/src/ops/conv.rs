@@ -15,25 +15,42 @@ struct Window {
     pads: [usize; 4],
 }
 
-fn pos(v: i64, what: &str) -> R<usize> {
+pub fn pos(v: i64, what: &str) -> R<usize> {
     if v <= 0 {
         invalid!("{what} must be positive, got {v}");
     }
     Ok(v as usize)
 }
 
-/// Reads kernel/strides/dilations/pads/auto_pad for `nsp` (1 or 2) spatial dims of sizes
-/// `spatial`; 1-D values land in the second (width) slot.
-fn window(n: &NodeIn, kernel: &[usize], spatial: &[usize], ceil: bool) -> R<Window> {
+/// Strides, dilations and (begin, end) pads per spatial dim, with `auto_pad` resolved.
+pub struct Spatial {
+    /// stride per spatial dim
+    pub stride: Vec<usize>,
+    /// dilation per spatial dim
+    pub dilation: Vec<usize>,
+    /// padding before each spatial dim
+    pub begin: Vec<usize>,
+    /// padding after each spatial dim
+    pub end: Vec<usize>,
+}
+
+/// Reads strides/dilations/pads/auto_pad for spatial dims of sizes `spatial`.
+pub fn spatial_attrs(n: &NodeIn, kernel: &[usize], spatial: &[usize]) -> R<Spatial> {
     let nsp = spatial.len();
-    let get = |name: &str| -> R<Vec<i64>> {
-        Ok(n.ints_opt(name)?.unwrap_or_else(|| vec![1; nsp]))
-    };
+    let get = |name: &str| -> R<Vec<i64>> { Ok(n.ints_opt(name)?.unwrap_or_else(|| vec![1; nsp])) };
     let strides = get("strides")?;
     let dil = get("dilations")?;
     if strides.len() != nsp || dil.len() != nsp || kernel.len() != nsp {
         invalid!("strides, dilations and kernel must have {nsp} values");
     }
+    let stride = strides
+        .iter()
+        .map(|&v| pos(v, "stride"))
+        .collect::<R<Vec<_>>>()?;
+    let dilation = dil
+        .iter()
+        .map(|&v| pos(v, "dilation"))
+        .collect::<R<Vec<_>>>()?;
     let mut pads = n.ints_opt("pads")?.unwrap_or_else(|| vec![0; 2 * nsp]);
     if pads.len() != 2 * nsp || pads.iter().any(|&p| p < 0) {
         invalid!("pads {pads:?} must be {} non-negative values", 2 * nsp);
@@ -44,11 +61,9 @@ fn window(n: &NodeIn, kernel: &[usize], spatial: &[usize], ceil: bool) -> R<Wind
         "VALID" => pads = vec![0; 2 * nsp],
         "SAME_UPPER" | "SAME_LOWER" => {
             for i in 0..nsp {
-                let s = pos(strides[i], "stride")?;
-                let d = pos(dil[i], "dilation")?;
-                let out = spatial[i].div_ceil(s);
-                let span = (kernel[i] - 1) * d + 1;
-                let total = ((out - 1) * s + span).saturating_sub(spatial[i]);
+                let out = spatial[i].div_ceil(stride[i]);
+                let span = (kernel[i] - 1) * dilation[i] + 1;
+                let total = ((out - 1) * stride[i] + span).saturating_sub(spatial[i]);
                 let small = total / 2;
                 let (b, e) = if auto == "SAME_UPPER" {
                     (small, total - small)
@@ -61,7 +76,22 @@ fn window(n: &NodeIn, kernel: &[usize], spatial: &[usize], ceil: bool) -> R<Wind
         }
         other => invalid!("auto_pad `{other}`"),
     }
-    let _ = ceil;
+    Ok(Spatial {
+        stride,
+        dilation,
+        begin: pads[..nsp].iter().map(|&p| p as usize).collect(),
+        end: pads[nsp..].iter().map(|&p| p as usize).collect(),
+    })
+}
+
+/// Reads the window attributes for 1 or 2 spatial dims; 1-D values land in the second
+/// (width) slot.
+fn window(n: &NodeIn, kernel: &[usize], spatial: &[usize]) -> R<Window> {
+    let nsp = spatial.len();
+    if nsp > 2 {
+        unsupported!("{nsp}-D windows here");
+    }
+    let sp = spatial_attrs(n, kernel, spatial)?;
     let mut w = Window {
         kernel: [1, 1],
         stride: [1, 1],
@@ -71,10 +101,10 @@ fn window(n: &NodeIn, kernel: &[usize], spatial: &[usize], ceil: bool) -> R<Wind
     let off = 2 - nsp;
     for i in 0..nsp {
         w.kernel[off + i] = kernel[i];
-        w.stride[off + i] = pos(strides[i], "stride")?;
-        w.dilation[off + i] = pos(dil[i], "dilation")?;
-        w.pads[off + i] = pads[i] as usize;
-        w.pads[2 + off + i] = pads[i + nsp] as usize;
+        w.stride[off + i] = sp.stride[i];
+        w.dilation[off + i] = sp.dilation[i];
+        w.pads[off + i] = sp.begin[i];
+        w.pads[2 + off + i] = sp.end[i];
     }
     Ok(w)
 }
@@ -84,7 +114,8 @@ fn spatial_rank(ctx: &Ctx, x: &Val) -> R<usize> {
     match ctx.rank(x) {
         3 => Ok(1),
         4 => Ok(2),
-        r if r > 4 => unsupported!("{}-D spatial input (the IR has 1-D and 2-D convolution/pooling)", r - 2),
+        5 => Ok(3),
+        r if r > 5 => unsupported!("{}-D spatial input (1-D to 3-D are supported)", r - 2),
         r => invalid!("input rank {r} is too small"),
     }
 }
@@ -111,13 +142,16 @@ fn from_2d(ctx: &mut Ctx, y: &Val, nsp: usize) -> R<Val> {
 pub fn conv(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, w) = (n.input(0)?, n.input(1)?);
     let nsp = spatial_rank(ctx, &x)?;
+    if nsp == 3 {
+        return crate::ops::conv3d::conv3d(ctx, n, &x, &w);
+    }
     let xs = ctx.shape(&x)?;
     let ws = ctx.shape(&w)?;
     let kernel = match n.ints_opt("kernel_shape")? {
         Some(k) => k.iter().map(|&v| pos(v, "kernel")).collect::<R<Vec<_>>>()?,
         None => ws[2..].to_vec(),
     };
-    let win = window(n, &kernel, &xs[2..], false)?;
+    let win = window(n, &kernel, &xs[2..])?;
     let groups = pos(n.int("group", 1)?, "group")?;
     let x2 = to_2d(ctx, &x)?;
     let w2 = to_2d(ctx, &w)?;
@@ -142,9 +176,11 @@ pub fn pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let Some(kernel) = n.ints_opt("kernel_shape")? else {
         invalid!("kernel_shape is required");
     };
-    let kernel = kernel.iter().map(|&v| pos(v, "kernel")).collect::<R<Vec<_>>>()?;
+    let kernel = kernel
+        .iter()
+        .map(|&v| pos(v, "kernel"))
+        .collect::<R<Vec<_>>>()?;
     let ceil = n.int("ceil_mode", 0)? != 0;
-    let win = window(n, &kernel, &xs[2..], ceil)?;
     let max = n.op_type() == "MaxPool";
     let count_include_pad = if max {
         n.int("storage_order", 0)?;
@@ -163,6 +199,11 @@ pub fn pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     } else {
         unsupported!("dtype {d}");
     };
+    if nsp == 3 {
+        let y = crate::ops::conv3d::pool3d(ctx, n, &xf, &kernel, ceil, max, count_include_pad)?;
+        return Ok(vec![ctx.cast(&y[0], d)?]);
+    }
+    let win = window(n, &kernel, &xs[2..])?;
     let p = Pool2dParams {
         kind: if max { PoolKind::Max } else { PoolKind::Avg },
         kernel: win.kernel,
@@ -182,13 +223,19 @@ pub fn pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 pub fn lp_pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let nsp = spatial_rank(ctx, &x)?;
+    if nsp == 3 {
+        unsupported!("3-D LpPool");
+    }
     let xs = ctx.shape(&x)?;
     let Some(kernel) = n.ints_opt("kernel_shape")? else {
         invalid!("kernel_shape is required");
     };
-    let kernel = kernel.iter().map(|&v| pos(v, "kernel")).collect::<R<Vec<_>>>()?;
+    let kernel = kernel
+        .iter()
+        .map(|&v| pos(v, "kernel"))
+        .collect::<R<Vec<_>>>()?;
     let ceil = n.int("ceil_mode", 0)? != 0;
-    let win = window(n, &kernel, &xs[2..], ceil)?;
+    let win = window(n, &kernel, &xs[2..])?;
     let p = n.int("p", 2)? as f64;
     let a = ctx.unary(UnaryOp::Abs, &x)?;
     let ap = ctx.binary_scalar(BinaryOp::Pow, &a, p)?;
@@ -225,6 +272,9 @@ pub fn global_pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, w) = (n.input(0)?, n.input(1)?);
     let nsp = spatial_rank(ctx, &x)?;
+    if nsp == 3 {
+        unsupported!("3-D ConvTranspose");
+    }
     let xs = ctx.shape(&x)?;
     let ws = ctx.shape(&w)?;
     let g = pos(n.int("group", 1)?, "group")?;
@@ -235,35 +285,43 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let ones = vec![1i64; nsp];
     let strides = n.ints_opt("strides")?.unwrap_or_else(|| ones.clone());
     let dil = n.ints_opt("dilations")?.unwrap_or_else(|| ones.clone());
-    let out_pad = n.ints_opt("output_padding")?.unwrap_or_else(|| vec![0; nsp]);
+    let out_pad = n
+        .ints_opt("output_padding")?
+        .unwrap_or_else(|| vec![0; nsp]);
     let mut pads = n.ints_opt("pads")?.unwrap_or_else(|| vec![0; 2 * nsp]);
     let auto = n.string("auto_pad", "NOTSET")?;
     let out_shape = n.ints_opt("output_shape")?;
     if strides.len() != nsp || dil.len() != nsp || out_pad.len() != nsp || pads.len() != 2 * nsp {
         invalid!("strides, dilations, output_padding and pads must match {nsp} spatial dims");
     }
-    let want: Option<Vec<i64>> = match (&out_shape, auto.as_str()) {
-        (Some(o), _) => Some(o[o.len().saturating_sub(nsp)..].to_vec()),
-        (None, "SAME_UPPER" | "SAME_LOWER") => {
-            Some((0..nsp).map(|i| xs[2 + i] as i64 * strides[i]).collect())
-        }
-        (None, "NOTSET" | "VALID") => None,
-        (None, other) => invalid!("auto_pad `{other}`"),
+    let same = matches!(auto.as_str(), "SAME_UPPER" | "SAME_LOWER");
+    if !matches!(auto.as_str(), "NOTSET" | "VALID") && !same {
+        invalid!("auto_pad `{auto}`");
+    }
+    let natural = |i: usize| {
+        strides[i] * (xs[2 + i] as i64 - 1) + out_pad[i] + (kernel[i] as i64 - 1) * dil[i] + 1
+    };
+    let want: Option<Vec<i64>> = match &out_shape {
+        Some(o) => Some(o[o.len().saturating_sub(nsp)..].to_vec()),
+        None if same => Some((0..nsp).map(|i| xs[2 + i] as i64 * strides[i]).collect()),
+        None => None,
     };
     if let Some(o) = want {
+        // As the reference: SAME splits the total padding; otherwise the given (or zero)
+        // leading pads stay and the end absorbs the difference to the requested size.
         for i in 0..nsp {
-            let total = strides[i] * (xs[2 + i] as i64 - 1)
-                + out_pad[i]
-                + (kernel[i] as i64 - 1) * dil[i]
-                + 1
-                - o[i];
-            let half = total / 2;
-            if auto == "SAME_UPPER" {
-                pads[i] = half;
-                pads[i + nsp] = total - half;
+            let total = natural(i) - o[i];
+            if same {
+                let half = total.div_euclid(2);
+                if auto == "SAME_UPPER" {
+                    pads[i] = half;
+                    pads[i + nsp] = total - half;
+                } else {
+                    pads[i] = total - half;
+                    pads[i + nsp] = half;
+                }
             } else {
-                pads[i] = total - half;
-                pads[i + nsp] = half;
+                pads[i + nsp] = total - pads[i];
             }
         }
     }
@@ -287,8 +345,21 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (nb, c, h, wd) = (s2[0], s2[1], s2[2], s2[3]);
     let mut y = ctx.reshape(&x2, &[nb, c, h, 1, wd, 1])?;
     if st != [1, 1] {
-        let pp = vec![(0, 0), (0, 0), (0, 0), (0, st[0] - 1), (0, 0), (0, st[1] - 1)];
-        y = ctx.op(Op::Pad { pads: pp, mode: PadMode::Constant(0.0) }, &[&y])?;
+        let pp = vec![
+            (0, 0),
+            (0, 0),
+            (0, 0),
+            (0, st[0] - 1),
+            (0, 0),
+            (0, st[1] - 1),
+        ];
+        y = ctx.op(
+            Op::Pad {
+                pads: pp,
+                mode: PadMode::Constant(0.0),
+            },
+            &[&y],
+        )?;
     }
     y = ctx.reshape(&y, &[nb, c, h * st[0], wd * st[1]])?;
     y = ctx.slice(&y, 2, 0, ((h - 1) * st[0] + 1) as i64, 1)?;
@@ -310,7 +381,13 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         pads2[2 + a] = (b.max(0) as usize, e.max(0) as usize);
     }
     if pads2.iter().any(|&(b, e)| b > 0 || e > 0) {
-        y = ctx.op(Op::Pad { pads: pads2, mode: PadMode::Constant(0.0) }, &[&y])?;
+        y = ctx.op(
+            Op::Pad {
+                pads: pads2,
+                mode: PadMode::Constant(0.0),
+            },
+            &[&y],
+        )?;
     }
     // Kernel [Ci, Co/g, kh, kw] -> [Co, Ci/g, kh, kw], flipped spatially.
     let ci = ws[0];

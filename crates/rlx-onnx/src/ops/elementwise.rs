@@ -21,9 +21,43 @@ pub fn unary(ctx: &mut Ctx, n: &NodeIn, u: UnaryOp) -> R<Vec<Val>> {
     one(ctx.unary(u, &x)?)
 }
 
+/// Opsets before 7 broadcast the second operand only with `broadcast=1`, aligned at `axis`
+/// (trailing dims when no axis is given); the result is `y` reshaped for numpy rules.
+pub fn legacy_broadcast(ctx: &mut Ctx, n: &NodeIn, x: &Val, y: Val) -> R<Val> {
+    if n.opset >= 7 {
+        return Ok(y);
+    }
+    let b = n.int("broadcast", 0)?;
+    let axis = n.int_opt("axis")?;
+    let (rx, ry) = (ctx.rank(x), ctx.rank(&y));
+    match (b, axis) {
+        (0, _) => {
+            if ctx.dims(x) != ctx.dims(&y) {
+                invalid!(
+                    "operands differ in shape without broadcast=1 (opset {})",
+                    n.opset
+                );
+            }
+            Ok(y)
+        }
+        (_, Some(a)) => {
+            let a = if a < 0 { a + rx as i64 } else { a } as usize;
+            if a + ry > rx {
+                invalid!("broadcast axis {a} does not fit rank {ry} into rank {rx}");
+            }
+            let mut dims = vec![rlx_ir::Dim::Static(1); a];
+            dims.extend(ctx.dims(&y));
+            dims.resize(rx, rlx_ir::Dim::Static(1));
+            ctx.reshape_dims(&y, dims)
+        }
+        _ => Ok(y),
+    }
+}
+
 /// An op that is one IR binary row (numpy broadcasting, equal dtypes).
 pub fn binary(ctx: &mut Ctx, n: &NodeIn, b: BinaryOp) -> R<Vec<Val>> {
-    let (x, y) = (n.input(0)?, n.input(1)?);
+    let x = n.input(0)?;
+    let y = legacy_broadcast(ctx, n, &x, n.input(1)?)?;
     let d = ctx.dtype(&x);
     if !b.accepts(d) {
         unsupported!("dtype {d} is not supported by {}", b.name());
@@ -46,13 +80,18 @@ pub fn variadic(ctx: &mut Ctx, n: &NodeIn, b: BinaryOp, mean: bool) -> R<Vec<Val
 /// `Mod`: floored for `fmod=0` (integers), truncated for `fmod=1`.
 pub fn modulo(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let fmod = n.int("fmod", 0)?;
-    let b = if fmod == 1 { BinaryOp::FMod } else { BinaryOp::Mod };
+    let b = if fmod == 1 {
+        BinaryOp::FMod
+    } else {
+        BinaryOp::Mod
+    };
     binary(ctx, n, b)
 }
 
 /// `Pow`: the exponent may have another dtype; it is converted to the base's.
 pub fn pow(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
-    let (x, y) = (n.input(0)?, n.input(1)?);
+    let x = n.input(0)?;
+    let y = legacy_broadcast(ctx, n, &x, n.input(1)?)?;
     let y = ctx.cast(&y, ctx.dtype(&x))?;
     one(ctx.binary(BinaryOp::Pow, &x, &y)?)
 }
@@ -135,24 +174,41 @@ pub fn is_inf(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     })
 }
 
-/// `BitShift` as multiplication or division by a power of two (wrapping like the dtype).
+/// `BitShift`: left as multiplication by 2^s (wrapping like the dtype), right as floored
+/// division (an arithmetic shift for signed types), computed exactly in f64.
 pub fn bit_shift(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, s) = (n.input(0)?, n.input(1)?);
-    let dir = n.string_opt("direction")?.ok_or_else(|| fail_attr("direction"))?;
+    let dir = n
+        .string_opt("direction")?
+        .ok_or_else(|| fail_attr("direction"))?;
     let d = ctx.dtype(&x);
-    if d != DType::U8 {
-        unsupported!("BitShift on {d}: only unsigned types exist in ONNX and the IR has only u8");
+    if !d.is_int() {
+        unsupported!("BitShift on {d}");
     }
-    // Work in i64 so that 2^s does not wrap before the shift.
-    let xi = ctx.cast(&x, DType::I64)?;
-    let si = ctx.cast(&s, DType::I64)?;
-    let two = ctx.scalar(DType::I64, 2.0);
-    let p = ctx.binary(BinaryOp::Pow, &two, &si)?;
-    let y = match dir.as_str() {
-        "LEFT" => ctx.mul(&xi, &p)?,
-        "RIGHT" => ctx.div(&xi, &p)?,
+    let xf = ctx.cast(&x, DType::F64)?;
+    let sf = ctx.cast(&s, DType::F64)?;
+    let two = ctx.scalar(DType::F64, 2.0);
+    let p = ctx.binary(BinaryOp::Pow, &two, &sf)?;
+    let zero = ctx.scalar(DType::F64, 0.0);
+    let (y, overflow) = match dir.as_str() {
+        "LEFT" => (ctx.mul(&xf, &p)?, zero.clone()),
+        "RIGHT" => {
+            let q = ctx.div(&xf, &p)?;
+            let neg = ctx.binary(BinaryOp::Lt, &xf, &zero)?;
+            let m1 = ctx.scalar(DType::F64, -1.0);
+            (
+                ctx.unary(UnaryOp::Floor, &q)?,
+                ctx.where_(&neg, &m1, &zero)?,
+            )
+        }
         other => invalid!("direction `{other}` is neither LEFT nor RIGHT"),
     };
+    // Shifts outside [0, bits) shift every bit out: 0, or -1 for negative right shifts.
+    let bits = (d.size_bytes() * 8) as f64;
+    let lo = ctx.binary(BinaryOp::Lt, &sf, &zero)?;
+    let hi = ctx.binary_scalar(BinaryOp::Ge, &sf, bits)?;
+    let out = ctx.binary(BinaryOp::Or, &lo, &hi)?;
+    let y = ctx.where_(&out, &overflow, &y)?;
     one(ctx.cast(&y, d)?)
 }
 
@@ -263,7 +319,14 @@ fn hard_sigmoid(ctx: &mut Ctx, x: &Val, a: f64, b: f64) -> R<Val> {
 
 /// `PRelu`: slope broadcast to x.
 pub fn prelu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
-    let (x, slope) = (n.input(0)?, n.input(1)?);
+    let (x, mut slope) = (n.input(0)?, n.input(1)?);
+    // Before opset 7 a 1-D slope of C values is per channel (dim 1).
+    let xd = ctx.dims(&x);
+    if n.opset < 7 && ctx.rank(&slope) == 1 && xd.len() > 2 && ctx.dims(&slope)[0] == xd[1] {
+        let mut dims = vec![rlx_ir::Dim::Static(1); xd.len() - 1];
+        dims[0] = xd[1].clone();
+        slope = ctx.reshape_dims(&slope, dims)?;
+    }
     let zero = ctx.scalar_like(&x, 0.0);
     let c = ctx.binary(BinaryOp::Lt, &x, &zero)?;
     let sx = ctx.mul(&x, &slope)?;

@@ -22,8 +22,16 @@ pub fn matmul_np(ctx: &mut Ctx, a: &Val, b: &Val) -> R<Val> {
     if ra == 0 || rb == 0 {
         invalid!("MatMul operands must not be scalars");
     }
-    let a2 = if ra == 1 { ctx.unsqueeze(a, &[0])? } else { a.clone() };
-    let b2 = if rb == 1 { ctx.unsqueeze(b, &[1])? } else { b.clone() };
+    let a2 = if ra == 1 {
+        ctx.unsqueeze(a, &[0])?
+    } else {
+        a.clone()
+    };
+    let b2 = if rb == 1 {
+        ctx.unsqueeze(b, &[1])?
+    } else {
+        b.clone()
+    };
     let y = ctx.matmul(&a2, &b2)?;
     let mut dims = ctx.dims(&y);
     let r = dims.len();
@@ -88,7 +96,10 @@ fn labels(spec: &str, rank: usize) -> R<Vec<char>> {
         out.extend(post.chars().filter(|c| c.is_ascii_alphabetic()));
         Ok(out)
     } else if letters.len() != rank {
-        invalid!("operand `{spec}` has {} labels for rank {rank}", letters.len())
+        invalid!(
+            "operand `{spec}` has {} labels for rank {rank}",
+            letters.len()
+        )
     } else {
         Ok(letters)
     }
@@ -109,7 +120,11 @@ pub fn einsum(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     };
     let specs: Vec<&str> = lhs.split(',').collect();
     if specs.len() != n.n_inputs() {
-        invalid!("equation has {} operands, node has {}", specs.len(), n.n_inputs());
+        invalid!(
+            "equation has {} operands, node has {}",
+            specs.len(),
+            n.n_inputs()
+        );
     }
     let mut sizes: BTreeMap<char, usize> = BTreeMap::new();
     let mut ops = Vec::new();
@@ -123,7 +138,9 @@ pub fn einsum(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         // Diagonals: a label repeated within one operand.
         loop {
             let Some((a, b)) = (0..labs.len()).find_map(|a| {
-                (a + 1..labs.len()).find(|&b| labs[b] == labs[a]).map(|b| (a, b))
+                (a + 1..labs.len())
+                    .find(|&b| labs[b] == labs[a])
+                    .map(|b| (a, b))
             }) else {
                 break;
             };
@@ -156,7 +173,10 @@ pub fn einsum(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         ops.push((x, labs));
     }
     let out: Vec<char> = match rhs {
-        Some(r) => labels(&r, ell_rank + r.chars().filter(|c| c.is_ascii_alphabetic()).count())?,
+        Some(r) => labels(
+            &r,
+            ell_rank + r.chars().filter(|c| c.is_ascii_alphabetic()).count(),
+        )?,
         None => {
             let mut o: Vec<char> = (0..ell_rank).map(|i| ellipsis_label(ell_rank, i)).collect();
             let mut counts: BTreeMap<char, usize> = BTreeMap::new();
@@ -206,7 +226,10 @@ pub fn einsum(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         y = ctx.reduce(ReduceOp::Sum, &y, &summed, false)?;
     }
     // Labels of the output a broadcast operand left at size 1 are expanded.
-    let want: Vec<usize> = out.iter().map(|c| sizes.get(c).copied().unwrap_or(1)).collect();
+    let want: Vec<usize> = out
+        .iter()
+        .map(|c| sizes.get(c).copied().unwrap_or(1))
+        .collect();
     if ctx.shape(&y)? != want {
         y = ctx.expand(&y, rlx_ir::Shape::of(&want).0)?;
     }

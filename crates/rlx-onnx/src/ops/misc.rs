@@ -55,7 +55,11 @@ pub fn trilu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let v: Vec<f64> = (0..h * w)
         .map(|i| {
             let (row, col) = ((i / w) as i64, (i % w) as i64);
-            (if upper { col - row >= k } else { col - row <= k }) as u8 as f64
+            (if upper {
+                col - row >= k
+            } else {
+                col - row <= k
+            }) as u8 as f64
         })
         .collect();
     let mask = ctx.tensor(DType::Bool, &[h, w], &v)?;
@@ -111,7 +115,10 @@ fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
 
 /// `NonZero` of a value known at import (its result shape depends on the values).
 pub fn non_zero(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
-    let x = ctx.const_of(&n.input(0)?, "the input of NonZero (its result shape depends on it)")?;
+    let x = ctx.const_of(
+        &n.input(0)?,
+        "the input of NonZero (its result shape depends on it)",
+    )?;
     let shape = x.shape().to_vec();
     let hits: Vec<usize> = (0..x.numel()).filter(|&i| x.get_f64(i) != 0.0).collect();
     let mut v = vec![0.0; shape.len() * hits.len()];
@@ -120,7 +127,11 @@ pub fn non_zero(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             v[a * hits.len() + k] = c as f64;
         }
     }
-    Ok(vec![ctx.tensor(DType::I64, &[shape.len(), hits.len()], &v)?])
+    Ok(vec![ctx.tensor(
+        DType::I64,
+        &[shape.len(), hits.len()],
+        &v,
+    )?])
 }
 
 /// `Compress` with a condition known at import: a gather of the selected positions.
@@ -148,7 +159,10 @@ pub fn compress(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 
 /// `Unique` of a value known at import: values, first indices, inverse indices, counts.
 pub fn unique(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
-    let x = ctx.const_of(&n.input(0)?, "the input of Unique (its result shape depends on it)")?;
+    let x = ctx.const_of(
+        &n.input(0)?,
+        "the input of Unique (its result shape depends on it)",
+    )?;
     let sorted = n.int("sorted", 1)? != 0;
     if n.int_opt("axis")?.is_some() {
         unsupported!("Unique along an axis");

@@ -1,13 +1,19 @@
 //! The op registry: one line per ONNX op, naming the mapper that turns it into IR ops.
 //! Mappers live in files named after their op family.
 
+pub mod attention;
 pub mod conv;
+pub mod conv3d;
 pub mod elementwise;
+pub mod gather;
 pub mod linalg;
+pub mod loss;
 pub mod misc;
 pub mod movement;
 pub mod norm;
 pub mod reduce;
+pub mod resize;
+pub mod rotary;
 pub mod shape;
 pub mod trig;
 
@@ -72,9 +78,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "PRelu" => ew::prelu,
         // elementwise: closed forms
         "LeakyRelu" | "Elu" | "Celu" | "Selu" | "HardSigmoid" | "HardSwish" | "Softplus"
-        | "Softsign" | "ThresholdedRelu" | "Shrink" | "Mish" | "Swish" | "Gelu" => {
-            ew::activation
-        }
+        | "Softsign" | "ThresholdedRelu" | "Shrink" | "Mish" | "Swish" | "Gelu" => ew::activation,
         "Tan" | "Sinh" | "Cosh" | "Asinh" | "Acosh" | "Atanh" | "Asin" | "Acos" | "Atan" => {
             trig::trig
         }
@@ -124,6 +128,15 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "LpNormalization" => norm::lp_norm,
         "MeanVarianceNormalization" => norm::mvn,
         "LRN" => norm::lrn,
+        "Attention" => attention::attention,
+        "RotaryEmbedding" => rotary::rotary,
+        "NegativeLogLikelihoodLoss" => loss::nll_loss,
+        "SoftmaxCrossEntropyLoss" => loss::softmax_ce,
+        "GatherElements" => gather::gather_elements,
+        "GatherND" => gather::gather_nd,
+        "ScatterElements" | "Scatter" => gather::scatter_elements,
+        "ScatterND" => gather::scatter_nd,
+        "Resize" | "Upsample" => resize::resize,
         // masks and selections
         "Dropout" => misc::dropout,
         "Trilu" => misc::trilu,

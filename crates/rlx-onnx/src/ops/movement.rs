@@ -30,9 +30,11 @@ pub fn concat(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     for i in 0..n.n_inputs() {
         xs.push(n.input(i)?);
     }
-    let axis = n.int_opt("axis")?.ok_or_else(|| {
-        crate::ctx::Fail::Invalid("required attribute `axis` is missing".into())
-    })?;
+    let axis = match n.int_opt("axis")? {
+        Some(a) => a,
+        None if n.opset < 4 => 1,
+        None => invalid!("required attribute `axis` is missing"),
+    };
     let a = ctx.axis(axis, ctx.rank(&xs[0]))?;
     let kept: Vec<Val> = xs
         .iter()
@@ -158,7 +160,7 @@ pub fn expand(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     one(ctx.expand(&x, out.0)?)
 }
 
-/// `Tile`: reshape to interleave size-1 dims, expand, reshape back.
+/// `Tile`: each axis concatenated with itself `repeats` times.
 pub fn tile(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let dims = ctx.shape(&x)?;
@@ -166,17 +168,15 @@ pub fn tile(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     if reps.len() != dims.len() {
         invalid!("{} repeats for rank {}", reps.len(), dims.len());
     }
-    let mut split = Vec::new();
-    let mut big = Vec::new();
-    let mut out = Vec::new();
-    for (&d, &k) in dims.iter().zip(&reps) {
-        split.extend([1, d]);
-        big.extend([k, d]);
-        out.push(k * d);
+    let mut y = x;
+    for (a, &k) in reps.iter().enumerate() {
+        if k == 0 {
+            y = ctx.slice(&y, a, 0, 0, 1)?;
+        } else if k > 1 {
+            y = ctx.concat(&vec![y; k], a)?;
+        }
     }
-    let y = ctx.reshape(&x, &split)?;
-    let y = ctx.expand(&y, Shape::of(&big).0)?;
-    one(ctx.reshape(&y, &out)?)
+    one(y)
 }
 
 /// `Pad`: constant, reflect, edge and wrap modes; negative pads crop.
@@ -194,7 +194,11 @@ pub fn pad(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         let v = match n.opt(2) {
             Some(c) => {
                 let t = ctx.const_of(&c, "constant_value")?;
-                if t.numel() == 0 { 0.0 } else { t.get_f64(0) }
+                if t.numel() == 0 {
+                    0.0
+                } else {
+                    t.get_f64(0)
+                }
             }
             None => 0.0,
         };

@@ -51,6 +51,9 @@ pub fn batch_norm(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let r = ctx.rank(&x);
     let eps = n.float("epsilon", 1e-5)? as f64;
     let momentum = n.float("momentum", 0.9)? as f64;
+    if n.opset < 7 && n.int("is_test", 0)? == 0 {
+        unsupported!("is_test = 0 (training statistics) before opset 7");
+    }
     if n.opset < 9 && n.int("spatial", 1)? != 1 {
         unsupported!("spatial = 0");
     }
@@ -171,7 +174,11 @@ pub fn layer_norm(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             Some(b) => b.clone(),
             None => ctx.scalar_like(&x, 0.0),
         };
-        let b = if ctx.rank(&b) == 0 { ctx.reshape(&b, &[1])? } else { b };
+        let b = if ctx.rank(&b) == 0 {
+            ctx.reshape(&b, &[1])?
+        } else {
+            b
+        };
         return Ok(vec![ctx.op(Op::LayerNorm { axis, eps }, &[&x, &scale, &b])?]);
     }
     let (y, mean, inv) = if rms {
@@ -192,23 +199,26 @@ pub fn layer_norm(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![y, mean, inv])
 }
 
-/// `LpNormalization`: x / ||x||_p along `axis` (p = 1 or 2).
+/// `LpNormalization` as the reference computes it: (sum x^p)^(1/p) along `axis`, and 0
+/// where that norm is 0.
 pub fn lp_norm(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let axis = ctx.axis(n.int("axis", -1)?, ctx.rank(&x))?;
-    let norm = match n.int("p", 2)? {
-        1 => {
-            let a = ctx.unary(UnaryOp::Abs, &x)?;
-            ctx.reduce(ReduceOp::Sum, &a, &[axis], true)?
-        }
-        2 => {
-            let sq = ctx.mul(&x, &x)?;
-            let s = ctx.reduce(ReduceOp::Sum, &sq, &[axis], true)?;
-            ctx.unary(UnaryOp::Sqrt, &s)?
-        }
-        p => invalid!("p = {p}; only 1 and 2 are defined"),
+    let p = n.int("p", 2)?;
+    if p != 1 && p != 2 {
+        invalid!("p = {p}; only 1 and 2 are defined");
+    }
+    let xp = if p == 2 { ctx.mul(&x, &x)? } else { x.clone() };
+    let s = ctx.reduce(ReduceOp::Sum, &xp, &[axis], true)?;
+    let norm = if p == 2 {
+        ctx.unary(UnaryOp::Sqrt, &s)?
+    } else {
+        s
     };
-    Ok(vec![ctx.div(&x, &norm)?])
+    let zero = ctx.scalar_like(&x, 0.0);
+    let is_zero = ctx.binary(BinaryOp::Eq, &norm, &zero)?;
+    let q = ctx.div(&x, &norm)?;
+    Ok(vec![ctx.where_(&is_zero, &zero, &q)?])
 }
 
 /// `MeanVarianceNormalization`: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9).

@@ -87,7 +87,11 @@ pub fn reduce(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         let e = ctx.unary(UnaryOp::Exp, &s)?;
         let sum = ctx.reduce(ReduceOp::Sum, &e, &axes, keep)?;
         let l = ctx.unary(UnaryOp::Log, &sum)?;
-        let m = if keep { m } else { squeeze_axes(ctx, &m, &axes)? };
+        let m = if keep {
+            m
+        } else {
+            squeeze_axes(ctx, &m, &axes)?
+        };
         return one(ctx.add(&l, &m)?);
     }
     let y = match pre {
@@ -271,5 +275,8 @@ pub fn top_k(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let zi = ctx.scalar(DType::I64, 0.0);
     let idx = ctx.where_(&sel, &idx, &zi)?;
     let idx = ctx.reduce(ReduceOp::Sum, &idx, &[r], false)?;
-    Ok(vec![ctx.transpose(&vals, &inv)?, ctx.transpose(&idx, &inv)?])
+    Ok(vec![
+        ctx.transpose(&vals, &inv)?,
+        ctx.transpose(&idx, &inv)?,
+    ])
 }

@@ -18,7 +18,10 @@ pub fn shape(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
     let start = clamp(n.int("start", 0)?);
     let end = clamp(n.int("end", r)?);
-    let sel: Vec<i64> = dims[start..end.max(start)].iter().map(|&d| d as i64).collect();
+    let sel: Vec<i64> = dims[start..end.max(start)]
+        .iter()
+        .map(|&d| d as i64)
+        .collect();
     one(ctx.ints(&sel))
 }
 
@@ -38,11 +41,12 @@ pub fn reshape(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let mut out: Vec<Option<Dim>> = Vec::with_capacity(target.len());
     for (i, &t) in target.iter().enumerate() {
         out.push(match t {
-            0 if !allowzero => Some(
-                dims.get(i)
-                    .cloned()
-                    .ok_or_else(|| Fail::Invalid(format!("shape[{i}] = 0 copies a dim past rank {}", dims.len())))?,
-            ),
+            0 if !allowzero => Some(dims.get(i).cloned().ok_or_else(|| {
+                Fail::Invalid(format!(
+                    "shape[{i}] = 0 copies a dim past rank {}",
+                    dims.len()
+                ))
+            })?),
             -1 => None,
             t if t < 0 => invalid!("shape {target:?} has a negative size {t}"),
             t => Some(Dim::Static(t as usize)),
@@ -158,7 +162,10 @@ pub fn constant(_ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     }
     if let Some(is) = n.ints_opt("value_ints")? {
         let v: Vec<f64> = is.iter().map(|&x| x as f64).collect();
-        found.push(Tensor::from_f64(DType::I64, &[v.len()], &v).map_err(|e| Fail::Invalid(e.to_string()))?);
+        found.push(
+            Tensor::from_f64(DType::I64, &[v.len()], &v)
+                .map_err(|e| Fail::Invalid(e.to_string()))?,
+        );
     }
     if n.string_opt("value_string")?.is_some() || n.strings_opt("value_strings")?.is_some() {
         unsupported!("string constants (the IR has no string dtype)");

@@ -123,6 +123,21 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Runs `f`; when it fails, forgets everything it emitted and returns `None`. For
+    /// optional refinements of a rule.
+    pub fn attempt(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<NodeId, Failure>,
+    ) -> Option<NodeId> {
+        let mark = (self.pending.len(), self.used.len());
+        let result = f(self).ok();
+        if result.is_none() {
+            self.pending.truncate(mark.0);
+            self.used.truncate(mark.1);
+        }
+        result
+    }
+
     /// A constant (constants are leaves: always allowed).
     pub fn constant(&mut self, t: Tensor) -> NodeId {
         let ty = TensorType::new(t.dtype(), t.shape());

@@ -63,10 +63,14 @@ pub(crate) fn rms_norm(
     e.binary(BinaryOp::Mul, y, scale)
 }
 
-/// `softmax(q k^T * scale + mask) v`, the softmax over keys. The causal mask is a constant
+/// `softmax(q k^T * scale + mask) v`, the softmax over keys.
+///
+/// A query that sees no key gives zeros, as in the reference. The causal mask is a constant
 /// `[sq, sk]` of 0 and -inf (query `i` sees keys `j <= i + sk - sq`), so it needs static
-/// sequence lengths; a query that sees no key at all (sq > sk) gets NaN, as a fully masked
-/// softmax does.
+/// sequence lengths; rows that see no key (`sq > sk`) get a finite row in the constant and
+/// are zeroed by a 0/1 row factor. With an additive mask a fully masked row is only known
+/// at run time: the result is guarded by `where(max(scores) > -inf, out, 0)` when the
+/// backend runs `where` and `gt`, and is NaN otherwise.
 pub(crate) fn attention(
     e: &mut Emitter<'_>,
     ins: &[NodeId],
@@ -90,6 +94,7 @@ pub(crate) fn attention(
     let kt = e.emit(Op::Transpose(perm), &[k])?;
     let scores = e.emit(Op::MatMul, &[q, kt])?;
     let mut scores = e.binary_scalar(BinaryOp::Mul, scores, scale)?;
+    let mut row_factor = None;
     match mask {
         AttnMask::None => {}
         AttnMask::Additive => scores = e.binary(BinaryOp::Add, scores, ins[3])?,
@@ -102,10 +107,11 @@ pub(crate) fn attention(
                     "a causal mask needs static sequence lengths".into(),
                 ));
             };
+            let sees_none = |i: usize| i + sk < sq;
             let values: Vec<f64> = (0..sq * sk)
                 .map(|n| {
                     let (i, j) = (n / sk, n % sk);
-                    if j + sq <= i + sk {
+                    if j + sq <= i + sk || sees_none(i) {
                         0.0
                     } else {
                         f64::NEG_INFINITY
@@ -116,10 +122,29 @@ pub(crate) fn attention(
                 .expect("sq * sk values for an [sq, sk] mask");
             let m = e.constant(m);
             scores = e.binary(BinaryOp::Add, scores, m)?;
+            if sees_none(0) {
+                let rows: Vec<f64> = (0..sq).map(|i| (!sees_none(i)) as u8 as f64).collect();
+                let rows = Tensor::from_f64(s_ty.dtype, &[sq, 1], &rows)
+                    .expect("sq values for an [sq, 1] factor");
+                row_factor = Some(e.constant(rows));
+            }
         }
     }
     let p = e.emit(Op::Softmax { axis: rank - 1 }, &[scores])?;
-    e.emit(Op::MatMul, &[p, v])
+    let out = e.emit(Op::MatMul, &[p, v])?;
+    if let Some(rows) = row_factor {
+        return e.binary(BinaryOp::Mul, out, rows);
+    }
+    if mask == AttnMask::Additive {
+        let guarded = e.attempt(|e| {
+            let m = e.reduce(ReduceOp::Max, scores, vec![rank - 1], true)?;
+            let seen = e.binary_scalar(BinaryOp::Gt, m, f64::NEG_INFINITY)?;
+            let zero = e.scalar(q_ty.dtype, 0.0);
+            e.emit(Op::Where, &[seen, out, zero])
+        });
+        return Ok(guarded.unwrap_or(out));
+    }
+    Ok(out)
 }
 
 /// Global pooling is a max or mean over every spatial dim, keeping them as size 1.

@@ -123,6 +123,31 @@ fn attention_with_each_mask() {
 }
 
 #[test]
+fn attention_rows_that_see_no_key_give_zeros() {
+    // Causal with more queries than keys: the first two queries see nothing.
+    let mut g = Graph::new();
+    let q = g.input("q", DType::F32, [5, 4]);
+    let k = g.input("k", DType::F32, [3, 4]);
+    let v = g.input("v", DType::F32, [3, 2]);
+    let y = g.attention(q, k, v, None, true, None).unwrap();
+    g.output("y", y);
+    check(&g);
+    // An additive mask with a fully masked row.
+    let mut g = Graph::new();
+    let q = g.input("q", DType::F32, [2, 3, 4]);
+    let k = g.input("k", DType::F32, [2, 3, 4]);
+    let v = g.input("v", DType::F32, [2, 3, 2]);
+    let inf = f64::NEG_INFINITY;
+    let mask = [0.0, inf, 0.0, inf, inf, inf, 0.0, 0.0, 0.0];
+    let m = g.constant(rlx_ir::Tensor::from_f64(DType::F32, &[3, 3], &mask).unwrap());
+    let y = g.attention(q, k, v, Some(m), false, None).unwrap();
+    g.output("y", y);
+    check(&g);
+    let out = run(&g, 1);
+    assert!(out[0].1.to_f64_vec().iter().all(|x| x.is_finite()));
+}
+
+#[test]
 fn global_pools() {
     for kind in [PoolKind::Max, PoolKind::Avg] {
         let mut g = Graph::new();

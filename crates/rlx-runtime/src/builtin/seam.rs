@@ -91,7 +91,10 @@ fn apple_only(what: &str) -> String {
     if cfg!(target_os = "macos") {
         format!("{what} is present on this macOS host but not wired into RLX yet")
     } else {
-        format!("{what} needs macOS on Apple hardware; this host is {}", std::env::consts::OS)
+        format!(
+            "{what} needs macOS on Apple hardware; this host is {}",
+            std::env::consts::OS
+        )
     }
 }
 
@@ -108,31 +111,55 @@ pub(crate) fn ane() -> Box<dyn Backend> {
 }
 
 pub(crate) fn gpu() -> Box<dyn Backend> {
-    seam(Device::Gpu, probe_library("Vulkan loader", &["libvulkan.so.1", "libvulkan.so"]))
+    seam(
+        Device::Gpu,
+        probe_library("Vulkan loader", &["libvulkan.so.1", "libvulkan.so"]),
+    )
 }
 
 pub(crate) fn webgpu() -> Box<dyn Backend> {
-    seam(Device::WebGpu, probe_library("Vulkan loader", &["libvulkan.so.1", "libvulkan.so"]))
+    seam(
+        Device::WebGpu,
+        probe_library("Vulkan loader", &["libvulkan.so.1", "libvulkan.so"]),
+    )
 }
 
 pub(crate) fn opengl() -> Box<dyn Backend> {
-    seam(Device::OpenGl, probe_library("EGL library", &["libEGL.so.1", "libEGL.so"]))
+    seam(
+        Device::OpenGl,
+        probe_library("EGL library", &["libEGL.so.1", "libEGL.so"]),
+    )
 }
 
 pub(crate) fn vulkan() -> Box<dyn Backend> {
-    seam(Device::Vulkan, probe_library("Vulkan loader", &["libvulkan.so.1", "libvulkan.so"]))
+    seam(
+        Device::Vulkan,
+        probe_library("Vulkan loader", &["libvulkan.so.1", "libvulkan.so"]),
+    )
 }
 
 pub(crate) fn cuda() -> Box<dyn Backend> {
-    seam(Device::Cuda, probe_library("NVIDIA driver", &["libcuda.so.1", "libcuda.so"]))
+    seam(
+        Device::Cuda,
+        probe_library("NVIDIA driver", &["libcuda.so.1", "libcuda.so"]),
+    )
 }
 
 pub(crate) fn rocm() -> Box<dyn Backend> {
-    seam(Device::Rocm, probe_library("ROCm runtime", &["libamdhip64.so", "libamdhip64.so.6"]))
+    seam(
+        Device::Rocm,
+        probe_library("ROCm runtime", &["libamdhip64.so", "libamdhip64.so.6"]),
+    )
 }
 
 pub(crate) fn oneapi() -> Box<dyn Backend> {
-    seam(Device::OneApi, probe_library("Level Zero loader", &["libze_loader.so.1", "libze_loader.so"]))
+    seam(
+        Device::OneApi,
+        probe_library(
+            "Level Zero loader",
+            &["libze_loader.so.1", "libze_loader.so"],
+        ),
+    )
 }
 
 pub(crate) fn tpu() -> Box<dyn Backend> {
@@ -140,7 +167,10 @@ pub(crate) fn tpu() -> Box<dyn Backend> {
 }
 
 pub(crate) fn hexagon() -> Box<dyn Backend> {
-    seam(Device::Hexagon, probe_library("Qualcomm QNN runtime", &["libQnnHtp.so"]))
+    seam(
+        Device::Hexagon,
+        probe_library("Qualcomm QNN runtime", &["libQnnHtp.so"]),
+    )
 }
 
 pub(crate) fn xdna() -> Box<dyn Backend> {
@@ -153,5 +183,8 @@ pub(crate) fn xdna() -> Box<dyn Backend> {
 }
 
 pub(crate) fn egpu() -> Box<dyn Backend> {
-    seam(Device::Egpu, "and no external GPU enclosure was detected".to_string())
+    seam(
+        Device::Egpu,
+        "and no external GPU enclosure was detected".to_string(),
+    )
 }

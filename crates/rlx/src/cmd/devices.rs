@@ -25,7 +25,10 @@ pub fn run(args: Args) -> CmdResult {
             None => (
                 false,
                 false,
-                Some(format!("not compiled in; rebuild with the Cargo feature `{}`", d.cargo_feature())),
+                Some(format!(
+                    "not compiled in; rebuild with the Cargo feature `{}`",
+                    d.cargo_feature()
+                )),
                 None,
             ),
         };
@@ -47,11 +50,17 @@ pub fn run(args: Args) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("{:<8} {:<10} {:<9} details", "device", "registered", "available");
+    println!(
+        "{:<8} {:<10} {:<9} details",
+        "device", "registered", "available"
+    );
     for (d, r, a, reason, info) in rows {
         let details = match info {
             Some(i) => {
-                let units = i.compute_units.map(|u| format!(", {u} threads")).unwrap_or_default();
+                let units = i
+                    .compute_units
+                    .map(|u| format!(", {u} threads"))
+                    .unwrap_or_default();
                 format!("{}{units}", i.name)
             }
             None => reason.unwrap_or_default(),

@@ -1,7 +1,7 @@
 //! `.npy` files for `rlx run --input` / `--output`, through the `npyz` crate.
 
 use npyz::{TypeChar, WriterBuilder};
-use rlx_ir::{DType, Tensor, TensorData};
+use rlx_ir::{Tensor, TensorData};
 use std::io::BufWriter;
 use std::path::Path;
 
@@ -13,7 +13,8 @@ use std::path::Path;
 pub fn read(path: &Path) -> Result<Tensor, String> {
     let label = path.display();
     let bytes = std::fs::read(path).map_err(|e| format!("{label}: {e}"))?;
-    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| format!("{label}: not a .npy file: {e}"))?;
+    let npy =
+        npyz::NpyFile::new(&bytes[..]).map_err(|e| format!("{label}: not a .npy file: {e}"))?;
     let npyz::DType::Plain(ts) = npy.dtype() else {
         return Err(format!("{label}: structured arrays are not supported"));
     };
@@ -106,6 +107,7 @@ pub fn write(path: &Path, t: &Tensor) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rlx_ir::DType;
 
     #[test]
     fn round_trips_every_numpy_dtype() {

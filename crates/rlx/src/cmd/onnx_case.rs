@@ -39,7 +39,11 @@ fn numbered(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, String> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter_map(|p| {
             let name = p.file_name()?.to_string_lossy().into_owned();
-            let n = name.strip_prefix(prefix)?.strip_suffix(".pb")?.parse().ok()?;
+            let n = name
+                .strip_prefix(prefix)?
+                .strip_suffix(".pb")?
+                .parse()
+                .ok()?;
             Some((n, p))
         })
         .collect();
@@ -77,7 +81,13 @@ fn tolerance(dir: &Path) -> (f64, f64) {
 }
 
 /// Compares like `numpy.testing.assert_allclose` (NaNs equal, infinities by sign).
-pub fn compare(name: &str, want: &Tensor, got: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {
+pub fn compare(
+    name: &str,
+    want: &Tensor,
+    got: &Tensor,
+    rtol: f64,
+    atol: f64,
+) -> Result<(), String> {
     if want.dtype() != got.dtype() || want.shape() != got.shape() {
         return Err(format!(
             "output `{name}`: expected {}{:?}, got {}{:?}",

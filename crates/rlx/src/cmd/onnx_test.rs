@@ -84,11 +84,18 @@ fn find_tests(dir: &Path) -> Result<Vec<PathBuf>, String> {
         if child.join("model.onnx").is_file() {
             out.push(child);
         } else {
-            out.extend(list(&child)?.into_iter().filter(|g| g.join("model.onnx").is_file()));
+            out.extend(
+                list(&child)?
+                    .into_iter()
+                    .filter(|g| g.join("model.onnx").is_file()),
+            );
         }
     }
     if out.is_empty() {
-        return Err(format!("{}: no `model.onnx` found in it or below it", dir.display()));
+        return Err(format!(
+            "{}: no `model.onnx` found in it or below it",
+            dir.display()
+        ));
     }
     Ok(out)
 }
@@ -129,8 +136,18 @@ fn run_isolated(exe: &Path, dir: &Path, device: &str, timeout: Duration) -> Test
             s
         })
     };
-    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -174,7 +191,11 @@ pub fn run(args: Args) -> CmdResult {
     let exe = std::env::current_exe()?;
     let jobs = args
         .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
         .max(1);
     let timeout = Duration::from_secs(args.timeout);
     let next = AtomicUsize::new(0);
@@ -227,7 +248,11 @@ pub fn run(args: Args) -> CmdResult {
     if let Some(path) = &args.expect_pass {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut missing = Vec::new();
-        for name in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        for name in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
             if let Some(r) = results.iter().find(|r| r.name == name) {
                 if r.status != "passed" {
                     missing.push(format!("{name} ({})", r.status));

@@ -47,7 +47,10 @@ pub fn run(args: Args) -> CmdResult {
     let compiled = session.compile(&model.graph, options)?;
     let variant = compiled.first_variant().ok_or("nothing was compiled")?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&variant.report.to_json())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&variant.report.to_json())?
+        );
     } else {
         println!("model {} on {device}", model.name);
         println!("{}", variant.report);

@@ -34,7 +34,9 @@ pub fn run(args: Args) -> CmdResult {
     match args.model.as_deref() {
         None | Some("demo") => {
             if !args.inputs.is_empty() || args.output.is_some() {
-                return Err("--input and --output apply to model files, not the bundled demo".into());
+                return Err(
+                    "--input and --output apply to model files, not the bundled demo".into(),
+                );
             }
             run_demo(args)
         }
@@ -81,7 +83,11 @@ fn run_demo(args: Args) -> CmdResult {
     let logits = &outputs[0].1;
     let preds = rlx::demo::argmax_rows(logits);
     let labels = labels.to_f64_vec();
-    let correct = preds.iter().zip(&labels).filter(|(p, l)| **p as f64 == **l).count();
+    let correct = preds
+        .iter()
+        .zip(&labels)
+        .filter(|(p, l)| **p as f64 == **l)
+        .count();
     let accuracy = correct as f64 / n as f64;
     let max_abs_err = logits
         .to_f64_vec()
@@ -90,7 +96,10 @@ fn run_demo(args: Args) -> CmdResult {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f64::max);
     let variant = compiled.first_variant();
-    let kernels = variant.as_ref().map(|v| v.executable.kernel_count()).unwrap_or(0);
+    let kernels = variant
+        .as_ref()
+        .map(|v| v.executable.kernel_count())
+        .unwrap_or(0);
     if args.json {
         let v = serde_json::json!({
             "model": model.name,
@@ -114,7 +123,10 @@ fn run_demo(args: Args) -> CmdResult {
     } else {
         println!("model     {}", model.name);
         println!("device    {device}");
-        println!("accuracy  {:.2}% ({correct}/{n} held-out digits)", accuracy * 100.0);
+        println!(
+            "accuracy  {:.2}% ({correct}/{n} held-out digits)",
+            accuracy * 100.0
+        );
         println!("parity    max |logit - numpy reference| = {max_abs_err:.2e}");
         println!("kernels   {kernels} per run");
         println!(

@@ -74,7 +74,11 @@ pub fn run_model(
             names.sort();
             return Err(format!(
                 "--input {name}: the model has no such input; inputs: {}",
-                names.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                names
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
             .into());
         }

@@ -164,7 +164,7 @@ impl AttnPlan {
                 continue;
             }
             for x in row.iter_mut() {
-                *x = math::exp(*x - max);
+                *x = math::exp::<false>(*x - max);
             }
             let inv = 1.0 / super::norm::sum(row);
             row.iter_mut().for_each(|x| *x *= inv);

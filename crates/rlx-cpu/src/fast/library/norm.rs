@@ -27,7 +27,7 @@ fn max(x: &[f32]) -> f32 {
 pub(crate) fn softmax_row(x: &[f32], out: &mut [f32], log: bool) {
     let m = max(x);
     for (o, &v) in out.iter_mut().zip(x) {
-        *o = math::exp(v - m);
+        *o = math::exp::<false>(v - m);
     }
     let s = sum(out);
     if log {
@@ -62,7 +62,7 @@ pub(crate) fn softmax(x: &[f32], out: &mut [f32], n: usize, inner: usize, log: b
             let mut s = vec![0.0f32; inner];
             for (orow, row) in o.chunks_mut(inner).zip(x.chunks(inner)) {
                 for ((o, &v), (s, &m)) in orow.iter_mut().zip(row).zip(s.iter_mut().zip(&m)) {
-                    *o = math::exp(v - m);
+                    *o = math::exp::<false>(v - m);
                     *s += *o;
                 }
             }

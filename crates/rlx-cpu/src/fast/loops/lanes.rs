@@ -191,7 +191,7 @@ pub(crate) fn eval_f32(
             return;
         }
     }
-    eval_f32_body(insts, regs, n, load, reduced)
+    eval_f32_body::<false>(insts, regs, n, load, reduced)
 }
 
 /// The same body compiled with AVX2 and FMA enabled, so the per-op loops use 8-wide vectors.
@@ -204,11 +204,11 @@ unsafe fn eval_f32_avx2(
     load: &mut Loader<'_, f32>,
     reduced: &[f32],
 ) {
-    eval_f32_body(insts, regs, n, load, reduced)
+    eval_f32_body::<true>(insts, regs, n, load, reduced)
 }
 
 #[inline(always)]
-fn eval_f32_body(
+fn eval_f32_body<const FMA: bool>(
     insts: &[Inst],
     regs: &mut [f32],
     n: usize,
@@ -224,7 +224,7 @@ fn eval_f32_body(
             InstKind::Load(k) => load(k, d),
             InstKind::Const(c) => d.fill(c as f32),
             InstKind::Unary(op, a) => {
-                unary_f32(op, r(a), d);
+                unary_f32::<FMA>(op, r(a), d);
                 to_bool = inst.dtype == DType::Bool && op != UnaryOp::Not;
             }
             InstKind::Binary(op, a, b, _) => {
@@ -265,22 +265,22 @@ fn map2(x: &[f32], y: &[f32], d: &mut [f32], f: impl Fn(f32, f32) -> f32) {
 }
 
 #[inline(always)]
-fn unary_f32(op: UnaryOp, x: &[f32], d: &mut [f32]) {
+fn unary_f32<const FMA: bool>(op: UnaryOp, x: &[f32], d: &mut [f32]) {
     match op {
         UnaryOp::Neg => map1(x, d, |x| -x),
         UnaryOp::Abs => map1(x, d, f32::abs),
-        UnaryOp::Exp => map1(x, d, math::exp),
+        UnaryOp::Exp => map1(x, d, math::exp::<FMA>),
         UnaryOp::Log => map1(x, d, f32::ln),
         UnaryOp::Sqrt => map1(x, d, f32::sqrt),
         UnaryOp::Rsqrt => map1(x, d, |x| 1.0 / x.sqrt()),
         UnaryOp::Reciprocal => map1(x, d, |x| 1.0 / x),
-        UnaryOp::Tanh => map1(x, d, math::tanh),
-        UnaryOp::Sigmoid => map1(x, d, math::sigmoid),
+        UnaryOp::Tanh => map1(x, d, math::tanh::<FMA>),
+        UnaryOp::Sigmoid => map1(x, d, math::sigmoid::<FMA>),
         UnaryOp::Relu => map1(x, d, |x| x.max(0.0)),
-        UnaryOp::Gelu => map1(x, d, math::gelu),
-        UnaryOp::GeluTanh => map1(x, d, math::gelu_tanh),
-        UnaryOp::Silu => map1(x, d, |x| x * math::sigmoid(x)),
-        UnaryOp::Erf => map1(x, d, math::erf),
+        UnaryOp::Gelu => map1(x, d, math::gelu::<FMA>),
+        UnaryOp::GeluTanh => map1(x, d, math::gelu_tanh::<FMA>),
+        UnaryOp::Silu => map1(x, d, |x| x * math::sigmoid::<FMA>(x)),
+        UnaryOp::Erf => map1(x, d, math::erf::<FMA>),
         UnaryOp::Sin => map1(x, d, f32::sin),
         UnaryOp::Cos => map1(x, d, f32::cos),
         UnaryOp::Floor => map1(x, d, f32::floor),

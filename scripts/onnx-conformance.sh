@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# ONNX conformance: generates the official backend node tests offline from the onnx wheel,
+# runs `rlx onnx-test` on them and on the wheel's simple / pytorch-converted /
+# pytorch-operator suites (CPU, release build), prints the counts per suite, and fails on any
+# crash or on any test of tests/onnx/expected-pass.txt that does not pass.
+#
+#   scripts/onnx-conformance.sh            # everything
+#   ONNX_TESTS=/tmp/onnx-tests scripts/onnx-conformance.sh
+#
+# Results (JSON per suite) land in $ONNX_TESTS/results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${ONNX_TESTS:-$ROOT/onnx-tests}
+SHARED=${RLX_SHARED:-$ROOT/../shared}
+EXPECT=$ROOT/tests/onnx/expected-pass.txt
+
+python3 -m pip install --quiet --disable-pip-version-check onnx==1.23.2 numpy
+if [ ! -d "$OUT/node" ]; then
+  python3 "$SHARED/onnx/gen_node_tests.py" "$OUT" >/dev/null
+fi
+DATA=$(python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data"))')
+
+cargo build --release -p rlx --quiet
+RLX=${CARGO_TARGET_DIR:-$ROOT/target}/release/rlx
+mkdir -p "$OUT/results"
+
+status=0
+for suite in node simple pytorch-converted pytorch-operator; do
+  if [ "$suite" = node ]; then dir=$OUT/node; else dir=$DATA/$suite; fi
+  expect=$OUT/results/$suite.expected
+  { grep -E "^$suite/" "$EXPECT" || true; } | sed "s|^$suite/||" > "$expect"
+  if ! "$RLX" onnx-test "$dir" --device cpu --json --fail-on-crash --expect-pass "$expect" \
+      > "$OUT/results/$suite.json"; then
+    status=1
+  fi
+  python3 - "$suite" "$OUT/results/$suite.json" <<'PY'
+import json, sys
+suite, path = sys.argv[1], sys.argv[2]
+d = json.load(open(path))
+print(f"{suite:18} total {d['total']:5}  passed {d['passed']:5}  failed {d['failed']:4}  "
+      f"unsupported {d['unsupported']:4}  crashed {d['crashed']:3}")
+for t in d["tests"]:
+    if t["status"] == "crashed":
+        print(f"  CRASHED {t['name']}: {t['message'][:200]}")
+PY
+done
+if [ $status -ne 0 ]; then
+  echo "onnx-conformance: FAILED (a crash, or an expected pass that did not pass; see above)"
+fi
+exit $status
