@@ -80,8 +80,8 @@ pub enum OnnxError {
         file: String,
         /// the ONNX node being mapped
         node: String,
-        /// the IR error
-        source: rlx_ir::IrError,
+        /// the IR error (boxed: it is large and rare)
+        source: Box<rlx_ir::IrError>,
     },
 }
 

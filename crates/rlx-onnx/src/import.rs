@@ -131,7 +131,7 @@ pub fn import(
     ctx.graph.verify().map_err(|source| OnnxError::Ir {
         file: file.to_string(),
         node: "(whole graph)".into(),
-        source,
+        source: Box::new(source),
     })?;
     let params = std::mem::take(&mut ctx.params);
     drop(scope);

@@ -1,5 +1,5 @@
 //! The static memory planner: packs buffers whose lifetimes are known at compile time into
-//! one arena by offset. Kept behind [`plan_memory`] so rlx-mem's planner can replace it.
+//! one arena by offset. [`plan_memory`] adapts the kernel program's buffers to `rlx-mem`'s planner.
 
 /// One allocation request: its size and the steps (kernel indices, inclusive) during which
 /// it must hold its contents, from its first write to its last read.
@@ -20,49 +20,47 @@ pub struct MemoryPlan {
     pub offsets: Vec<usize>,
     /// arena size in bytes
     pub total_bytes: usize,
+    /// most bytes live at one step: no plan can be smaller
+    pub lower_bound_bytes: usize,
 }
 
 /// Arena alignment: a cache line, and enough for every SIMD load.
 pub const ALIGN: usize = 64;
 
-/// Greedy planning: largest request first, each placed in the smallest gap (best fit) among
-/// the requests already placed whose lifetimes overlap its own.
+/// Packs the requests with `rlx-mem`'s static planner (largest or longest-lived first, each
+/// into the best gap), every offset aligned to [`ALIGN`].
 pub fn plan_memory(reqs: &[Interval]) -> MemoryPlan {
-    let mut order: Vec<usize> = (0..reqs.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(reqs[i].bytes), reqs[i].first, i));
-    let size = |i: usize| reqs[i].bytes.div_ceil(ALIGN) * ALIGN;
-    let mut offsets = vec![0usize; reqs.len()];
-    let mut placed: Vec<usize> = Vec::new();
-    let mut total = 0;
-    for &i in &order {
-        if reqs[i].bytes == 0 {
-            continue;
-        }
-        let mut busy: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|&&j| reqs[j].first <= reqs[i].last && reqs[i].first <= reqs[j].last)
-            .map(|&j| (offsets[j], offsets[j] + size(j)))
-            .collect();
-        busy.sort();
-        let need = size(i);
-        let mut best: Option<(usize, usize)> = None; // (gap size, offset)
-        let mut cursor = 0;
-        for &(start, end) in &busy {
-            if start >= cursor + need {
-                let gap = start - cursor;
-                if best.is_none_or(|(g, _)| gap < g) {
-                    best = Some((gap, cursor));
-                }
+    let requests: Vec<rlx_mem::PlanRequest> = reqs
+        .iter()
+        .map(|r| rlx_mem::PlanRequest {
+            size: r.bytes.div_ceil(ALIGN) * ALIGN,
+            align: ALIGN,
+            first: r.first,
+            last: r.last,
+            inplace_of: None,
+        })
+        .collect();
+    match rlx_mem::plan(&requests) {
+        Ok(p) => MemoryPlan {
+            offsets: p.offsets,
+            total_bytes: p.arena_bytes,
+            lower_bound_bytes: p.lower_bound_bytes,
+        },
+        // The requests are built here with valid alignments and no in-place hints, so the
+        // planner has nothing to reject; fall back to one slot per request all the same.
+        Err(_) => {
+            let mut offsets = Vec::with_capacity(reqs.len());
+            let mut total = 0;
+            for r in &requests {
+                offsets.push(total);
+                total += r.size;
             }
-            cursor = cursor.max(end);
+            MemoryPlan {
+                offsets,
+                total_bytes: total,
+                lower_bound_bytes: total,
+            }
         }
-        offsets[i] = best.map_or(cursor, |(_, off)| off);
-        total = total.max(offsets[i] + need);
-        placed.push(i);
-    }
-    MemoryPlan {
-        offsets,
-        total_bytes: total,
     }
 }
 

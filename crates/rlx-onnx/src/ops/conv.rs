@@ -99,8 +99,8 @@ fn window(n: &NodeIn, kernel: &[usize], spatial: &[usize]) -> R<Window> {
         pads: [0; 4],
     };
     let off = 2 - nsp;
-    for i in 0..nsp {
-        w.kernel[off + i] = kernel[i];
+    for (i, &k) in kernel.iter().enumerate() {
+        w.kernel[off + i] = k;
         w.stride[off + i] = sp.stride[i];
         w.dilation[off + i] = sp.dilation[i];
         w.pads[off + i] = sp.begin[i];
@@ -366,9 +366,7 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     y = ctx.slice(&y, 3, 0, ((wd - 1) * st[1] + 1) as i64, 1)?;
     // Full padding minus the requested pads (negative: crop), plus output_padding at the end.
     let mut outp = [0i64; 2];
-    for i in 0..nsp {
-        outp[off + i] = out_pad[i];
-    }
+    outp[off..off + nsp].copy_from_slice(&out_pad[..nsp]);
     let mut pads2 = vec![(0usize, 0usize); 4];
     for a in 0..2 {
         let full = (di[a] * (k2[a] - 1)) as i64;

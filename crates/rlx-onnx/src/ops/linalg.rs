@@ -74,6 +74,15 @@ pub fn gemm(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![y])
 }
 
+/// The first pair of positions holding the same label.
+fn repeated_label(labs: &[char]) -> Option<(usize, usize)> {
+    (0..labs.len()).find_map(|a| {
+        (a + 1..labs.len())
+            .find(|&b| labs[b] == labs[a])
+            .map(|b| (a, b))
+    })
+}
+
 /// Label of ellipsis dim `i` of `ell`: right-aligned digits, so operands with fewer
 /// ellipsis dims broadcast against the trailing ones as numpy does.
 fn ellipsis_label(ell: usize, i: usize) -> char {
@@ -136,14 +145,7 @@ pub fn einsum(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         ell_rank = ell_rank.max(labs.iter().filter(|c| c.is_ascii_digit()).count());
         let mut x = x;
         // Diagonals: a label repeated within one operand.
-        loop {
-            let Some((a, b)) = (0..labs.len()).find_map(|a| {
-                (a + 1..labs.len())
-                    .find(|&b| labs[b] == labs[a])
-                    .map(|b| (a, b))
-            }) else {
-                break;
-            };
+        while let Some((a, b)) = repeated_label(&labs) {
             let s = ctx.shape(&x)?;
             if s[a] != s[b] {
                 invalid!("label `{}` has sizes {} and {}", labs[a], s[a], s[b]);

@@ -3,6 +3,8 @@
 
 #[cfg(feature = "cpu")]
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod seam;
 
 #[allow(unused_imports)]
@@ -29,7 +31,7 @@ pub(crate) fn register_builtins(add: &mut dyn FnMut(Device, BackendFactory)) {
     #[cfg(feature = "vulkan")]
     add(Device::Vulkan, seam::vulkan);
     #[cfg(feature = "cuda")]
-    add(Device::Cuda, seam::cuda);
+    add(Device::Cuda, cuda::factory);
     #[cfg(feature = "rocm")]
     add(Device::Rocm, seam::rocm);
     #[cfg(feature = "oneapi")]
