@@ -13,6 +13,30 @@ use std::sync::Arc;
 /// never duplicated on the host just to transpose it.
 const FOLD_LIMIT: usize = 1 << 20;
 
+/// No value may have more elements than this (2^48): a model declaring more is refused
+/// before any size arithmetic could overflow.
+pub const MAX_ELEMENTS: usize = 1 << 48;
+
+/// Host allocations made while importing (masks, weight matrices, ranges) are capped here.
+pub const HOST_LIMIT: usize = 1 << 24;
+
+/// The element count of static `dims`, `None` past [`MAX_ELEMENTS`] (or on overflow).
+pub fn checked_numel(dims: &[usize]) -> Option<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
+}
+
+/// Static element count of a possibly symbolic shape (symbols count as 1), bounded.
+pub fn shape_numel(shape: &Shape) -> Option<usize> {
+    let dims: Vec<usize> = shape
+        .dims()
+        .iter()
+        .map(|d| d.as_static().unwrap_or(1))
+        .collect();
+    checked_numel(&dims)
+}
+
 /// Why mapping one node failed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fail {
@@ -222,6 +246,14 @@ impl Ctx {
         }
     }
 
+    /// Refuses an import-time host allocation of `n` elements past [`HOST_LIMIT`].
+    pub fn host_alloc(&self, n: Option<usize>, what: &str) -> R<usize> {
+        match n {
+            Some(n) if n <= HOST_LIMIT => Ok(n),
+            _ => unsupported!("{what} would need more than 2^24 elements at import"),
+        }
+    }
+
     /// A known integer vector (shape, axes, pads, ...), any integer dtype.
     pub fn const_ints(&mut self, v: &Val, what: &str) -> R<Vec<i64>> {
         let t = self.const_of(v, what)?;
@@ -246,8 +278,15 @@ impl Ctx {
                 types.join(", ")
             ))
         })?;
+        let Some(numel) = shape_numel(&out.shape) else {
+            unsupported!(
+                "{} would produce {} (more than 2^48 elements)",
+                op.name(),
+                out.shape
+            );
+        };
         let all_const = inputs.iter().all(|v| matches!(v, Val::Const { .. }));
-        if all_const && out.shape.numel().is_some_and(|n| n <= FOLD_LIMIT) {
+        if all_const && out.shape.is_static() && numel <= FOLD_LIMIT {
             let ts: Vec<&Tensor> = inputs
                 .iter()
                 .map(|v| match v {

@@ -30,7 +30,7 @@ impl Ctx {
         }
     }
 
-    /// `0, 1, ..., n-1` as a 1-D constant.
+    /// `0, 1, ..., n-1` as a 1-D constant (callers bound `n` by a shape that exists).
     pub fn iota(&mut self, n: usize, dtype: DType) -> Val {
         let v: Vec<f64> = (0..n).map(|i| i as f64).collect();
         Val::konst(Tensor::from_f64(dtype, &[n], &v).expect("sizes match"))

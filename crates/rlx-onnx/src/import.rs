@@ -298,7 +298,11 @@ fn value_type(v: &ValueInfoProto, name: &str) -> Result<TensorType, String> {
             _ => Dim::sym(&format!("{name}_d{i}")),
         });
     }
-    Ok(TensorType::new(dtype, Shape(dims)))
+    let shape = Shape(dims);
+    if crate::ctx::shape_numel(&shape).is_none() {
+        return Err(format!("shape {shape} has more than 2^48 elements"));
+    }
+    Ok(TensorType::new(dtype, shape))
 }
 
 /// Checks an output against the type the model declares (dtype and static dims).

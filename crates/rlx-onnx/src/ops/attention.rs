@@ -26,6 +26,14 @@ pub fn attention(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         unsupported!("dtype {dt}");
     }
     let rank = ctx.rank(&q);
+    if ctx.rank(&k) != rank || ctx.rank(&v) != rank {
+        invalid!("Q, K and V must have the same rank");
+    }
+    for p in [n.opt(4), n.opt(5)].into_iter().flatten() {
+        if ctx.rank(&p) != 4 {
+            invalid!("past_key and past_value must be 4-D");
+        }
+    }
     let is_causal = n.int("is_causal", 0)? != 0;
     let qh = n.int_opt("q_num_heads")?;
     let kvh = n.int_opt("kv_num_heads")?;
@@ -69,6 +77,7 @@ pub fn attention(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let kv_heads = ctx.shape(&k)?[1];
     let zero = ctx.scalar(dt, 0.0);
     let ninf = ctx.scalar(dt, f64::NEG_INFINITY);
+    ctx.host_alloc(q_len.checked_mul(kv_len), "the attention mask")?;
 
     // The additive bias, None when nothing masks.
     let mut bias: Option<Val> = None;

@@ -37,6 +37,9 @@ pub struct Spatial {
 /// Reads strides/dilations/pads/auto_pad for spatial dims of sizes `spatial`.
 pub fn spatial_attrs(n: &NodeIn, kernel: &[usize], spatial: &[usize]) -> R<Spatial> {
     let nsp = spatial.len();
+    if spatial.contains(&0) || kernel.contains(&0) {
+        invalid!("spatial dims {spatial:?} and kernel {kernel:?} must be non-empty");
+    }
     let get = |name: &str| -> R<Vec<i64>> { Ok(n.ints_opt(name)?.unwrap_or_else(|| vec![1; nsp])) };
     let strides = get("strides")?;
     let dil = get("dilations")?;
@@ -142,6 +145,7 @@ fn from_2d(ctx: &mut Ctx, y: &Val, nsp: usize) -> R<Val> {
 pub fn conv(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, w) = (n.input(0)?, n.input(1)?);
     let nsp = spatial_rank(ctx, &x)?;
+    check_weight(ctx, &x, &w)?;
     if nsp == 3 {
         return crate::ops::conv3d::conv3d(ctx, n, &x, &w);
     }
@@ -276,7 +280,10 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         unsupported!("3-D ConvTranspose");
     }
     let xs = ctx.shape(&x)?;
-    let ws = ctx.shape(&w)?;
+    let ws = check_weight(ctx, &x, &w)?;
+    if xs[2..].contains(&0) {
+        invalid!("empty spatial dims {xs:?}");
+    }
     let g = pos(n.int("group", 1)?, "group")?;
     let kernel: Vec<usize> = match n.ints_opt("kernel_shape")? {
         Some(k) => k.iter().map(|&v| pos(v, "kernel")).collect::<R<_>>()?,
@@ -293,6 +300,12 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let out_shape = n.ints_opt("output_shape")?;
     if strides.len() != nsp || dil.len() != nsp || out_pad.len() != nsp || pads.len() != 2 * nsp {
         invalid!("strides, dilations, output_padding and pads must match {nsp} spatial dims");
+    }
+    if kernel.len() != nsp
+        || kernel.contains(&0)
+        || out_shape.as_ref().is_some_and(|o| o.len() < nsp)
+    {
+        invalid!("kernel_shape and output_shape must cover {nsp} spatial dims");
     }
     let same = matches!(auto.as_str(), "SAME_UPPER" | "SAME_LOWER");
     if !matches!(auto.as_str(), "NOTSET" | "VALID") && !same {
@@ -410,4 +423,16 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let refs: Vec<&Val> = ins.iter().collect();
     let out = ctx.op(Op::Conv2d(p), &refs)?;
     Ok(vec![from_2d(ctx, &out, nsp)?])
+}
+
+/// Checks that a weight has the input's rank and non-empty kernel dims.
+pub fn check_weight(ctx: &Ctx, x: &Val, w: &Val) -> R<Vec<usize>> {
+    let ws = ctx.shape(w)?;
+    if ws.len() != ctx.rank(x) || ws.len() < 3 || ws[2..].contains(&0) || ws[..2].contains(&0) {
+        invalid!(
+            "weight shape {ws:?} does not fit input rank {}",
+            ctx.rank(x)
+        );
+    }
+    Ok(ws)
 }

@@ -52,6 +52,7 @@ pub fn trilu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     };
     let upper = n.int("upper", 1)? != 0;
     let (h, w) = (s[r - 2], s[r - 1]);
+    ctx.host_alloc(h.checked_mul(w), "the Trilu mask")?;
     let v: Vec<f64> = (0..h * w)
         .map(|i| {
             let (row, col) = ((i / w) as i64, (i % w) as i64);
@@ -78,7 +79,7 @@ pub fn one_hot(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     if depth < 1.0 {
         invalid!("depth must be positive");
     }
-    let depth = depth as usize;
+    let depth = ctx.host_alloc(Some(depth as usize), "OneHot depth")?;
     let values = n.input(2)?;
     let r = ctx.rank(&idx);
     let axis = ctx.axis(n.int("axis", -1)?, r + 1)?;

@@ -30,6 +30,9 @@ pub fn concat(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     for i in 0..n.n_inputs() {
         xs.push(n.input(i)?);
     }
+    if xs.is_empty() {
+        invalid!("Concat needs at least one input");
+    }
     let axis = match n.int_opt("axis")? {
         Some(a) => a,
         None if n.opset < 4 => 1,
@@ -168,6 +171,15 @@ pub fn tile(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     if reps.len() != dims.len() {
         invalid!("{} repeats for rank {}", reps.len(), dims.len());
     }
+    let total: Vec<usize> = dims
+        .iter()
+        .zip(&reps)
+        .map(|(&d, &k)| d.saturating_mul(k))
+        .collect();
+    if crate::ctx::checked_numel(&total).is_none() {
+        unsupported!("Tile to {total:?} has more than 2^48 elements");
+    }
+    ctx.host_alloc(reps.iter().copied().max(), "Tile repeats")?;
     let mut y = x;
     for (a, &k) in reps.iter().enumerate() {
         if k == 0 {

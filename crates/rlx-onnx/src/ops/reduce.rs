@@ -202,6 +202,7 @@ pub fn axis_last(ctx: &mut Ctx, x: &Val, axis: usize) -> R<(Val, Vec<usize>)> {
 
 /// A constant `[n, n]` bool mask `m[i][j] = f(i, j)`.
 pub fn pair_mask(ctx: &mut Ctx, n: usize, f: impl Fn(usize, usize) -> bool) -> R<Val> {
+    ctx.host_alloc(n.checked_mul(n), "a pairwise mask")?;
     let v: Vec<f64> = (0..n * n).map(|k| f(k / n, k % n) as u8 as f64).collect();
     ctx.tensor(DType::Bool, &[n, n], &v)
 }

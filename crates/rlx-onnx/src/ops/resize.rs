@@ -314,6 +314,10 @@ pub fn resize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         if out_full[a] == 0 {
             unsupported!("resize to an empty axis");
         }
+        if shape[a] == 0 {
+            invalid!("cannot resize an empty axis");
+        }
+        ctx.host_alloc(shape[a].checked_mul(out_full[a]), "the resize weights")?;
         let plan = plan_axis(&p, shape[a], out_full[a], scale_full[a], roi_a)?;
         // [out, in] -> [in, out] so that rows of the moved tensor multiply it.
         let (inn, out) = (shape[a], plan.out);

@@ -56,15 +56,21 @@ pub fn reshape(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         invalid!("shape {target:?} has more than one -1");
     }
     let resolved = if out.iter().any(|d| d.is_none()) {
-        let Some(total) = ctx.ty(&x).shape.numel() else {
+        let Some(total) = ctx
+            .ty(&x)
+            .shape
+            .as_static()
+            .and_then(|d| crate::ctx::checked_numel(&d))
+        else {
             // symbolic: -1 takes the dims not accounted for, when they line up
             unsupported!("reshape with -1 of a symbolic shape {}", ctx.ty(&x).shape);
         };
-        let known: usize = out
+        let known_dims: Vec<usize> = out
             .iter()
             .flatten()
             .map(|d| d.as_static().unwrap_or(1))
-            .product();
+            .collect();
+        let known = crate::ctx::checked_numel(&known_dims).unwrap_or(0);
         if known == 0 || total % known != 0 {
             invalid!("cannot reshape {} elements into {target:?}", total);
         }
@@ -194,7 +200,10 @@ pub fn constant_of_shape(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     };
     let dims = to_dims(&shape)?;
     let s = Val::konst(Tensor::scalar(dtype, value));
-    if dims.iter().product::<usize>() <= 1 << 16 {
+    let Some(numel) = crate::ctx::checked_numel(&dims) else {
+        unsupported!("shape {dims:?} has more than 2^48 elements");
+    };
+    if numel <= 1 << 16 {
         return one(Val::konst(Tensor::full(dtype, &dims, value)));
     }
     let r = ctx.reshape(&s, &vec![1; dims.len()])?;
@@ -220,6 +229,7 @@ pub fn eye_like(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         Some(d) => crate::dtype::to_dtype(d as i32).map_err(Fail::Unsupported)?,
         None => ctx.dtype(&x),
     };
+    ctx.host_alloc(s[0].checked_mul(s[1]), "EyeLike")?;
     let mut v = vec![0.0; s[0] * s[1]];
     for i in 0..s[0] {
         let j = i as i64 + k;
@@ -246,8 +256,8 @@ pub fn range(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         invalid!("delta is zero");
     }
     let count = ((limit - start) / delta).ceil().max(0.0);
-    if count > 1e8 {
-        invalid!("range of {count} elements is too large");
+    if count > crate::ctx::HOST_LIMIT as f64 {
+        unsupported!("a range of {count} elements is too large to fold at import");
     }
     let count = count as usize;
     let vals: Vec<f64> = (0..count).map(|i| start + i as f64 * delta).collect();
