@@ -18,6 +18,7 @@ mod check;
 mod error;
 mod fast;
 pub mod interp;
+pub mod random_graph;
 pub mod testing;
 
 pub use error::CpuError;

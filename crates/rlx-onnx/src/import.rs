@@ -1,10 +1,10 @@
 //! The driver: decode a model, bind initializers and inputs, map every node in order, and
 //! collect every unsupported node into one error.
 
-use crate::ctx::{Ctx, Fail, Val};
+use crate::ctx::{Ctx, Fail, Val, R};
 use crate::dtype::{onnx_type_name, to_dtype};
 use crate::error::{OnnxError, UnsupportedNode};
-use crate::node::NodeIn;
+use crate::node::{Env, NodeIn};
 use crate::proto::{type_proto, GraphProto, ModelProto, ValueInfoProto};
 use crate::tensor::{to_tensor, ExternalData};
 use crate::{ImportOptions, OnnxModel};
@@ -20,8 +20,10 @@ pub const MIN_OPSET: i64 = 1;
 
 /// A name's binding while mapping: a value, or the output of a node that failed.
 #[derive(Clone)]
-enum Slot {
+pub enum Slot {
+    /// a value
     Val(Val),
+    /// the output of a node that could not be mapped
     Poisoned,
 }
 
@@ -214,10 +216,17 @@ fn map_nodes(
                 )))
             } else {
                 ctx.cur = name.clone();
-                let n = NodeIn::new(node, name.clone(), opset, inputs);
-                match handler(ctx, &n) {
+                let env = Env {
+                    scope: &*scope,
+                    opsets,
+                    file,
+                };
+                let n = NodeIn::new(node, name.clone(), opset, inputs, env);
+                let result = handler(ctx, &n);
+                let unread = n.unread();
+                drop(n);
+                match result {
                     Ok(outs) => {
-                        let unread = n.unread();
                         if !unread.is_empty() {
                             Err(Some(format!(
                                 "attribute(s) {} not implemented",
@@ -341,4 +350,50 @@ fn check_declared(ctx: &Ctx, v: &Val, decl: &ValueInfoProto) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+/// Maps a subgraph (a branch or loop body) whose inputs are bound to `inputs`, seeing the
+/// enclosing names; returns its outputs.
+///
+/// # Errors
+/// Unsupported nodes inside (listed), or an invalid body.
+pub fn subgraph(ctx: &mut Ctx, env: &Env, g: &GraphProto, inputs: &[Val]) -> R<Vec<Val>> {
+    let mut scope = env.scope.clone();
+    for init in &g.initializer {
+        let t = to_tensor(init, &mut ExternalData::new(None)).map_err(Fail::Unsupported)?;
+        scope.insert(init.name().to_string(), Slot::Val(Val::konst(t)));
+    }
+    if g.input.len() != inputs.len() {
+        return Err(Fail::Invalid(format!(
+            "subgraph `{}` takes {} inputs, given {}",
+            g.name(),
+            g.input.len(),
+            inputs.len()
+        )));
+    }
+    for (vi, v) in g.input.iter().zip(inputs) {
+        scope.insert(vi.name().to_string(), Slot::Val(v.clone()));
+    }
+    let cur = ctx.cur.clone();
+    let unsupported = map_nodes(ctx, g, env.opsets, &mut scope, env.file)
+        .map_err(|e| Fail::Invalid(format!("in subgraph `{}`: {e}", g.name())))?;
+    ctx.cur = cur;
+    if !unsupported.is_empty() {
+        let list: Vec<String> = unsupported.iter().map(|u| u.to_string()).collect();
+        return Err(Fail::Unsupported(format!(
+            "subgraph `{}`: {}",
+            g.name(),
+            list.join("; ")
+        )));
+    }
+    g.output
+        .iter()
+        .map(|o| match scope.get(o.name()) {
+            Some(Slot::Val(v)) => Ok(v.clone()),
+            _ => Err(Fail::Invalid(format!(
+                "subgraph output `{}` is never computed",
+                o.name()
+            ))),
+        })
+        .collect()
 }

@@ -15,7 +15,7 @@ mod ctx;
 mod dtype;
 mod emit;
 mod error;
-mod import;
+pub(crate) mod import;
 mod node;
 pub mod ops;
 pub mod proto;

@@ -3,10 +3,12 @@
 //! reported, never silently ignored), and the node's opset version.
 
 use crate::ctx::{invalid, Val, R};
+use crate::import::Slot;
 use crate::proto::{
     attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto, TensorProto,
 };
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::collections::HashSet;
 
 /// A node being mapped.
@@ -19,12 +21,31 @@ pub struct NodeIn<'a> {
     pub opset: i64,
     /// inputs; `None` for omitted optional inputs
     pub inputs: Vec<Option<Val>>,
+    /// the names visible to the node, for subgraphs of control flow
+    pub env: Env<'a>,
     read: RefCell<HashSet<String>>,
+}
+
+/// What a node's subgraphs see: the enclosing names, the model's opsets, the file.
+#[derive(Clone, Copy)]
+pub struct Env<'a> {
+    /// names bound so far in the enclosing graph(s)
+    pub scope: &'a HashMap<String, Slot>,
+    /// imported opsets by domain
+    pub opsets: &'a HashMap<String, i64>,
+    /// the model file, for errors
+    pub file: &'a str,
 }
 
 impl<'a> NodeIn<'a> {
     /// A node with resolved inputs.
-    pub fn new(proto: &'a NodeProto, name: String, opset: i64, inputs: Vec<Option<Val>>) -> Self {
+    pub fn new(
+        proto: &'a NodeProto,
+        name: String,
+        opset: i64,
+        inputs: Vec<Option<Val>>,
+        env: Env<'a>,
+    ) -> Self {
         let mut read = HashSet::new();
         if opset < 6 {
             // An in-place memory hint of opsets 1 to 5 with no effect on values.
@@ -35,6 +56,7 @@ impl<'a> NodeIn<'a> {
             name,
             opset,
             inputs,
+            env,
             read: RefCell::new(read),
         }
     }

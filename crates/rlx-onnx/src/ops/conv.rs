@@ -144,10 +144,16 @@ fn from_2d(ctx: &mut Ctx, y: &Val, nsp: usize) -> R<Val> {
 /// `Conv` (1-D and 2-D).
 pub fn conv(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, w) = (n.input(0)?, n.input(1)?);
+    conv_values(ctx, n, &x, &w, n.opt(2))
+}
+
+/// A convolution of `x` by `w` (plus `bias`) with the node's window attributes.
+pub fn conv_values(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val, bias: Option<Val>) -> R<Vec<Val>> {
+    let (x, w) = (x.clone(), w.clone());
     let nsp = spatial_rank(ctx, &x)?;
     check_weight(ctx, &x, &w)?;
     if nsp == 3 {
-        return crate::ops::conv3d::conv3d(ctx, n, &x, &w);
+        return crate::ops::conv3d::conv3d(ctx, n, &x, &w, bias);
     }
     let xs = ctx.shape(&x)?;
     let ws = ctx.shape(&w)?;
@@ -160,7 +166,7 @@ pub fn conv(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x2 = to_2d(ctx, &x)?;
     let w2 = to_2d(ctx, &w)?;
     let mut ins = vec![x2, w2];
-    ins.extend(n.opt(2));
+    ins.extend(bias);
     let p = Conv2dParams {
         stride: win.stride,
         pads: win.pads,

@@ -59,7 +59,7 @@ fn out_len(n: usize, k: usize, s: usize, pb: usize, pe: usize, d: usize, ceil: b
 }
 
 /// 3-D `Conv`.
-pub fn conv3d(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val) -> R<Vec<Val>> {
+pub fn conv3d(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val, bias: Option<Val>) -> R<Vec<Val>> {
     let xs = ctx.shape(x)?;
     let ws = ctx.shape(w)?;
     let kernel = match n.ints_opt("kernel_shape")? {
@@ -92,7 +92,7 @@ pub fn conv3d(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val) -> R<Vec<Val>> {
     let ys = ctx.shape(&y)?;
     let y = ctx.reshape(&y, &[xs[0], od, ys[1], ys[2], ys[3]])?;
     let mut y = ctx.transpose(&y, &[0, 2, 1, 3, 4])?;
-    if let Some(b) = n.opt(2) {
+    if let Some(b) = bias {
         let b = ctx.reshape(&b, &[1, ws[0], 1, 1, 1])?;
         y = ctx.add(&y, &b)?;
     }

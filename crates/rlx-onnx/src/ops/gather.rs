@@ -143,6 +143,9 @@ fn linear_index(ctx: &mut Ctx, idx: &Val, shape: &[usize], batch_dims: usize) ->
     let k = *is
         .last()
         .ok_or_else(|| crate::ctx::Fail::Invalid("indices must not be a scalar".into()))?;
+    if batch_dims >= is.len() || is[..batch_dims] != shape[..batch_dims.min(shape.len())] {
+        invalid!("batch_dims {batch_dims} must be below the indices rank and match the data's leading dims");
+    }
     if batch_dims + k > shape.len() {
         invalid!(
             "indices index {k} dims past batch dims {batch_dims} of rank {}",

@@ -2,6 +2,7 @@
 //! Mappers live in files named after their op family.
 
 pub mod attention;
+pub mod control;
 pub mod conv;
 pub mod conv3d;
 pub mod elementwise;
@@ -11,8 +12,10 @@ pub mod loss;
 pub mod misc;
 pub mod movement;
 pub mod norm;
+pub mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod rnn;
 pub mod rotary;
 pub mod shape;
 pub mod trig;
@@ -130,6 +133,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "LRN" => norm::lrn,
         "Attention" => attention::attention,
         "RotaryEmbedding" => rotary::rotary,
+        "RNN" | "GRU" | "LSTM" => rnn::recurrent,
         "NegativeLogLikelihoodLoss" => loss::nll_loss,
         "SoftmaxCrossEntropyLoss" => loss::softmax_ce,
         "GatherElements" => gather::gather_elements,
@@ -137,6 +141,17 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "ScatterElements" | "Scatter" => gather::scatter_elements,
         "ScatterND" => gather::scatter_nd,
         "Resize" | "Upsample" => resize::resize,
+        // quantization
+        "QuantizeLinear" => quant::quantize,
+        "DequantizeLinear" => quant::dequantize,
+        "DynamicQuantizeLinear" => quant::dynamic_quantize,
+        "QLinearMatMul" => quant::qlinear_matmul,
+        "MatMulInteger" => quant::matmul_integer,
+        "ConvInteger" => quant::conv_integer,
+        // control flow
+        "If" => control::if_,
+        "Loop" => control::loop_,
+        "Scan" => control::scan,
         // masks and selections
         "Dropout" => misc::dropout,
         "Trilu" => misc::trilu,

@@ -1,0 +1,195 @@
+//! Linear quantization on the IR's 8-bit integers: `QuantizeLinear`, `DequantizeLinear`,
+//! `DynamicQuantizeLinear`, `QLinearMatMul`, `MatMulInteger`, `ConvInteger`, as the ONNX
+//! reference computes them (round half to even, saturate to the integer range).
+
+use crate::ctx::{invalid, unsupported, Ctx, Val, R};
+use crate::dtype::to_dtype;
+use crate::node::NodeIn;
+use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+
+fn range(d: DType) -> R<(f64, f64)> {
+    Ok(match d {
+        DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        other => unsupported!("quantized type {other}"),
+    })
+}
+
+/// Scale or zero point shaped to broadcast against `x` along `axis` (per-axis), or as is
+/// (per-tensor).
+fn per_axis(ctx: &mut Ctx, v: &Val, x: &Val, axis: i64, block: i64) -> R<Val> {
+    if block != 0 {
+        unsupported!("blocked quantization (block_size {block})");
+    }
+    let s = ctx.shape(v)?;
+    let n: usize = s.iter().product();
+    if s.is_empty() {
+        return Ok(v.clone());
+    }
+    if n == 1 {
+        return ctx.reshape(v, &[]);
+    }
+    let r = ctx.rank(x);
+    let a = ctx.axis(axis, r)?;
+    let mut dims = vec![1; r];
+    dims[a] = n;
+    ctx.reshape(v, &dims)
+}
+
+fn saturate_round(ctx: &mut Ctx, y: &Val, to: DType) -> R<Val> {
+    let (lo, hi) = range(to)?;
+    let y = ctx.unary(UnaryOp::Round, y)?;
+    let y = ctx.binary_scalar(BinaryOp::Max, &y, lo)?;
+    let y = ctx.binary_scalar(BinaryOp::Min, &y, hi)?;
+    ctx.cast(&y, to)
+}
+
+/// `QuantizeLinear`.
+pub fn quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, scale) = (n.input(0)?, n.input(1)?);
+    let axis = n.int("axis", 1)?;
+    n.int("saturate", 1)?;
+    let block = n.int("block_size", 0)?;
+    if n.int_opt("precision")?.is_some_and(|p| p != 1) {
+        unsupported!("precision other than float32");
+    }
+    let zp = n.opt(2);
+    let out = match (&zp, n.int_opt("output_dtype")?) {
+        (Some(z), _) => ctx.dtype(z),
+        (None, Some(t)) if t != 0 => to_dtype(t as i32).map_err(crate::ctx::Fail::Unsupported)?,
+        (None, _) => DType::U8,
+    };
+    let xf = ctx.cast(&x, DType::F32)?;
+    let s = per_axis(ctx, &scale, &x, axis, block)?;
+    let s = ctx.cast(&s, DType::F32)?;
+    let q = ctx.div(&xf, &s)?;
+    let mut q = ctx.unary(UnaryOp::Round, &q)?;
+    if let Some(z) = &zp {
+        let z = per_axis(ctx, z, &x, axis, block)?;
+        let z = ctx.cast(&z, DType::F32)?;
+        q = ctx.add(&q, &z)?;
+    }
+    Ok(vec![saturate_round(ctx, &q, out)?])
+}
+
+/// `DequantizeLinear`.
+pub fn dequantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, scale) = (n.input(0)?, n.input(1)?);
+    let axis = n.int("axis", 1)?;
+    let block = n.int("block_size", 0)?;
+    let out = match n.int_opt("output_dtype")? {
+        Some(t) if t != 0 => to_dtype(t as i32).map_err(crate::ctx::Fail::Unsupported)?,
+        _ => ctx.dtype(&scale),
+    };
+    let mut xf = ctx.cast(&x, DType::F32)?;
+    if let Some(z) = n.opt(2) {
+        let z = per_axis(ctx, &z, &x, axis, block)?;
+        let z = ctx.cast(&z, DType::F32)?;
+        xf = ctx.sub(&xf, &z)?;
+    }
+    let s = per_axis(ctx, &scale, &x, axis, block)?;
+    let s = ctx.cast(&s, DType::F32)?;
+    let y = ctx.mul(&xf, &s)?;
+    Ok(vec![ctx.cast(&y, out)?])
+}
+
+/// `DynamicQuantizeLinear`: u8 with a scale and zero point from the data's range.
+pub fn dynamic_quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let xf = ctx.cast(&x, DType::F32)?;
+    let all: Vec<usize> = (0..ctx.rank(&x)).collect();
+    let mx = ctx.reduce(ReduceOp::Max, &xf, &all, false)?;
+    let mn = ctx.reduce(ReduceOp::Min, &xf, &all, false)?;
+    let mx = ctx.binary_scalar(BinaryOp::Max, &mx, 0.0)?;
+    let mn = ctx.binary_scalar(BinaryOp::Min, &mn, 0.0)?;
+    let same = ctx.binary(BinaryOp::Eq, &mx, &mn)?;
+    let span = ctx.sub(&mx, &mn)?;
+    let one = ctx.scalar(DType::F32, 1.0);
+    let span = ctx.where_(&same, &one, &span)?;
+    let scale = ctx.binary_scalar(BinaryOp::Div, &span, 255.0)?;
+    let q = ctx.div(&mn, &scale)?;
+    let zero = ctx.scalar(DType::F32, 0.0);
+    let zp = ctx.sub(&zero, &q)?;
+    let zp = ctx.binary_scalar(BinaryOp::Max, &zp, 0.0)?;
+    let zp = ctx.binary_scalar(BinaryOp::Min, &zp, 255.0)?;
+    let zp = ctx.unary(UnaryOp::Round, &zp)?;
+    let y = ctx.div(&xf, &scale)?;
+    let y = ctx.unary(UnaryOp::Round, &y)?;
+    let y = ctx.add(&y, &zp)?;
+    let y = saturate_round(ctx, &y, DType::U8)?;
+    let d = ctx.dtype(&x);
+    Ok(vec![y, ctx.cast(&scale, d)?, ctx.cast(&zp, DType::U8)?])
+}
+
+/// `x - zp` in i32 (zp optional).
+fn centered(ctx: &mut Ctx, x: &Val, zp: Option<Val>) -> R<Val> {
+    let xi = ctx.cast(x, DType::I32)?;
+    match zp {
+        Some(z) => {
+            let z = ctx.cast(&z, DType::I32)?;
+            ctx.sub(&xi, &z)
+        }
+        None => Ok(xi),
+    }
+}
+
+/// `MatMulInteger`: i32 product of zero-point-centered operands.
+pub fn matmul_integer(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let a = centered(ctx, &n.input(0)?, n.opt(2))?;
+    let b = n.input(1)?;
+    // A per-column zero point of B applies along its last dim.
+    let bz = match n.opt(3) {
+        Some(z) if ctx.rank(&z) == 1 && ctx.shape(&z)?[0] > 1 => {
+            let c = ctx.shape(&z)?[0];
+            Some(ctx.reshape(&z, &[1, c])?)
+        }
+        other => other,
+    };
+    let b = centered(ctx, &b, bz)?;
+    Ok(vec![crate::ops::linalg::matmul_np(ctx, &a, &b)?])
+}
+
+/// `QLinearMatMul`.
+pub fn qlinear_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let a = centered(ctx, &n.input(0)?, n.opt(2))?;
+    let b = centered(ctx, &n.input(3)?, n.opt(5))?;
+    let c = crate::ops::linalg::matmul_np(ctx, &a, &b)?;
+    let c = ctx.cast(&c, DType::F64)?;
+    let sa = ctx.cast(&n.input(1)?, DType::F64)?;
+    let sb = ctx.cast(&n.input(4)?, DType::F64)?;
+    let sy = ctx.cast(&n.input(6)?, DType::F64)?;
+    let k = ctx.mul(&sa, &sb)?;
+    let k = ctx.div(&k, &sy)?;
+    let mut d = ctx.mul(&c, &k)?;
+    let out = match n.opt(7) {
+        Some(z) => {
+            let t = ctx.dtype(&z);
+            let zf = ctx.cast(&z, DType::F64)?;
+            d = ctx.add(&d, &zf)?;
+            t
+        }
+        None => ctx.dtype(&n.input(0)?),
+    };
+    Ok(vec![saturate_round(ctx, &d, out)?])
+}
+
+/// `ConvInteger`: the convolution of centered operands, exact in f64, as i32.
+pub fn conv_integer(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    if n.n_inputs() > 2
+        && n.opt(3).is_some_and(|z| {
+            ctx.rank(&z) > 0 && ctx.shape(&z).is_ok_and(|s| s.iter().product::<usize>() > 1)
+        })
+    {
+        unsupported!("per-channel weight zero points");
+    }
+    let x = centered(ctx, &n.input(0)?, n.opt(2))?;
+    let w = centered(ctx, &n.input(1)?, n.opt(3))?;
+    let xf = ctx.cast(&x, DType::F64)?;
+    let wf = ctx.cast(&w, DType::F64)?;
+    let y = crate::ops::conv::conv_values(ctx, n, &xf, &wf, None)?;
+    if y.is_empty() {
+        invalid!("no output");
+    }
+    Ok(vec![ctx.cast(&y[0], DType::I32)?])
+}
