@@ -15,7 +15,7 @@ OUT=${ONNX_TESTS:-$ROOT/onnx-tests}
 SHARED=${RLX_SHARED:-$ROOT/../shared}
 EXPECT=$ROOT/tests/onnx/expected-pass.txt
 
-python3 -m pip install --quiet --disable-pip-version-check onnx==1.23.2 numpy
+PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check onnx==1.23.2 numpy
 if [ ! -d "$OUT/node" ]; then
   python3 "$SHARED/onnx/gen_node_tests.py" "$OUT" >/dev/null
 fi

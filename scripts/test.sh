@@ -16,6 +16,13 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+echo "== NVRTC for compile-checking generated CUDA kernels (no GPU needed)"
+if setup=$(scripts/ci-cuda-setup.sh); then
+  eval "$setup"
+else
+  echo "NVRTC could not be installed: CUDA compile checks will report SKIPPED"
+fi
+
 echo "== cargo test"
 skip_log=$(mktemp)
 log=$(mktemp)

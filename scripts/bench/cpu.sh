@@ -9,8 +9,8 @@ cargo build -q --release -p rlx-cpu --example bench_cpu
 cargo build -q --release -p rlx
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "== rlx-cpu"
-./target/release/examples/bench_cpu
+"${CARGO_TARGET_DIR:-target}"/release/examples/bench_cpu
 echo "== numpy peer (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for this command only)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 scripts/bench/cpu_numpy.py
 echo "== demo end to end"
-./target/release/rlx run --device cpu --iters 50
+"${CARGO_TARGET_DIR:-target}"/release/rlx run --device cpu --iters 50

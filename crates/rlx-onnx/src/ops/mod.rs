@@ -18,6 +18,7 @@ pub mod resize;
 pub mod rnn;
 pub mod rotary;
 pub mod shape;
+pub mod spectral;
 pub mod trig;
 
 use crate::ctx::{Ctx, Val, R};
@@ -96,6 +97,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "ConstantOfShape" => shape::constant_of_shape,
         "EyeLike" => shape::eye_like,
         "Range" => shape::range,
+        "CenterCropPad" => movement::center_crop_pad,
         // data movement
         "Transpose" => movement::transpose,
         "Concat" => movement::concat,
@@ -148,6 +150,9 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "QLinearMatMul" => quant::qlinear_matmul,
         "MatMulInteger" => quant::matmul_integer,
         "ConvInteger" => quant::conv_integer,
+        // spectral
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => spectral::window,
+        "DFT" => spectral::dft,
         // control flow
         "If" => control::if_,
         "Loop" => control::loop_,

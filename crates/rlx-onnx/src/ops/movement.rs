@@ -300,8 +300,13 @@ pub fn depth_space(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         if h % b != 0 || w % b != 0 {
             invalid!("spatial dims {h}x{w} not divisible by {b}");
         }
+        let perm = match n.string("mode", "DCR")?.as_str() {
+            "DCR" => [0, 3, 5, 1, 2, 4],
+            "CRD" => [0, 1, 3, 5, 2, 4],
+            other => invalid!("mode `{other}` is neither DCR nor CRD"),
+        };
         let y = ctx.reshape(&x, &[nn, c, h / b, b, w / b, b])?;
-        let y = ctx.transpose(&y, &[0, 3, 5, 1, 2, 4])?;
+        let y = ctx.transpose(&y, &perm)?;
         return one(ctx.reshape(&y, &[nn, c * b * b, h / b, w / b])?);
     }
     if c % (b * b) != 0 {
@@ -320,4 +325,41 @@ pub fn depth_space(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         other => invalid!("mode `{other}` is neither DCR nor CRD"),
     };
     one(ctx.reshape(&y, &[nn, co, h * b, w * b])?)
+}
+
+/// `CenterCropPad`: each axis cropped or zero-padded around its center to the given size.
+pub fn center_crop_pad(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let dims = ctx.shape(&x)?;
+    let r = dims.len();
+    let target = to_dims(&ctx.const_ints(&n.input(1)?, "the shape")?)?;
+    let axes: Vec<usize> = match n.ints_opt("axes")? {
+        Some(a) => a.iter().map(|&v| ctx.axis(v, r)).collect::<R<_>>()?,
+        None => (0..r).collect(),
+    };
+    if axes.len() != target.len() {
+        invalid!("{} sizes for {} axes", target.len(), axes.len());
+    }
+    let mut y = x;
+    let mut pads = vec![(0usize, 0usize); r];
+    for (&a, &t) in axes.iter().zip(&target) {
+        let d = dims[a];
+        if t < d {
+            let start = (d - t) / 2;
+            y = ctx.slice(&y, a, start as i64, (start + t) as i64, 1)?;
+        } else if t > d {
+            let before = (t - d) / 2;
+            pads[a] = (before, t - d - before);
+        }
+    }
+    if pads.iter().any(|&(b, e)| b > 0 || e > 0) {
+        y = ctx.op(
+            Op::Pad {
+                pads,
+                mode: PadMode::Constant(0.0),
+            },
+            &[&y],
+        )?;
+    }
+    one(y)
 }

@@ -68,7 +68,13 @@ pub fn reduce(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     };
     let d = ctx.dtype(&x);
     if d == DType::Bool {
-        unsupported!("{} on bool", n.op_type());
+        if !matches!(op, ReduceOp::Max | ReduceOp::Min) || pre.is_some() {
+            unsupported!("{} on bool", n.op_type());
+        }
+        // max is "any", min is "all": exact through u8.
+        let xu = ctx.cast(&x, DType::U8)?;
+        let y = ctx.reduce(op, &xu, &axes, keep)?;
+        return one(ctx.cast(&y, DType::Bool)?);
     }
     if n.op_type() == "ReduceLogSumExp" {
         // subtract the max for stability: log(sum(exp(x - m))) + m

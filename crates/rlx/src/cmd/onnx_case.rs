@@ -133,6 +133,22 @@ pub fn run_case(dir: &Path, device_name: &str) -> Result<Outcome, String> {
         .filter(|n| !inits.contains(&n.as_str()))
         .collect();
     let out_names: Vec<String> = graph.output.iter().map(|v| v.name().to_string()).collect();
+    // Sequences, maps and optionals have no IR type; say so before reading their data.
+    for v in graph.input.iter().chain(&graph.output) {
+        use rlx_onnx::proto::type_proto::Value;
+        let kind = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(Value::TensorType(_)) | None => continue,
+            Some(Value::SequenceType(_)) => "a sequence",
+            Some(Value::MapType(_)) => "a map",
+            Some(Value::OptionalType(_)) => "an optional",
+            Some(Value::SparseTensorType(_)) => "a sparse tensor",
+            Some(Value::OpaqueType(_)) => "an opaque value",
+        };
+        return Err(format!(
+            "`{}` is {kind}; only tensors are supported",
+            v.name()
+        ));
+    }
     let (rtol, atol) = tolerance(dir);
     let sets = data_sets(dir)?;
     if sets.is_empty() {
