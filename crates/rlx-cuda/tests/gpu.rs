@@ -6,13 +6,13 @@
 
 mod support;
 
+use rlx_cpu::random_graph::random_graph;
 use rlx_cuda::weights::WeightCache;
 use rlx_cuda::{CudaOptions, CudaProgram};
 use rlx_ir::{DType, Graph, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use support::cases::library_cases;
-use support::random::random_graph;
 use support::{lower_for_cuda, rel_l2, tolerance};
 
 fn device_ready(test: &str) -> bool {

@@ -37,7 +37,7 @@ fn check(seed: u64) -> Result<(), String> {
             ));
         }
         let err = rel_l2(g, w);
-        if !(err <= 1e-5) {
+        if err.is_nan() || err > 1e-5 {
             return Err(format!(
                 "output {name}: relative L2 error {err:e} (ops {ops:?})\n{graph}"
             ));

@@ -90,7 +90,6 @@ pub fn compile_check(test: &str, kernels: &[EmittedKernel]) -> bool {
 }
 
 pub mod cases;
-pub mod random;
 
 use rlx_ir::kernel::KernelProgram;
 use rlx_ir::{Graph, Tensor};

@@ -22,6 +22,9 @@ pub(crate) enum InstKind {
     Binary(BinaryOp, usize, usize, DType),
     Where(usize, usize, usize),
     Cast(usize),
+    /// `x * y + z` (fused multiply-add where available), then optionally GELU: built only
+    /// for f32 lanes by fusing a Mul, an Add and a Gelu whose results have no other use
+    MulAdd(usize, usize, usize, Option<UnaryOp>),
     /// the finished reduction values of this chunk's output points
     Reduced,
 }
@@ -240,6 +243,7 @@ fn eval_f32_body<const FMA: bool>(
                 d.copy_from_slice(r(a));
                 to_bool = inst.dtype == DType::Bool;
             }
+            InstKind::MulAdd(x, y, z, op) => mul_add_f32::<FMA>(op, r(x), r(y), r(z), d),
             InstKind::Reduced => d.copy_from_slice(&reduced[..n]),
         }
         if to_bool {
@@ -261,6 +265,32 @@ fn map1(x: &[f32], d: &mut [f32], f: impl Fn(f32) -> f32) {
 fn map2(x: &[f32], y: &[f32], d: &mut [f32], f: impl Fn(f32, f32) -> f32) {
     for ((d, &x), &y) in d.iter_mut().zip(x).zip(y) {
         *d = f(x, y);
+    }
+}
+
+/// `d = op(x * y + z)`; `op` is `None` or `Some(Gelu)`.
+#[inline(always)]
+fn mul_add_f32<const FMA: bool>(
+    op: Option<UnaryOp>,
+    x: &[f32],
+    y: &[f32],
+    z: &[f32],
+    d: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if FMA && op == Some(UnaryOp::Gelu) {
+        // SAFETY: `FMA` is true only inside `eval_f32_avx2`, after feature detection.
+        unsafe { math::avx2::mul_add_gelu(x, y, z, d) };
+        return;
+    }
+    let madd = |a: f32, b: f32, c: f32| if FMA { a.mul_add(b, c) } else { a * b + c };
+    let it = d.iter_mut().zip(x).zip(y).zip(z);
+    match op {
+        None => it.for_each(|(((d, &a), &b), &c)| *d = madd(a, b, c)),
+        Some(UnaryOp::Gelu) => {
+            it.for_each(|(((d, &a), &b), &c)| *d = math::gelu::<FMA>(madd(a, b, c)))
+        }
+        Some(op) => unreachable!("{op:?} is never fused"),
     }
 }
 
@@ -378,6 +408,12 @@ pub(crate) fn eval_f64(
             InstKind::Cast(a) => {
                 for (d, &x) in d.iter_mut().zip(r(a)) {
                     *d = dt.round(x);
+                }
+            }
+            InstKind::MulAdd(x, y, z, op) => {
+                for (((d, &x), &y), &z) in d.iter_mut().zip(r(x)).zip(r(y)).zip(r(z)) {
+                    let v = dt.round(dt.round(x * y) + z);
+                    *d = op.map_or(v, |op| dt.round(op.eval(v)));
                 }
             }
             InstKind::Reduced => d.copy_from_slice(&reduced[..n]),

@@ -12,7 +12,7 @@ pub(crate) mod lanes;
 use crate::interp::kernel_needed;
 use lanes::{Access, Inst, InstKind, Layout};
 use rlx_ir::kernel::{Expr, LoopKernel};
-use rlx_ir::{DType, ReduceOp};
+use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 
 /// A set of loop dims and every input's strides over them.
 #[derive(Debug, Clone)]
@@ -160,6 +160,61 @@ fn insts(k: &LoopKernel, need: &[bool]) -> Vec<Inst> {
         .collect()
 }
 
+/// Fuses, in f32 lane code, `Add(Mul(x, y), z)` into one `MulAdd` and a following `Gelu`
+/// into it, when the intermediate results have no other use (within `lists`, nor as one of
+/// the `keep` registers). Fewer passes over each chunk, and one vector loop for the chain.
+fn fuse(lists: [&mut Vec<Inst>; 2], keep: &[usize], n_regs: usize) {
+    let mut uses = vec![0usize; n_regs];
+    for i in lists.iter().flat_map(|l| l.iter()) {
+        let ops: &[usize] = match &i.kind {
+            InstKind::Unary(_, a) | InstKind::Cast(a) => &[*a],
+            InstKind::Binary(_, a, b, _) => &[*a, *b],
+            InstKind::Where(a, b, c) | InstKind::MulAdd(a, b, c, _) => &[*a, *b, *c],
+            InstKind::Load(_) | InstKind::Const(_) | InstKind::Reduced => &[],
+        };
+        ops.iter().for_each(|&o| uses[o] += 1);
+    }
+    keep.iter().for_each(|&k| uses[k] += 2);
+    let f32_reg = |l: &[Inst], r: usize| l.iter().position(|i| i.dst == r && i.dtype == DType::F32);
+    for list in lists {
+        let mut j = 0;
+        while j < list.len() {
+            let inst = list[j];
+            let fused = match inst.kind {
+                InstKind::Binary(BinaryOp::Add, a, b, DType::F32) if inst.dtype == DType::F32 => {
+                    [(a, b), (b, a)].into_iter().find_map(|(m, c)| {
+                        let p = f32_reg(&list[..j], m).filter(|_| uses[m] == 1)?;
+                        match list[p].kind {
+                            InstKind::Binary(BinaryOp::Mul, x, y, DType::F32) => {
+                                Some((p, InstKind::MulAdd(x, y, c, None)))
+                            }
+                            _ => None,
+                        }
+                    })
+                }
+                InstKind::Unary(UnaryOp::Gelu, a) if inst.dtype == DType::F32 => {
+                    f32_reg(&list[..j], a)
+                        .filter(|_| uses[a] == 1)
+                        .and_then(|p| match list[p].kind {
+                            InstKind::MulAdd(x, y, z, None) => {
+                                Some((p, InstKind::MulAdd(x, y, z, Some(UnaryOp::Gelu))))
+                            }
+                            _ => None,
+                        })
+                }
+                _ => None,
+            };
+            match fused {
+                Some((p, kind)) => {
+                    list[j].kind = kind;
+                    list.remove(p);
+                }
+                None => j += 1,
+            }
+        }
+    }
+}
+
 fn lane_friendly(d: DType) -> bool {
     matches!(d, DType::F32 | DType::Bool)
 }
@@ -192,6 +247,13 @@ impl LoopExec {
             Some(r) => insts(k, &kernel_needed(k, r.value)),
             None => Vec::new(),
         };
+        let mut prologue = prologue;
+        let mut epilogue = insts(k, &kernel_needed(k, k.result));
+        if fast {
+            let mut keep = vec![k.result];
+            keep.extend(reduce.map(|r| r.value));
+            fuse([&mut prologue, &mut epilogue], &keep, k.body.len());
+        }
         let (n_out, n_red) = (k.numel(), k.reduce_numel());
         let strategy = if n_red < 64 && n_out >= 256 {
             Strategy::Outer
@@ -207,7 +269,7 @@ impl LoopExec {
             red,
             offsets: k.inputs.iter().map(|i| i.view.offset as isize).collect(),
             prologue,
-            epilogue: insts(k, &kernel_needed(k, k.result)),
+            epilogue,
             n_regs: k.body.len(),
             reduce,
             result: k.result,
