@@ -28,7 +28,7 @@ skip_log=$(mktemp)
 log=$(mktemp)
 trap 'rm -f "$skip_log" "$log"' EXIT
 set +e
-RLX_SKIP_LOG="$skip_log" cargo test --workspace 2>&1 | tee "$log"
+RLX_SKIP_LOG="$skip_log" cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 

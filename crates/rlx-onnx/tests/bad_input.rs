@@ -245,6 +245,16 @@ fn symbolic_dims_become_symbols() {
     assert_eq!(g.symbols(), vec!["s1".to_string()]);
 }
 
+#[test]
+fn inputs_the_fuzzer_found_are_clean_errors() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/found");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let r = load_bytes(bytes.into(), None, "found.onnx", &ImportOptions::default());
+        assert!(r.is_err());
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
     /// Flipped, inserted and deleted bytes never panic.
