@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every check CI runs: formatting, clippy, and the workspace tests, then prints one
+# Runs every check CI runs: formatting, clippy, the workspace tests and the ONNX conformance
+# suite, then prints one
 # summary line where tests that printed `SKIPPED: <reason>` count as skipped, not passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,17 @@ set +e
 RLX_SKIP_LOG="$skip_log" cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
+
+echo
+echo "== ONNX conformance (official node tests and the onnx wheel's suites, CPU)"
+set +e
+./scripts/onnx-conformance.sh
+onnx_status=$?
+set -e
+if [ "$onnx_status" -ne 0 ]; then
+  echo "ONNX conformance FAILED: a crash, or a test of tests/onnx/expected-pass.txt no longer passes"
+  status=1
+fi
 
 passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^passed/) s += $i } END { print s + 0 }' "$log")
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^failed/) s += $i } END { print s + 0 }' "$log")

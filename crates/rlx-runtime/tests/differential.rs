@@ -87,3 +87,37 @@ fn generator_builds_varied_graphs() {
     assert!(ops.len() >= 30, "{ops:?}");
     assert!(nodes >= 200 * 6);
 }
+
+/// Found by the ONNX `Tile` mapping: a reshape that inserts size-1 dims, then an expand of
+/// those dims, read through a broadcast view in one fused kernel.
+#[test]
+fn reshape_then_expand_of_inserted_unit_dims() {
+    use rlx_ir::{DType, Graph, Shape, Tensor};
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [1, 2, 3, 4]);
+    let r = g.reshape(x, Shape::of(&[1, 1, 1, 2, 1, 3, 1, 4])).unwrap();
+    let e = g
+        .push(
+            rlx_ir::Op::Expand(Shape::of(&[1, 1, 2, 2, 3, 3, 4, 4])),
+            &[r],
+            None,
+        )
+        .unwrap();
+    let t = g.reshape(e, Shape::of(&[1, 4, 9, 16])).unwrap();
+    g.output("y", e);
+    g.output("tiled", t);
+    let inputs = std::collections::HashMap::from([(
+        "x".to_string(),
+        Tensor::random(DType::F32, &[1, 2, 3, 4], 5),
+    )]);
+    let want = rlx_cpu::run_graph(&g, &inputs, &Default::default()).unwrap();
+    let session = Session::new(Device::Cpu).unwrap();
+    let got = session
+        .compile(&g, CompileOptions::default())
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(rel_l2(&g.1, &w.1), 0.0, "{}", g.0);
+    }
+}
