@@ -23,6 +23,19 @@ pub struct RandomGraph {
     pub ops: Vec<&'static str>,
 }
 
+/// The seeds a differential suite runs: `RLX_DIFF_GRAPHS` graphs (default 200) starting at
+/// `RLX_DIFF_SEED` (default 0), so a failing seed reruns alone.
+pub fn seeds_from_env() -> std::ops::Range<u64> {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let first = var("RLX_DIFF_SEED", 0);
+    first..first + var("RLX_DIFF_GRAPHS", 200)
+}
+
 /// The random graph for `seed` (deterministic).
 pub fn random_graph(seed: u64) -> RandomGraph {
     let mut gen = Gen::new(seed);

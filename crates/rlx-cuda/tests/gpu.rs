@@ -86,16 +86,10 @@ fn random_graphs_match_the_interpreter() {
     if !device_ready("random_graphs_match_the_interpreter") {
         return;
     }
-    let n: u64 = std::env::var("RLX_DIFF_GRAPHS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let first: u64 = std::env::var("RLX_DIFF_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let seeds = rlx_cpu::random_graph::seeds_from_env();
+    let n = seeds.end - seeds.start;
     let mut failures = Vec::new();
-    for seed in first..first + n {
+    for seed in seeds {
         let r = random_graph(seed);
         if let Err(e) = check(
             &format!("seed {seed} {:?}", r.ops),

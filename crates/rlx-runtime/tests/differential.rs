@@ -48,16 +48,10 @@ fn check(seed: u64) -> Result<(), String> {
 
 #[test]
 fn random_graphs_fast_path_matches_interpreter() {
-    let n: u64 = std::env::var("RLX_DIFF_GRAPHS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let first: u64 = std::env::var("RLX_DIFF_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let seeds = rlx_cpu::random_graph::seeds_from_env();
+    let n = seeds.end - seeds.start;
     let mut failures = Vec::new();
-    for seed in first..first + n {
+    for seed in seeds {
         if let Err(e) = check(seed) {
             failures.push(format!("seed {seed}: {e}"));
         }
