@@ -4,7 +4,7 @@
 //! points in lanes (`Outer`, for short reductions), or, when there are too few output
 //! points to keep every thread busy, split each long reduction across threads.
 
-use super::lanes::{eval_f32, eval_f64, load, Inst, Lane, Loader, LANES};
+use super::lanes::{eval_f32, eval_f64, load, Direct, Inst, Lane, Layout, Loader, LANES};
 use super::{LoopExec, Strategy};
 use crate::fast::memory::{dispatch, Data, DataMut, Elem};
 use rayon::prelude::*;
@@ -21,7 +21,16 @@ pub(crate) enum Src<'a> {
 
 /// Lane-type specific evaluation and reduction arithmetic.
 pub(crate) trait LaneMath: Lane {
-    fn eval(insts: &[Inst], regs: &mut [Self], n: usize, load: &mut Loader<'_, Self>, red: &[Self]);
+    fn eval(
+        insts: &[Inst],
+        regs: &mut [Self],
+        n: usize,
+        load: &mut Loader<'_, Self>,
+        red: &[Self],
+        direct: Direct<'_, '_>,
+    );
+    /// True for f32 lanes, the only ones that take [`Direct`] operands.
+    const F32: bool;
     fn to_elem<T: Elem>(v: Self) -> T;
     fn identity(op: ReduceOp) -> Self;
     /// Folds many values into one accumulator.
@@ -32,9 +41,17 @@ pub(crate) trait LaneMath: Lane {
 }
 
 impl LaneMath for f32 {
-    fn eval(insts: &[Inst], regs: &mut [f32], n: usize, load: &mut Loader<'_, f32>, red: &[f32]) {
-        eval_f32(insts, regs, n, load, red)
+    fn eval(
+        insts: &[Inst],
+        regs: &mut [f32],
+        n: usize,
+        load: &mut Loader<'_, f32>,
+        red: &[f32],
+        direct: Direct<'_, '_>,
+    ) {
+        eval_f32(insts, regs, n, load, red, direct)
     }
+    const F32: bool = true;
     #[inline(always)]
     fn to_elem<T: Elem>(v: f32) -> T {
         T::from_f32(v)
@@ -91,9 +108,17 @@ impl LaneMath for f32 {
 }
 
 impl LaneMath for f64 {
-    fn eval(insts: &[Inst], regs: &mut [f64], n: usize, load: &mut Loader<'_, f64>, red: &[f64]) {
+    fn eval(
+        insts: &[Inst],
+        regs: &mut [f64],
+        n: usize,
+        load: &mut Loader<'_, f64>,
+        red: &[f64],
+        _direct: Direct<'_, '_>,
+    ) {
         eval_f64(insts, regs, n, load, red)
     }
+    const F32: bool = false;
     #[inline(always)]
     fn to_elem<T: Elem>(v: f64) -> T {
         T::from_f64(v)
@@ -118,6 +143,8 @@ struct Scratch<L> {
     reduced: Vec<L>,
     inplace: Vec<L>,
     bases: Vec<isize>,
+    /// per direct load: the broadcast value in every lane (filled on first use)
+    bcast: Vec<f32>,
 }
 
 impl<L: LaneMath> Scratch<L> {
@@ -127,6 +154,7 @@ impl<L: LaneMath> Scratch<L> {
             reduced: vec![L::default(); LANES],
             inplace: vec![L::default(); LANES],
             bases: vec![0; e.offsets.len()],
+            bcast: Vec::new(),
         }
     }
 }
@@ -188,6 +216,9 @@ fn drive<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [T]) {
                 }
                 epilogue(e, sc, srcs, start, sub);
                 start += n;
+            }
+            if e.stream_out {
+                stream_fence();
             }
         },
     );
@@ -252,7 +283,7 @@ fn reduce_point<L: LaneMath>(
             Src::Buf(d) => load(d, e.red.access(k), bases[k], r0, dst),
             Src::InPlace => unreachable!("epilogues have no reduction"),
         };
-        L::eval(&e.prologue, regs, n, &mut ld, &[]);
+        L::eval(&e.prologue, regs, n, &mut ld, &[], Direct::default());
         acc = L::fold(r.op, acc, &regs[r.value * LANES..r.value * LANES + n]);
         r0 += n;
     }
@@ -284,7 +315,7 @@ fn reduce_lanes<L: LaneMath>(
             Src::Buf(d) => load(d, e.out.access(k), bases[k], start, dst),
             Src::InPlace => unreachable!("epilogues have no reduction"),
         };
-        L::eval(&e.prologue, regs, n, &mut ld, &[]);
+        L::eval(&e.prologue, regs, n, &mut ld, &[], Direct::default());
         let v = &regs[r.value * LANES..r.value * LANES + n];
         for (a, &x) in reduced[..n].iter_mut().zip(v) {
             *a = L::combine(r.op, *a, x);
@@ -296,6 +327,8 @@ fn reduce_lanes<L: LaneMath>(
 }
 
 /// Evaluates the epilogue for output points `start..start + sub.len()` and stores them.
+/// With f32 lanes, contiguous f32 inputs are read in place and an f32 result is written
+/// straight into `sub` (see [`LoopExec::direct_loads`]).
 fn epilogue<T: Elem, L: LaneMath>(
     e: &LoopExec,
     sc: &mut Scratch<L>,
@@ -308,8 +341,17 @@ fn epilogue<T: Elem, L: LaneMath>(
         regs,
         reduced,
         inplace,
+        bcast,
         ..
     } = sc;
+    if L::F32 && bcast.is_empty() && !e.direct_loads.is_empty() {
+        bcast.resize(e.direct_loads.len() * LANES, 0.0);
+        for (&(_, k), lanes) in e.direct_loads.iter().zip(bcast.chunks_mut(LANES)) {
+            if let (Src::Buf(Data::F32(s)), Layout::Broadcast) = (srcs[k], e.out.layouts[k]) {
+                lanes.fill(s[e.offsets[k] as usize]);
+            }
+        }
+    }
     if srcs.iter().any(|s| matches!(s, Src::InPlace)) {
         for (d, &s) in inplace.iter_mut().zip(sub.iter()) {
             *d = L::from_elem(s);
@@ -319,11 +361,110 @@ fn epilogue<T: Elem, L: LaneMath>(
         Src::Buf(d) => load(d, e.out.access(k), e.offsets[k], start, dst),
         Src::InPlace => dst.copy_from_slice(&inplace[..dst.len()]),
     };
-    L::eval(&e.epilogue, regs, n, &mut ld, reduced);
+    const MAX_ALIAS: usize = 8;
+    let mut alias: [(usize, &[f32]); MAX_ALIAS] = [(usize::MAX, &[]); MAX_ALIAS];
+    let mut n_alias = 0;
+    if L::F32 {
+        let direct = e.direct_loads.iter().zip(bcast.chunks(LANES));
+        for (&(reg, k), lanes) in direct.take(MAX_ALIAS) {
+            if let Src::Buf(Data::F32(s)) = srcs[k] {
+                alias[n_alias] = match e.out.layouts[k] {
+                    Layout::Broadcast => (reg, &lanes[..n]),
+                    _ => {
+                        let o = (e.offsets[k] + start as isize) as usize;
+                        (reg, &s[o..o + n])
+                    }
+                };
+                n_alias += 1;
+            }
+        }
+    }
+    let alias = &alias[..n_alias];
+    let aliased = |r: usize| alias.iter().find(|a| a.0 == r).map(|a| a.1);
+    let stream =
+        L::F32 && e.stream_out && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>();
+    let direct_out = !stream
+        && L::F32
+        && e.direct_out
+        && aliased(e.result).is_none()
+        && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>();
+    if direct_out {
+        // SAFETY: T is f32 (checked above); the slice is reborrowed for this call only.
+        let out = unsafe { std::slice::from_raw_parts_mut(sub.as_mut_ptr().cast::<f32>(), n) };
+        let direct = Direct {
+            alias,
+            out: Some((e.result, out)),
+        };
+        L::eval(&e.epilogue, regs, n, &mut ld, reduced, direct);
+        return;
+    }
+    let direct = Direct { alias, out: None };
+    L::eval(&e.epilogue, regs, n, &mut ld, reduced, direct);
+    if stream {
+        // SAFETY: T is f32 (checked above) and L is f32 (`L::F32`); both reborrowed here.
+        let (out, regs) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(sub.as_mut_ptr().cast::<f32>(), n),
+                std::slice::from_raw_parts(regs.as_ptr().cast::<f32>(), regs.len()),
+            )
+        };
+        let src = aliased(e.result).unwrap_or(&regs[e.result * LANES..e.result * LANES + n]);
+        stream_store(out, src);
+        return;
+    }
+    if let Some(s) = aliased(e.result) {
+        for (o, &v) in sub.iter_mut().zip(s) {
+            *o = T::from_f32(v);
+        }
+        return;
+    }
     for (o, &v) in sub
         .iter_mut()
         .zip(&regs[e.result * LANES..e.result * LANES + n])
     {
         *o = L::to_elem(v);
     }
+}
+
+/// Copies `src` to `dst` with non-temporal stores where the CPU has AVX: outputs much larger
+/// than the caches skip the read-for-ownership of each line, a third of the traffic.
+fn stream_store(dst: &mut [f32], src: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx") {
+        // SAFETY: AVX is present.
+        unsafe { stream_store_avx(dst, src) };
+        return;
+    }
+    dst.copy_from_slice(src);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn stream_store_avx(dst: &mut [f32], src: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len().min(src.len());
+    let head = dst.as_ptr().align_offset(32).min(n);
+    dst[..head].copy_from_slice(&src[..head]);
+    let mut i = head;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n; dst + i is 32-byte aligned (head skipped to alignment).
+        unsafe {
+            _mm256_stream_ps(
+                dst.as_mut_ptr().add(i),
+                _mm256_loadu_ps(src.as_ptr().add(i)),
+            )
+        };
+        i += 8;
+    }
+    dst[i..n].copy_from_slice(&src[i..n]);
+}
+
+/// Orders this thread's non-temporal stores before what follows (the join that publishes
+/// the output to other threads).
+fn stream_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no preconditions on x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }

@@ -178,6 +178,17 @@ fn load_strided<T: Elem, L: Lane>(
 /// Loads input `k` into the given lanes.
 pub(crate) type Loader<'a, L> = dyn FnMut(usize, &mut [L]) + 'a;
 
+/// Registers read straight from input memory, and the output written in place: lets an
+/// elementwise kernel over contiguous f32 buffers skip copying its operands into registers
+/// and its result out of them.
+#[derive(Default)]
+pub(crate) struct Direct<'a, 'o> {
+    /// `(register, slice)`: the register's loads are skipped and reads see the slice
+    pub alias: &'a [(usize, &'a [f32])],
+    /// `(register, out)`: the instruction writing the register writes `out` instead
+    pub out: Option<(usize, &'o mut [f32])>,
+}
+
 /// Evaluates `insts` over `n` lanes (f32). `reduced` holds the finished reductions.
 pub(crate) fn eval_f32(
     insts: &[Inst],
@@ -185,16 +196,17 @@ pub(crate) fn eval_f32(
     n: usize,
     load: &mut Loader<'_, f32>,
     reduced: &[f32],
+    direct: Direct<'_, '_>,
 ) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports the features the clone was compiled for.
-            unsafe { eval_f32_avx2(insts, regs, n, load, reduced) };
+            unsafe { eval_f32_avx2(insts, regs, n, load, reduced, direct) };
             return;
         }
     }
-    eval_f32_body::<false>(insts, regs, n, load, reduced)
+    eval_f32_body::<false>(insts, regs, n, load, reduced, direct)
 }
 
 /// The same body compiled with AVX2 and FMA enabled, so the per-op loops use 8-wide vectors.
@@ -206,8 +218,9 @@ unsafe fn eval_f32_avx2(
     n: usize,
     load: &mut Loader<'_, f32>,
     reduced: &[f32],
+    direct: Direct<'_, '_>,
 ) {
-    eval_f32_body::<true>(insts, regs, n, load, reduced)
+    eval_f32_body::<true>(insts, regs, n, load, reduced, direct)
 }
 
 #[inline(always)]
@@ -217,11 +230,22 @@ fn eval_f32_body<const FMA: bool>(
     n: usize,
     load: &mut Loader<'_, f32>,
     reduced: &[f32],
+    direct: Direct<'_, '_>,
 ) {
+    let Direct { alias, mut out } = direct;
     for inst in insts {
+        if matches!(inst.kind, InstKind::Load(_)) && alias.iter().any(|a| a.0 == inst.dst) {
+            continue;
+        }
         let (lo, hi) = regs.split_at_mut(inst.dst * LANES);
-        let d = &mut hi[..n];
-        let r = |i: usize| &lo[i * LANES..i * LANES + n];
+        let d = match &mut out {
+            Some((reg, o)) if *reg == inst.dst => &mut o[..n],
+            _ => &mut hi[..n],
+        };
+        let r = |i: usize| match alias.iter().find(|a| a.0 == i) {
+            Some((_, s)) => &s[..n],
+            None => &lo[i * LANES..i * LANES + n],
+        };
         let mut to_bool = false;
         match inst.kind {
             InstKind::Load(k) => load(k, d),

@@ -14,6 +14,10 @@ use lanes::{Access, Inst, InstKind, Layout};
 use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 
+/// Outputs of at least this many points (64 MiB of f32, well past the L3 caches of the CPUs
+/// we target) are written with non-temporal stores.
+const STREAM_MIN_POINTS: usize = 16 << 20;
+
 /// A set of loop dims and every input's strides over them.
 #[derive(Debug, Clone)]
 pub(crate) struct Space {
@@ -134,6 +138,16 @@ pub(crate) struct LoopExec {
     pub strategy: Strategy,
     /// worker threads, for the split-reduction decision
     pub threads: usize,
+    /// `(register, input)`: epilogue loads of f32 inputs walked contiguously over the
+    /// output space, read in place instead of copied into their register, or broadcast,
+    /// filled once per worker (f32 lanes)
+    pub direct_loads: Vec<(usize, usize)>,
+    /// the epilogue's last instruction writes the result, which can then go straight to an
+    /// f32 output
+    pub direct_out: bool,
+    /// the output is far larger than the caches: f32 results are written with
+    /// non-temporal stores
+    pub stream_out: bool,
 }
 
 fn insts(k: &LoopKernel, need: &[bool]) -> Vec<Inst> {
@@ -255,6 +269,23 @@ impl LoopExec {
             fuse([&mut prologue, &mut epilogue], &keep, k.body.len());
         }
         let (n_out, n_red) = (k.numel(), k.reduce_numel());
+        let direct_loads = if fast {
+            epilogue
+                .iter()
+                .filter_map(|i| match i.kind {
+                    InstKind::Load(inp)
+                        if k.inputs[inp].dtype == DType::F32
+                            && out.layouts[inp] != Layout::Strided =>
+                    {
+                        Some((i.dst, inp))
+                    }
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let direct_out = fast && epilogue.last().is_some_and(|i| i.dst == k.result);
         let strategy = if n_red < 64 && n_out >= 256 {
             Strategy::Outer
         } else {
@@ -275,6 +306,9 @@ impl LoopExec {
             result: k.result,
             strategy,
             threads: threads.max(1),
+            direct_loads,
+            direct_out,
+            stream_out: fast && reduce.is_none() && n_out >= STREAM_MIN_POINTS,
         }
     }
 
