@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds (here, in release mode) what the CUDA backend runs on the GPU machine and copies it,
-# stripped, into .gpu/: the rlx-cuda test binaries, the bench examples, the PyTorch peer
+# stripped, into .gpu/: the rlx-cuda test binaries (and rlx-runtime's mixed-precision test), the bench examples, the PyTorch peer
 # script and run-cuda.sh. Then, on the GPU machine: bash .gpu/run-cuda.sh (see that file).
 #   CARGO_TARGET_DIR=/work/target-cuda scripts/gpu/stage-cuda.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd); cd "$root"
 target=${CARGO_TARGET_DIR:-$root/target}
 rm -rf .gpu; mkdir -p .gpu/tests
-cargo test --release -p rlx-cuda --no-run --message-format=json 2>/dev/null \
+{ cargo test --release -p rlx-cuda --no-run --message-format=json 2>/dev/null
+  cargo test --release -p rlx-runtime --test mixed_precision --no-run --message-format=json 2>/dev/null; } \
   | python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -18,6 +18,10 @@ pub struct CompileOptions {
     pub print_report: bool,
     /// Worker threads for CPU execution (None: all cores).
     pub threads: Option<usize>,
+    /// Mixed precision: f32 matrix products (matmul, conv2d, attention) run in this dtype
+    /// (f16 or bf16) with f32 accumulation; weights read only by them are converted once
+    /// when bound. `None`: the graph's own dtypes.
+    pub precision: Option<rlx_ir::DType>,
 }
 
 /// A device backend.

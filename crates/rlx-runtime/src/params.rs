@@ -27,6 +27,13 @@ impl ParamStore {
         *guard = Arc::new(map);
     }
 
+    /// A store holding exactly `map` (not shared with any other store).
+    pub fn from_map(map: ParamMap) -> ParamStore {
+        ParamStore {
+            inner: Arc::new(RwLock::new(Arc::new(map))),
+        }
+    }
+
     /// One weight.
     pub fn get(&self, name: &str) -> Option<Arc<Tensor>> {
         self.snapshot().get(name).cloned()

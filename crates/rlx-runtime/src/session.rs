@@ -79,6 +79,13 @@ impl Session {
         } else {
             graph.bind(&options.bindings)?
         };
+        let low_params = match options.precision {
+            Some(low) => {
+                let (_, report) = rlx_opt::autocast(&graph, low)?;
+                report.params.into_iter().map(|p| (p, low)).collect()
+            }
+            None => HashMap::new(),
+        };
         let compiled = CompiledGraph {
             device: self.device,
             backend: self.backend.clone(),
@@ -86,6 +93,8 @@ impl Session {
             graph,
             options,
             variants: Mutex::new(BTreeMap::new()),
+            low_params,
+            converted: Mutex::new(HashMap::new()),
         };
         if compiled.graph.symbols().is_empty() {
             compiled.variant(&BTreeMap::new())?;
@@ -116,7 +125,14 @@ pub struct CompiledGraph {
     graph: Graph,
     options: CompileOptions,
     variants: Mutex<BTreeMap<Bindings, Arc<Variant>>>,
+    /// params mixed precision reads in a low dtype, bound as f32 and converted
+    low_params: HashMap<String, rlx_ir::DType>,
+    /// per param: the f32 value last converted, and its conversion
+    converted: Mutex<HashMap<String, Conversion>>,
 }
+
+/// A weight as bound (f32) and its low-precision copy.
+type Conversion = (Arc<Tensor>, Arc<Tensor>);
 
 impl CompiledGraph {
     /// The device it runs on.
@@ -184,7 +200,33 @@ impl CompiledGraph {
         let bindings = self.check_inputs(inputs)?;
         let variant = self.variant(&bindings)?;
         self.check_params()?;
-        variant.executable.run(inputs, &self.params)
+        if self.low_params.is_empty() {
+            return variant.executable.run(inputs, &self.params);
+        }
+        variant.executable.run(inputs, &self.mixed_params())
+    }
+
+    /// The session's weights with those that mixed precision reads in a low dtype
+    /// converted; each conversion is kept until the weight is replaced.
+    fn mixed_params(&self) -> ParamStore {
+        let mut map = (*self.params.snapshot()).clone();
+        let mut cache = self.converted.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, &low) in &self.low_params {
+            let Some(src) = map.get(name).cloned() else {
+                continue;
+            };
+            let hit = cache
+                .get(name)
+                .filter(|(from, _)| Arc::ptr_eq(from, &src))
+                .map(|(_, to)| to.clone());
+            let low_value = hit.unwrap_or_else(|| {
+                let to = Arc::new(src.cast(low));
+                cache.insert(name.clone(), (src, to.clone()));
+                to
+            });
+            map.insert(name.clone(), low_value);
+        }
+        ParamStore::from_map(map)
     }
 
     fn check_params(&self) -> Result<(), RuntimeError> {
@@ -253,6 +295,10 @@ impl CompiledGraph {
             self.graph.clone()
         } else {
             self.graph.bind(&map)?
+        };
+        let bound = match self.options.precision {
+            Some(low) => rlx_opt::autocast(&bound, low)?.0,
+            None => bound,
         };
         let backend = self.backend.clone();
         let fold = |op: &Op, ins: &[&Tensor]| backend.const_eval(op, ins);

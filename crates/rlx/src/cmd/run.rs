@@ -27,6 +27,19 @@ pub struct Args {
     /// Write each output of a model file as `DIR/NAME.npy`.
     #[arg(long, value_name = "DIR")]
     output: Option<std::path::PathBuf>,
+    /// Mixed precision: run f32 matrix products (matmul, conv, attention) in `f16` or
+    /// `bf16` with f32 accumulation; `f32` runs the model's own types.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    precision: String,
+}
+
+/// The compile-time precision for a `--precision` value.
+pub fn precision(name: &str) -> Option<rlx_ir::DType> {
+    match name {
+        "f16" => Some(rlx_ir::DType::F16),
+        "bf16" => Some(rlx_ir::DType::BF16),
+        _ => None,
+    }
 }
 
 /// Runs a model file, or the demo without one.
@@ -46,6 +59,7 @@ pub fn run(args: Args) -> CmdResult {
             &args.inputs,
             args.output.as_deref(),
             args.json,
+            precision(&args.precision),
         ),
     }
 }
@@ -63,6 +77,7 @@ fn run_demo(args: Args) -> CmdResult {
     let n = images.shape()[0];
     let options = CompileOptions {
         bindings: HashMap::from([("batch".to_string(), n)]),
+        precision: precision(&args.precision),
         ..CompileOptions::default()
     };
     let compiled = session.compile(&model.graph, options)?;
@@ -104,6 +119,7 @@ fn run_demo(args: Args) -> CmdResult {
         let v = serde_json::json!({
             "model": model.name,
             "device": device.name(),
+            "precision": args.precision,
             "accuracy": accuracy,
             "outputs": {
                 "logits": {"dtype": logits.dtype().name(), "shape": logits.shape()},
@@ -123,6 +139,9 @@ fn run_demo(args: Args) -> CmdResult {
     } else {
         println!("model     {}", model.name);
         println!("device    {device}");
+        if args.precision != "f32" {
+            println!("precision {} products, f32 accumulation", args.precision);
+        }
         println!(
             "accuracy  {:.2}% ({correct}/{n} held-out digits)",
             accuracy * 100.0
