@@ -189,3 +189,49 @@ fn reductions_compile_for_every_op_shape_and_dtype() {
     }
     compile_check("reductions_compile_for_every_op_shape_and_dtype", &ks);
 }
+
+/// A contiguous f32 chain over one dim reads and writes `float4`; a scalar operand stays a
+/// broadcast load, an offset not a multiple of 4 or a count not a multiple of 4 falls back.
+#[test]
+fn contiguous_f32_chains_use_float4() {
+    let chain = |n: usize, offset: usize, dtype: DType| {
+        let mut x = input(0, dtype, vec![1]);
+        x.view.offset = offset;
+        kernel(
+            "gelu_axb",
+            &[n],
+            &[],
+            vec![x, input(1, dtype, vec![0])],
+            vec![
+                node(Expr::Load(0), dtype),
+                node(Expr::Load(1), dtype),
+                node(Expr::Binary(BinaryOp::Mul, 0, 1), dtype),
+                node(Expr::Unary(UnaryOp::Gelu, 2), dtype),
+            ],
+            None,
+            3,
+        )
+    };
+    let k = emit(&chain(4096, 8, DType::F32));
+    assert!(
+        k.source
+            .contains("reinterpret_cast<const float4*>(in0 + 8)[idx]"),
+        "{}",
+        k.source
+    );
+    assert!(k.source.contains("idx < 1024"), "{}", k.source);
+    assert!(k.source.contains("in1[0]"), "{}", k.source);
+    assert!(
+        k.source.contains("make_float4(e0_3, e1_3, e2_3, e3_3)"),
+        "{}",
+        k.source
+    );
+    for fallback in [
+        chain(4096, 2, DType::F32),
+        chain(4098, 0, DType::F32),
+        chain(4096, 0, DType::F16),
+    ] {
+        assert!(!emit(&fallback).source.contains("float4"));
+    }
+    compile_check("contiguous_f32_chains_use_float4", &[k]);
+}
