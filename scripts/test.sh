@@ -24,6 +24,12 @@ else
   echo "NVRTC could not be installed: CUDA compile checks will report SKIPPED"
 fi
 
+echo "== real models for the parity tests (cached in models/; offline they report SKIPPED)"
+scripts/fetch-models.sh || echo "models could not be fetched: tests that need them will report SKIPPED"
+# The MiniLM reference is numpy; Python's tokenizers (when it installs) cross-checks token ids.
+python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q numpy >/dev/null 2>&1 || true
+python3 -c 'import tokenizers' 2>/dev/null || python3 -m pip install -q tokenizers >/dev/null 2>&1 || true
+
 echo "== cargo test"
 skip_log=$(mktemp)
 log=$(mktemp)

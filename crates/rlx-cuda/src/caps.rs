@@ -32,6 +32,8 @@ pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => float,
         Op::Pool2d(_) | Op::GlobalPool(_) => float,
         Op::MatMul | Op::Conv2d(_) => first.is_some_and(gemm_dtype),
+        // No quantized GEMM yet: legalization reports it unsupported.
+        Op::QuantMatMul { .. } => false,
         Op::Attention { .. } => {
             let head_ok = inputs.iter().take(3).all(|t| {
                 t.shape

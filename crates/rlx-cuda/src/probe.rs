@@ -99,5 +99,6 @@ pub fn info() -> Option<DeviceInfo> {
             f.compute_capability.0,
             f.compute_capability.1
         )),
+        software: false,
     })
 }

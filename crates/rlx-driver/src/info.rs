@@ -38,4 +38,7 @@ pub struct DeviceInfo {
     pub compute_units: Option<u32>,
     /// Architecture string, e.g. "sm_90" or "x86_64".
     pub arch: Option<String>,
+    /// A software implementation running on the CPU (Mesa lavapipe or llvmpipe): correct,
+    /// but slower than the CPU backend, so `auto` never picks it.
+    pub software: bool,
 }

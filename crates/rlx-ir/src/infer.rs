@@ -473,6 +473,47 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             }
             Ok(TensorType::new(q.dtype, Shape(dims)))
         }
+        Op::QuantMatMul { format, n, k } => {
+            arity(2, 2)?;
+            let (x, w) = (inputs[0], inputs[1]);
+            if x.dtype != DType::F32 {
+                return Err(format!("activations must be f32, got {}", x.dtype));
+            }
+            if w.dtype != DType::U8 {
+                return Err(format!("packed weights must be u8, got {}", w.dtype));
+            }
+            if *n == 0 || *k == 0 {
+                return Err("n and k must be positive".into());
+            }
+            let bytes = format
+                .bytes_for(*k)
+                .and_then(|row| row.checked_mul(*n))
+                .ok_or_else(|| {
+                    format!(
+                        "k = {k} is not a whole number of {format} blocks of {}",
+                        format.block()
+                    )
+                })?;
+            if w.shape != Shape::of(&[bytes]) {
+                return Err(format!(
+                    "packed weights must be u8[{bytes}] ({n} rows of {k} {format} values), got {}",
+                    w.shape
+                ));
+            }
+            let r = x.shape.rank();
+            if r < 1 {
+                return Err("activations need rank >= 1".into());
+            }
+            if x.shape.0[r - 1] != Dim::Static(*k) {
+                return Err(format!(
+                    "activations' last dim is {}, expected k = {k}",
+                    x.shape.0[r - 1]
+                ));
+            }
+            let mut dims = x.shape.0.clone();
+            dims[r - 1] = Dim::Static(*n);
+            Ok(TensorType::new(DType::F32, Shape(dims)))
+        }
     }
 }
 

@@ -15,6 +15,7 @@ mod graph;
 mod infer;
 pub mod kernel;
 mod op;
+pub mod quant;
 pub mod scalar;
 mod shape;
 mod tensor;
@@ -27,5 +28,6 @@ pub use op::{
     slice_range, ArgOp, AttnMask, BinaryOp, Conv2dParams, Op, PadMode, Pool2dParams, PoolKind,
     ReduceOp, UnaryOp,
 };
+pub use quant::QuantFormat;
 pub use shape::{broadcast_shapes, contiguous_strides, normalize_axis, Dim, Shape};
 pub use tensor::{SplitMix64, Tensor, TensorData, TensorSizeError};

@@ -2,6 +2,7 @@
 //! their names, algebraic flags and reference semantics. Adding an elementwise op is one row
 //! here; every emitter then matches it exhaustively.
 
+use crate::quant::QuantFormat;
 use crate::scalar;
 use crate::{DType, Shape, Tensor};
 use std::sync::Arc;
@@ -644,6 +645,17 @@ pub enum Op {
         /// score scale; None means 1/sqrt(d)
         scale: Option<f64>,
     },
+    /// `x · dequantize(w)ᵀ`: x is f32 `[.., k]`, w is a u8 vector holding `n` rows of `k`
+    /// values packed in `format` (see [`crate::quant`]); the result is f32 `[.., n]`.
+    /// Weights stay packed; backends dequantize as they go.
+    QuantMatMul {
+        /// how w is packed
+        format: QuantFormat,
+        /// output features (rows of w)
+        n: usize,
+        /// input features (values per row of w)
+        k: usize,
+    },
 }
 
 impl Op {
@@ -684,6 +696,7 @@ impl Op {
             Op::Expand(_) => "expand",
             Op::Pad { .. } => "pad",
             Op::Attention { .. } => "attention",
+            Op::QuantMatMul { .. } => "quant_matmul",
         }
     }
 
@@ -743,6 +756,7 @@ impl Op {
             }
             Op::Pad { pads, mode } => format!("pads={pads:?} mode={mode:?}"),
             Op::Attention { mask, scale } => format!("mask={mask:?} scale={scale:?}"),
+            Op::QuantMatMul { format, n, k } => format!("format={format} n={n} k={k}"),
             Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::GlobalPool(_) => {
                 String::new()
             }

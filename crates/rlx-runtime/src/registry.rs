@@ -39,7 +39,8 @@ pub fn registered_devices() -> Vec<Device> {
     map.keys().copied().collect()
 }
 
-/// The device `--device auto` picks: the first available in order of expected speed.
+/// The device `--device auto` picks: the first available in order of expected speed,
+/// skipping software GPUs (Mesa lavapipe/llvmpipe), which are slower than the CPU backend.
 pub fn auto_device() -> Device {
     const PREFERENCE: [Device; 8] = [
         Device::Cuda,
@@ -53,6 +54,11 @@ pub fn auto_device() -> Device {
     ];
     PREFERENCE
         .into_iter()
-        .find(|&d| backend_for(d).is_some_and(|b| b.availability().available))
+        .find(|&d| {
+            backend_for(d).is_some_and(|b| {
+                // A software GPU (lavapipe, llvmpipe) is slower than the CPU backend.
+                b.availability().available && !b.info().is_some_and(|i| i.software)
+            })
+        })
         .unwrap_or(Device::Cpu)
 }

@@ -23,6 +23,12 @@ enum Command {
     Report(cmd::report::Args),
     /// Print what the compiler produced at a stage.
     Dump(cmd::dump::Args),
+    /// Compile time, then median and p90 of timed runs (ONNX file, model folder, GGUF).
+    Bench(cmd::bench::Args),
+    /// Sentence embeddings from a BERT-family model folder.
+    Embed(cmd::embed::Args),
+    /// Text generation with a Llama-family GGUF model (streams tokens).
+    Generate(cmd::generate::Args),
     /// Run a directory of ONNX backend tests and classify each.
     OnnxTest(cmd::onnx_test::Args),
     /// Run one ONNX backend test in this process (used by `onnx-test`).
@@ -55,6 +61,9 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Dump(a) => cmd::dump::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+        Command::Embed(a) => cmd::embed::run(a),
+        Command::Generate(a) => cmd::generate::run(a),
         Command::Mem { command } => cmd::mem::run(command),
         Command::OnnxTest(a) => cmd::onnx_test::run(a),
         Command::OnnxTestOne(a) => cmd::onnx_test::run_one(a),

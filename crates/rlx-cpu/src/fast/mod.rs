@@ -13,6 +13,7 @@ mod lower;
 pub(crate) mod math;
 pub(crate) mod memory;
 pub mod plan;
+pub(crate) mod quant;
 
 use crate::check::{bind_leaves, check_program, ProgramInfo};
 use crate::CpuError;

@@ -100,3 +100,30 @@ pub(super) fn attention(
     });
     from_f64(dtype, out)
 }
+
+/// `x · dequantize(w)ᵀ`: dequantizes every row of `w` (n rows of k values) to f32 exactly
+/// as [`rlx_ir::QuantFormat::dequantize`] defines, then multiplies in f64.
+pub(super) fn quant_matmul(
+    format: rlx_ir::QuantFormat,
+    n: usize,
+    k: usize,
+    x: &Tensor,
+    w: &Tensor,
+) -> TensorData {
+    let TensorData::U8(bytes) = w.data() else {
+        unreachable!("inference checked u8 weights")
+    };
+    let mut wf = vec![0f32; n * k];
+    format.dequantize(bytes, &mut wf);
+    let vx = x.to_f64_vec();
+    let rows = vx.len() / k;
+    let mut out = Vec::with_capacity(rows * n);
+    for r in 0..rows {
+        let xr = &vx[r * k..(r + 1) * k];
+        for j in 0..n {
+            let wr = &wf[j * k..(j + 1) * k];
+            out.push(xr.iter().zip(wr).map(|(a, &b)| a * b as f64).sum::<f64>());
+        }
+    }
+    from_f64(DType::F32, out)
+}

@@ -40,7 +40,8 @@ pub(crate) fn decompose(
         | Op::Slice { .. }
         | Op::Concat { .. }
         | Op::Gather { .. }
-        | Op::Pad { .. } => Err(Failure::NoRule),
+        | Op::Pad { .. }
+        | Op::QuantMatMul { .. } => Err(Failure::NoRule),
     }
 }
 

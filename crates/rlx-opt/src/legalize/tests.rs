@@ -131,3 +131,20 @@ fn report_table_and_json() {
     assert_eq!(json["summary"]["exp"]["native"], 1);
     assert_eq!(json["totals"]["decomposed"], 1);
 }
+
+#[test]
+fn quant_matmul_is_reported_unsupported_where_not_claimed() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [1, 32]);
+    let w = g.param("w", DType::U8, [2 * 20]);
+    let fmt = rlx_ir::QuantFormat::Q4_1;
+    let op = Op::QuantMatMul {
+        format: fmt,
+        n: 2,
+        k: 32,
+    };
+    let y = g.push(op, &[x, w], None).unwrap();
+    g.output("y", y);
+    let err = legalize(&g, "tiny", &tiny).unwrap_err().to_string();
+    assert!(err.contains("quant_matmul"), "{err}");
+}

@@ -53,7 +53,8 @@ pub(crate) fn kind(op: &Op) -> Kind {
         | Op::Concat { .. }
         | Op::Gather { .. }
         | Op::Pad { .. }
-        | Op::Attention { .. } => Kind::Library,
+        | Op::Attention { .. }
+        | Op::QuantMatMul { .. } => Kind::Library,
     }
 }
 

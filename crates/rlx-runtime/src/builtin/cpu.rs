@@ -29,6 +29,7 @@ impl Backend for CpuBackend {
             memory_bytes: None,
             compute_units: Some(rlx_cpu::thread_count() as u32),
             arch: Some(std::env::consts::ARCH.to_string()),
+            software: false,
         })
     }
 

@@ -6,6 +6,8 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod seam;
+#[cfg(feature = "wgpu")]
+mod wgpu;
 
 #[allow(unused_imports)]
 use crate::registry::BackendFactory;
@@ -16,20 +18,30 @@ use rlx_driver::Device;
 pub(crate) fn register_builtins(add: &mut dyn FnMut(Device, BackendFactory)) {
     #[cfg(feature = "cpu")]
     add(Device::Cpu, cpu::factory);
-    #[cfg(feature = "metal")]
+    #[cfg(all(feature = "metal", not(all(feature = "wgpu", target_vendor = "apple"))))]
     add(Device::Metal, seam::metal);
+    #[cfg(all(feature = "wgpu", target_vendor = "apple"))]
+    add(Device::Metal, wgpu::metal);
     #[cfg(feature = "mlx")]
     add(Device::Mlx, seam::mlx);
     #[cfg(feature = "coreml")]
     add(Device::Ane, seam::ane);
-    #[cfg(feature = "gpu")]
+    #[cfg(all(feature = "gpu", not(feature = "wgpu")))]
     add(Device::Gpu, seam::gpu);
-    #[cfg(feature = "webgpu")]
+    #[cfg(feature = "wgpu")]
+    add(Device::Gpu, wgpu::gpu);
+    #[cfg(all(feature = "webgpu", not(feature = "wgpu")))]
     add(Device::WebGpu, seam::webgpu);
-    #[cfg(feature = "opengl")]
+    #[cfg(feature = "wgpu")]
+    add(Device::WebGpu, wgpu::webgpu);
+    #[cfg(all(feature = "opengl", not(feature = "wgpu")))]
     add(Device::OpenGl, seam::opengl);
-    #[cfg(feature = "vulkan")]
+    #[cfg(feature = "wgpu")]
+    add(Device::OpenGl, wgpu::opengl);
+    #[cfg(all(feature = "vulkan", not(feature = "wgpu")))]
     add(Device::Vulkan, seam::vulkan);
+    #[cfg(feature = "wgpu")]
+    add(Device::Vulkan, wgpu::vulkan);
     #[cfg(feature = "cuda")]
     add(Device::Cuda, cuda::factory);
     #[cfg(feature = "rocm")]

@@ -1,7 +1,10 @@
 //! One module per `rlx` verb, plus the model loading they share.
 
+pub mod bench;
 pub mod devices;
 pub mod dump;
+pub mod embed;
+pub mod generate;
 pub mod mem;
 pub mod model;
 pub mod npy;

@@ -24,10 +24,28 @@ pub fn load(model: Option<&str>) -> Result<Loaded, Box<dyn std::error::Error>> {
             params: rlx::demo::weights()?,
         }),
         Some(path) if path.ends_with(".onnx") => load_onnx(path, &HashMap::new()),
+        Some(path) if std::path::Path::new(path).is_dir() || path.starts_with("hf:") => {
+            load_folder(path)
+        }
         Some(path) => Err(format!(
-            "cannot load `{path}`: this build of rlx reads ONNX models (`.onnx`) and the bundled demo (omit MODEL)"
+            "cannot load `{path}`: this build of rlx reads ONNX models (`.onnx`), model folders (BERT family) and the bundled demo (omit MODEL)"
         )
         .into()),
+    }
+}
+
+/// Loads a Hugging Face model folder (`hf:<name>` downloads one) through `rlx-models`.
+pub fn load_folder(spec: &str) -> Result<Loaded, Box<dyn std::error::Error>> {
+    let dir = rlx_models::resolve(spec)?;
+    match rlx_models::family(&dir)? {
+        rlx_models::Family::Bert => {
+            let m = rlx_models::BertModel::load(&dir)?;
+            Ok(Loaded {
+                name: spec.to_string(),
+                graph: m.graph,
+                params: m.params,
+            })
+        }
     }
 }
 

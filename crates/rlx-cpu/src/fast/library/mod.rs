@@ -47,6 +47,8 @@ enum Impl {
         maps: Vec<Option<Vec<usize>>>,
     },
     Attention(AttnPlan),
+    /// packed weights, dequantized per tile (`fast/quant.rs`)
+    Quant(crate::fast::quant::QuantPlan),
     Gather(GatherPlan),
     Concat(ConcatPlan),
     Pad(PadPlan),
@@ -151,6 +153,13 @@ impl LibExec {
                 region(plan.scratch_len(), DType::F32);
                 Impl::Attention(plan)
             }
+            Op::QuantMatMul { format, n, k } => Impl::Quant(crate::fast::quant::QuantPlan::new(
+                *format,
+                *n,
+                *k,
+                shape(0).iter().product(),
+                threads,
+            )),
             Op::Gather { axis } => {
                 Impl::Gather(GatherPlan::new(*axis, shape(0), result.0.size_bytes()))
             }
@@ -287,6 +296,7 @@ impl LibExec {
                 let mask = ins.get(3).map(|m| m.f32().unwrap());
                 p.run(f(0), f(1), f(2), mask, dst.f32().unwrap(), scratch_f32(0));
             }
+            Impl::Quant(p) => p.run(f(0), ins[1].bytes(), dst.f32().unwrap()),
             Impl::Gather(p) => p.run(ins[0].bytes(), ins[1], dst.bytes())?,
             Impl::Concat(p) => {
                 let srcs: Vec<&[u8]> = ins.iter().map(|d| d.bytes()).collect();

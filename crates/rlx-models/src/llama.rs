@@ -1,0 +1,817 @@
+//! The Llama family (SmolLM2, TinyLlama, Llama 3 shapes) from GGUF files: config from the
+//! `llama.*` metadata, weights kept packed (every projection is an [`Op::QuantMatMul`] on
+//! the file's own blocks), graph builders for prefill and decode, and a [`Generator`] that
+//! runs them with a KV cache allocated once per generation.
+//!
+//! The graph: RMSNorm, Q/K/V projections, RoPE on adjacent pairs (GGUF stores Q and K rows
+//! permuted for llama.cpp's "normal" rope), grouped-query attention, output projection,
+//! RMSNorm, SwiGLU feed-forward; a final RMSNorm and the LM head (the token embedding when
+//! the file has no `output.weight`). Only the last position's logits are computed.
+//!
+//! GQA runs on the plain attention op: the `g = heads / kv_heads` query heads that share a
+//! KV head are stacked along the query axis (`[kv_heads, g * T, head_dim]`), so every KV head
+//! is one attention batch and the additive mask (`[g * T, S]`) carries causality and the
+//! cache's valid length.
+//!
+//! KV cache: one f32 tensor `[layers, 2, kv_heads, capacity, head_dim]`, allocated when a
+//! generation starts and never again. The decode graph takes it as an input (bound by
+//! reference, not copied, by the CPU backend), attends over all `capacity` rows with the
+//! unfilled ones masked out, and returns only the new K/V rows, which the generator writes
+//! into the cache in place. Shapes are static per generation, so the decode graph compiles
+//! once and every token reuses it.
+
+use rlx_gguf::{GgufError, GgufFile, GgufTokenizer, QuantFormat};
+use rlx_ir::{
+    BinaryOp, DType, Graph, IrError, NodeId, Op, SplitMix64, Tensor, TensorData, UnaryOp,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Hyper-parameters of a Llama-family model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// transformer blocks
+    pub layers: usize,
+    /// hidden size
+    pub hidden: usize,
+    /// query heads
+    pub heads: usize,
+    /// key/value heads (GQA when fewer than `heads`)
+    pub kv_heads: usize,
+    /// size of one head
+    pub head_dim: usize,
+    /// feed-forward size
+    pub ffn: usize,
+    /// vocabulary size
+    pub vocab: usize,
+    /// RMSNorm epsilon
+    pub eps: f64,
+    /// RoPE base frequency
+    pub rope_base: f64,
+    /// trained context length
+    pub context: usize,
+}
+
+/// Errors of loading, building or generating.
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaError {
+    /// The GGUF file is malformed or lacks what a Llama model needs.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// The file's shapes or settings are not a Llama model RLX can build.
+    #[error("llama model: {0}")]
+    Model(String),
+    /// Building the graph failed (an internal inconsistency, named).
+    #[error(transparent)]
+    Graph(#[from] IrError),
+    /// The runner (compile or run) failed.
+    #[error("running the model: {0}")]
+    Run(String),
+}
+
+fn model_err(m: impl Into<String>) -> LlamaError {
+    LlamaError::Model(m.into())
+}
+
+impl LlamaConfig {
+    /// Reads the `llama.*` metadata.
+    ///
+    /// # Errors
+    /// Another architecture, missing keys, or inconsistent sizes.
+    pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig, LlamaError> {
+        let arch = f.get_str("general.architecture")?;
+        if arch != "llama" {
+            return Err(model_err(format!(
+                "architecture `{arch}` is not supported (RLX builds `llama`)"
+            )));
+        }
+        let u = |k: &str| -> Result<usize, LlamaError> { Ok(f.get_u64(k)? as usize) };
+        let hidden = u("llama.embedding_length")?;
+        let heads = u("llama.attention.head_count")?;
+        let kv_heads = match f.get("llama.attention.head_count_kv") {
+            Some(_) => u("llama.attention.head_count_kv")?,
+            None => heads,
+        };
+        if heads == 0 || kv_heads == 0 || !hidden.is_multiple_of(heads) {
+            return Err(model_err(format!(
+                "hidden size {hidden} is not divisible into {heads} heads"
+            )));
+        }
+        if !heads.is_multiple_of(kv_heads) {
+            return Err(model_err(format!(
+                "{heads} query heads are not a multiple of {kv_heads} KV heads"
+            )));
+        }
+        let head_dim = match f.get("llama.attention.key_length") {
+            Some(_) => u("llama.attention.key_length")?,
+            None => hidden / heads,
+        };
+        if head_dim % 2 != 0 {
+            return Err(model_err(format!(
+                "head size {head_dim} is odd; RoPE needs pairs"
+            )));
+        }
+        let vocab = match f.get("llama.vocab_size") {
+            Some(_) => u("llama.vocab_size")?,
+            None => f
+                .tensor("token_embd.weight")
+                .and_then(|t| t.dims.get(1).copied())
+                .ok_or_else(|| model_err("no vocab size and no token_embd.weight"))?
+                as usize,
+        };
+        let cfg = LlamaConfig {
+            layers: u("llama.block_count")?,
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn: u("llama.feed_forward_length")?,
+            vocab,
+            eps: f.get_f64("llama.attention.layer_norm_rms_epsilon")?,
+            rope_base: match f.get("llama.rope.freq_base") {
+                Some(_) => f.get_f64("llama.rope.freq_base")?,
+                None => 10000.0,
+            },
+            context: match f.get("llama.context_length") {
+                Some(_) => u("llama.context_length")?,
+                None => 2048,
+            },
+        };
+        if cfg.layers == 0 || cfg.ffn == 0 || cfg.vocab == 0 {
+            return Err(model_err(format!("empty dimensions in {cfg:?}")));
+        }
+        Ok(cfg)
+    }
+
+    /// Query heads per KV head.
+    pub fn group(&self) -> usize {
+        self.heads / self.kv_heads
+    }
+}
+
+/// A packed projection weight: n rows of k values in `format`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Linear {
+    format: QuantFormat,
+    n: usize,
+    k: usize,
+}
+
+/// A Llama model loaded from GGUF: config, tokenizer, and weights (packed, by param name).
+pub struct Llama {
+    /// hyper-parameters
+    pub config: LlamaConfig,
+    /// the tokenizer embedded in the file
+    pub tokenizer: GgufTokenizer,
+    /// every weight by param name; projections as packed `u8` vectors
+    pub params: Vec<(String, Arc<Tensor>)>,
+    linears: HashMap<String, Linear>,
+    /// the name of the LM head weight (`output.weight`, or the embedding when tied)
+    head: String,
+    /// the token embedding, packed, for host-side row lookups
+    embd: (Arc<Tensor>, QuantFormat),
+    /// bytes of all weights (what one decode step reads, roughly)
+    pub weight_bytes: usize,
+}
+
+impl std::fmt::Debug for Llama {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Llama")
+            .field("config", &self.config)
+            .field("params", &self.params.len())
+            .field("weight_bytes", &self.weight_bytes)
+            .finish()
+    }
+}
+
+/// Declares (once) and returns a param node: graph, name, shape, dtype.
+type ParamFn<'a> = dyn FnMut(&mut Graph, &str, &[usize], DType) -> NodeId + 'a;
+
+/// Which graph to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// the whole prompt at once: `tokens` positions, no cache input
+    Prefill {
+        /// prompt length
+        tokens: usize,
+    },
+    /// one new token against a cache of `capacity` rows
+    Decode {
+        /// cache rows
+        capacity: usize,
+    },
+}
+
+impl Llama {
+    /// Loads config, tokenizer and weights. Projection weights are copied out of the
+    /// mapping still packed (no f32 copy); norms become f32.
+    ///
+    /// # Errors
+    /// Missing tensors, unsupported types, or shapes that disagree with the config.
+    pub fn from_gguf(f: &GgufFile) -> Result<Llama, LlamaError> {
+        let config = LlamaConfig::from_gguf(f)?;
+        let tokenizer = GgufTokenizer::from_gguf(f)?;
+        let c = &config;
+        let mut params = Vec::new();
+        let mut linears = HashMap::new();
+        let mut weight_bytes = 0;
+        let mut packed = |name: &str, n: usize, k: usize| -> Result<Arc<Tensor>, LlamaError> {
+            let (t, bytes) = f.tensor_bytes(name)?;
+            if t.dims != [k as u64, n as u64] {
+                return Err(LlamaError::Gguf(GgufError::Tensor {
+                    name: name.into(),
+                    message: format!("dims {:?}, expected [{k}, {n}]", t.dims),
+                }));
+            }
+            let format = t.ggml_type.format().expect("checked by tensor_bytes");
+            let tensor = Arc::new(
+                Tensor::new(vec![bytes.len()], TensorData::U8(bytes.to_vec()))
+                    .expect("length matches"),
+            );
+            weight_bytes += bytes.len();
+            f.release(name);
+            linears.insert(name.to_string(), Linear { format, n, k });
+            params.push((name.to_string(), tensor.clone()));
+            Ok(tensor)
+        };
+        let embd = packed("token_embd.weight", c.vocab, c.hidden)?;
+        let embd_format = f
+            .tensor("token_embd.weight")
+            .and_then(|t| t.ggml_type.format())
+            .expect("loaded above");
+        let head = if f.tensor("output.weight").is_some() {
+            packed("output.weight", c.vocab, c.hidden)?;
+            "output.weight".to_string()
+        } else {
+            "token_embd.weight".to_string()
+        };
+        let (qd, kvd) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        for l in 0..c.layers {
+            let p = |s: &str| format!("blk.{l}.{s}.weight");
+            packed(&p("attn_q"), qd, c.hidden)?;
+            packed(&p("attn_k"), kvd, c.hidden)?;
+            packed(&p("attn_v"), kvd, c.hidden)?;
+            packed(&p("attn_output"), c.hidden, qd)?;
+            packed(&p("ffn_gate"), c.ffn, c.hidden)?;
+            packed(&p("ffn_up"), c.ffn, c.hidden)?;
+            packed(&p("ffn_down"), c.hidden, c.ffn)?;
+        }
+        let mut norms = vec!["output_norm.weight".to_string()];
+        for l in 0..c.layers {
+            norms.push(format!("blk.{l}.attn_norm.weight"));
+            norms.push(format!("blk.{l}.ffn_norm.weight"));
+        }
+        for name in norms {
+            let (shape, v) = f.dequantize(&name)?;
+            if shape != [c.hidden] {
+                return Err(LlamaError::Gguf(GgufError::Tensor {
+                    name,
+                    message: format!("shape {shape:?}, expected [{}]", c.hidden),
+                }));
+            }
+            weight_bytes += v.len() * 4;
+            params.push((name, Arc::new(Tensor::from_f32(&shape, v).expect("sizes"))));
+        }
+        Ok(Llama {
+            config,
+            tokenizer,
+            params,
+            linears,
+            head,
+            embd: (embd, embd_format),
+            weight_bytes,
+        })
+    }
+
+    /// Bytes of weights one decode step reads: every projection and norm, plus one
+    /// embedding row (the embedding table itself only when it is also the LM head).
+    pub fn bytes_per_token(&self) -> usize {
+        let embd_bytes = self.embd.0.numel();
+        let tied = self.head == "token_embd.weight";
+        let row = embd_bytes / self.config.vocab.max(1);
+        if tied {
+            self.weight_bytes
+        } else {
+            self.weight_bytes - embd_bytes + row
+        }
+    }
+
+    /// Writes the embedding of `token` into `out` (`hidden` values), dequantizing one row.
+    ///
+    /// # Errors
+    /// The token is outside the vocabulary.
+    pub fn embed(&self, token: u32, out: &mut [f32]) -> Result<(), LlamaError> {
+        let (t, format) = &self.embd;
+        let (k, n) = (self.config.hidden, self.config.vocab);
+        if token as usize >= n {
+            return Err(model_err(format!(
+                "token {token} outside the vocabulary of {n}"
+            )));
+        }
+        let TensorData::U8(bytes) = t.data() else {
+            unreachable!("packed as u8")
+        };
+        let rb = bytes.len() / n;
+        let row = &bytes[token as usize * rb..(token as usize + 1) * rb];
+        format.dequantize(row, &mut out[..k]);
+        Ok(())
+    }
+
+    /// Builds the prefill or decode graph.
+    ///
+    /// Inputs: `x` f32 `[T, hidden]` (embeddings), `cos`/`sin` f32 `[T, 1, head_dim/2, 1]`,
+    /// `mask` f32 `[g*T, S]` (additive; `S = T` for prefill, `capacity + 1` for decode) and,
+    /// for decode, `kv_cache` f32 `[layers, 2, kv_heads, capacity, head_dim]`. Outputs:
+    /// `logits` `[1, vocab]` of the last position, and per layer `k.L`, `v.L`
+    /// `[kv_heads, T, head_dim]`, the rows to append to the cache.
+    ///
+    /// # Errors
+    /// An inconsistency in the weights' shapes (named by the IR).
+    pub fn build_graph(&self, stage: Stage) -> Result<Graph, LlamaError> {
+        let c = &self.config;
+        let (t, past) = match stage {
+            Stage::Prefill { tokens } => (tokens, None),
+            Stage::Decode { capacity } => (1, Some(capacity)),
+        };
+        if t == 0 {
+            return Err(model_err("an empty prompt"));
+        }
+        let (hd, kvh, h, g) = (c.head_dim, c.kv_heads, c.heads, c.group());
+        let s = past.map_or(t, |p| p + t);
+        let mut gr = Graph::new();
+        let f32t = DType::F32;
+        let mut x = gr.input("x", f32t, [t, c.hidden].as_slice());
+        let cos = gr.input("cos", f32t, [t, 1, hd / 2, 1].as_slice());
+        let sin = gr.input("sin", f32t, [t, 1, hd / 2, 1].as_slice());
+        let mask = gr.input("mask", f32t, [g * t, s].as_slice());
+        let cache = past.map(|p| gr.input("kv_cache", f32t, [c.layers, 2, kvh, p, hd].as_slice()));
+        let mut params: HashMap<String, NodeId> = HashMap::new();
+        let mut param = |gr: &mut Graph, name: &str, shape: &[usize], dtype: DType| -> NodeId {
+            *params
+                .entry(name.to_string())
+                .or_insert_with(|| gr.param(name, dtype, shape))
+        };
+        let linear = |gr: &mut Graph,
+                      param: &mut ParamFn<'_>,
+                      x: NodeId,
+                      name: &str|
+         -> Result<NodeId, LlamaError> {
+            let lin = self
+                .linears
+                .get(name)
+                .ok_or_else(|| model_err(format!("no weight {name}")))?;
+            let bytes = lin
+                .format
+                .bytes_for(lin.n * lin.k)
+                .expect("checked at load");
+            let w = param(gr, name, &[bytes], DType::U8);
+            Ok(gr.push(
+                Op::QuantMatMul {
+                    format: lin.format,
+                    n: lin.n,
+                    k: lin.k,
+                },
+                &[x, w],
+                None,
+            )?)
+        };
+        // RoPE on adjacent pairs: x [T, heads, hd] -> same.
+        let rope = |gr: &mut Graph, x: NodeId, heads: usize| -> Result<NodeId, LlamaError> {
+            let x = gr.reshape(x, [t, heads, hd / 2, 2].as_slice())?;
+            let x0 = gr.slice(x, 3, 0, 1, 1)?;
+            let x1 = gr.slice(x, 3, 1, 2, 1)?;
+            let a = gr.mul(x0, cos)?;
+            let b = gr.mul(x1, sin)?;
+            let o0 = gr.sub(a, b)?;
+            let a = gr.mul(x0, sin)?;
+            let b = gr.mul(x1, cos)?;
+            let o1 = gr.add(a, b)?;
+            let o = gr.concat(&[o0, o1], 3)?;
+            Ok(gr.reshape(o, [t, heads, hd].as_slice())?)
+        };
+        for l in 0..c.layers {
+            let p = |s: &str| format!("blk.{l}.{s}.weight");
+            let norm_w = param(&mut gr, &p("attn_norm"), &[c.hidden], f32t);
+            let hn = gr.rms_norm(x, norm_w, c.eps)?;
+            let q = linear(&mut gr, &mut param, hn, &p("attn_q"))?;
+            let k = linear(&mut gr, &mut param, hn, &p("attn_k"))?;
+            let v = linear(&mut gr, &mut param, hn, &p("attn_v"))?;
+            let q = gr.reshape(q, [t, h, hd].as_slice())?;
+            let q = rope(&mut gr, q, h)?;
+            let q = gr.transpose(q, &[1, 0, 2])?;
+            let q = gr.reshape(q, [kvh, g * t, hd].as_slice())?;
+            let k = gr.reshape(k, [t, kvh, hd].as_slice())?;
+            let k = rope(&mut gr, k, kvh)?;
+            let k_new = gr.transpose(k, &[1, 0, 2])?;
+            let v = gr.reshape(v, [t, kvh, hd].as_slice())?;
+            let v_new = gr.transpose(v, &[1, 0, 2])?;
+            gr.output(&format!("k.{l}"), k_new);
+            gr.output(&format!("v.{l}"), v_new);
+            let (k_all, v_all) = match (cache, past) {
+                (Some(cache), Some(p)) => {
+                    let layer = gr.slice(cache, 0, l as i64, l as i64 + 1, 1)?;
+                    let kc = gr.slice(layer, 1, 0, 1, 1)?;
+                    let kc = gr.reshape(kc, [kvh, p, hd].as_slice())?;
+                    let vc = gr.slice(layer, 1, 1, 2, 1)?;
+                    let vc = gr.reshape(vc, [kvh, p, hd].as_slice())?;
+                    (gr.concat(&[kc, k_new], 1)?, gr.concat(&[vc, v_new], 1)?)
+                }
+                _ => (k_new, v_new),
+            };
+            let att = gr.attention(q, k_all, v_all, Some(mask), false, None)?;
+            let att = gr.reshape(att, [h, t, hd].as_slice())?;
+            let att = gr.transpose(att, &[1, 0, 2])?;
+            let att = gr.reshape(att, [t, h * hd].as_slice())?;
+            let o = linear(&mut gr, &mut param, att, &p("attn_output"))?;
+            x = gr.add(x, o)?;
+            let norm_w = param(&mut gr, &p("ffn_norm"), &[c.hidden], f32t);
+            let hn = gr.rms_norm(x, norm_w, c.eps)?;
+            let gate = linear(&mut gr, &mut param, hn, &p("ffn_gate"))?;
+            let up = linear(&mut gr, &mut param, hn, &p("ffn_up"))?;
+            let gate = gr.unary(UnaryOp::Silu, gate)?;
+            let m = gr.binary(BinaryOp::Mul, gate, up)?;
+            let d = linear(&mut gr, &mut param, m, &p("ffn_down"))?;
+            x = gr.add(x, d)?;
+        }
+        let last = if t > 1 {
+            gr.slice(x, 0, t as i64 - 1, t as i64, 1)?
+        } else {
+            x
+        };
+        let norm_w = param(&mut gr, "output_norm.weight", &[c.hidden], f32t);
+        let hn = gr.rms_norm(last, norm_w, c.eps)?;
+        let head = self.head.clone();
+        let logits = linear(&mut gr, &mut param, hn, &head)?;
+        gr.output("logits", logits);
+        Ok(gr)
+    }
+}
+
+/// Compiles and runs graphs for the [`Generator`] (the CLI and tests adapt an
+/// `rlx_runtime::Session`; this crate stays below the runtime).
+pub trait Runner {
+    /// Sets a weight shared by every graph compiled afterwards.
+    fn set_param(&mut self, name: &str, value: Arc<Tensor>);
+    /// Compiles a graph; returns a handle for [`Runner::run`].
+    ///
+    /// # Errors
+    /// Any compile failure, as text.
+    fn compile(&mut self, graph: &Graph) -> Result<usize, String>;
+    /// Runs a compiled graph with inputs by name.
+    ///
+    /// # Errors
+    /// Any run failure, as text.
+    fn run(
+        &mut self,
+        handle: usize,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<Vec<(String, Tensor)>, String>;
+}
+
+/// How to pick the next token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    /// 0 means greedy (argmax)
+    pub temperature: f64,
+    /// nucleus sampling mass (1 keeps every token)
+    pub top_p: f64,
+    /// RNG seed
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+/// Picks a token from logits: argmax at temperature 0 (first on ties), else softmax at the
+/// temperature restricted to the smallest set of tokens whose mass reaches `top_p`.
+pub fn sample(logits: &[f32], s: &Sampling, rng: &mut SplitMix64) -> u32 {
+    let argmax = || {
+        let mut best = 0;
+        for (i, &v) in logits.iter().enumerate() {
+            if v > logits[best] {
+                best = i;
+            }
+        }
+        best as u32
+    };
+    if s.temperature <= 0.0 || logits.is_empty() {
+        return argmax();
+    }
+    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let mut probs: Vec<(f64, u32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (((v as f64 - max) / s.temperature).exp(), i as u32))
+        .collect();
+    probs.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let total: f64 = probs.iter().map(|p| p.0).sum();
+    let top_p = s.top_p.clamp(0.0, 1.0);
+    let mut kept = 0.0;
+    let mut n = 0;
+    for p in &probs {
+        kept += p.0 / total;
+        n += 1;
+        if kept >= top_p {
+            break;
+        }
+    }
+    let mass: f64 = probs[..n].iter().map(|p| p.0).sum();
+    let mut r = rng.next_f64() * mass;
+    for p in &probs[..n] {
+        r -= p.0;
+        if r <= 0.0 {
+            return p.1;
+        }
+    }
+    probs[n - 1].1
+}
+
+/// Timings and tokens of one generation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GenerationStats {
+    /// prompt token ids
+    pub prompt_tokens: Vec<u32>,
+    /// generated token ids
+    pub tokens: Vec<u32>,
+    /// seconds compiling the prefill and decode graphs
+    pub compile_s: f64,
+    /// seconds of the prefill run (the first token's logits)
+    pub prefill_s: f64,
+    /// seconds of all decode steps
+    pub decode_s: f64,
+    /// decode steps run
+    pub decode_steps: usize,
+    /// bytes of the KV cache, allocated once
+    pub kv_cache_bytes: usize,
+    /// seconds of each decode step (sampling included)
+    pub step_s: Vec<f64>,
+}
+
+impl GenerationStats {
+    /// Prompt tokens per second.
+    pub fn prefill_tok_s(&self) -> f64 {
+        self.prompt_tokens.len() as f64 / self.prefill_s.max(1e-12)
+    }
+
+    /// Decode tokens per second.
+    pub fn decode_tok_s(&self) -> f64 {
+        self.decode_steps as f64 / self.decode_s.max(1e-12)
+    }
+}
+
+/// Generates text with a [`Llama`] through a [`Runner`].
+pub struct Generator<'a, R: Runner> {
+    model: &'a Llama,
+    runner: R,
+    /// ids that end the generation (the tokenizer's eos and `<|im_end|>`; empty: never stop)
+    pub stop_ids: Vec<u32>,
+}
+
+impl<'a, R: Runner> Generator<'a, R> {
+    /// Hands the model's weights to the runner.
+    pub fn new(model: &'a Llama, mut runner: R) -> Self {
+        for (name, t) in &model.params {
+            runner.set_param(name, t.clone());
+        }
+        Generator {
+            model,
+            runner,
+            stop_ids: model.tokenizer.stop_ids.clone(),
+        }
+    }
+
+    /// Generates up to `max_tokens` after `prompt` (token ids), calling `on_token` with each
+    /// new id as soon as it is picked; stops early at a stop id. The KV cache holds
+    /// `prompt.len() + max_tokens` rows and is allocated once.
+    ///
+    /// # Errors
+    /// An empty prompt, a context beyond the model's, or a compile/run failure.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        mut on_token: impl FnMut(u32),
+    ) -> Result<GenerationStats, LlamaError> {
+        let m = self.model;
+        let c = &m.config;
+        let t = prompt.len();
+        if t == 0 {
+            return Err(model_err("the prompt has no tokens"));
+        }
+        let cap = t + max_tokens.max(1);
+        if cap > c.context {
+            return Err(model_err(format!(
+                "prompt ({t}) + max tokens ({max_tokens}) exceed the context of {}",
+                c.context
+            )));
+        }
+        let run_err = LlamaError::Run;
+        let (hd, kvh, g) = (c.head_dim, c.kv_heads, c.group());
+        let mut stats = GenerationStats {
+            prompt_tokens: prompt.to_vec(),
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let prefill = self
+            .runner
+            .compile(&m.build_graph(Stage::Prefill { tokens: t })?)
+            .map_err(run_err)?;
+        let decode = if max_tokens > 1 {
+            Some(
+                self.runner
+                    .compile(&m.build_graph(Stage::Decode { capacity: cap })?)
+                    .map_err(run_err)?,
+            )
+        } else {
+            None
+        };
+        stats.compile_s = start.elapsed().as_secs_f64();
+
+        // The KV cache: allocated here, once, for the whole generation.
+        let cache_len = c.layers * 2 * kvh * cap * hd;
+        let mut cache = Some(
+            Tensor::new(
+                vec![c.layers, 2, kvh, cap, hd],
+                TensorData::F32(vec![0.0; cache_len]),
+            )
+            .expect("sizes"),
+        );
+        stats.kv_cache_bytes = cache_len * 4;
+        let mut rng = SplitMix64(sampling.seed);
+
+        // Prefill.
+        let start = Instant::now();
+        let mut inputs: HashMap<String, Tensor> = HashMap::new();
+        let mut x = vec![0f32; t * c.hidden];
+        for (i, &tok) in prompt.iter().enumerate() {
+            m.embed(tok, &mut x[i * c.hidden..(i + 1) * c.hidden])?;
+        }
+        inputs.insert(
+            "x".into(),
+            Tensor::from_f32(&[t, c.hidden], x).expect("sizes"),
+        );
+        let (cos, sin) = rope_tables(c, 0, t);
+        inputs.insert("cos".into(), cos);
+        inputs.insert("sin".into(), sin);
+        let mut mask = vec![f32::NEG_INFINITY; g * t * t];
+        for r in 0..g * t {
+            let qt = r % t;
+            mask[r * t..r * t + qt + 1].fill(0.0);
+        }
+        inputs.insert(
+            "mask".into(),
+            Tensor::from_f32(&[g * t, t], mask).expect("sizes"),
+        );
+        let out = self.runner.run(prefill, &inputs).map_err(run_err)?;
+        let cache_mut = cache.as_mut().expect("present");
+        let logits = write_rows(c, cache_mut, &out, 0, t)?;
+        let mut next = sample(logits, sampling, &mut rng);
+        stats.prefill_s = start.elapsed().as_secs_f64();
+        stats.tokens.push(next);
+        on_token(next);
+
+        // Decode: inputs allocated once and updated in place; the cache moves in and out.
+        let Some(decode) = decode else {
+            return Ok(stats);
+        };
+        if self.stop_ids.contains(&next) {
+            return Ok(stats);
+        }
+        let start = Instant::now();
+        inputs.clear();
+        inputs.insert(
+            "x".into(),
+            Tensor::from_f32(&[1, c.hidden], vec![0.0; c.hidden]).expect("sizes"),
+        );
+        let (cos, sin) = rope_tables(c, t, 1);
+        inputs.insert("cos".into(), cos);
+        inputs.insert("sin".into(), sin);
+        let mut mask = vec![f32::NEG_INFINITY; g * (cap + 1)];
+        for r in 0..g {
+            mask[r * (cap + 1)..r * (cap + 1) + t].fill(0.0);
+            mask[r * (cap + 1) + cap] = 0.0;
+        }
+        inputs.insert(
+            "mask".into(),
+            Tensor::from_f32(&[g, cap + 1], mask).expect("sizes"),
+        );
+        let mut pos = t;
+        stats.step_s.reserve(max_tokens);
+        while stats.tokens.len() < max_tokens {
+            let step = Instant::now();
+            {
+                let TensorData::F32(xv) = inputs.get_mut("x").expect("x").data_mut() else {
+                    unreachable!("f32")
+                };
+                m.embed(next, xv)?;
+            }
+            set_rope(c, pos, &mut inputs);
+            inputs.insert("kv_cache".into(), cache.take().expect("cache present"));
+            let result = self.runner.run(decode, &inputs);
+            cache = inputs.remove("kv_cache");
+            let out = result.map_err(run_err)?;
+            let cache_mut = cache.as_mut().expect("returned");
+            let logits = write_rows(c, cache_mut, &out, pos, 1)?;
+            next = sample(logits, sampling, &mut rng);
+            // the row just written becomes visible to the next step
+            if let Some(TensorData::F32(mv)) = inputs.get_mut("mask").map(|t| t.data_mut()) {
+                for r in 0..g {
+                    mv[r * (cap + 1) + pos] = 0.0;
+                }
+            }
+            pos += 1;
+            stats.decode_steps += 1;
+            stats.step_s.push(step.elapsed().as_secs_f64());
+            stats.tokens.push(next);
+            on_token(next);
+            if self.stop_ids.contains(&next) {
+                break;
+            }
+        }
+        stats.decode_s = start.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+}
+
+/// cos/sin tables `[n, 1, hd/2, 1]` for positions `start..start + n`.
+fn rope_tables(c: &LlamaConfig, start: usize, n: usize) -> (Tensor, Tensor) {
+    let half = c.head_dim / 2;
+    let mut cos = Vec::with_capacity(n * half);
+    let mut sin = Vec::with_capacity(n * half);
+    for p in start..start + n {
+        for i in 0..half {
+            let theta = p as f64 * c.rope_base.powf(-2.0 * i as f64 / c.head_dim as f64);
+            cos.push(theta.cos() as f32);
+            sin.push(theta.sin() as f32);
+        }
+    }
+    let shape = [n, 1, half, 1];
+    (
+        Tensor::from_f32(&shape, cos).expect("sizes"),
+        Tensor::from_f32(&shape, sin).expect("sizes"),
+    )
+}
+
+/// Overwrites the one-position cos/sin inputs in place for position `pos`.
+fn set_rope(c: &LlamaConfig, pos: usize, inputs: &mut HashMap<String, Tensor>) {
+    let half = c.head_dim / 2;
+    for (name, f) in [("cos", f64::cos as fn(f64) -> f64), ("sin", f64::sin)] {
+        if let Some(TensorData::F32(v)) = inputs.get_mut(name).map(|t| t.data_mut()) {
+            for (i, x) in v.iter_mut().enumerate().take(half) {
+                let theta = pos as f64 * c.rope_base.powf(-2.0 * i as f64 / c.head_dim as f64);
+                *x = f(theta) as f32;
+            }
+        }
+    }
+}
+
+/// Writes the `n` new K/V rows of every layer at `pos..pos + n` of the cache; returns the
+/// logits.
+fn write_rows<'o>(
+    c: &LlamaConfig,
+    cache: &mut Tensor,
+    out: &'o [(String, Tensor)],
+    pos: usize,
+    n: usize,
+) -> Result<&'o [f32], LlamaError> {
+    let cap = cache.shape()[3];
+    let (hd, kvh) = (c.head_dim, c.kv_heads);
+    let TensorData::F32(cv) = cache.data_mut() else {
+        unreachable!("f32 cache")
+    };
+    let mut logits = None;
+    for (name, t) in out {
+        let v = t
+            .as_f32()
+            .ok_or_else(|| LlamaError::Run(format!("output {name} is not f32")))?;
+        if name == "logits" {
+            logits = Some(v);
+            continue;
+        }
+        let (kind, layer) = name
+            .split_once('.')
+            .and_then(|(k, l)| Some((k, l.parse::<usize>().ok()?)))
+            .ok_or_else(|| LlamaError::Run(format!("unexpected output {name}")))?;
+        let which = usize::from(kind == "v");
+        if v.len() != kvh * n * hd || layer >= c.layers {
+            return Err(LlamaError::Run(format!(
+                "output {name} has {} values",
+                v.len()
+            )));
+        }
+        for hh in 0..kvh {
+            let dst = (((layer * 2 + which) * kvh + hh) * cap + pos) * hd;
+            cv[dst..dst + n * hd].copy_from_slice(&v[hh * n * hd..(hh + 1) * n * hd]);
+        }
+    }
+    logits.ok_or_else(|| LlamaError::Run("no logits output".into()))
+}

@@ -1,0 +1,391 @@
+//! safetensors checkpoints, memory-mapped: one file or a sharded set
+//! (`model.safetensors.index.json`).
+//!
+//! Headers are parsed once at open; tensor bytes stay in the map until a tensor is asked
+//! for. [`rlx_ir::Tensor`] owns its elements (`Vec`), so taking a tensor copies its bytes out
+//! of the map exactly once, decoding little-endian on the way (f16/bf16 are widened to f32
+//! when asked for f32). Nothing else of the file is read.
+
+use crate::error::{ModelError, Result};
+use half::{bf16, f16};
+use rlx_ir::{DType, Tensor, TensorData};
+use safetensors::tensor::{Dtype, Metadata, TensorInfo};
+use safetensors::SafeTensors;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// One memory-mapped safetensors file with its parsed header.
+pub struct SafetensorsFile {
+    path: PathBuf,
+    map: memmap2::Mmap,
+    /// byte offset of the data section (8 + header length)
+    data_start: usize,
+    metadata: Metadata,
+}
+
+impl SafetensorsFile {
+    /// Maps `path` and parses its header (validated by the `safetensors` crate: offsets in
+    /// bounds, no overlaps, the data section exactly covered).
+    ///
+    /// # Errors
+    /// The file cannot be opened or mapped, or its header is malformed.
+    pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsFile> {
+        let path = path.as_ref().to_path_buf();
+        let label = path.display().to_string();
+        let file = std::fs::File::open(&path).map_err(|source| ModelError::Io {
+            path: label.clone(),
+            source,
+        })?;
+        // SAFETY: a read-only map. If the file changes underneath, values read change, but
+        // every read below is bounds-checked against the map's length.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ModelError::Io {
+            path: label.clone(),
+            source,
+        })?;
+        let (n, metadata) =
+            SafeTensors::read_metadata(&map).map_err(|e| ModelError::Safetensors {
+                file: label,
+                message: e.to_string(),
+            })?;
+        Ok(SafetensorsFile {
+            path,
+            map,
+            data_start: 8 + n,
+            metadata,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tensor names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.metadata.tensors().into_keys().collect();
+        v.sort();
+        v
+    }
+
+    /// The header entry of one tensor.
+    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.metadata.info(name)
+    }
+
+    /// The raw little-endian bytes of one tensor, borrowed from the map (no copy).
+    pub fn bytes(&self, name: &str) -> Option<&[u8]> {
+        let info = self.metadata.info(name)?;
+        let (a, b) = info.data_offsets;
+        self.map.get(self.data_start + a..self.data_start + b)
+    }
+}
+
+/// The weights of a model: one or several safetensors files, looked up by tensor name.
+pub struct Weights {
+    files: Vec<SafetensorsFile>,
+    /// tensor name → index into `files`
+    index: HashMap<String, usize>,
+    label: String,
+}
+
+impl Weights {
+    /// Opens the weights of a model folder: `model.safetensors`, or the shards listed in
+    /// `model.safetensors.index.json`.
+    ///
+    /// # Errors
+    /// Neither file exists, a shard is missing or malformed.
+    pub fn open_dir(dir: &Path) -> Result<Weights> {
+        let single = dir.join("model.safetensors");
+        if single.is_file() {
+            return Weights::open_files(&[single]);
+        }
+        let index = dir.join("model.safetensors.index.json");
+        if !index.is_file() {
+            return Err(ModelError::MissingFile {
+                dir: dir.display().to_string(),
+                file: "model.safetensors".into(),
+                what: "the weights; sharded checkpoints need model.safetensors.index.json".into(),
+            });
+        }
+        let label = index.display().to_string();
+        let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io {
+            path: label.clone(),
+            source,
+        })?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| ModelError::Safetensors {
+                file: label.clone(),
+                message: format!("index is not JSON: {e}"),
+            })?;
+        let Some(map) = v.get("weight_map").and_then(|m| m.as_object()) else {
+            return Err(ModelError::Safetensors {
+                file: label,
+                message: "index has no `weight_map` object".into(),
+            });
+        };
+        let mut shards: Vec<String> = map
+            .values()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
+        shards.sort();
+        shards.dedup();
+        let paths: Vec<PathBuf> = shards.iter().map(|s| dir.join(s)).collect();
+        Weights::open_files(&paths)
+    }
+
+    /// Opens a set of safetensors files as one namespace.
+    ///
+    /// # Errors
+    /// A file cannot be opened or parsed, or two files hold the same tensor name.
+    pub fn open_files(paths: &[PathBuf]) -> Result<Weights> {
+        let mut files = Vec::with_capacity(paths.len());
+        let mut index = HashMap::new();
+        for (i, p) in paths.iter().enumerate() {
+            let f = SafetensorsFile::open(p)?;
+            for name in f.names() {
+                if let Some(prev) = index.insert(name.clone(), i) {
+                    let prev: &SafetensorsFile = &files[prev];
+                    return Err(ModelError::Safetensors {
+                        file: p.display().to_string(),
+                        message: format!("tensor `{name}` is also in {}", prev.path().display()),
+                    });
+                }
+            }
+            files.push(f);
+        }
+        let label = match paths {
+            [one] => one.display().to_string(),
+            _ => format!("{} safetensors shards", paths.len()),
+        };
+        Ok(Weights {
+            files,
+            index,
+            label,
+        })
+    }
+
+    /// A label for errors: the file, or the number of shards.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Every tensor name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.index.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// True when the weights hold `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// The header entry of one tensor.
+    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.index.get(name).and_then(|&i| self.files[i].info(name))
+    }
+
+    /// Raw little-endian bytes of one tensor, borrowed from the map (no copy).
+    pub fn bytes(&self, name: &str) -> Option<&[u8]> {
+        self.index
+            .get(name)
+            .and_then(|&i| self.files[i].bytes(name))
+    }
+
+    /// The tensor `name` as `dtype` with exactly the shape `expected`, copied out of the
+    /// map once. f16/bf16/f32/f64 files convert to any float dtype; integer tensors load
+    /// only as their own dtype.
+    ///
+    /// # Errors
+    /// [`ModelError::MissingTensor`] naming the tensor and the expected shape (with a guess
+    /// at what the file calls it), or [`ModelError::TensorMismatch`] for a wrong shape or
+    /// dtype.
+    pub fn tensor(&self, name: &str, dtype: DType, expected: &[usize]) -> Result<Tensor> {
+        let want = describe(dtype, expected);
+        let Some(info) = self.info(name) else {
+            return Err(ModelError::MissingTensor {
+                file: self.label.clone(),
+                name: name.into(),
+                expected: want,
+                hint: self.hint(name),
+            });
+        };
+        let found = format!("{:?}{:?}", info.dtype, info.shape);
+        let mismatch = |why: &str| ModelError::TensorMismatch {
+            file: self.label.clone(),
+            name: name.into(),
+            expected: want.clone(),
+            found: format!("{found}{why}"),
+        };
+        if info.shape != expected {
+            return Err(mismatch(""));
+        }
+        let bytes = self
+            .bytes(name)
+            .ok_or_else(|| mismatch(" (data out of range)"))?;
+        let data = decode(info.dtype, dtype, bytes)
+            .ok_or_else(|| mismatch(" (cannot convert this dtype)"))?;
+        Tensor::new(expected.to_vec(), data).map_err(|e| mismatch(&format!(" ({e})")))
+    }
+
+    /// A "did you mean" for a missing name: a tensor with the same name but for a prefix
+    /// (`bert.` and the like), else the one sharing the longest dotted suffix.
+    fn hint(&self, name: &str) -> String {
+        let parts: Vec<&str> = name.split('.').collect();
+        let mut best: Option<(usize, &String)> = None;
+        for cand in self.index.keys() {
+            let c: Vec<&str> = cand.split('.').collect();
+            let common = parts
+                .iter()
+                .rev()
+                .zip(c.iter().rev())
+                .take_while(|(a, b)| a == b)
+                .count();
+            let better = match best {
+                None => true,
+                Some((n, b)) => common > n || (common == n && cand < b),
+            };
+            if common >= 2 && better {
+                best = Some((common, cand));
+            }
+        }
+        match best {
+            Some((_, c)) => {
+                let info = self.info(c).map(|i| format!(" {:?}{:?}", i.dtype, i.shape));
+                format!(
+                    "; the file has `{c}`{}; {} tensors in all",
+                    info.unwrap_or_default(),
+                    self.index.len()
+                )
+            }
+            None => format!("; the file has {} tensors, none like it", self.index.len()),
+        }
+    }
+}
+
+/// `f32[384, 384]`.
+pub fn describe(dtype: DType, shape: &[usize]) -> String {
+    format!("{dtype}{shape:?}")
+}
+
+/// Decodes little-endian `bytes` of file dtype `from` into storage of `to`.
+fn decode(from: Dtype, to: DType, bytes: &[u8]) -> Option<TensorData> {
+    fn floats<const N: usize>(b: &[u8], f: impl Fn([u8; N]) -> f32) -> Vec<f32> {
+        b.chunks_exact(N)
+            .map(|c| f(c.try_into().expect("chunk of N bytes")))
+            .collect()
+    }
+    let as_f32 = || -> Option<Vec<f32>> {
+        Some(match from {
+            Dtype::F32 => floats(bytes, f32::from_le_bytes),
+            Dtype::F16 => floats(bytes, |c| f16::from_le_bytes(c).to_f32()),
+            Dtype::BF16 => floats(bytes, |c| bf16::from_le_bytes(c).to_f32()),
+            Dtype::F64 => floats(bytes, |c: [u8; 8]| f64::from_le_bytes(c) as f32),
+            _ => return None,
+        })
+    };
+    match (from, to) {
+        (_, DType::F32) => as_f32().map(TensorData::F32),
+        (Dtype::F16, DType::F16) => TensorData::from_le_bytes(DType::F16, bytes),
+        (Dtype::BF16, DType::BF16) => TensorData::from_le_bytes(DType::BF16, bytes),
+        (Dtype::F64, DType::F64) => TensorData::from_le_bytes(DType::F64, bytes),
+        (_, DType::F16) => {
+            as_f32().map(|v| TensorData::F16(v.into_iter().map(f16::from_f32).collect()))
+        }
+        (_, DType::BF16) => {
+            as_f32().map(|v| TensorData::BF16(v.into_iter().map(bf16::from_f32).collect()))
+        }
+        (Dtype::I64, DType::I64) => TensorData::from_le_bytes(DType::I64, bytes),
+        (Dtype::I32, DType::I32) => TensorData::from_le_bytes(DType::I32, bytes),
+        (Dtype::I8, DType::I8) => TensorData::from_le_bytes(DType::I8, bytes),
+        (Dtype::U8, DType::U8) => TensorData::from_le_bytes(DType::U8, bytes),
+        (Dtype::BOOL, DType::Bool) => TensorData::from_le_bytes(DType::Bool, bytes),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    fn write(dir: &Path, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) -> PathBuf {
+        let views: Vec<(String, TensorView<'_>)> = tensors
+            .iter()
+            .map(|(n, d, s, b)| {
+                (
+                    n.to_string(),
+                    TensorView::new(*d, s.clone(), b).expect("valid view"),
+                )
+            })
+            .collect();
+        let bytes = safetensors::serialize(views, None).expect("serializes");
+        let p = dir.join("model.safetensors");
+        std::fs::write(&p, bytes).expect("writes");
+        p
+    }
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rlx-models-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("tmp dir");
+        d
+    }
+
+    #[test]
+    fn loads_converts_and_names_missing_tensors() {
+        let dir = tmpdir("weights");
+        let f32s: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let f16s: Vec<u8> = [0.5f32, -1.0]
+            .iter()
+            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+            .collect();
+        write(
+            &dir,
+            &[
+                ("bert.encoder.w", Dtype::F32, vec![2, 3], f32s),
+                ("h", Dtype::F16, vec![2], f16s),
+            ],
+        );
+        let w = Weights::open_dir(&dir).expect("opens");
+        let t = w
+            .tensor("bert.encoder.w", DType::F32, &[2, 3])
+            .expect("loads");
+        assert_eq!(t.as_f32().expect("f32"), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let h = w.tensor("h", DType::F32, &[2]).expect("widens");
+        assert_eq!(h.as_f32().expect("f32"), &[0.5, -1.0]);
+
+        let e = w.tensor("encoder.w", DType::F32, &[2, 3]).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("missing tensor `encoder.w`"), "{msg}");
+        assert!(msg.contains("f32[2, 3]"), "{msg}");
+        assert!(msg.contains("bert.encoder.w"), "{msg}");
+
+        let e = w.tensor("bert.encoder.w", DType::F32, &[3, 2]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("expected f32[3, 2], found F32[2, 3]"),
+            "{e}"
+        );
+        let e = w.tensor("h", DType::I64, &[2]).unwrap_err();
+        assert!(e.to_string().contains("cannot convert"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn malformed_and_absent_files_are_errors() {
+        let dir = tmpdir("bad");
+        let e = Weights::open_dir(&dir).err().expect("no weights");
+        assert!(e.to_string().contains("model.safetensors"), "{e}");
+        std::fs::write(dir.join("model.safetensors"), b"\x05\0\0\0\0\0\0\0{bad}").expect("writes");
+        let e = Weights::open_dir(&dir).err().expect("malformed");
+        assert!(
+            e.to_string().contains("not a valid safetensors file"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,639 @@
+//! Library kernels other than GEMM: softmax, norms, gather, concat, pad, pooling, arg
+//! reductions, convolution (direct) and attention (online softmax). Each stores its result
+//! through the fused elementwise epilogue when there is one.
+
+use super::loops::{lanes_for, tree, Epilogue};
+use super::scalar::{compute, literal, load, store};
+use super::{
+    broadcast_strides, check_i32, contiguous, coords, grid_loop, groups_for, main_sig, merge_dims,
+    offset, ArgRef, Emitted, Kb, Target, WG,
+};
+use rlx_ir::kernel::LibraryKernel;
+use rlx_ir::{ArgOp, AttnMask, Conv2dParams, DType, PadMode, Pool2dParams, PoolKind};
+
+/// Everything a library-kernel emitter needs.
+pub struct LibCtx<'a> {
+    /// the kernel
+    pub kernel: &'a LibraryKernel,
+    /// static shapes and dtypes of the operands, in the op's input order
+    pub inputs: Vec<(DType, Vec<usize>)>,
+    /// dtype and shape of the op's result (before any epilogue)
+    pub result: (DType, Vec<usize>),
+    /// the fused epilogue, when it runs inside this kernel
+    pub epilogue: Option<Epilogue<'a>>,
+    /// where the kernel writes (the output, or a scratch an unfused epilogue reads)
+    pub out: ArgRef,
+    /// the device
+    pub target: &'a Target,
+}
+
+/// Product of dims.
+pub fn numel(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+impl LibCtx<'_> {
+    /// The dtype stored to `out`.
+    pub fn out_dtype(&self) -> DType {
+        self.epilogue
+            .as_ref()
+            .map_or(self.result.0, |e| e.out_dtype())
+    }
+
+    /// Binds the output; returns its binding name.
+    pub fn bind_out(&self, kb: &mut Kb) -> String {
+        kb.write(self.out, self.out_dtype())
+    }
+
+    /// Binds operand `i`; returns its binding name.
+    pub fn bind_in(&self, kb: &mut Kb, i: usize) -> String {
+        kb.read(ArgRef::Buffer(self.kernel.inputs[i]), self.inputs[i].0)
+    }
+
+    /// Statements storing result element `linear` whose compute value is `value`.
+    ///
+    /// # Errors
+    /// An epilogue node no rule accepts.
+    pub fn store(
+        &self,
+        kb: &mut Kb,
+        out: &str,
+        linear: &str,
+        value: &str,
+    ) -> Result<String, String> {
+        match &self.epilogue {
+            None => Ok(store(self.result.0, out, linear, value)),
+            Some(e) => e.apply(kb, out, linear, value),
+        }
+    }
+}
+
+fn ew_frame(n: usize, target: &Target) -> (u32, String) {
+    let groups = groups_for(n, WG, target);
+    (
+        groups,
+        format!("{}{}", main_sig(WG), grid_loop("idx", n, groups, WG, "lid")),
+    )
+}
+
+/// Softmax or log-softmax along `axis`: `T` invocations per row, max and sum through
+/// workgroup trees.
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn softmax(ctx: &LibCtx, axis: usize, log: bool) -> Result<Emitted, String> {
+    let (dtype, shape) = &ctx.inputs[0];
+    let len = shape[axis];
+    let inner = numel(&shape[axis + 1..]);
+    let rows = numel(shape) / len.max(1);
+    check_i32(&ctx.kernel.name, numel(shape))?;
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let x = ctx.bind_in(&mut kb, 0);
+    let t = lanes_for(len, DType::F32);
+    let per_group = WG / t;
+    let groups = groups_for(rows, per_group, ctx.target);
+    let at = |j: &str| format!("(rbase + ({j}) * {inner})");
+    let xj = load(*dtype, &x, &at("j"));
+    let value = if log {
+        "(xv - mx - log(sm))"
+    } else {
+        "(exp(xv - mx) / sm)"
+    };
+    let st = ctx.store(&mut kb, &out, &at("j"), "v")?;
+    let text = format!(
+        "var<workgroup> sh: array<f32, {WG}>;\n{sig}\
+         let grp = lid / {t};\nlet lane = lid % {t};\n\
+         for (var base: i32 = i32(wg.x) * {per_group}; base < {rows}; base += {step}) {{\n\
+         let row = base + grp;\nlet live = row < {rows};\n\
+         let rbase = (row / {inner}) * {span} + row % {inner};\n\
+         var acc: f32 = -rlx_inf();\n\
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{ acc = rlx_max(acc, {xj}); }} }}\n\
+         {tree_max}let mx = sh[grp * {t}];\nworkgroupBarrier();\n\
+         acc = 0.0;\n\
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{ acc = acc + exp({xj} - mx); }} }}\n\
+         {tree_sum}let sm = sh[grp * {t}];\nworkgroupBarrier();\n\
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{\nlet xv = {xj};\nlet v = {value};\n{st}}} }}\n\
+         }}\n}}\n",
+        sig = main_sig(WG),
+        step = groups as usize * per_group,
+        span = len * inner,
+        tree_max = tree("sh", t, &|a, b| format!("rlx_max({a}, {b})")),
+        tree_sum = tree("sh", t, &|a, b| format!("({a} + {b})")),
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// Layer norm (`layer`: inputs x, scale, bias) or RMS norm (x, scale) over dims `axis..`.
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn norm(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<Emitted, String> {
+    let (dtype, shape) = &ctx.inputs[0];
+    let rows = numel(&shape[..axis]);
+    let normd = &shape[axis..];
+    let len = numel(normd);
+    check_i32(&ctx.kernel.name, numel(shape))?;
+    let n_params = if layer { 2 } else { 1 };
+    let mut views = vec![contiguous(normd)];
+    for p in 1..=n_params {
+        views.push(broadcast_strides(&ctx.inputs[p].1, normd));
+    }
+    let sp = merge_dims(normd, &views);
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let x = ctx.bind_in(&mut kb, 0);
+    let ps: Vec<String> = (1..=n_params).map(|p| ctx.bind_in(&mut kb, p)).collect();
+    let t = lanes_for(len, DType::F32);
+    let per_group = WG / t;
+    let groups = groups_for(rows, per_group, ctx.target);
+    let xj = load(*dtype, &x, &format!("(row * {len} + j)"));
+    let scale = load(ctx.inputs[1].0, &ps[0], &offset("0", "c", &sp.strides[1]));
+    let value = if layer {
+        let bias = load(ctx.inputs[2].0, &ps[1], &offset("0", "c", &sp.strides[2]));
+        format!("(xv - mean) * inv * {scale} + {bias}")
+    } else {
+        format!("xv * inv * {scale}")
+    };
+    let st = ctx.store(&mut kb, &out, &format!("(row * {len} + j)"), "v")?;
+    let eps = literal(DType::F32, eps);
+    let (mean_pass, var_term) = if layer {
+        (
+            format!(
+                "acc = 0.0;\n\
+                 if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{ acc = acc + {xj}; }} }}\n\
+                 {}let mean = sh[grp * {t}] / {lenf};\nworkgroupBarrier();\n",
+                tree("sh", t, &|a, b| format!("({a} + {b})")),
+                lenf = literal(DType::F32, len as f64),
+            ),
+            "(xv - mean) * (xv - mean)",
+        )
+    } else {
+        ("let mean = 0.0;\n".to_string(), "xv * xv")
+    };
+    let text = format!(
+        "var<workgroup> sh: array<f32, {WG}>;\n{sig}\
+         let grp = lid / {t};\nlet lane = lid % {t};\n\
+         for (var base: i32 = i32(wg.x) * {per_group}; base < {rows}; base += {step}) {{\n\
+         let row = base + grp;\nlet live = row < {rows};\n\
+         var acc: f32 = 0.0;\n{mean_pass}\
+         acc = 0.0;\n\
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{ let xv = {xj}; acc = acc + {var_term}; }} }}\n\
+         {tree_sum}let inv = 1.0 / sqrt(sh[grp * {t}] / {lenf} + {eps});\nworkgroupBarrier();\n\
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{\n{cj}let xv = {xj};\nlet v = {value};\n{st}}} }}\n\
+         }}\n}}\n",
+        sig = main_sig(WG),
+        step = groups as usize * per_group,
+        tree_sum = tree("sh", t, &|a, b| format!("({a} + {b})")),
+        lenf = literal(DType::F32, len as f64),
+        cj = coords("j", "c", &sp.dims),
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// `data.take(indices, axis)`; negative indices count from the end; out-of-range indices are
+/// clamped to the axis (the interpreter rejects them).
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn gather(ctx: &LibCtx, axis: usize) -> Result<Emitted, String> {
+    let (dtype, data) = &ctx.inputs[0];
+    let (idt, idx) = &ctx.inputs[1];
+    let n = numel(&ctx.result.1);
+    check_i32(&ctx.kernel.name, n.max(numel(data)))?;
+    let dim = data[axis];
+    let inner = numel(&data[axis + 1..]);
+    let nidx = numel(idx);
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let d = ctx.bind_in(&mut kb, 0);
+    let ib = ctx.bind_in(&mut kb, 1);
+    let (groups, head) = ew_frame(n, ctx.target);
+    let iv = load(*idt, &ib, "q");
+    let st = ctx.store(&mut kb, &out, "idx", "v")?;
+    let text = format!(
+        "{head}let o = idx / {qi};\nlet q = (idx / {inner}) % {nidx};\nlet i = idx % {inner};\n\
+         var ix: i32 = {iv};\nif (ix < 0) {{ ix = ix + {dim}; }}\nix = clamp(ix, 0, {dmax});\n\
+         let v = {val};\n{st}}}\n}}\n",
+        qi = nidx * inner,
+        dmax = dim.saturating_sub(1),
+        val = load(*dtype, &d, &format!("((o * {dim} + ix) * {inner} + i)")),
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// Concatenation along `axis`.
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn concat(ctx: &LibCtx, axis: usize) -> Result<Emitted, String> {
+    let out_shape = &ctx.result.1;
+    let n = numel(out_shape);
+    check_i32(&ctx.kernel.name, n)?;
+    let total = out_shape[axis];
+    let inner = numel(&out_shape[axis + 1..]);
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let (groups, head) = ew_frame(n, ctx.target);
+    let t = compute(ctx.result.0);
+    let mut sel = String::new();
+    let mut start = 0;
+    for i in 0..ctx.inputs.len() {
+        let (dt, s) = &ctx.inputs[i];
+        let len = s[axis];
+        let b = ctx.bind_in(&mut kb, i);
+        let at = format!("((o * {len} + (j - {start})) * {inner} + q)");
+        sel += &format!(
+            "{}if (j < {}) {{ v = {}; }}\n",
+            if i == 0 { "" } else { "else " },
+            start + len,
+            load(*dt, &b, &at)
+        );
+        start += len;
+    }
+    let st = ctx.store(&mut kb, &out, "idx", "v")?;
+    let text = format!(
+        "{head}let o = idx / {span};\nlet j = (idx / {inner}) % {total};\nlet q = idx % {inner};\n\
+         var v: {t};\n{sel}{st}}}\n}}\n",
+        span = total * inner,
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// Padding with a constant, reflection or edge values.
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitted, String> {
+    let (dtype, shape) = &ctx.inputs[0];
+    let out_shape = &ctx.result.1;
+    let n = numel(out_shape);
+    check_i32(&ctx.kernel.name, n.max(numel(shape)))?;
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let x = ctx.bind_in(&mut kb, 0);
+    let (groups, head) = ew_frame(n, ctx.target);
+    let strides = contiguous(shape);
+    let mut body = coords("idx", "c", out_shape);
+    body += "var inside = true;\nvar src: i32 = 0;\n";
+    for (d, &(before, _)) in pads.iter().enumerate().take(shape.len()) {
+        let len = shape[d] as i64;
+        body += &format!("var s{d}: i32 = c{d} - {before};\n");
+        match mode {
+            PadMode::Constant(_) => {
+                body += &format!("if (s{d} < 0 || s{d} >= {len}) {{ inside = false; }}\n");
+            }
+            PadMode::Reflect => {
+                let period = (2 * (len - 1)).max(1);
+                body += &format!(
+                    "if ({len} == 1) {{ s{d} = 0; }} else {{ s{d} = abs(s{d}) % {period}; \
+                     if (s{d} >= {len}) {{ s{d} = {period} - s{d}; }} }}\n"
+                );
+            }
+            PadMode::Edge => {
+                body += &format!("s{d} = clamp(s{d}, 0, {});\n", len - 1);
+            }
+        }
+        body += &format!("src = src + s{d} * {};\n", strides[d]);
+    }
+    let fill = match mode {
+        PadMode::Constant(c) => literal(*dtype, c),
+        _ => literal(*dtype, 0.0),
+    };
+    let t = compute(*dtype);
+    body += &format!(
+        "var v: {t} = {fill};\nif (inside) {{ v = {}; }}\n",
+        load(*dtype, &x, "src")
+    );
+    let st = ctx.store(&mut kb, &out, "idx", "v")?;
+    let text = format!("{head}{body}{st}}}\n}}\n");
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// 2-D max/average pooling, one invocation per output element.
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn pool2d(ctx: &LibCtx, p: &Pool2dParams) -> Result<Emitted, String> {
+    let (dtype, shape) = &ctx.inputs[0];
+    let (h, w) = (shape[2], shape[3]);
+    let out_shape = &ctx.result.1;
+    let (oh, ow) = (out_shape[2], out_shape[3]);
+    let n = numel(out_shape);
+    check_i32(&ctx.kernel.name, n.max(numel(shape)))?;
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let x = ctx.bind_in(&mut kb, 0);
+    let (groups, head) = ew_frame(n, ctx.target);
+    let [sh, sw] = p.stride;
+    let [dh, dw] = p.dilation;
+    let [kh, kw] = p.kernel;
+    let (pt, pl, pb, pr) = (p.pads[0], p.pads[1], p.pads[2], p.pads[3]);
+    let xv = load(*dtype, &x, &format!("(plane + ih * {w} + iw)"));
+    let (init, fold, result) = match p.kind {
+        PoolKind::Max => (
+            "var acc: f32 = -rlx_inf();\n".to_string(),
+            format!("acc = rlx_max(acc, {xv});\n"),
+            "acc".to_string(),
+        ),
+        PoolKind::Avg => {
+            let count = if p.count_include_pad {
+                "cnt_pad"
+            } else {
+                "cnt"
+            };
+            (
+                "var acc: f32 = 0.0;\nvar cnt: i32 = 0;\nvar cnt_pad: i32 = 0;\n".to_string(),
+                format!("acc = acc + {xv};\ncnt = cnt + 1;\n"),
+                format!("select(acc / f32({count}), 0.0, {count} == 0)"),
+            )
+        }
+    };
+    let count_pad = if p.kind == PoolKind::Avg {
+        format!(
+            "if (ih >= -{pt} && ih < {} && iw >= -{pl} && iw < {}) {{ cnt_pad = cnt_pad + 1; }}\n",
+            h + pb,
+            w + pr
+        )
+    } else {
+        String::new()
+    };
+    let st = ctx.store(&mut kb, &out, "idx", "v")?;
+    let text = format!(
+        "{head}let ox = idx % {ow};\nlet oy = (idx / {ow}) % {oh};\nlet plane = (idx / {ohw}) * {hw};\n\
+         let h0 = oy * {sh} - {pt};\nlet w0 = ox * {sw} - {pl};\n{init}\
+         for (var a: i32 = 0; a < {kh}; a += 1) {{\nlet ih = h0 + a * {dh};\n\
+         for (var b: i32 = 0; b < {kw}; b += 1) {{\nlet iw = w0 + b * {dw};\n{count_pad}\
+         if (ih >= 0 && ih < {h} && iw >= 0 && iw < {w}) {{\n{fold}}}\n}}\n}}\n\
+         let v = {result};\n{st}}}\n}}\n",
+        ohw = oh * ow,
+        hw = h * w,
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// Folds two partial results.
+type Combine = fn(&str, &str) -> String;
+
+/// Global max/average pooling over H, W: `T` invocations per plane with a workgroup tree.
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn global_pool(ctx: &LibCtx, kind: PoolKind) -> Result<Emitted, String> {
+    let (dtype, shape) = &ctx.inputs[0];
+    let planes = shape[0] * shape[1];
+    let hw = shape[2] * shape[3];
+    check_i32(&ctx.kernel.name, numel(shape))?;
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let x = ctx.bind_in(&mut kb, 0);
+    let t = lanes_for(hw, DType::F32);
+    let per_group = WG / t;
+    let groups = groups_for(planes, per_group, ctx.target);
+    let xv = load(*dtype, &x, &format!("(row * {hw} + j)"));
+    let (init, fold, comb, result): (&str, String, Combine, String) = match kind {
+        PoolKind::Max => (
+            "-rlx_inf()",
+            format!("rlx_max(acc, {xv})"),
+            |a, b| format!("rlx_max({a}, {b})"),
+            "tot".into(),
+        ),
+        PoolKind::Avg => (
+            "0.0",
+            format!("(acc + {xv})"),
+            |a, b| format!("({a} + {b})"),
+            format!("tot / {}", literal(DType::F32, hw as f64)),
+        ),
+    };
+    let st = ctx.store(&mut kb, &out, "row", "v")?;
+    let text = format!(
+        "var<workgroup> sh: array<f32, {WG}>;\n{sig}\
+         let grp = lid / {t};\nlet lane = lid % {t};\n\
+         for (var base: i32 = i32(wg.x) * {per_group}; base < {planes}; base += {step}) {{\n\
+         let row = base + grp;\nvar acc: f32 = {init};\n\
+         if (row < {planes}) {{ for (var j: i32 = lane; j < {hw}; j += {t}) {{ acc = {fold}; }} }}\n\
+         {tree}let tot = sh[grp * {t}];\n\
+         if (row < {planes} && lane == 0) {{ let v = {result};\n{st}}}\nworkgroupBarrier();\n}}\n}}\n",
+        sig = main_sig(WG),
+        step = groups as usize * per_group,
+        tree = tree("sh", t, &comb),
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// Index of the max/min along `axis` (first on ties, NaN wins), one invocation per row.
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn argreduce(ctx: &LibCtx, op: ArgOp, axis: usize) -> Result<Emitted, String> {
+    let (dtype, shape) = &ctx.inputs[0];
+    let len = shape[axis];
+    let inner = numel(&shape[axis + 1..]);
+    let rows = numel(&shape[..axis]) * inner;
+    check_i32(&ctx.kernel.name, numel(shape))?;
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let x = ctx.bind_in(&mut kb, 0);
+    let (groups, head) = ew_frame(rows, ctx.target);
+    let cmp = match op {
+        ArgOp::ArgMax => ">",
+        ArgOp::ArgMin => "<",
+    };
+    let t = compute(*dtype);
+    let better = if t == "f32" {
+        format!("!rlx_isnan(best) && (rlx_isnan(xv) || xv {cmp} best)")
+    } else if t == "bool" {
+        format!("i32(xv) {cmp} i32(best)")
+    } else {
+        format!("xv {cmp} best")
+    };
+    let st = ctx.store(&mut kb, &out, "idx", "v")?;
+    let text = format!(
+        "{head}let rb = (idx / {inner}) * {span} + idx % {inner};\n\
+         var best: {t} = {first};\nvar v: i32 = 0;\n\
+         for (var j: i32 = 1; j < {len}; j += 1) {{\nlet xv = {xj};\n\
+         if ({better}) {{ best = xv; v = j; }}\n}}\n{st}}}\n}}\n",
+        span = len * inner,
+        first = load(*dtype, &x, "rb"),
+        xj = load(*dtype, &x, &format!("(rb + j * {inner})")),
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// Direct 2-D convolution (NCHW, OIHW, groups, optional bias), one invocation per output.
+///
+/// # Errors
+/// An epilogue node no rule accepts.
+pub fn conv2d(ctx: &LibCtx, p: &Conv2dParams) -> Result<Emitted, String> {
+    let (dtype, xs) = &ctx.inputs[0];
+    let (wdt, ws) = &ctx.inputs[1];
+    let out_shape = &ctx.result.1;
+    let n = numel(out_shape);
+    check_i32(&ctx.kernel.name, n.max(numel(xs)).max(numel(ws)))?;
+    let (c, h, w) = (xs[1], xs[2], xs[3]);
+    let (o, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    let (oh, ow) = (out_shape[2], out_shape[3]);
+    let og = o / p.groups.max(1);
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let x = ctx.bind_in(&mut kb, 0);
+    let wb = ctx.bind_in(&mut kb, 1);
+    let bias = if ctx.inputs.len() == 3 {
+        let b = ctx.bind_in(&mut kb, 2);
+        format!("acc = acc + {};\n", load(ctx.inputs[2].0, &b, "oc"))
+    } else {
+        String::new()
+    };
+    let (groups, head) = ew_frame(n, ctx.target);
+    let [sh, sw] = p.stride;
+    let [dh, dw] = p.dilation;
+    let st = ctx.store(&mut kb, &out, "idx", "acc")?;
+    let text = format!(
+        "{head}let ox = idx % {ow};\nlet oy = (idx / {ow}) % {oh};\nlet oc = (idx / {ohw}) % {o};\n\
+         let nb = idx / {ohw} / {o};\nlet g = oc / {og};\n\
+         var acc: f32 = 0.0;\n\
+         for (var ci: i32 = 0; ci < {cg}; ci += 1) {{\n\
+         let plane = (nb * {c} + g * {cg} + ci) * {hw};\nlet wrow = (oc * {cg} + ci) * {khw};\n\
+         for (var a: i32 = 0; a < {kh}; a += 1) {{\nlet ih = oy * {sh} - {pt} + a * {dh};\n\
+         if (ih >= 0 && ih < {h}) {{\n\
+         for (var b: i32 = 0; b < {kw}; b += 1) {{\nlet iw = ox * {sw} - {pl} + b * {dw};\n\
+         if (iw >= 0 && iw < {w}) {{ acc = acc + {xv} * {wv}; }}\n}}\n}}\n}}\n}}\n{bias}{st}}}\n}}\n",
+        ohw = oh * ow,
+        hw = h * w,
+        khw = kh * kw,
+        pt = p.pads[0],
+        pl = p.pads[1],
+        xv = load(*dtype, &x, "(plane + ih * W + iw)").replace('W', &w.to_string()),
+        wv = load(*wdt, &wb, "(wrow + a * KW + b)").replace("KW", &kw.to_string()),
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+}
+
+/// Largest head size attention takes (private accumulators per invocation).
+pub const MAX_HEAD: usize = 256;
+
+/// Scaled dot-product attention with online softmax. A workgroup takes 64 query rows of
+/// one batch entry (one row per invocation) and streams keys and values through workgroup
+/// memory in tiles; masks are causal or additive.
+///
+/// # Errors
+/// A head size over [`MAX_HEAD`], or an epilogue node no rule accepts.
+pub fn attention(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<Emitted, String> {
+    let (dtype, q) = &ctx.inputs[0];
+    let (_, k) = &ctx.inputs[1];
+    let (_, v) = &ctx.inputs[2];
+    let r = q.len();
+    let (sq, d) = (q[r - 2], q[r - 1]);
+    let (sk, dv) = (k[r - 2], v[r - 1]);
+    if d > MAX_HEAD || dv > MAX_HEAD {
+        return Err(format!("attention head size {d}/{dv} exceeds {MAX_HEAD}"));
+    }
+    let out_shape = &ctx.result.1;
+    check_i32(
+        &ctx.kernel.name,
+        numel(out_shape).max(numel(q)).max(numel(k)).max(numel(v)),
+    )?;
+    let out_batch = &out_shape[..out_shape.len() - 2];
+    let batch = numel(out_batch);
+    const QT: usize = 64;
+    // Keys per tile: as many as fit in workgroup memory with K and V rows.
+    let limit = (ctx.target.max_workgroup_storage as usize / 4).min(4096);
+    let kt = (limit / (d + dv)).clamp(1, 64);
+    let q_tiles = sq.div_ceil(QT);
+    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let mut kb = Kb::new();
+    let out = ctx.bind_out(&mut kb);
+    let qb = ctx.bind_in(&mut kb, 0);
+    let kbn = ctx.bind_in(&mut kb, 1);
+    let vb = ctx.bind_in(&mut kb, 2);
+    let offs = |name: &str, shape: &[usize]| {
+        let mut full = out_batch.to_vec();
+        full.extend(&shape[shape.len().saturating_sub(2)..]);
+        let st = broadcast_strides(shape, &full);
+        let mut s = format!("let {name}: i32 = 0");
+        for (i, x) in st.iter().take(out_batch.len()).enumerate() {
+            if *x != 0 {
+                s += &format!(" + bc{i} * {x}");
+            }
+        }
+        s + ";\n"
+    };
+    let mut batch_offsets =
+        coords("bi", "bc", out_batch) + &offs("qo", q) + &offs("ko", k) + &offs("vo", v);
+    let mask_term = match mask {
+        AttnMask::None => String::new(),
+        AttnMask::Causal => format!(
+            "if (j > i + {}) {{ s = -rlx_inf(); }}\n",
+            sk as isize - sq as isize
+        ),
+        AttnMask::Additive => {
+            let (mdt, ms) = &ctx.inputs[3];
+            let mb = ctx.bind_in(&mut kb, 3);
+            batch_offsets += &offs("mo", ms);
+            let mr = ms.len();
+            let si = if mr >= 2 && ms[mr - 2] != 1 {
+                ms[mr - 1]
+            } else {
+                0
+            };
+            let sj = if mr >= 1 && ms[mr - 1] != 1 { 1 } else { 0 };
+            format!(
+                "s = s + {};\n",
+                load(*mdt, &mb, &format!("(mo + i * {si} + j * {sj})"))
+            )
+        }
+    };
+    let st = ctx.store(
+        &mut kb,
+        &out,
+        &format!("((bi * {sq} + i) * {dv} + c)"),
+        "(o[c] * inv)",
+    )?;
+    let groups_total = batch * q_tiles;
+    if groups_total > ctx.target.max_workgroups as usize {
+        return Err(format!(
+            "attention needs {groups_total} workgroups (batch {batch} x {q_tiles} query tiles); the adapter allows {} per dimension",
+            ctx.target.max_workgroups
+        ));
+    }
+    let text = format!(
+        "var<workgroup> ks: array<f32, {kd}>;\nvar<workgroup> vs: array<f32, {vd}>;\n{sig}\
+         let bi = i32(wg.x) / {q_tiles};\nlet i = (i32(wg.x) % {q_tiles}) * {QT} + lid;\n\
+         {batch_offsets}\
+         let live = i < {sq};\n\
+         var qv: array<f32, {d}>;\nvar o: array<f32, {dv}>;\n\
+         for (var c: i32 = 0; c < {d}; c += 1) {{ qv[c] = select(0.0, {qload}, live) * {scale}; }}\n\
+         for (var c: i32 = 0; c < {dv}; c += 1) {{ o[c] = 0.0; }}\n\
+         var m: f32 = -rlx_inf();\nvar l: f32 = 0.0;\n\
+         for (var k0: i32 = 0; k0 < {sk}; k0 += {kt}) {{\n\
+         workgroupBarrier();\n\
+         for (var t: i32 = lid; t < {kt} * {d}; t += {QT}) {{ let j = k0 + t / {d}; \
+         ks[t] = select(0.0, {kload}, j < {sk}); }}\n\
+         for (var t: i32 = lid; t < {kt} * {dv}; t += {QT}) {{ let j = k0 + t / {dv}; \
+         vs[t] = select(0.0, {vload}, j < {sk}); }}\n\
+         workgroupBarrier();\n\
+         if (live) {{\n\
+         let kend = min({kt}, {sk} - k0);\n\
+         for (var jj: i32 = 0; jj < kend; jj += 1) {{\n\
+         let j = k0 + jj;\n\
+         var s: f32 = 0.0;\n\
+         for (var c: i32 = 0; c < {d}; c += 1) {{ s = s + qv[c] * ks[jj * {d} + c]; }}\n\
+         {mask_term}\
+         let nm = max(m, s);\n\
+         if (nm != -rlx_inf()) {{\n\
+         let alpha = exp(m - nm);\nlet pj = exp(s - nm);\n\
+         l = l * alpha + pj;\nm = nm;\n\
+         for (var c: i32 = 0; c < {dv}; c += 1) {{ o[c] = o[c] * alpha + pj * vs[jj * {dv} + c]; }}\n\
+         }}\n}}\n}}\n}}\n\
+         if (live) {{\nlet inv = 1.0 / l;\n\
+         for (var c: i32 = 0; c < {dv}; c += 1) {{\n{st}}}\n}}\n}}\n",
+        kd = kt * d,
+        vd = kt * dv,
+        sig = main_sig(QT),
+        scale = literal(DType::F32, scale),
+        qload = load(*dtype, &qb, &format!("(qo + min(i, {}) * {d} + c)", sq.saturating_sub(1))),
+        kload = load(*dtype, &kbn, &format!("(ko + min(j, {}) * {d} + t % {d})", sk.saturating_sub(1))),
+        vload = load(*dtype, &vb, &format!("(vo + min(j, {}) * {dv} + t % {dv})", sk.saturating_sub(1))),
+    );
+    Ok(kb.finish(&ctx.kernel.name, text, [groups_total as u32, 1, 1]))
+}

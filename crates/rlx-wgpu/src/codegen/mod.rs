@@ -1,0 +1,343 @@
+//! WGSL code generation from kernel IR.
+//!
+//! Every kernel of a [`rlx_ir::kernel::KernelProgram`] becomes one [`Emitted`] compute
+//! shader specialized to its static shapes (dims, strides and offsets are literals), with
+//! the storage bindings it reads and writes and its dispatch size. Identical shaders (the
+//! same layer repeated) share one pipeline. Files follow the op families: scalar rules in
+//! `scalar`, fused loop nests in `loops`, GEMM in `gemm`, the other library kernels in
+//! `library`.
+
+pub mod gemm;
+pub mod library;
+pub mod loops;
+pub mod scalar;
+
+use rlx_ir::kernel::BufferId;
+use rlx_ir::DType;
+use std::collections::HashMap;
+
+/// Helpers every shader starts with (NaN-propagating max/min, erf, pow, half and byte
+/// packing).
+pub const PRELUDE: &str = include_str!("prelude.wgsl");
+
+/// Threads per workgroup of the one-dimensional kernels.
+pub const WG: usize = 256;
+
+/// The device facts code generation depends on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// workgroups per dispatch dimension (65535 on most adapters)
+    pub max_workgroups: u32,
+    /// bytes of workgroup memory
+    pub max_workgroup_storage: u32,
+    /// invocations per workgroup
+    pub max_invocations: u32,
+    /// use the simple GEMM (one invocation per output element) instead of the tiled one:
+    /// Mesa's GL driver takes about a minute to compile the tiled shader
+    pub simple_gemm: bool,
+}
+
+impl Target {
+    /// The WebGPU defaults: what every adapter offers.
+    pub fn webgpu_defaults() -> Target {
+        Target {
+            max_workgroups: 65535,
+            max_workgroup_storage: 16384,
+            max_invocations: 256,
+            simple_gemm: false,
+        }
+    }
+}
+
+/// What a binding points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArgRef {
+    /// a program buffer
+    Buffer(BufferId),
+    /// a scratch region planned with the arena
+    Scratch(usize),
+}
+
+/// One storage binding of a shader.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    /// what it points at
+    pub arg: ArgRef,
+    /// the element dtype it is read or written as
+    pub dtype: DType,
+    /// written through atomics (sub-word stores)
+    pub atomic: bool,
+}
+
+/// One generated compute shader with how to dispatch it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Emitted {
+    /// the kernel IR name it came from
+    pub label: String,
+    /// the complete WGSL module
+    pub wgsl: String,
+    /// workgroups along x, y, z
+    pub workgroups: [u32; 3],
+    /// storage bindings in binding order
+    pub bindings: Vec<Binding>,
+}
+
+/// Collects a shader's bindings while its body is generated.
+#[derive(Debug, Default)]
+pub struct Kb {
+    bindings: Vec<Binding>,
+    index: HashMap<(ArgRef, DType, bool), usize>,
+}
+
+impl Kb {
+    /// A builder with no bindings.
+    pub fn new() -> Kb {
+        Kb::default()
+    }
+
+    fn bind(&mut self, arg: ArgRef, dtype: DType, atomic: bool) -> String {
+        let n = self.bindings.len();
+        let i = *self.index.entry((arg, dtype, atomic)).or_insert(n);
+        if i == n {
+            self.bindings.push(Binding { arg, dtype, atomic });
+        }
+        format!("b{i}")
+    }
+
+    /// The binding name for reading `arg` as `dtype`.
+    pub fn read(&mut self, arg: ArgRef, dtype: DType) -> String {
+        self.bind(arg, dtype, false)
+    }
+
+    /// The binding name for writing `arg` as `dtype`.
+    pub fn write(&mut self, arg: ArgRef, dtype: DType) -> String {
+        self.bind(arg, dtype, scalar::sub_word(dtype))
+    }
+
+    /// Finishes a shader: prelude, bindings, `body` (which defines `main`).
+    pub fn finish(self, label: &str, body: String, workgroups: [u32; 3]) -> Emitted {
+        let mut s = String::new();
+        for (i, b) in self.bindings.iter().enumerate() {
+            let ty = if b.atomic {
+                "atomic<u32>"
+            } else {
+                scalar::binding_type(b.dtype)
+            };
+            s += &format!("@group(0) @binding({i}) var<storage, read_write> b{i}: array<{ty}>;\n");
+        }
+        s += &body;
+        Emitted {
+            label: label.to_string(),
+            wgsl: prelude_for(&s) + &s,
+            workgroups,
+            bindings: self.bindings,
+        }
+    }
+}
+
+/// The prelude items `text` uses, directly or through other items, in prelude order (so a
+/// shader carries only the helpers it calls).
+pub fn prelude_for(text: &str) -> String {
+    // Items: a comment line, then `var<private> NAME ...;` or `fn NAME(...` blocks.
+    let mut items: Vec<(String, String)> = Vec::new();
+    for line in PRELUDE.lines() {
+        let name = line
+            .strip_prefix("fn ")
+            .or_else(|| line.strip_prefix("var<private> "))
+            .and_then(|r| r.split(['(', ':', ' ']).next());
+        match name {
+            Some(n) => items.push((n.to_string(), format!("{line}\n"))),
+            None => {
+                if let Some(last) = items.last_mut() {
+                    last.1 += line;
+                    last.1.push('\n');
+                }
+            }
+        }
+    }
+    let uses = |hay: &str, name: &str| {
+        hay.match_indices(name).any(|(i, _)| {
+            let after = hay[i + name.len()..].chars().next();
+            let before = hay[..i].chars().last();
+            !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+    };
+    let mut keep = vec![false; items.len()];
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for i in 0..items.len() {
+            if keep[i] {
+                continue;
+            }
+            let name = &items[i].0;
+            let used = uses(text, name)
+                || items
+                    .iter()
+                    .enumerate()
+                    .any(|(j, (_, body))| keep[j] && j != i && uses(body, name));
+            if used {
+                keep[i] = true;
+                changed = true;
+            }
+        }
+    }
+    items
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| *k)
+        .map(|((_, body), _)| body)
+        .collect()
+}
+
+/// Workgroups for `n` items at `per_group` items per workgroup, capped at the dispatch
+/// limit (kernels loop over the rest).
+pub fn groups_for(n: usize, per_group: usize, target: &Target) -> u32 {
+    n.div_ceil(per_group.max(1))
+        .clamp(1, target.max_workgroups as usize) as u32
+}
+
+/// A grid-stride loop header over `n` items with `per_group` items per workgroup:
+/// `for (var {var} = ...; {var} < n; {var} += ...) {`.
+pub fn grid_loop(var: &str, n: usize, groups: u32, per_group: usize, lane: &str) -> String {
+    format!(
+        "for (var {var}: i32 = i32(wg.x) * {per_group} + {lane}; {var} < {n}; {var} += {}) {{\n",
+        groups as usize * per_group
+    )
+}
+
+/// The `main` signature with the builtins every kernel uses.
+pub fn main_sig(threads: usize) -> String {
+    format!(
+        "@compute @workgroup_size({threads})\nfn main(@builtin(workgroup_id) wg: vec3<u32>, \
+         @builtin(local_invocation_index) lid_u: u32) {{\nlet lid = i32(lid_u);\n"
+    )
+}
+
+/// Checks that every index fits 32-bit shader arithmetic.
+///
+/// # Errors
+/// A sentence naming the count.
+pub fn check_i32(what: &str, n: usize) -> Result<(), String> {
+    if n >= (1usize << 31) {
+        Err(format!(
+            "{what} has {n} elements; WGSL kernels index with 32-bit integers (limit 2^31)"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A loop space after merging: its dims and the strides each view uses over them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexSpace {
+    /// merged dims (row-major, no size-1 dims)
+    pub dims: Vec<usize>,
+    /// per view, one stride per merged dim
+    pub strides: Vec<Vec<isize>>,
+}
+
+/// Drops size-1 dims and merges neighbours that every view walks contiguously.
+pub fn merge_dims(dims: &[usize], strides: &[Vec<isize>]) -> IndexSpace {
+    let mut out_dims: Vec<usize> = Vec::new();
+    let mut out_strides: Vec<Vec<isize>> = vec![Vec::new(); strides.len()];
+    for d in (0..dims.len()).filter(|&d| dims[d] != 1) {
+        let mergeable = !out_dims.is_empty()
+            && strides
+                .iter()
+                .enumerate()
+                .all(|(v, s)| out_strides[v].last().copied() == Some(s[d] * dims[d] as isize));
+        if mergeable {
+            if let Some(last) = out_dims.last_mut() {
+                *last *= dims[d];
+            }
+            for (v, s) in strides.iter().enumerate() {
+                if let Some(last) = out_strides[v].last_mut() {
+                    *last = s[d];
+                }
+            }
+        } else {
+            out_dims.push(dims[d]);
+            for (v, s) in strides.iter().enumerate() {
+                out_strides[v].push(s[d]);
+            }
+        }
+    }
+    IndexSpace {
+        dims: out_dims,
+        strides: out_strides,
+    }
+}
+
+/// Contiguous row-major strides of `dims`.
+pub fn contiguous(dims: &[usize]) -> Vec<isize> {
+    let mut s = vec![1isize; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1] as isize;
+    }
+    s
+}
+
+/// Statements splitting `linear` into `let {prefix}{d}` coordinates over `dims`.
+pub fn coords(linear: &str, prefix: &str, dims: &[usize]) -> String {
+    match dims.len() {
+        0 => String::new(),
+        1 => format!("let {prefix}0: i32 = {linear};\n"),
+        n => {
+            let mut s = format!("var {prefix}_r: i32 = {linear};\n");
+            for d in (1..n).rev() {
+                s += &format!(
+                    "let {prefix}{d}: i32 = {prefix}_r % {}; {prefix}_r = {prefix}_r / {};\n",
+                    dims[d], dims[d]
+                );
+            }
+            s += &format!("let {prefix}0: i32 = {prefix}_r;\n");
+            s
+        }
+    }
+}
+
+/// `base + Σ {prefix}{d} * strides[d]` with zero terms dropped.
+pub fn offset(base: &str, prefix: &str, strides: &[isize]) -> String {
+    let mut s = format!("({base}");
+    for (d, &st) in strides.iter().enumerate() {
+        match st {
+            0 => {}
+            1 => s += &format!(" + {prefix}{d}"),
+            _ => s += &format!(" + {prefix}{d} * {st}"),
+        }
+    }
+    s + ")"
+}
+
+/// Strides of an operand of shape `shape` (aligned right) broadcast over `out` dims, 0
+/// where it broadcasts.
+pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<isize> {
+    let own = contiguous(shape);
+    let lead = out.len().saturating_sub(shape.len());
+    (0..out.len())
+        .map(|d| {
+            if d < lead || shape[d - lead] == 1 {
+                0
+            } else {
+                own[d - lead]
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_contiguous_and_broadcast_runs() {
+        let sp = merge_dims(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 0, 1]]);
+        assert_eq!(sp.dims, vec![6, 4]);
+        assert_eq!(sp.strides, vec![vec![4, 1], vec![0, 1]]);
+        let sp = merge_dims(&[3, 4], &[vec![1, 3]]);
+        assert_eq!(sp.dims, vec![3, 4]);
+        assert_eq!(broadcast_strides(&[1, 3], &[2, 2, 3]), vec![0, 0, 1]);
+    }
+}

@@ -1,0 +1,708 @@
+//! A compiled wgpu program: generated shaders with their pipelines and bind groups (built
+//! at compile time and cached by shader text), one planned arena for every intermediate,
+//! device ranges for inputs, constants and weights, and a staging ring of mappable buffers
+//! for readback. A run uploads inputs, records every dispatch into one command encoder,
+//! copies the outputs into the staging buffer, submits once and maps.
+
+use crate::codegen::{ArgRef, Target};
+use crate::memory::{memory, DeviceBuffer, DeviceMemory};
+use crate::plan::{plan, root, Plan};
+use crate::probe::{context, Context, Flavor};
+use crate::weights::{tensor_words, WeightCache, WeightSlot};
+use crate::WgpuError;
+use rlx_ir::kernel::{BufferKind, KernelProgram};
+use rlx_ir::{DType, Tensor, TensorData};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Options that change what the wgpu backend compiles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WgpuOptions {
+    /// keep wgpu's shader bounds checks (`RLX_WGPU_UNCHECKED=1` drops them: every
+    /// generated access is guarded, so they only cost time)
+    pub checked: bool,
+}
+
+impl Default for WgpuOptions {
+    fn default() -> Self {
+        WgpuOptions {
+            checked: std::env::var("RLX_WGPU_UNCHECKED").map_or(true, |v| v != "1"),
+        }
+    }
+}
+
+/// Facts about one compile.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompileStats {
+    /// dispatches per run
+    pub dispatches: usize,
+    /// distinct pipelines of this program
+    pub pipelines: usize,
+    /// pipelines that came from the process cache
+    pub cached_pipelines: usize,
+    /// shader and pipeline creation time in milliseconds
+    pub pipeline_ms: f64,
+    /// bytes of the planned arena
+    pub arena_bytes: usize,
+}
+
+/// Where a program buffer lives on the device.
+enum Home {
+    Arena(u64),
+    Input(usize),
+    Weight(Arc<WeightSlot>),
+    Constant(usize),
+}
+
+struct Readback {
+    buffer: Option<wgpu::Buffer>,
+    capacity: usize,
+    ring: rlx_mem::StagingRing,
+}
+
+/// A kernel program compiled for one wgpu device.
+pub struct WgpuProgram {
+    ctx: Arc<Context>,
+    _mem: Arc<DeviceMemory>,
+    program: KernelProgram,
+    plan: Plan,
+    pipelines: Vec<wgpu::ComputePipeline>,
+    bind_groups: Vec<wgpu::BindGroup>,
+    _arena: DeviceBuffer,
+    inputs: Vec<(String, usize, DeviceBuffer)>,
+    _constants: Vec<DeviceBuffer>,
+    params: Vec<(String, usize, Arc<WeightSlot>)>,
+    outputs: Vec<(String, usize, usize)>,
+    output_locs: Vec<(wgpu::Buffer, u64)>,
+    readback: Mutex<Readback>,
+    /// compile facts
+    pub stats: CompileStats,
+}
+
+fn bytes_of(program: &KernelProgram, b: usize) -> usize {
+    let t = &program.buffers[b].ty;
+    t.shape
+        .as_static()
+        .map_or(0, |s| s.iter().product::<usize>())
+        * t.dtype.size_bytes()
+}
+
+fn dev_err(call: &str, e: impl std::fmt::Display) -> WgpuError {
+    WgpuError::Device {
+        call: call.into(),
+        message: e.to_string(),
+    }
+}
+
+/// The code-generation target of a context.
+pub fn target(ctx: &Context) -> Target {
+    Target {
+        max_workgroups: ctx.limits.max_compute_workgroups_per_dimension,
+        max_workgroup_storage: ctx.limits.max_compute_workgroup_storage_size,
+        max_invocations: ctx.limits.max_compute_invocations_per_workgroup,
+        simple_gemm: ctx.flavor == Flavor::OpenGl,
+    }
+}
+
+type PipelineCache = Mutex<HashMap<(Flavor, bool, String), wgpu::ComputePipeline>>;
+
+fn pipeline_cache() -> &'static PipelineCache {
+    static CACHE: std::sync::OnceLock<PipelineCache> = std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Creates (or takes from the process cache) the pipeline of a shader with `n` storage
+/// bindings; wgpu's validation errors become [`WgpuError::Shader`].
+fn pipeline(
+    ctx: &Context,
+    label: &str,
+    wgsl: &str,
+    n: usize,
+    checked: bool,
+) -> Result<(wgpu::ComputePipeline, bool), WgpuError> {
+    let key = (ctx.flavor, checked, wgsl.to_string());
+    if let Some(p) = pipeline_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
+        return Ok((p.clone(), true));
+    }
+    let device = &ctx.device;
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let desc = wgpu::ShaderModuleDescriptor {
+        label: Some(label),
+        source: wgpu::ShaderSource::Wgsl(std::borrow::Cow::Borrowed(wgsl)),
+    };
+    let module = if checked {
+        device.create_shader_module(desc)
+    } else {
+        // SAFETY: every access the generators emit is guarded or clamped to its binding.
+        unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+    };
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..n as u32)
+        .map(|i| wgpu::BindGroupLayoutEntry {
+            binding: i,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect();
+    let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(label),
+        entries: &entries,
+    });
+    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(label),
+        bind_group_layouts: &[Some(&bgl)],
+        immediate_size: 0,
+    });
+    let p = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(label),
+        layout: Some(&layout),
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(WgpuError::Shader {
+            kernel: label.to_string(),
+            message: e.to_string(),
+            source_text: wgsl.to_string(),
+        });
+    }
+    pipeline_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, p.clone());
+    Ok((p, false))
+}
+
+impl WgpuProgram {
+    /// Plans, generates and builds `program` for `flavor`: pipelines, memory, bind groups;
+    /// uploads its constants. Weights get slots in `weights` (uploaded at run time).
+    ///
+    /// # Errors
+    /// The device is unavailable, kernels are unsupported (all listed), a shader was
+    /// rejected (with its WGSL), a binding exceeds the adapter's limits, or out of memory.
+    pub fn compile(
+        flavor: Flavor,
+        program: KernelProgram,
+        weights: &WeightCache,
+        options: &WgpuOptions,
+    ) -> Result<WgpuProgram, WgpuError> {
+        let ctx = context(flavor).map_err(WgpuError::Unavailable)?;
+        let mem = memory(&ctx);
+        let target = target(&ctx);
+        let plan = plan(&program, &target)?;
+        let label = ctx.label();
+        let limits = &ctx.limits;
+        // Limits: bindings per shader and binding sizes, all reported together.
+        let mut problems = Vec::new();
+        for step in &plan.steps {
+            if step.bindings.len() as u32 > limits.max_storage_buffers_per_shader_stage {
+                problems.push(WgpuError::Limit {
+                    device: label.clone(),
+                    what: format!(
+                        "kernel `{}` with {} storage bindings",
+                        step.label,
+                        step.bindings.len()
+                    ),
+                    limit: format!(
+                        "max_storage_buffers_per_shader_stage = {}",
+                        limits.max_storage_buffers_per_shader_stage
+                    ),
+                    hint: "fewer fused inputs are needed; run on `vulkan` or `gpu` for the adapter's own limits".into(),
+                });
+            }
+        }
+        let buf_size = |r: ArgRef| -> usize {
+            match r {
+                ArgRef::Buffer(b) => bytes_of(&program, root(&program, b)),
+                ArgRef::Scratch(i) => plan.scratch[i],
+            }
+        };
+        for step in &plan.steps {
+            for b in &step.bindings {
+                let size = buf_size(b.arg).max(4).next_multiple_of(4) as u64;
+                if size > limits.max_storage_buffer_binding_size {
+                    problems.push(WgpuError::Limit {
+                        device: label.clone(),
+                        what: format!("a {size}-byte tensor bound by kernel `{}`", step.label),
+                        limit: format!(
+                            "max_storage_buffer_binding_size = {}",
+                            limits.max_storage_buffer_binding_size
+                        ),
+                        hint: "use a smaller batch or an adapter with larger bindings".into(),
+                    });
+                }
+            }
+        }
+        if let Some(first) = problems.into_iter().next() {
+            return Err(first);
+        }
+        // Pipelines.
+        let start = Instant::now();
+        let mut pipelines = Vec::with_capacity(plan.steps.len());
+        let mut stats = CompileStats {
+            dispatches: plan.steps.len(),
+            ..CompileStats::default()
+        };
+        let mut distinct = std::collections::HashSet::new();
+        for step in &plan.steps {
+            let (p, cached) = pipeline(
+                &ctx,
+                &step.label,
+                &step.wgsl,
+                step.bindings.len(),
+                options.checked,
+            )?;
+            if distinct.insert(step.wgsl.as_str()) {
+                stats.pipelines += 1;
+                stats.cached_pipelines += cached as usize;
+            }
+            pipelines.push(p);
+        }
+        stats.pipeline_ms = start.elapsed().as_secs_f64() * 1e3;
+        // Memory: one arena for temporaries and scratch, planned by lifetime.
+        let n_buf = program.buffers.len();
+        let n_steps = plan.steps.len();
+        let align = ctx.align();
+        let mut life: Vec<Option<(usize, usize)>> = vec![None; n_buf + plan.scratch.len()];
+        for (s, step) in plan.steps.iter().enumerate() {
+            for b in &step.bindings {
+                let slot = match b.arg {
+                    ArgRef::Buffer(x) => root(&program, x),
+                    ArgRef::Scratch(i) => n_buf + i,
+                };
+                let l = life[slot].get_or_insert((s, s));
+                l.1 = s;
+            }
+        }
+        for (_, b) in &program.outputs {
+            let r = root(&program, *b);
+            let l = life[r].get_or_insert((n_steps, n_steps));
+            l.1 = n_steps;
+        }
+        let mut requests = Vec::new();
+        let mut owners = Vec::new();
+        for (slot, l) in life.iter().enumerate() {
+            let temp = slot >= n_buf || matches!(program.buffers[slot].kind, BufferKind::Temp);
+            if let (Some((first, last)), true) = (l, temp) {
+                let size = if slot >= n_buf {
+                    plan.scratch[slot - n_buf]
+                } else {
+                    bytes_of(&program, slot)
+                };
+                requests.push(rlx_mem::PlanRequest {
+                    size: size.max(4).next_multiple_of(4),
+                    align,
+                    first: *first,
+                    last: *last,
+                    inplace_of: None,
+                });
+                owners.push(slot);
+            }
+        }
+        let mem_plan = rlx_mem::plan(&requests)
+            .map_err(|e| WgpuError::Invalid(format!("memory plan: {e}")))?;
+        stats.arena_bytes = mem_plan.arena_bytes;
+        if mem_plan.arena_bytes as u64 > limits.max_buffer_size {
+            return Err(WgpuError::Limit {
+                device: label.clone(),
+                what: format!("the planned arena of {} bytes", mem_plan.arena_bytes),
+                limit: format!("max_buffer_size = {}", limits.max_buffer_size),
+                hint: "use a smaller batch".into(),
+            });
+        }
+        let arena = mem.alloc(mem_plan.arena_bytes)?;
+        let mut homes: Vec<Option<Home>> = (0..n_buf).map(|_| None).collect();
+        let mut scratch_offsets = vec![0u64; plan.scratch.len()];
+        for (slot, off) in owners.iter().zip(&mem_plan.offsets) {
+            if *slot >= n_buf {
+                scratch_offsets[slot - n_buf] = *off as u64;
+            } else {
+                homes[*slot] = Some(Home::Arena(*off as u64));
+            }
+        }
+        let (mut inputs, mut constants, mut params) = (Vec::new(), Vec::new(), Vec::new());
+        for (b, buf) in program.buffers.iter().enumerate() {
+            if buf.alias_of.is_some() {
+                continue;
+            }
+            let bytes = bytes_of(&program, b);
+            match &buf.kind {
+                BufferKind::Input(name) => {
+                    homes[b] = Some(Home::Input(inputs.len()));
+                    inputs.push((name.clone(), b, mem.alloc(bytes)?));
+                }
+                BufferKind::Param(name) => {
+                    let slot = weights.slot(&mem, name, bytes)?;
+                    homes[b] = Some(Home::Weight(slot.clone()));
+                    params.push((name.clone(), b, slot));
+                }
+                BufferKind::Constant(t) => {
+                    let d = mem.alloc(bytes)?;
+                    check_i64(t, "constant", "")?;
+                    ctx.queue
+                        .write_buffer(d.buffer(), d.offset(), &tensor_words(t));
+                    homes[b] = Some(Home::Constant(constants.len()));
+                    constants.push(d);
+                }
+                BufferKind::Temp => {
+                    if homes[b].is_none() {
+                        homes[b] = Some(Home::Arena(0));
+                    }
+                }
+            }
+        }
+        // Bind groups, built once.
+        let locate = |r: ArgRef| -> Result<(wgpu::Buffer, u64), WgpuError> {
+            Ok(match r {
+                ArgRef::Scratch(i) => (arena.buffer().clone(), arena.offset() + scratch_offsets[i]),
+                ArgRef::Buffer(b) => match &homes[root(&program, b)] {
+                    Some(Home::Arena(off)) => (arena.buffer().clone(), arena.offset() + off),
+                    Some(Home::Input(i)) => (inputs[*i].2.buffer().clone(), inputs[*i].2.offset()),
+                    Some(Home::Weight(s)) => (s.buffer.buffer().clone(), s.buffer.offset()),
+                    Some(Home::Constant(i)) => {
+                        let c: &DeviceBuffer = &constants[*i];
+                        (c.buffer().clone(), c.offset())
+                    }
+                    None => {
+                        return Err(WgpuError::Invalid(format!("buffer b{b} has no home")));
+                    }
+                },
+            })
+        };
+        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut bind_groups = Vec::with_capacity(plan.steps.len());
+        for (step, p) in plan.steps.iter().zip(&pipelines) {
+            let located: Vec<(wgpu::Buffer, u64, u64)> = step
+                .bindings
+                .iter()
+                .map(|b| {
+                    locate(b.arg).map(|(buf, off)| {
+                        (buf, off, buf_size(b.arg).max(4).next_multiple_of(4) as u64)
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            let entries: Vec<wgpu::BindGroupEntry> = located
+                .iter()
+                .enumerate()
+                .map(|(i, (buf, off, size))| wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: buf,
+                        offset: *off,
+                        size: wgpu::BufferSize::new(*size),
+                    }),
+                })
+                .collect();
+            bind_groups.push(ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(&step.label),
+                layout: &p.get_bind_group_layout(0),
+                entries: &entries,
+            }));
+        }
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(dev_err("create_bind_group", e));
+        }
+        let outputs: Vec<(String, usize, usize)> = program
+            .outputs
+            .iter()
+            .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
+            .collect();
+        let out_bytes: usize = outputs
+            .iter()
+            .map(|o| o.2.max(4).next_multiple_of(256))
+            .sum();
+        let readback = Readback {
+            buffer: None,
+            capacity: out_bytes.max(256),
+            ring: rlx_mem::StagingRing::new(0, out_bytes.max(256)),
+        };
+        let output_locs = outputs
+            .iter()
+            .map(|(_, b, _)| locate(ArgRef::Buffer(*b)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let prog = WgpuProgram {
+            ctx,
+            _mem: mem,
+            program,
+            plan,
+            pipelines,
+            bind_groups,
+            _arena: arena,
+            inputs,
+            _constants: constants,
+            params,
+            outputs,
+            output_locs,
+            readback: Mutex::new(readback),
+            stats,
+        };
+        Ok(prog)
+    }
+
+    /// The generated WGSL of every dispatch, in order.
+    pub fn source(&self) -> String {
+        let mut seen = std::collections::HashSet::new();
+        let mut s = String::new();
+        for step in &self.plan.steps {
+            if seen.insert(step.wgsl.as_str()) {
+                s += &format!(
+                    "// ---- {} {:?}\n{}\n",
+                    step.label, step.workgroups, step.wgsl
+                );
+            } else {
+                s += &format!(
+                    "// ---- {} {:?} (same shader as above)\n",
+                    step.label, step.workgroups
+                );
+            }
+        }
+        s
+    }
+
+    /// The plan (shaders and scratch).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The kernel program text.
+    pub fn dump(&self) -> String {
+        self.program.to_string()
+    }
+
+    /// The context this program runs on.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("rlx run"),
+            timestamp_writes: None,
+        });
+        for ((step, p), bg) in self
+            .plan
+            .steps
+            .iter()
+            .zip(&self.pipelines)
+            .zip(&self.bind_groups)
+        {
+            pass.set_pipeline(p);
+            pass.set_bind_group(0, bg, &[]);
+            let [x, y, z] = step.workgroups;
+            pass.dispatch_workgroups(x, y, z);
+        }
+    }
+
+    fn wait(&self) -> Result<(), WgpuError> {
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| dev_err("poll", e))?;
+        let errors = self.ctx.take_errors();
+        if !errors.is_empty() {
+            return Err(dev_err("run", errors.join("; ")));
+        }
+        Ok(())
+    }
+
+    /// Times `iters` runs of the dispatches alone (inputs and weights stay where the last
+    /// [`WgpuProgram::run`] put them): each run is one command buffer, submitted and waited
+    /// for; milliseconds per run.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn time_steps(&self, iters: usize) -> Result<Vec<f64>, WgpuError> {
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let start = Instant::now();
+            let mut encoder = self
+                .ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            self.encode(&mut encoder);
+            self.ctx.queue.submit([encoder.finish()]);
+            self.wait()?;
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(times)
+    }
+
+    /// Times the dispatches `reps` times back to back in one command buffer, `iters` times;
+    /// milliseconds per repetition (submission overhead amortized).
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn time_steps_batched(&self, iters: usize, reps: usize) -> Result<Vec<f64>, WgpuError> {
+        let reps = reps.max(1);
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let start = Instant::now();
+            let mut encoder = self
+                .ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            for _ in 0..reps {
+                self.encode(&mut encoder);
+            }
+            self.ctx.queue.submit([encoder.finish()]);
+            self.wait()?;
+            times.push(start.elapsed().as_secs_f64() * 1e3 / reps as f64);
+        }
+        Ok(times)
+    }
+
+    /// Runs with inputs by name and weights by name.
+    ///
+    /// # Errors
+    /// A missing or mistyped input or weight, an i64 value outside the 32-bit range the
+    /// kernels compute in, or a device failure.
+    pub fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        weights: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<Vec<(String, Tensor)>, WgpuError> {
+        let mut rb = self.readback.lock().unwrap_or_else(|e| e.into_inner());
+        let queue = &self.ctx.queue;
+        for (name, b, slot) in &self.params {
+            let t = weights.get(name).ok_or_else(|| WgpuError::Binding {
+                what: "param",
+                name: name.clone(),
+                message: "not set".into(),
+            })?;
+            check(&self.program, *b, t, "param", name)?;
+            check_i64(t, "param", name)?;
+            if slot.needs_upload(t) {
+                queue.write_buffer(slot.buffer.buffer(), slot.buffer.offset(), &tensor_words(t));
+            }
+        }
+        for (name, b, buf) in &self.inputs {
+            let t = inputs.get(name).ok_or_else(|| WgpuError::Binding {
+                what: "input",
+                name: name.clone(),
+                message: "missing".into(),
+            })?;
+            check(&self.program, *b, t, "input", name)?;
+            check_i64(t, "input", name)?;
+            queue.write_buffer(buf.buffer(), buf.offset(), &tensor_words(t));
+        }
+        if rb.buffer.is_none() {
+            rb.buffer = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("rlx readback"),
+                size: rb.capacity as u64,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = rb
+            .buffer
+            .clone()
+            .ok_or_else(|| WgpuError::Invalid("no readback buffer".into()))?;
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("rlx run"),
+            });
+        self.encode(&mut encoder);
+        let mut slots = Vec::with_capacity(self.outputs.len());
+        for ((_, _, bytes), (src, off)) in self.outputs.iter().zip(&self.output_locs) {
+            let padded = bytes.max(&4).next_multiple_of(4);
+            let slot = rb
+                .ring
+                .alloc(padded, 256, &rlx_mem::Synchronous)
+                .map_err(|e| WgpuError::Invalid(format!("readback staging: {e}")))?;
+            encoder.copy_buffer_to_buffer(src, *off, &staging, slot.addr as u64, padded as u64);
+            slots.push(slot);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        let result = std::sync::Arc::new(Mutex::new(None));
+        let r2 = result.clone();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            *r2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        });
+        self.wait()?;
+        match result.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(dev_err("map readback", e)),
+            None => return Err(dev_err("map readback", "the mapping never completed")),
+        }
+        let mut out = Vec::with_capacity(self.outputs.len());
+        {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|e| dev_err("get_mapped_range", e))?;
+            let bytes: &[u8] = &view;
+            for ((name, b, size), slot) in self.outputs.iter().zip(&slots) {
+                let ty = &self.program.buffers[*b].ty;
+                let raw = &bytes[slot.addr..slot.addr + size];
+                let data = TensorData::from_le_bytes(ty.dtype, raw)
+                    .ok_or_else(|| WgpuError::Invalid(format!("output {name}: bad size")))?;
+                let shape = ty.shape.as_static().unwrap_or_default();
+                out.push((
+                    name.clone(),
+                    Tensor::new(shape, data)
+                        .map_err(|e| WgpuError::Invalid(format!("output {name}: {e}")))?,
+                ));
+            }
+        }
+        staging.unmap();
+        for slot in slots {
+            let token = rlx_mem::CompletionToken {
+                stream: rlx_mem::StreamId(0),
+                value: 0,
+            };
+            let _ = rb.ring.submit(slot, token);
+        }
+        rb.ring.retire(&rlx_mem::Synchronous);
+        Ok(out)
+    }
+}
+
+fn check(
+    program: &KernelProgram,
+    b: usize,
+    t: &Tensor,
+    what: &'static str,
+    name: &str,
+) -> Result<(), WgpuError> {
+    let ty = &program.buffers[b].ty;
+    let want = ty.shape.as_static().unwrap_or_default();
+    if t.dtype() != ty.dtype || t.shape() != want.as_slice() {
+        return Err(WgpuError::Binding {
+            what,
+            name: name.to_string(),
+            message: format!("compiled for {ty}, got {}{:?}", t.dtype(), t.shape()),
+        });
+    }
+    Ok(())
+}
+
+/// i64 tensors are computed in 32 bits: refuse values that do not fit.
+fn check_i64(t: &Tensor, what: &'static str, name: &str) -> Result<(), WgpuError> {
+    if t.dtype() != DType::I64 {
+        return Ok(());
+    }
+    if let TensorData::I64(v) = t.data() {
+        if let Some(bad) = v.iter().find(|x| i32::try_from(**x).is_err()) {
+            return Err(WgpuError::Binding {
+                what,
+                name: name.to_string(),
+                message: format!(
+                    "i64 value {bad} does not fit in 32 bits; WGSL kernels compute i64 in 32 bits"
+                ),
+            });
+        }
+    }
+    Ok(())
+}

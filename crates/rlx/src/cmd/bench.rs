@@ -1,0 +1,496 @@
+//! `rlx bench MODEL`: compile once (timed apart), warm up, then time runs; median and p90.
+//! MODEL is an ONNX file, a model folder (BERT family; `hf:<name>` downloads one) or a
+//! GGUF file. `--profile` adds the time per kernel, summed per kind (CPU).
+
+use super::model::{device, load_onnx};
+use super::{npy, CmdResult};
+use rlx_ir::{Dim, Graph, Tensor, TensorType};
+use rlx_models::{BertModel, Family};
+use rlx_runtime::{CompileOptions, CompiledGraph, Session};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Instant;
+
+/// Arguments of `rlx bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// An ONNX file, a model folder (or `hf:<owner>/<name>`), or a GGUF file.
+    model: String,
+    /// Device name, or `auto` for the fastest available.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// An input: `NAME=FILE.npy` or `NAME=random` (repeatable). Model folders fill the
+    /// inputs left out (BERT: random `input_ids`, mask of ones, positions `0..seq`).
+    #[arg(long = "input", value_name = "NAME=FILE.npy|NAME=random")]
+    inputs: Vec<String>,
+    /// Sizes of symbolic dims for random inputs, e.g. `--dim batch=8 --dim seq=128`
+    /// (model folders default to batch=1, seq=128).
+    #[arg(long = "dim", value_name = "SYMBOL=N", value_delimiter = ',')]
+    dims: Vec<String>,
+    /// Untimed runs before timing.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Timed runs.
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Print one JSON object: model, device, compile_ms, median_ms, p90_ms, iters.
+    #[arg(long)]
+    json: bool,
+    /// Also time every kernel (CPU only) and print the time per kernel kind.
+    #[arg(long)]
+    profile: bool,
+}
+
+/// A model ready to bench: graph, weights, and the inputs of one run.
+struct Prepared {
+    graph: Graph,
+    params: Vec<(String, Tensor)>,
+    inputs: HashMap<String, Tensor>,
+}
+
+/// Benchmarks MODEL.
+pub fn run(args: Args) -> CmdResult {
+    let device = device(&args.device)?;
+    let mut dims: HashMap<String, usize> = HashMap::new();
+    for d in &args.dims {
+        let (k, v) = d
+            .split_once('=')
+            .ok_or_else(|| format!("--dim `{d}`: expected SYMBOL=N"))?;
+        let n = v
+            .parse()
+            .map_err(|_| format!("--dim `{d}`: `{v}` is not a size"))?;
+        dims.insert(k.to_string(), n);
+    }
+    let mut files: HashMap<String, Tensor> = HashMap::new();
+    let mut random: Vec<String> = Vec::new();
+    for a in &args.inputs {
+        let (name, value) = a
+            .split_once('=')
+            .ok_or_else(|| format!("--input `{a}`: expected NAME=FILE.npy or NAME=random"))?;
+        if value == "random" {
+            random.push(name.to_string());
+        } else {
+            let t = npy::read(Path::new(value)).map_err(|e| format!("--input {name}: {e}"))?;
+            files.insert(name.to_string(), t);
+        }
+    }
+
+    let t_load = Instant::now();
+    let path = args.model.as_str();
+    let prepared = if path.ends_with(".gguf") {
+        return bench_gguf(path, &args, device);
+    } else if path.ends_with(".onnx") {
+        prepare_onnx(path, files, &random, &dims)?
+    } else {
+        prepare_folder(path, files, &random, &dims)?
+    };
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+
+    let Prepared {
+        graph,
+        params,
+        inputs,
+    } = prepared;
+    let bindings = bind_symbols(&graph, &inputs)?;
+    let session = Session::new(device)?;
+    for (name, t) in params {
+        session.set_param(&name, t);
+    }
+    let t_compile = Instant::now();
+    let options = CompileOptions {
+        bindings,
+        ..CompileOptions::default()
+    };
+    let compiled = session.compile(&graph, options)?;
+    let compile_ms = t_compile.elapsed().as_secs_f64() * 1e3;
+
+    for _ in 0..args.warmup {
+        compiled.run(&inputs)?;
+    }
+    let iters = args.iters.max(1);
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        compiled.run(&inputs)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let median_ms = quantile(&times, 0.5);
+    let p90_ms = quantile(&times, 0.9);
+    let shapes: BTreeMap<&String, &[usize]> = inputs.iter().map(|(n, t)| (n, t.shape())).collect();
+
+    let profile = if args.profile {
+        Some(profile(&compiled, &session, &inputs, iters, device)?)
+    } else {
+        None
+    };
+    if args.json {
+        let mut v = serde_json::json!({
+            "model": args.model,
+            "device": device.name(),
+            "compile_ms": compile_ms,
+            "median_ms": median_ms,
+            "p90_ms": p90_ms,
+            "iters": iters,
+            "warmup": args.warmup,
+            "load_ms": load_ms,
+            "min_ms": times[0],
+            "inputs": shapes,
+        });
+        if let Some(p) = &profile {
+            v["profile"] = p.to_json();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("model     {}", args.model);
+        println!("device    {device}");
+        let shapes: Vec<String> = shapes.iter().map(|(n, s)| format!("{n}{s:?}")).collect();
+        println!("inputs    {}", shapes.join(" "));
+        println!("load      {load_ms:.1} ms");
+        println!("compile   {compile_ms:.1} ms");
+        println!(
+            "run       median {median_ms:.3} ms, p90 {p90_ms:.3} ms, min {:.3} ms ({iters} runs after {} warm-up)",
+            times[0], args.warmup
+        );
+        if let Some(p) = &profile {
+            p.print();
+        }
+    }
+    Ok(())
+}
+
+/// The `q` quantile of sorted times (nearest rank).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// GGUF models (Llama family): compile the prefill and decode graphs (timed apart), then
+/// time greedy decode steps with a KV cache; `--warmup` steps are run and dropped first.
+fn bench_gguf(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult {
+    use rlx_models::llama::{Generator, Llama, Sampling};
+    let t_load = Instant::now();
+    let model = Llama::from_gguf(&rlx_gguf::GgufFile::open(path)?)?;
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+    let runner =
+        super::generate::SessionRunner::new(Session::new(device)?, CompileOptions::default());
+    let mut gen = Generator::new(&model, runner);
+    gen.stop_ids.clear();
+    let prompt = model.tokenizer.encode("The capital of France is")?;
+    let iters = args.iters.max(1);
+    let stats = gen.generate(
+        &prompt,
+        args.warmup + iters + 1,
+        &Sampling::default(),
+        |_| {},
+    )?;
+    let mut times: Vec<f64> = stats.step_s[args.warmup.min(stats.step_s.len())..]
+        .iter()
+        .map(|s| s * 1e3)
+        .collect();
+    if times.is_empty() {
+        return Err("no decode steps were timed".into());
+    }
+    times.sort_by(f64::total_cmp);
+    let (median_ms, p90_ms) = (quantile(&times, 0.5), quantile(&times, 0.9));
+    let compile_ms = stats.compile_s * 1e3;
+    let prefill_ms = stats.prefill_s * 1e3;
+    if args.json {
+        let v = serde_json::json!({
+            "model": path,
+            "device": device.name(),
+            "compile_ms": compile_ms,
+            "median_ms": median_ms,
+            "p90_ms": p90_ms,
+            "iters": times.len(),
+            "warmup": args.warmup,
+            "load_ms": load_ms,
+            "min_ms": times[0],
+            "unit": "decode step (one token)",
+            "decode_tok_s": 1e3 / median_ms,
+            "prefill_ms": prefill_ms,
+            "prompt_tokens": prompt.len(),
+            "weight_bytes": model.bytes_per_token(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("model     {path}");
+        println!("device    {device}");
+        println!("load      {load_ms:.1} ms");
+        println!("compile   {compile_ms:.1} ms (prefill + decode graphs)");
+        println!("prefill   {prefill_ms:.1} ms ({} tokens)", prompt.len());
+        println!(
+            "decode    median {median_ms:.3} ms/token ({:.1} tok/s), p90 {p90_ms:.3} ms, min {:.3} ms ({} steps after {} warm-up)",
+            1e3 / median_ms,
+            times[0],
+            times.len(),
+            args.warmup
+        );
+    }
+    Ok(())
+}
+
+fn prepare_onnx(
+    path: &str,
+    mut files: HashMap<String, Tensor>,
+    random: &[String],
+    dims: &HashMap<String, usize>,
+) -> Result<Prepared, Box<dyn std::error::Error>> {
+    let model = load_onnx(path, &files)?;
+    let declared = declared_inputs(&model.graph);
+    for (i, name) in random.iter().enumerate() {
+        let ty = declared
+            .get(name)
+            .ok_or_else(|| format!("--input {name}=random: the model has no input `{name}`"))?;
+        let shape = concrete(name, ty, dims)?;
+        files.insert(name.clone(), Tensor::random(ty.dtype, &shape, 1 + i as u64));
+    }
+    check_known(&files, &declared)?;
+    Ok(Prepared {
+        graph: model.graph,
+        params: model.params,
+        inputs: files,
+    })
+}
+
+fn prepare_folder(
+    spec: &str,
+    mut files: HashMap<String, Tensor>,
+    random: &[String],
+    dims: &HashMap<String, usize>,
+) -> Result<Prepared, Box<dyn std::error::Error>> {
+    let dir = rlx_models::resolve(spec)?;
+    match rlx_models::family(&dir)? {
+        Family::Bert => {}
+    }
+    let model = BertModel::load(&dir)?;
+    let batch = dims.get("batch").copied().unwrap_or(1);
+    let seq = dims.get("seq").copied().unwrap_or(128);
+    if seq > model.config.max_position_embeddings {
+        return Err(format!(
+            "--dim seq={seq}: longer than the model's {} positions",
+            model.config.max_position_embeddings
+        )
+        .into());
+    }
+    let declared = declared_inputs(&model.graph);
+    let synthetic = model.random_inputs(batch, seq, 1);
+    for name in random {
+        let t = synthetic
+            .get(name)
+            .ok_or_else(|| format!("--input {name}=random: the model has no input `{name}`"))?;
+        files.insert(name.clone(), t.clone());
+    }
+    if !files.contains_key(rlx_models::bert::INPUT_IDS) {
+        files.insert(
+            rlx_models::bert::INPUT_IDS.into(),
+            synthetic[rlx_models::bert::INPUT_IDS].clone(),
+        );
+    }
+    model.complete_inputs(&mut files)?;
+    check_known(&files, &declared)?;
+    Ok(Prepared {
+        graph: model.graph,
+        params: model.params,
+        inputs: files,
+    })
+}
+
+fn declared_inputs(g: &Graph) -> HashMap<String, TensorType> {
+    g.inputs()
+        .into_iter()
+        .map(|(n, id)| (n, g.ty(id).clone()))
+        .collect()
+}
+
+/// The static shape of a declared input, symbols from `--dim`.
+fn concrete(
+    name: &str,
+    ty: &TensorType,
+    dims: &HashMap<String, usize>,
+) -> Result<Vec<usize>, String> {
+    ty.shape
+        .dims()
+        .iter()
+        .map(|d| match d {
+            Dim::Static(n) => Ok(*n),
+            Dim::Sym(s) => dims.get(&**s).copied().ok_or_else(|| {
+                format!("--input {name}=random: dim `{s}` of {ty} is symbolic; pass --dim {s}=N or a .npy file")
+            }),
+        })
+        .collect()
+}
+
+fn check_known(
+    inputs: &HashMap<String, Tensor>,
+    declared: &HashMap<String, TensorType>,
+) -> Result<(), String> {
+    let mut names: Vec<&str> = declared.keys().map(String::as_str).collect();
+    names.sort();
+    for name in inputs.keys() {
+        if !declared.contains_key(name) {
+            return Err(format!(
+                "--input {name}: the model has no such input; inputs: {}",
+                names.join(", ")
+            ));
+        }
+    }
+    if let Some(missing) = names.iter().find(|n| !inputs.contains_key(**n)) {
+        return Err(format!(
+            "input `{missing}` ({}) is not given: pass --input {missing}=FILE.npy or {missing}=random",
+            declared[*missing]
+        ));
+    }
+    Ok(())
+}
+
+/// Symbol sizes from the inputs' shapes, so the graph compiles now (timed) rather than at
+/// the first run.
+fn bind_symbols(
+    g: &Graph,
+    inputs: &HashMap<String, Tensor>,
+) -> Result<HashMap<String, usize>, String> {
+    let mut out: HashMap<String, usize> = HashMap::new();
+    for (name, ty) in declared_inputs(g) {
+        let Some(t) = inputs.get(&name) else { continue };
+        if t.shape().len() != ty.shape.rank() {
+            return Err(format!(
+                "input `{name}`: expected {ty}, got {}{:?}",
+                t.dtype(),
+                t.shape()
+            ));
+        }
+        for (d, &n) in ty.shape.dims().iter().zip(t.shape()) {
+            if let Dim::Sym(s) = d {
+                if let Some(&prev) = out.get(&**s) {
+                    if prev != n {
+                        return Err(format!(
+                            "input `{name}`: dim `{s}` is {n} here but {prev} in another input"
+                        ));
+                    }
+                }
+                out.insert(s.to_string(), n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Time per kernel, summed over the profiled runs.
+struct Profile {
+    runs: usize,
+    /// per kind: (kernels per run, total seconds)
+    kinds: Vec<(String, usize, f64)>,
+    /// per kernel name: (kind, total seconds)
+    top: Vec<(String, String, f64)>,
+    total: f64,
+}
+
+impl Profile {
+    fn print(&self) {
+        let per = |s: f64| s * 1e3 / self.runs as f64;
+        println!(
+            "profile   {:.3} ms per run in kernels ({} runs):",
+            per(self.total),
+            self.runs
+        );
+        for (kind, n, s) in &self.kinds {
+            println!(
+                "  {kind:<14} {:>8.3} ms  {:>5.1}%  {n} kernels",
+                per(*s),
+                100.0 * s / self.total
+            );
+        }
+        println!("  slowest kernels:");
+        for (name, kind, s) in self.top.iter().take(15) {
+            println!("  {:>8.3} ms  {kind:<12} {name}", per(*s));
+        }
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        let per = |s: f64| s * 1e3 / self.runs as f64;
+        serde_json::json!({
+            "runs": self.runs,
+            "kernel_ms": per(self.total),
+            "by_kind": self.kinds.iter().map(|(k, n, s)| serde_json::json!({
+                "kind": k, "kernels": n, "ms": per(*s)
+            })).collect::<Vec<_>>(),
+            "slowest": self.top.iter().take(15).map(|(name, k, s)| serde_json::json!({
+                "kernel": name, "kind": k, "ms": per(*s)
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+#[cfg(feature = "cpu")]
+fn profile(
+    compiled: &CompiledGraph,
+    session: &Session,
+    inputs: &HashMap<String, Tensor>,
+    runs: usize,
+    device: rlx_driver::Device,
+) -> Result<Profile, Box<dyn std::error::Error>> {
+    if device != rlx_driver::Device::Cpu {
+        return Err(format!("--profile times CPU kernels; {device} is not the CPU").into());
+    }
+    let variant = compiled
+        .first_variant()
+        .ok_or("--profile: nothing was compiled")?;
+    // The same legalized graph the session compiled, lowered and compiled again for the
+    // CPU fast path, whose runs can time each kernel.
+    let program = rlx_opt::lower(&variant.graph)?;
+    let program = rlx_cpu::CpuProgram::compile(program, &rlx_cpu::CpuOptions::default())?;
+    let params = session.params().snapshot();
+    program.run(inputs, &params)?;
+    let mut by_kind: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+    let mut by_name: HashMap<String, (String, f64)> = HashMap::new();
+    let mut total = 0.0;
+    for r in 0..runs {
+        let p = program.run_profiled(inputs, &params)?;
+        for k in p.timings {
+            let e = by_kind.entry(k.kind.to_string()).or_default();
+            if r == 0 {
+                e.0 += 1;
+            }
+            e.1 += k.seconds;
+            total += k.seconds;
+            by_name.entry(k.name).or_insert((k.kind.to_string(), 0.0)).1 += k.seconds;
+        }
+    }
+    let mut kinds: Vec<(String, usize, f64)> =
+        by_kind.into_iter().map(|(k, (n, s))| (k, n, s)).collect();
+    kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let mut top: Vec<(String, String, f64)> =
+        by_name.into_iter().map(|(n, (k, s))| (n, k, s)).collect();
+    top.sort_by(|a, b| b.2.total_cmp(&a.2));
+    Ok(Profile {
+        runs,
+        kinds,
+        top,
+        total,
+    })
+}
+
+#[cfg(not(feature = "cpu"))]
+fn profile(
+    _compiled: &CompiledGraph,
+    _session: &Session,
+    _inputs: &HashMap<String, Tensor>,
+    _runs: usize,
+    _device: rlx_driver::Device,
+) -> Result<Profile, Box<dyn std::error::Error>> {
+    Err("--profile needs the `cpu` feature of rlx".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let t: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(quantile(&t, 0.5), 5.0);
+        assert_eq!(quantile(&t, 0.9), 9.0);
+        assert_eq!(quantile(&[3.0], 0.9), 3.0);
+    }
+}

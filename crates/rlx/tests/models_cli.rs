@@ -1,0 +1,116 @@
+//! `rlx embed` and `rlx bench` end to end: bad input is one error line with exit code 1, and
+//! with the real MiniLM fetched (scripts/fetch-models.sh) the JSON outputs have their keys.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn rlx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(args)
+        .env(
+            "RLX_CACHE_DIR",
+            std::env::temp_dir().join("rlx-models-cli-cache"),
+        )
+        .output()
+        .expect("the rlx binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn minilm() -> Option<String> {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/minilm");
+    d.join("model.safetensors")
+        .is_file()
+        .then(|| d.display().to_string())
+}
+
+#[test]
+fn bad_models_are_one_line_errors() {
+    let o = rlx(&["embed", "hi", "--model", "/nonexistent/model"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not a model folder"), "{}", stderr(&o));
+
+    let o = rlx(&["bench", "/nonexistent/model"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+
+    let o = rlx(&["embed", "hi", "--model", "hf:not a name"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not a hub model name"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = rlx(&["embed", "--model", "x"]);
+    assert_eq!(o.status.code(), Some(2), "no TEXT is bad usage");
+}
+
+#[test]
+fn embed_and_bench_minilm_json() {
+    let Some(dir) = minilm() else {
+        rlx_driver::testing::skip(
+            "rlx::embed_and_bench_minilm_json",
+            "models/minilm not fetched (scripts/fetch-models.sh)",
+        );
+        return;
+    };
+    let o = rlx(&[
+        "embed",
+        "A cat sat on the mat.",
+        "A kitten rests on a rug.",
+        "Stock markets fell sharply today after the announcement.",
+        "--model",
+        &dir,
+        "--device",
+        "cpu",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["dim"], 384);
+    assert_eq!(v["device"], "cpu");
+    let e: Vec<Vec<f64>> = serde_json::from_value(v["embeddings"].clone()).expect("rows");
+    let tokens: Vec<usize> = serde_json::from_value(v["tokens"].clone()).expect("tokens");
+    assert_eq!(e.len(), 3);
+    assert_eq!(tokens.len(), 3);
+    assert_ne!(tokens[0], tokens[2], "texts of different lengths");
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    for r in &e {
+        assert!((dot(r, r) - 1.0).abs() < 1e-5, "rows are L2-normalised");
+    }
+    assert!(
+        dot(&e[0], &e[1]) > dot(&e[0], &e[2]) + 0.2,
+        "the two sentences about cats are closer than the one about markets"
+    );
+
+    let o = rlx(&[
+        "bench",
+        &dir,
+        "--device",
+        "cpu",
+        "--dim",
+        "batch=2,seq=16",
+        "--warmup",
+        "1",
+        "--iters",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    for key in [
+        "model",
+        "device",
+        "compile_ms",
+        "median_ms",
+        "p90_ms",
+        "iters",
+    ] {
+        assert!(v.get(key).is_some(), "bench JSON lacks {key}: {v}");
+    }
+    assert_eq!(v["iters"], 3);
+    assert_eq!(v["inputs"]["input_ids"], serde_json::json!([2, 16]));
+}
