@@ -14,7 +14,9 @@ pub fn skip(test: &str, reason: &str) {
             .append(true)
             .open(path)
         {
-            let _ = writeln!(f, "{test}\t{reason}");
+            // One write per line: test processes append concurrently, and `writeln!` on a
+            // file issues a write per formatted piece, which can interleave.
+            let _ = f.write_all(format!("{test}\t{reason}\n").as_bytes());
         }
     }
 }
