@@ -6,6 +6,10 @@
 #
 #   scripts/onnx-conformance.sh            # everything
 #   ONNX_TESTS=/tmp/onnx-tests scripts/onnx-conformance.sh
+#   RLX_BIN=target/debug/rlx scripts/onnx-conformance.sh   # reuse a built binary
+#
+# Without RLX_BIN it builds `rlx` in release; scripts/test.sh passes the binary its
+# `cargo test` already built, which saves CI a second (release) build of the workspace.
 #
 # Results (JSON per suite) land in $ONNX_TESTS/results/.
 set -euo pipefail
@@ -21,8 +25,12 @@ if [ ! -d "$OUT/node" ]; then
 fi
 DATA=$(python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data"))')
 
-cargo build --release -p rlx --quiet
-RLX=${CARGO_TARGET_DIR:-$ROOT/target}/release/rlx
+if [ -n "${RLX_BIN:-}" ]; then
+  RLX=$RLX_BIN
+else
+  cargo build --release -p rlx --quiet
+  RLX=${CARGO_TARGET_DIR:-$ROOT/target}/release/rlx
+fi
 mkdir -p "$OUT/results"
 
 status=0

@@ -42,7 +42,13 @@ set -e
 echo
 echo "== ONNX conformance (official node tests and the onnx wheel's suites, CPU)"
 set +e
-./scripts/onnx-conformance.sh
+# The dev-profile `rlx` that `cargo test` built for the CLI tests: no second build.
+bin=${CARGO_TARGET_DIR:-target}/debug/rlx
+if [ -x "$bin" ]; then
+  RLX_BIN=$bin ./scripts/onnx-conformance.sh
+else
+  ./scripts/onnx-conformance.sh
+fi
 onnx_status=$?
 set -e
 if [ "$onnx_status" -ne 0 ]; then

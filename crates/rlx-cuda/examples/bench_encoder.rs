@@ -4,7 +4,8 @@
 //! and of a whole run with copies, launches per run and compile time.
 //!
 //! `cargo run --release -p rlx-cuda --example bench_encoder -- --batches 1,32,256
-//! --iters 100 --warmup 20 [--dump DIR]`. `--dump` writes the weights, the batch-1 input and
+//! --iters 100 --warmup 20 [--dump DIR] [--profile]`. `--profile` times every step of a run
+//! alone and prints the first layer's. `--dump` writes the weights, the batch-1 input and
 //! RLX's batch-1 output as raw little-endian files plus `manifest.txt`, so
 //! `scripts/bench/encoder_torch.py --weights DIR` runs PyTorch on the same numbers.
 
@@ -200,6 +201,7 @@ fn main() {
     let iters: usize = arg("--iters", "100").parse().unwrap_or(100);
     let warmup: usize = arg("--warmup", "20").parse().unwrap_or(20);
     let dump_dir = arg("--dump", "");
+    let profile = common::flag("--profile");
     for &batch in &batches {
         let m = encoder(batch);
         let start = Instant::now();
@@ -250,6 +252,19 @@ fn main() {
             program.uses_graph(),
             program.stats.arena_bytes as f64 / (1 << 20) as f64,
         );
+        if profile {
+            // The first layer's steps (the rest repeat them), each timed alone.
+            match program.profile_steps(20) {
+                Ok(steps) => {
+                    let total: f64 = steps.iter().map(|s| s.1).sum();
+                    println!("profile batch={batch}: sum of steps alone {total:.4} ms");
+                    for (label, ms) in steps.iter().take(steps.len() / LAYERS + 2) {
+                        println!("  {ms:8.4} ms  {label}");
+                    }
+                }
+                Err(e) => println!("profile batch={batch}: FAILED: {e}"),
+            }
+        }
         if batch == 1 && !dump_dir.is_empty() {
             if let Err(e) = dump(&dump_dir, &m, &input, &out[0].1) {
                 println!("dump to {dump_dir} failed: {e}");

@@ -236,7 +236,7 @@ impl CudaProgram {
                     inputs.push((name.clone(), b, mem.alloc(bytes)?, bytes));
                 }
                 BufferKind::Param(name) => {
-                    let slot = weights.slot(&mem, name, bytes)?;
+                    let slot = weights.slot(name, bytes, |n| mem.alloc(n))?;
                     homes[b] = Some(Home::Weight(slot.clone()));
                     params.push((name.clone(), b, slot));
                 }
@@ -318,7 +318,7 @@ impl CudaProgram {
             ArgRef::Buffer(b) => match &self.homes[root(&self.program, b)] {
                 Some(Home::Arena(off)) => self.arena.ptr() + *off as u64,
                 Some(Home::Input(i)) => self.inputs[*i].2.ptr(),
-                Some(Home::Weight(s)) => s.ptr(),
+                Some(Home::Weight(s)) => s.buffer().ptr(),
                 Some(Home::Constant(i)) => self.constants[*i].ptr(),
                 None => 0,
             },
@@ -327,42 +327,74 @@ impl CudaProgram {
 
     /// Enqueues every step (the part captured as a CUDA graph).
     fn enqueue_steps(&self) -> Result<(), CudaError> {
-        for (i, step) in self.plan.steps.iter().enumerate() {
-            match step {
-                Step::Kernel(k) => {
-                    let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
-                    let f = self.functions[i]
-                        .ok_or_else(|| CudaError::Invalid("missing function".into()))?;
-                    self.device.launch(
-                        &f,
-                        &k.launch,
-                        &args,
-                        &format!("{} ({})", k.function, k.label),
-                    )?;
-                }
-                Step::Gemm(g) => {
-                    let prepared = self.gemms[i]
-                        .as_ref()
-                        .ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
-                    let blas = self
-                        .blas
-                        .as_ref()
-                        .ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
-                    let size = g.dtype.size_bytes() as u64;
-                    let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
-                    let bias = g.bias.map(|b| self.addr(b));
-                    blas.run(
-                        prepared,
-                        at(&g.a),
-                        at(&g.b),
-                        at(&g.c),
-                        bias,
-                        self.device.stream(),
-                    )?;
-                }
+        (0..self.plan.steps.len()).try_for_each(|i| self.enqueue_step(i))
+    }
+
+    /// Enqueues step `i`.
+    fn enqueue_step(&self, i: usize) -> Result<(), CudaError> {
+        match &self.plan.steps[i] {
+            Step::Kernel(k) => {
+                let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
+                let f = self.functions[i]
+                    .ok_or_else(|| CudaError::Invalid("missing function".into()))?;
+                self.device.launch(
+                    &f,
+                    &k.launch,
+                    &args,
+                    &format!("{} ({})", k.function, k.label),
+                )
+            }
+            Step::Gemm(g) => {
+                let prepared = self.gemms[i]
+                    .as_ref()
+                    .ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
+                let blas = self
+                    .blas
+                    .as_ref()
+                    .ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
+                let size = g.dtype.size_bytes() as u64;
+                let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
+                let bias = g.bias.map(|b| self.addr(b));
+                blas.run(
+                    prepared,
+                    at(&g.a),
+                    at(&g.b),
+                    at(&g.c),
+                    bias,
+                    self.device.stream(),
+                )
             }
         }
-        Ok(())
+    }
+
+    /// Times every step on its own (launched eagerly between two events, so launch gaps
+    /// are excluded), `iters` times; returns per step its label and median milliseconds.
+    /// Inputs and weights stay where the last [`CudaProgram::run`] put them.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn profile_steps(&self, iters: usize) -> Result<Vec<(String, f64)>, CudaError> {
+        let _state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.device.bind()?;
+        let mut out = Vec::with_capacity(self.plan.steps.len());
+        for (i, step) in self.plan.steps.iter().enumerate() {
+            let mut times = Vec::with_capacity(iters.max(1));
+            for _ in 0..iters.max(1) {
+                let start = self.device.record()?;
+                self.enqueue_step(i)?;
+                let end = self.device.record()?;
+                times.push(self.device.elapsed_ms(&start, &end)? as f64);
+            }
+            times.sort_by(f64::total_cmp);
+            let label = match step {
+                Step::Kernel(k) => format!("{} ({})", k.function, k.label),
+                Step::Gemm(g) => {
+                    format!("gemm {} [m{} n{} k{} b{}]", g.label, g.m, g.n, g.k, g.batch)
+                }
+            };
+            out.push((label, times[times.len() / 2]));
+        }
+        Ok(out)
     }
 
     /// Runs the steps: replays the captured graph, capturing it first when allowed.
@@ -421,7 +453,7 @@ impl CudaProgram {
             if slot.needs_upload(t) {
                 if let Err(e) = self
                     .device
-                    .upload(slot.ptr(), tensor_bytes(t))
+                    .upload(slot.buffer().ptr(), tensor_bytes(t))
                     .and_then(|_| self.device.sync())
                 {
                     slot.invalidate();

@@ -3,85 +3,14 @@
 //! bake its address, and re-uploaded only when the session's tensor for that name changes
 //! (a different `Arc`).
 
-use crate::memory::{DeviceBuffer, DeviceMemory};
-use crate::CudaError;
+use crate::memory::DeviceBuffer;
 use rlx_ir::Tensor;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
 /// One weight's device copy and the host tensor it was last uploaded from.
-pub struct WeightSlot {
-    buffer: DeviceBuffer,
-    uploaded: Mutex<Option<Arc<Tensor>>>,
-}
-
-impl WeightSlot {
-    /// The device address.
-    pub fn ptr(&self) -> u64 {
-        self.buffer.ptr()
-    }
-
-    /// True when `t` is not the tensor last uploaded (so it must be uploaded now); records
-    /// `t` as uploaded.
-    pub fn needs_upload(&self, t: &Arc<Tensor>) -> bool {
-        let mut last = self.uploaded.lock().unwrap_or_else(|e| e.into_inner());
-        if last.as_ref().is_some_and(|l| Arc::ptr_eq(l, t)) {
-            return false;
-        }
-        *last = Some(t.clone());
-        true
-    }
-
-    /// Forgets the last upload (after a failed copy).
-    pub fn invalidate(&self) {
-        *self.uploaded.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-}
+pub type WeightSlot = rlx_mem::weights::WeightSlot<DeviceBuffer, Tensor>;
 
 /// The session's device weights.
-#[derive(Default)]
-pub struct WeightCache {
-    slots: Mutex<HashMap<(String, usize), Arc<WeightSlot>>>,
-}
-
-impl WeightCache {
-    /// An empty cache.
-    pub fn new() -> WeightCache {
-        WeightCache::default()
-    }
-
-    /// The slot for `name` of `bytes` bytes, allocated on first use.
-    ///
-    /// # Errors
-    /// Out of device memory.
-    pub fn slot(
-        &self,
-        mem: &Arc<DeviceMemory>,
-        name: &str,
-        bytes: usize,
-    ) -> Result<Arc<WeightSlot>, CudaError> {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = slots.get(&(name.to_string(), bytes)) {
-            return Ok(s.clone());
-        }
-        let slot = Arc::new(WeightSlot {
-            buffer: mem.alloc(bytes)?,
-            uploaded: Mutex::new(None),
-        });
-        slots.insert((name.to_string(), bytes), slot.clone());
-        Ok(slot)
-    }
-
-    /// Bytes held on the device.
-    pub fn bytes(&self) -> usize {
-        self.slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .map(|s| s.buffer.bytes())
-            .sum()
-    }
-}
+pub type WeightCache = rlx_mem::weights::WeightCache<DeviceBuffer, Tensor>;
 
 /// The raw bytes of a host tensor (little-endian, as the device stores them).
 pub fn tensor_bytes(t: &Tensor) -> &[u8] {

@@ -46,6 +46,18 @@ pub enum Expr {
     Reduced,
 }
 
+impl Expr {
+    /// The expressions this one reads, in operand order.
+    pub fn operands(&self) -> Vec<ExprId> {
+        match self {
+            Expr::Load(_) | Expr::Const(_) | Expr::Reduced => Vec::new(),
+            Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
+            Expr::Binary(_, a, b) => vec![*a, *b],
+            Expr::Where(c, a, b) => vec![*c, *a, *b],
+        }
+    }
+}
+
 /// An expression and the dtype it produces.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExprNode {
@@ -112,6 +124,23 @@ impl LoopKernel {
     /// The dtype stored to the output.
     pub fn out_dtype(&self) -> DType {
         self.body[self.result].dtype
+    }
+
+    /// Marks the body nodes that `roots` depend on (the roots included), so an emitter
+    /// writes only what an output needs.
+    pub fn needed(&self, roots: &[ExprId]) -> Vec<bool> {
+        let mut need = vec![false; self.body.len()];
+        for &r in roots {
+            need[r] = true;
+        }
+        for i in (0..self.body.len()).rev() {
+            if need[i] {
+                for a in self.body[i].expr.operands() {
+                    need[a] = true;
+                }
+            }
+        }
+        need
     }
 
     /// Which body nodes run once per output point (after the reduction) rather than per
@@ -389,5 +418,120 @@ impl fmt::Display for KernelProgram {
             writeln!(f, "output \"{n}\" = b{b}")?;
         }
         Ok(())
+    }
+}
+
+/// A loop space after merging: its dims and the strides each view uses over them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexSpace {
+    /// merged dims (row-major, no size-1 dims)
+    pub dims: Vec<usize>,
+    /// per view, one stride per merged dim
+    pub strides: Vec<Vec<isize>>,
+}
+
+impl IndexSpace {
+    /// Drops size-1 dims and merges neighbours `i, i+1` wherever every view has
+    /// `stride[i] == stride[i+1] * dims[i+1]`. The row-major order of the space is unchanged,
+    /// so a linear index over the merged dims addresses the same elements with fewer
+    /// divisions.
+    pub fn merge(dims: &[usize], strides: &[Vec<isize>]) -> IndexSpace {
+        let mut out_dims: Vec<usize> = Vec::new();
+        let mut out_strides: Vec<Vec<isize>> = vec![Vec::new(); strides.len()];
+        for d in (0..dims.len()).filter(|&d| dims[d] != 1) {
+            let mergeable = !out_dims.is_empty()
+                && strides
+                    .iter()
+                    .zip(&out_strides)
+                    .all(|(s, o)| o.last() == Some(&(s[d] * dims[d] as isize)));
+            if let (true, Some(last)) = (mergeable, out_dims.last_mut()) {
+                *last *= dims[d];
+                for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                    if let Some(l) = o.last_mut() {
+                        *l = s[d];
+                    }
+                }
+            } else {
+                out_dims.push(dims[d]);
+                for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                    o.push(s[d]);
+                }
+            }
+        }
+        IndexSpace {
+            dims: out_dims,
+            strides: out_strides,
+        }
+    }
+}
+
+/// Contiguous row-major element strides of `dims`, signed as views use them.
+pub fn row_major(dims: &[usize]) -> Vec<isize> {
+    crate::contiguous_strides(dims)
+        .into_iter()
+        .map(|s| s as isize)
+        .collect()
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::*;
+
+    #[test]
+    fn merge_joins_contiguous_dims_and_drops_ones() {
+        let dims = [2, 1, 3, 4];
+        let a = row_major(&dims);
+        let m = IndexSpace::merge(&dims, &[a]);
+        assert_eq!(m.dims, vec![24]);
+        assert_eq!(m.strides, vec![vec![1]]);
+    }
+
+    #[test]
+    fn merge_joins_contiguous_and_broadcast_runs() {
+        // [2,3,4] contiguous and a bias broadcast over the first two dims.
+        let sp = IndexSpace::merge(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 0, 1]]);
+        assert_eq!(sp.dims, vec![6, 4]);
+        assert_eq!(sp.strides, vec![vec![4, 1], vec![0, 1]]);
+        let sp = IndexSpace::merge(&[2, 1, 4], &[vec![4, 99, 1]]);
+        assert_eq!(sp.dims, vec![8]);
+        assert_eq!(sp.strides, vec![vec![1]]);
+        // A transpose stays two dims.
+        let sp = IndexSpace::merge(&[3, 4], &[vec![1, 3]]);
+        assert_eq!(sp.dims, vec![3, 4]);
+    }
+
+    #[test]
+    fn merge_keeps_dims_a_broadcast_view_splits() {
+        // out [2,3,4] contiguous; b broadcasts over the middle dim.
+        let dims = [2, 3, 4];
+        let m = IndexSpace::merge(&dims, &[row_major(&dims), vec![4, 0, 1]]);
+        assert_eq!(m.dims, vec![2, 3, 4]);
+        assert_eq!(m.strides, vec![vec![12, 4, 1], vec![4, 0, 1]]);
+    }
+
+    #[test]
+    fn needed_follows_operands_backwards() {
+        use crate::UnaryOp;
+        let node = |expr| ExprNode {
+            expr,
+            dtype: DType::F32,
+        };
+        let k = LoopKernel {
+            name: "k".into(),
+            shape: vec![4],
+            reduce_shape: vec![],
+            inputs: vec![],
+            body: vec![
+                node(Expr::Const(1.0)),
+                node(Expr::Const(2.0)),
+                node(Expr::Unary(UnaryOp::Neg, 1)),
+                node(Expr::Binary(crate::BinaryOp::Add, 0, 0)),
+            ],
+            reduce: None,
+            result: 3,
+            output: 0,
+        };
+        assert_eq!(k.needed(&[2]), vec![false, true, true, false]);
+        assert_eq!(k.needed(&[3]), vec![true, false, false, true]);
     }
 }

@@ -30,6 +30,7 @@ mod stats;
 mod stream;
 mod tlsf;
 mod trace;
+pub mod weights;
 
 pub use align::align_up;
 pub use arena::LinearArena;

@@ -343,7 +343,7 @@ impl WgpuProgram {
                     inputs.push((name.clone(), b, mem.alloc(bytes)?));
                 }
                 BufferKind::Param(name) => {
-                    let slot = weights.slot(&mem, name, bytes)?;
+                    let slot = weights.slot(name, bytes, |n| mem.alloc(n))?;
                     homes[b] = Some(Home::Weight(slot.clone()));
                     params.push((name.clone(), b, slot));
                 }
@@ -369,7 +369,7 @@ impl WgpuProgram {
                 ArgRef::Buffer(b) => match &homes[root(&program, b)] {
                     Some(Home::Arena(off)) => (arena.buffer().clone(), arena.offset() + off),
                     Some(Home::Input(i)) => (inputs[*i].2.buffer().clone(), inputs[*i].2.offset()),
-                    Some(Home::Weight(s)) => (s.buffer.buffer().clone(), s.buffer.offset()),
+                    Some(Home::Weight(s)) => (s.buffer().buffer().clone(), s.buffer().offset()),
                     Some(Home::Constant(i)) => {
                         let c: &DeviceBuffer = &constants[*i];
                         (c.buffer().clone(), c.offset())
@@ -583,7 +583,11 @@ impl WgpuProgram {
             check(&self.program, *b, t, "param", name)?;
             check_i64(t, "param", name)?;
             if slot.needs_upload(t) {
-                queue.write_buffer(slot.buffer.buffer(), slot.buffer.offset(), &tensor_words(t));
+                queue.write_buffer(
+                    slot.buffer().buffer(),
+                    slot.buffer().offset(),
+                    &tensor_words(t),
+                );
             }
         }
         for (name, b, buf) in &self.inputs {

@@ -6,33 +6,8 @@
 use super::index::unravel;
 use crate::check::check_loop;
 use crate::CpuError;
-use rlx_ir::kernel::{Expr, ExprId, LoopKernel};
+use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::{Tensor, TensorData};
-
-/// Which body nodes `root` depends on, stopping at [`Expr::Reduced`].
-pub(crate) fn needed(k: &LoopKernel, root: ExprId) -> Vec<bool> {
-    let mut need = vec![false; k.body.len()];
-    need[root] = true;
-    for i in (0..=root).rev() {
-        if !need[i] {
-            continue;
-        }
-        match &k.body[i].expr {
-            Expr::Load(_) | Expr::Const(_) | Expr::Reduced => {}
-            Expr::Unary(_, a) | Expr::Cast(a) => need[*a] = true,
-            Expr::Binary(_, a, b) => {
-                need[*a] = true;
-                need[*b] = true;
-            }
-            Expr::Where(c, a, b) => {
-                need[*c] = true;
-                need[*a] = true;
-                need[*b] = true;
-            }
-        }
-    }
-    need
-}
 
 /// Runs a loop kernel on host tensors (`inputs[i]` is read through `k.inputs[i].view`; the
 /// `buffer` fields are ignored). The result has shape `k.shape`.
@@ -45,8 +20,8 @@ pub fn run_loop_kernel(k: &LoopKernel, inputs: &[&Tensor]) -> Result<Tensor, Cpu
     check_loop(k, &info)?;
     let data: Vec<&TensorData> = inputs.iter().map(|t| t.data()).collect();
     let n_red = k.reduce_numel();
-    let pro = k.reduce.as_ref().map(|r| needed(k, r.value));
-    let epi = needed(k, k.result);
+    let pro = k.reduce.as_ref().map(|r| k.needed(&[r.value]));
+    let epi = k.needed(&[k.result]);
     let mut vals = vec![0.0f64; k.body.len()];
     let zeros = vec![0usize; k.reduce_shape.len()];
     let mut out = Vec::with_capacity(k.numel());

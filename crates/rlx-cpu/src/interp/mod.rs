@@ -18,7 +18,6 @@ mod reduce;
 
 pub(crate) use graph::check_bound as graph_check_bound;
 pub use graph::run_graph;
-pub(crate) use kernel::needed as kernel_needed;
 pub use kernel::run_loop_kernel;
 pub use program::run_program_reference;
 

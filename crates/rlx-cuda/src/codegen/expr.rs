@@ -2,37 +2,10 @@
 //! library kernels.
 
 use super::dtype::{cast, compute, literal, load, storage, store};
-use super::index::{contiguous, coords, merge_dims, offset};
+use super::index::{contiguous, coords, offset, IndexSpace};
 use super::{binary::binary, unary::unary, ArgRef};
 use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::DType;
-
-/// Marks the nodes `roots` depend on (themselves included).
-pub fn needed(k: &LoopKernel, roots: &[usize]) -> Vec<bool> {
-    let mut need = vec![false; k.body.len()];
-    for &r in roots {
-        need[r] = true;
-    }
-    for i in (0..k.body.len()).rev() {
-        if !need[i] {
-            continue;
-        }
-        match &k.body[i].expr {
-            Expr::Unary(_, a) | Expr::Cast(a) => need[*a] = true,
-            Expr::Binary(_, a, b) => {
-                need[*a] = true;
-                need[*b] = true;
-            }
-            Expr::Where(c, a, b) => {
-                need[*c] = true;
-                need[*a] = true;
-                need[*b] = true;
-            }
-            Expr::Load(_) | Expr::Const(_) | Expr::Reduced => {}
-        }
-    }
-    need
-}
 
 /// Statements `const T {prefix}{i} = ...;` for every node in `which`. `elem(k)` gives the
 /// stored element of input `k` (e.g. `in0[o0]`) or, for a fused epilogue, a ready compute
@@ -139,7 +112,7 @@ impl<'a> EpilogueCtx<'a> {
         let mut dims = k.shape.clone();
         dims.extend(&k.reduce_shape);
         let strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides.clone()).collect();
-        let sp = merge_dims(&dims, &strides);
+        let sp = IndexSpace::merge(&dims, &strides);
         let mut s = format!("{{\n{}", coords(linear, "q", &sp.dims, ity));
         let elem = |i: usize| {
             if i == 0 {
@@ -149,7 +122,7 @@ impl<'a> EpilogueCtx<'a> {
                 (format!("ep{i}[{off}]"), false)
             }
         };
-        s += &emit_nodes(k, &needed(k, &[k.result]), "p", &elem, None)?;
+        s += &emit_nodes(k, &k.needed(&[k.result]), "p", &elem, None)?;
         s += &format!(
             "rlx_epi_out = {};\n}}\n",
             store(k.out_dtype(), &format!("p{}", k.result))

@@ -8,8 +8,8 @@
 //! contiguously are merged first, which is the contiguous fast path.
 
 use super::dtype::{compute, storage, store};
-use super::expr::{emit_nodes, needed};
-use super::index::{coords, index_type, merge_dims, offset, IndexSpace};
+use super::expr::emit_nodes;
+use super::index::{coords, index_type, offset, IndexSpace};
 use super::reduce::{combine, finish as finish_reduce, identity};
 use super::{finish, grid_for, params, ArgRef, EmittedKernel, Launch, Target};
 use rlx_ir::kernel::LoopKernel;
@@ -55,13 +55,13 @@ pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKe
         .map(|i| i.view.strides[..n_out].to_vec())
         .chain(std::iter::once(super::index::contiguous(&k.shape)))
         .collect();
-    let outer = merge_dims(&k.shape, &out_strides);
+    let outer = IndexSpace::merge(&k.shape, &out_strides);
     let inner_strides: Vec<Vec<isize>> = k
         .inputs
         .iter()
         .map(|i| i.view.strides[n_out..].to_vec())
         .collect();
-    let inner = merge_dims(&k.reduce_shape, &inner_strides);
+    let inner = IndexSpace::merge(&k.reduce_shape, &inner_strides);
     let views: Vec<(usize, Vec<usize>, Vec<isize>)> = k
         .inputs
         .iter()
@@ -127,7 +127,7 @@ fn base_offsets(k: &LoopKernel, outer: &IndexSpace, ity: &str) -> String {
 fn elementwise(k: &LoopKernel, outer: &IndexSpace, ity: &str, ps: &str) -> Result<String, String> {
     let n = k.numel();
     let elem = |i: usize| (format!("in{i}[b{i}]"), false);
-    let body = emit_nodes(k, &needed(k, &[k.result]), "e", &elem, None)?;
+    let body = emit_nodes(k, &k.needed(&[k.result]), "e", &elem, None)?;
     Ok(format!(
         "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n\
          for ({ity} idx = blockIdx.x * {BLOCK} + threadIdx.x; idx < {n}; idx += gridDim.x * {BLOCK}) {{\n\
@@ -173,7 +173,7 @@ fn elementwise_vec4(
             );
         }
     }
-    let need = needed(k, &[k.result]);
+    let need = k.needed(&[k.result]);
     let mut body = String::new();
     let lanes = ["x", "y", "z", "w"];
     for (l, c) in lanes.iter().enumerate() {
@@ -205,8 +205,8 @@ fn reduction(
     let red = k.reduce.as_ref().expect("reduction kernel");
     let (n, r) = (k.numel(), k.reduce_numel());
     let acc_ty = compute(red.dtype);
-    let pro = needed(k, &[red.value]);
-    let epi_need = needed(k, &[k.result]);
+    let pro = k.needed(&[red.value]);
+    let epi_need = k.needed(&[k.result]);
     let pro_elem = |i: usize| {
         (
             format!("in{i}[b{i} + {}]", offset("0", "r", &inner.strides[i])),

@@ -30,7 +30,7 @@ pub mod store;
 pub mod unary;
 
 pub use expr::EpilogueCtx;
-pub use index::{merge_dims, IndexSpace};
+pub use index::IndexSpace;
 
 use rlx_ir::kernel::BufferId;
 

@@ -5,7 +5,7 @@
 
 use super::dtype::{compute, literal, load};
 use super::group::RowGroup;
-use super::index::{contiguous, coords, merge_dims, offset};
+use super::index::{contiguous, coords, offset, IndexSpace};
 use super::store::{numel, LibCtx};
 use super::{finish, EmittedKernel};
 
@@ -44,7 +44,7 @@ pub fn emit(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<EmittedK
     for p in 1..=n_params {
         views.push(broadcast_strides(&ctx.inputs[p].1, norm));
     }
-    let sp = merge_dims(norm, &views);
+    let sp = IndexSpace::merge(norm, &views);
     let param_off: Vec<String> = (1..=n_params)
         .map(|p| offset("0", "c", &sp.strides[p]))
         .collect();

@@ -5,6 +5,8 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod kernel;
 mod seam;
 #[cfg(feature = "wgpu")]
 mod wgpu;

@@ -5,8 +5,8 @@
 use super::loops::{lanes_for, tree, Epilogue};
 use super::scalar::{compute, literal, load, store};
 use super::{
-    broadcast_strides, check_i32, contiguous, coords, grid_loop, groups_for, main_sig, merge_dims,
-    offset, ArgRef, Emitted, Kb, Target, WG,
+    broadcast_strides, check_i32, contiguous, coords, grid_loop, groups_for, main_sig, offset,
+    ArgRef, Emitted, IndexSpace, Kb, Target, WG,
 };
 use rlx_ir::kernel::LibraryKernel;
 use rlx_ir::{ArgOp, AttnMask, Conv2dParams, DType, PadMode, Pool2dParams, PoolKind};
@@ -139,7 +139,7 @@ pub fn norm(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<Emitted,
     for p in 1..=n_params {
         views.push(broadcast_strides(&ctx.inputs[p].1, normd));
     }
-    let sp = merge_dims(normd, &views);
+    let sp = IndexSpace::merge(normd, &views);
     let mut kb = Kb::new();
     let out = ctx.bind_out(&mut kb);
     let x = ctx.bind_in(&mut kb, 0);

@@ -9,38 +9,11 @@
 
 use super::scalar::{self, cast, compute, literal, load, store};
 use super::{
-    contiguous, coords, grid_loop, groups_for, main_sig, merge_dims, offset, ArgRef, Emitted,
-    IndexSpace, Kb, Target, WG,
+    contiguous, coords, grid_loop, groups_for, main_sig, offset, ArgRef, Emitted, IndexSpace, Kb,
+    Target, WG,
 };
 use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::DType;
-
-/// Marks the nodes `roots` depend on (themselves included).
-pub fn needed(k: &LoopKernel, roots: &[usize]) -> Vec<bool> {
-    let mut need = vec![false; k.body.len()];
-    for &r in roots {
-        need[r] = true;
-    }
-    for i in (0..k.body.len()).rev() {
-        if !need[i] {
-            continue;
-        }
-        match &k.body[i].expr {
-            Expr::Unary(_, a) | Expr::Cast(a) => need[*a] = true,
-            Expr::Binary(_, a, b) => {
-                need[*a] = true;
-                need[*b] = true;
-            }
-            Expr::Where(c, a, b) => {
-                need[*c] = true;
-                need[*a] = true;
-                need[*b] = true;
-            }
-            Expr::Load(_) | Expr::Const(_) | Expr::Reduced => {}
-        }
-    }
-    need
-}
 
 /// Statements `let {prefix}{i}: T = ...;` for every node in `which`. `elem(k)` gives the
 /// compute value of input `k`; `reduced` names the finished reduction.
@@ -121,7 +94,7 @@ impl<'a> Epilogue<'a> {
     ) -> Result<String, String> {
         let k = self.kernel;
         let strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides.clone()).collect();
-        let sp = merge_dims(&k.shape, &strides);
+        let sp = IndexSpace::merge(&k.shape, &strides);
         let mut s = format!("{{\n{}", coords(linear, "q", &sp.dims));
         let mut elem = |i: usize| {
             if i == 0 {
@@ -133,7 +106,7 @@ impl<'a> Epilogue<'a> {
                 load(inp.dtype, &b, &off)
             }
         };
-        s += &emit_nodes(k, &needed(k, &[k.result]), "p", &mut elem, None)?;
+        s += &emit_nodes(k, &k.needed(&[k.result]), "p", &mut elem, None)?;
         s += &store(k.out_dtype(), out, linear, &format!("p{}", k.result));
         Ok(s + "}\n")
     }
@@ -200,13 +173,13 @@ pub fn emit(
         .map(|i| i.view.strides[..n_out].to_vec())
         .chain(std::iter::once(contiguous(&k.shape)))
         .collect();
-    let outer = merge_dims(&k.shape, &out_strides);
+    let outer = IndexSpace::merge(&k.shape, &out_strides);
     let inner_strides: Vec<Vec<isize>> = k
         .inputs
         .iter()
         .map(|i| i.view.strides[n_out..].to_vec())
         .collect();
-    let inner = merge_dims(&k.reduce_shape, &inner_strides);
+    let inner = IndexSpace::merge(&k.reduce_shape, &inner_strides);
     let mut kb = Kb::new();
     let out_b = kb.write(out, k.out_dtype());
     let ins: Vec<String> = k
@@ -244,7 +217,7 @@ fn elementwise(
 ) -> Result<Emitted, String> {
     let n = k.numel();
     let mut elem = |i: usize| load(k.inputs[i].dtype, &ins[i], &format!("base{i}"));
-    let body = emit_nodes(k, &needed(k, &[k.result]), "e", &mut elem, None)?;
+    let body = emit_nodes(k, &k.needed(&[k.result]), "e", &mut elem, None)?;
     let groups = groups_for(n, WG, target);
     let text = format!(
         "{}{}{}{}{}{}}}\n}}\n",
@@ -280,11 +253,11 @@ fn reduction(
             &format!("(base{i} + {})", offset("0", "r", &inner.strides[i])),
         )
     };
-    let prologue = emit_nodes(k, &needed(k, &[red.value]), "e", &mut pro_elem, None)?;
+    let prologue = emit_nodes(k, &k.needed(&[red.value]), "e", &mut pro_elem, None)?;
     let mut epi_elem = |i: usize| load(k.inputs[i].dtype, &ins[i], &format!("base{i}"));
     let epilogue = emit_nodes(
         k,
-        &needed(k, &[k.result]),
+        &k.needed(&[k.result]),
         "f",
         &mut epi_elem,
         Some("rlx_red"),

@@ -229,55 +229,7 @@ pub fn check_i32(what: &str, n: usize) -> Result<(), String> {
     }
 }
 
-/// A loop space after merging: its dims and the strides each view uses over them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IndexSpace {
-    /// merged dims (row-major, no size-1 dims)
-    pub dims: Vec<usize>,
-    /// per view, one stride per merged dim
-    pub strides: Vec<Vec<isize>>,
-}
-
-/// Drops size-1 dims and merges neighbours that every view walks contiguously.
-pub fn merge_dims(dims: &[usize], strides: &[Vec<isize>]) -> IndexSpace {
-    let mut out_dims: Vec<usize> = Vec::new();
-    let mut out_strides: Vec<Vec<isize>> = vec![Vec::new(); strides.len()];
-    for d in (0..dims.len()).filter(|&d| dims[d] != 1) {
-        let mergeable = !out_dims.is_empty()
-            && strides
-                .iter()
-                .enumerate()
-                .all(|(v, s)| out_strides[v].last().copied() == Some(s[d] * dims[d] as isize));
-        if mergeable {
-            if let Some(last) = out_dims.last_mut() {
-                *last *= dims[d];
-            }
-            for (v, s) in strides.iter().enumerate() {
-                if let Some(last) = out_strides[v].last_mut() {
-                    *last = s[d];
-                }
-            }
-        } else {
-            out_dims.push(dims[d]);
-            for (v, s) in strides.iter().enumerate() {
-                out_strides[v].push(s[d]);
-            }
-        }
-    }
-    IndexSpace {
-        dims: out_dims,
-        strides: out_strides,
-    }
-}
-
-/// Contiguous row-major strides of `dims`.
-pub fn contiguous(dims: &[usize]) -> Vec<isize> {
-    let mut s = vec![1isize; dims.len()];
-    for d in (0..dims.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * dims[d + 1] as isize;
-    }
-    s
-}
+pub use rlx_ir::kernel::{row_major as contiguous, IndexSpace};
 
 /// Statements splitting `linear` into `let {prefix}{d}` coordinates over `dims`.
 pub fn coords(linear: &str, prefix: &str, dims: &[usize]) -> String {
@@ -332,12 +284,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn merges_contiguous_and_broadcast_runs() {
-        let sp = merge_dims(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 0, 1]]);
-        assert_eq!(sp.dims, vec![6, 4]);
-        assert_eq!(sp.strides, vec![vec![4, 1], vec![0, 1]]);
-        let sp = merge_dims(&[3, 4], &[vec![1, 3]]);
-        assert_eq!(sp.dims, vec![3, 4]);
+    fn broadcast_strides_zero_the_expanded_dims() {
         assert_eq!(broadcast_strides(&[1, 3], &[2, 2, 3]), vec![0, 0, 1]);
     }
 }

@@ -9,7 +9,6 @@
 pub(crate) mod exec;
 pub(crate) mod lanes;
 
-use crate::interp::kernel_needed;
 use lanes::{Access, Inst, InstKind, Layout};
 use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
@@ -258,11 +257,11 @@ impl LoopExec {
             dtype: r.dtype,
         });
         let prologue = match &k.reduce {
-            Some(r) => insts(k, &kernel_needed(k, r.value)),
+            Some(r) => insts(k, &k.needed(&[r.value])),
             None => Vec::new(),
         };
         let mut prologue = prologue;
-        let mut epilogue = insts(k, &kernel_needed(k, k.result));
+        let mut epilogue = insts(k, &k.needed(&[k.result]));
         if fast {
             let mut keep = vec![k.result];
             keep.extend(reduce.map(|r| r.value));
