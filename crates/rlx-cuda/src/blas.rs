@@ -133,9 +133,28 @@ impl Blas {
             )
         }
         .map_err(|e| blas_err("set epilogue", spec, e))?;
+        if spec.trans_b {
+            // SAFETY: valid descriptor; cublasOperation_t is a 4-byte enum (CUBLAS_OP_T = 1).
+            unsafe {
+                let t: i32 = 1;
+                result::set_matmul_desc_attribute(
+                    desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                    &t as *const i32 as *const c_void,
+                    4,
+                )
+            }
+            .map_err(|e| blas_err("set transpose", spec, e))?;
+        }
         // Column-major view: A' = B (n x k, ld n), B' = A (k x m, ld k), C' = C (n x m, ld n).
+        // A transposed B (stored n x k row-major) is the k x n column-major matrix, ld k.
+        let b_dims = if spec.trans_b {
+            (spec.k, spec.n, spec.b.batch_stride)
+        } else {
+            (spec.n, spec.k, spec.b.batch_stride)
+        };
         let dims = [
-            (spec.n, spec.k, spec.b.batch_stride),
+            b_dims,
             (spec.k, spec.m, spec.a.batch_stride),
             (spec.n, spec.m, spec.c.batch_stride),
         ];
@@ -199,6 +218,7 @@ impl Blas {
         b: u64,
         c: u64,
         bias: Option<u64>,
+        residual: Option<u64>,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<(), CudaError> {
         if let Some(bias) = bias {
@@ -213,15 +233,19 @@ impl Blas {
             }
             .map_err(|e| blas_err("set bias pointer", &g.spec, e))?;
         }
-        let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
+        // With a residual, C is that tensor and beta = 1 (D = alpha A B + C); else C = D, beta 0.
+        let beta_v = if residual.is_some() { 1.0 } else { 0.0 };
+        let (alpha32, zero32, alpha64, zero64) =
+            (g.spec.alpha as f32, beta_v as f32, g.spec.alpha, beta_v);
+        let c_in = residual.unwrap_or(c);
         let (alpha, beta) = if g.f64_scale {
             (
-                &one64 as *const f64 as *const c_void,
+                &alpha64 as *const f64 as *const c_void,
                 &zero64 as *const f64 as *const c_void,
             )
         } else {
             (
-                &one32 as *const f32 as *const c_void,
+                &alpha32 as *const f32 as *const c_void,
                 &zero32 as *const f32 as *const c_void,
             )
         };
@@ -237,7 +261,7 @@ impl Blas {
                 g.layouts[0],
                 a as *const c_void,
                 g.layouts[1],
-                c as *const c_void,
+                c_in as *const c_void,
                 g.layouts[2],
                 c as *mut c_void,
                 g.layouts[2],

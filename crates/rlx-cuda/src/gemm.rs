@@ -54,14 +54,27 @@ pub struct GemmSpec {
     pub bias: Option<ArgRef>,
     /// activation after the bias
     pub activation: Activation,
+    /// a result-shaped tensor added before the activation (cuBLASLt's `C`, beta = 1)
+    pub residual: Option<ArgRef>,
+    /// B is stored as `[n x k]` row-major and used transposed (`A * B^T`)
+    pub trans_b: bool,
+    /// scale applied to the product (`alpha * A * B`)
+    pub alpha: f64,
 }
 
 impl GemmSpec {
     /// Shapes and dtype for messages.
     pub fn describe(&self) -> String {
         format!(
-            "`{}`: {} batch {} x [{}x{}] * [{}x{}]",
-            self.label, self.dtype, self.batch, self.m, self.k, self.k, self.n
+            "`{}`: {} batch {} x [{}x{}] * [{}x{}]{}",
+            self.label,
+            self.dtype,
+            self.batch,
+            self.m,
+            self.k,
+            self.k,
+            self.n,
+            if self.trans_b { " (B transposed)" } else { "" }
         )
     }
 
@@ -71,46 +84,76 @@ impl GemmSpec {
     }
 }
 
-/// Recognizes an epilogue cuBLASLt can fuse: `act(result + bias)` with the bias read along
-/// the last dim only, all in the result dtype. Returns the bias buffer and activation.
-pub fn match_bias_epilogue(e: &LoopKernel, dtype: DType, n: usize) -> Option<(usize, Activation)> {
-    if e.inputs.len() != 2
-        || e.reduce.is_some()
+/// An epilogue cuBLASLt fuses: `act(result + bias + residual)`, each term optional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmEpilogue {
+    /// buffer of the bias along the last dim
+    pub bias: Option<usize>,
+    /// buffer of a result-shaped tensor added as cuBLASLt's `C` (beta = 1)
+    pub residual: Option<usize>,
+    /// activation applied last
+    pub activation: Activation,
+}
+
+/// Recognizes an epilogue cuBLASLt can fuse: `act(result + bias + residual)` where the sum
+/// is any tree of adds over distinct loads, the bias is read along the last dim only, the
+/// residual is read contiguously over the whole result, everything is in the result dtype,
+/// and the activation (if any) is relu or tanh-GELU at the root.
+pub fn match_gemm_epilogue(e: &LoopKernel, dtype: DType, n: usize) -> Option<GemmEpilogue> {
+    if e.reduce.is_some()
         || e.out_dtype() != dtype
         || e.shape.last() != Some(&n)
+        || e.inputs.iter().any(|i| i.dtype != dtype)
+        || e.body.iter().any(|b| b.dtype != dtype)
     {
         return None;
     }
-    let bias = &e.inputs[1];
+    // Which loads each node sums (a bit per input), or None when it is not a pure sum.
+    let mut sums: Vec<Option<u64>> = Vec::with_capacity(e.body.len());
+    for node in &e.body {
+        let v = match &node.expr {
+            Expr::Load(i) if *i < 64 => Some(1u64 << i),
+            Expr::Binary(BinaryOp::Add, a, b) => match (sums[*a], sums[*b]) {
+                (Some(x), Some(y)) if x & y == 0 => Some(x | y),
+                _ => None,
+            },
+            _ => None,
+        };
+        sums.push(v);
+    }
+    let (root, activation) = match &e.body[e.result].expr {
+        Expr::Unary(UnaryOp::Relu, a) => (*a, Activation::Relu),
+        Expr::Unary(UnaryOp::GeluTanh, a) => (*a, Activation::GeluTanh),
+        _ => (e.result, Activation::None),
+    };
+    let terms = sums[root]?;
+    if terms != (1u64 << e.inputs.len()) - 1 || e.inputs[0].view.offset != 0 {
+        return None;
+    }
     let last = e.shape.len() - 1;
-    let along_last = bias.view.offset == 0
-        && bias
-            .view
-            .strides
-            .iter()
-            .enumerate()
-            .all(|(d, &s)| if d == last { s == 1 } else { s == 0 });
-    if !along_last || bias.dtype != dtype || e.inputs[0].dtype != dtype {
+    let contiguous = rlx_ir::kernel::row_major(&e.shape);
+    let mut out = GemmEpilogue {
+        bias: None,
+        residual: None,
+        activation,
+    };
+    if e.inputs[0].view.strides != contiguous {
         return None;
     }
-    let ex: Vec<&Expr> = e.body.iter().map(|n| &n.expr).collect();
-    let loads = matches!(
-        (ex.first(), ex.get(1)),
-        (Some(Expr::Load(0)), Some(Expr::Load(1))) | (Some(Expr::Load(1)), Some(Expr::Load(0)))
-    );
-    let sum = matches!(
-        ex.get(2),
-        Some(Expr::Binary(BinaryOp::Add, 0, 1)) | Some(Expr::Binary(BinaryOp::Add, 1, 0))
-    );
-    if !loads || !sum {
-        return None;
-    }
-    match (ex.len(), e.result, ex.get(3)) {
-        (3, 2, None) => Some((bias.buffer, Activation::None)),
-        (4, 3, Some(Expr::Unary(UnaryOp::Relu, 2))) => Some((bias.buffer, Activation::Relu)),
-        (4, 3, Some(Expr::Unary(UnaryOp::GeluTanh, 2))) => {
-            Some((bias.buffer, Activation::GeluTanh))
+    for input in &e.inputs[1..] {
+        let v = &input.view;
+        let along_last = v.offset == 0
+            && v.strides
+                .iter()
+                .enumerate()
+                .all(|(d, &s)| if d == last { s == 1 } else { s == 0 });
+        if along_last && out.bias.is_none() {
+            out.bias = Some(input.buffer);
+        } else if v.offset == 0 && v.strides == contiguous && out.residual.is_none() {
+            out.residual = Some(input.buffer);
+        } else {
+            return None;
         }
-        _ => None,
     }
+    Some(out)
 }

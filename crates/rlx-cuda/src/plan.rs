@@ -4,7 +4,7 @@
 
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{self, loops, ArgRef, EmittedKernel, Target};
-use crate::gemm::{match_bias_epilogue, Activation, GemmSpec, Operand};
+use crate::gemm::{match_gemm_epilogue, Activation, GemmSpec, Operand};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferId, Kernel, KernelProgram, LibraryKernel, LoopKernel};
 use rlx_ir::{Op, TensorType};
@@ -45,6 +45,7 @@ impl Plan {
                 Step::Gemm(g) => {
                     let mut v = vec![g.a.arg, g.b.arg, g.c.arg];
                     v.extend(g.bias);
+                    v.extend(g.residual);
                     v
                 }
             })
@@ -143,7 +144,12 @@ fn plan_library(
         Op::Pool2d(p) => codegen::pool::pool2d(&ctx, p),
         Op::GlobalPool(kind) => codegen::pool::global(&ctx, *kind),
         Op::ArgReduce { op, axis, .. } => codegen::argreduce::emit(&ctx, *op, *axis),
-        Op::Attention { mask, scale } => codegen::attention::emit(&ctx, *mask, *scale),
+        Op::Attention { mask, scale } => {
+            if crate::plan_gemm::attention(k, &ctx, *mask, *scale, plan).map_err(with)? {
+                return Ok(());
+            }
+            codegen::attention::emit(&ctx, *mask, *scale)
+        }
         Op::MatMul => return crate::plan_gemm::matmul(program, k, &ctx, plan).map_err(with),
         Op::Conv2d(p) => return crate::plan_gemm::conv2d(k, &ctx, p, plan).map_err(with),
         Op::QuantMatMul { .. } => Err("no quantized matmul kernel (caps do not claim it)".into()),
@@ -185,10 +191,20 @@ pub fn scratch(plan: &mut Plan, bytes: usize) -> ArgRef {
     ArgRef::Scratch(plan.scratch.len() - 1)
 }
 
-/// A GEMM whose epilogue cuBLASLt fuses, or None.
-pub fn fused_bias(k: &LibraryKernel, ctx: &LibCtx, n: usize) -> Option<(ArgRef, Activation)> {
+/// The epilogue of a GEMM when cuBLASLt fuses it: bias, residual and activation.
+pub fn fused_epilogue(
+    k: &LibraryKernel,
+    ctx: &LibCtx,
+    n: usize,
+) -> Option<(Option<ArgRef>, Option<ArgRef>, Activation)> {
     let e = k.epilogue.as_ref()?;
-    match_bias_epilogue(e, ctx.result.0, n).map(|(b, a)| (ArgRef::Buffer(b), a))
+    match_gemm_epilogue(e, ctx.result.0, n).map(|f| {
+        (
+            f.bias.map(ArgRef::Buffer),
+            f.residual.map(ArgRef::Buffer),
+            f.activation,
+        )
+    })
 }
 
 /// Constructs an operand.

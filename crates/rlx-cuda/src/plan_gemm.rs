@@ -6,9 +6,9 @@
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{conv, index::contiguous, loops, ArgRef};
 use crate::gemm::{Activation, GemmSpec};
-use crate::plan::{fused_bias, operand, root, scratch, Plan, Step};
+use crate::plan::{fused_epilogue, operand, root, scratch, Plan, Step};
 use rlx_ir::kernel::{KernelProgram, LibraryKernel};
-use rlx_ir::Conv2dParams;
+use rlx_ir::{AttnMask, Conv2dParams, DType};
 
 /// Element offsets of each batch of an operand with batch dims `bd` (aligned right to the
 /// output batch dims `ob`) and `mat` elements per matrix.
@@ -67,8 +67,8 @@ pub fn matmul(
     let out = &ctx.result.1;
     let ob = &out[..out.len() - 2];
     let (target, epilogue) = gemm_target(program, k, ctx, n, plan)?;
-    let bias = fused_bias(k, ctx, n);
-    let (bias_arg, activation) = bias.map_or((None, Activation::None), |(b, a)| (Some(b), a));
+    let (bias_arg, residual, activation) =
+        fused_epilogue(k, ctx, n).unwrap_or((None, None, Activation::None));
     let spec =
         |m: usize, batch: usize, ao: (usize, usize), bo: (usize, usize), co: (usize, usize)| {
             GemmSpec {
@@ -83,6 +83,9 @@ pub fn matmul(
                 c: operand(target, co.0, co.1),
                 bias: bias_arg,
                 activation,
+                residual,
+                trans_b: false,
+                alpha: 1.0,
             }
         };
     let a_off = batch_offsets(&a[..ra - 2], ob, m * kk);
@@ -126,7 +129,7 @@ fn gemm_target(
     let Some(e) = &k.epilogue else {
         return Ok((out, None));
     };
-    if fused_bias(k, ctx, n).is_some() {
+    if fused_epilogue(k, ctx, n).is_some() {
         return Ok((out, None));
     }
     let mut e = e.clone();
@@ -202,6 +205,9 @@ pub fn conv2d(
             c: operand(target, g * geo.og * geo.spatial, geo.o * geo.spatial),
             bias: None,
             activation: Activation::None,
+            residual: None,
+            trans_b: false,
+            alpha: 1.0,
         }));
     }
     if post {
@@ -226,4 +232,98 @@ mod tests {
         let o = batch_offsets(&[], &[4], 10);
         assert_eq!(affine(&o), Some(0));
     }
+}
+
+/// Score elements (batch x sq x sk) from which attention runs as two tensor-core GEMMs around
+/// a softmax kernel instead of the fused kernel; `RLX_CUDA_ATTN_GEMM=1` forces it (tests),
+/// `=0` turns it off.
+const ATTN_GEMM_MIN_SCORES: usize = 1 << 20;
+
+/// Plans attention as `S = scale * Q K^T` (cuBLASLt, K used transposed), the masked softmax
+/// of `S` in place (one generated kernel), and `O = S V` (cuBLASLt) — on tensor cores, for
+/// f16/bf16 when the score matrix is large enough that the extra traffic is cheaper than the
+/// fused kernel's CUDA-core arithmetic. Returns false (nothing planned) when it does not
+/// apply: another dtype, broadcast batch dims, a fused epilogue, or a small problem.
+///
+/// # Errors
+/// None today; the signature matches the other planners.
+pub fn attention(
+    k: &LibraryKernel,
+    ctx: &LibCtx,
+    mask: AttnMask,
+    scale: Option<f64>,
+    plan: &mut Plan,
+) -> Result<bool, String> {
+    let (dtype, q) = &ctx.inputs[0];
+    let (_, kk) = &ctx.inputs[1];
+    let (_, v) = &ctx.inputs[2];
+    let r = q.len();
+    let out = &ctx.result.1;
+    if !matches!(dtype, DType::F16 | DType::BF16)
+        || k.epilogue.is_some()
+        || r < 2
+        || kk.len() != r
+        || v.len() != r
+        || out.len() != r
+    {
+        return Ok(false);
+    }
+    let ob = &out[..r - 2];
+    if q[..r - 2] != *ob || kk[..r - 2] != *ob || v[..r - 2] != *ob {
+        return Ok(false);
+    }
+    let (sq, d, sk, dv) = (q[r - 2], q[r - 1], kk[r - 2], v[r - 1]);
+    let batch = numel(ob);
+    let forced = std::env::var("RLX_CUDA_ATTN_GEMM").ok();
+    let wanted = match forced.as_deref() {
+        Some("1") => true,
+        Some("0") => false,
+        _ => batch * sq * sk >= ATTN_GEMM_MIN_SCORES,
+    };
+    if !wanted || kk[r - 1] != d || v[r - 2] != sk {
+        return Ok(false);
+    }
+    let s = scratch(plan, batch * sq * sk * dtype.size_bytes());
+    let gemm = |m, n, kd, a, b, c, trans_b, alpha| GemmSpec {
+        label: k.name.clone(),
+        dtype: *dtype,
+        m,
+        n,
+        k: kd,
+        batch,
+        a,
+        b,
+        c,
+        bias: None,
+        activation: Activation::None,
+        residual: None,
+        trans_b,
+        alpha,
+    };
+    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    plan.steps.push(Step::Gemm(gemm(
+        sq,
+        sk,
+        d,
+        operand(ArgRef::Buffer(k.inputs[0]), 0, sq * d),
+        operand(ArgRef::Buffer(k.inputs[1]), 0, sk * d),
+        operand(s, 0, sq * sk),
+        true,
+        scale,
+    )));
+    plan.steps
+        .push(Step::Kernel(crate::codegen::attention::gemm_softmax(
+            ctx, mask, s,
+        )));
+    plan.steps.push(Step::Gemm(gemm(
+        sq,
+        dv,
+        sk,
+        operand(s, 0, sq * sk),
+        operand(ArgRef::Buffer(k.inputs[2]), 0, sk * dv),
+        operand(ArgRef::Buffer(k.output), 0, sq * dv),
+        false,
+        1.0,
+    )));
+    Ok(true)
 }

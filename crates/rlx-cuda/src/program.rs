@@ -355,12 +355,17 @@ impl CudaProgram {
                 let size = g.dtype.size_bytes() as u64;
                 let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
                 let bias = g.bias.map(|b| self.addr(b));
+                let size_c = g.dtype.size_bytes() as u64;
+                let residual = g
+                    .residual
+                    .map(|r| self.addr(r) + g.c.offset as u64 * size_c);
                 blas.run(
                     prepared,
                     at(&g.a),
                     at(&g.b),
                     at(&g.c),
                     bias,
+                    residual,
                     self.device.stream(),
                 )
             }

@@ -100,3 +100,27 @@ fn attention_is_one_kernel_with_shared_memory_per_tile() {
     assert!(k[0].launch.shared_bytes > 48 * 1024);
     assert!(k[0].source.contains("rlx_warp_max"), "{}", k[0].source);
 }
+
+#[test]
+fn large_half_attention_runs_as_two_gemms_around_a_softmax() {
+    for mask in ["none", "causal", "additive"] {
+        let p = plan_case(&format!("attention_gemm_{mask}_f16"));
+        let g = gemms(&p);
+        assert_eq!((g.len(), p.kernels().count()), (2, 1), "{mask}");
+        assert!(g[0].trans_b && (g[0].alpha - 0.2).abs() < 1e-12);
+        assert_eq!((g[0].m, g[0].n, g[0].k, g[0].batch), (128, 128, 16, 64));
+        assert_eq!((g[1].m, g[1].n, g[1].k), (128, 24, 128));
+        assert_eq!(p.scratch, vec![64 * 128 * 128 * 2]);
+    }
+    // f32 keeps the fused kernel.
+    let p = plan_case("attention_gemm_none_f32");
+    assert_eq!((gemms(&p).len(), p.kernels().count()), (0, 1));
+}
+
+#[test]
+fn bias_and_residual_fuse_into_cublaslt() {
+    let p = plan_case("matmul_bias_residual_f32");
+    let g = gemms(&p);
+    assert_eq!(p.steps.len(), 1, "bias and residual ride on the GEMM");
+    assert!(g[0].bias.is_some() && g[0].residual.is_some());
+}

@@ -4,10 +4,10 @@
 //! device memory. Each lane scores one key of the tile; each lane owns `dv / 32` output
 //! columns. Head sizes up to 256; causal or additive masks; explicit or default scale.
 
-use super::dtype::load;
+use super::dtype::{load, storage, store};
 use super::index::{contiguous, coords};
 use super::store::{numel, LibCtx};
-use super::{finish, EmittedKernel, Launch};
+use super::{finish, ArgRef, EmittedKernel, Launch};
 use rlx_ir::AttnMask;
 
 /// Keys per tile: one per lane.
@@ -168,6 +168,98 @@ pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedK
         launch,
         ctx.args(),
     ))
+}
+
+/// Emits the softmax of the GEMM form of attention: `scores` holds `batch * sq` rows of `sk`
+/// scaled scores (dtype of Q) and is overwritten with probabilities, with the mask applied
+/// first (causal: keys past the diagonal are dropped; additive: operand 3, broadcast as in
+/// [`emit`]). One warp per row, f32 arithmetic; a fully masked row becomes zeros.
+pub fn gemm_softmax(ctx: &LibCtx, mask: AttnMask, scores: ArgRef) -> EmittedKernel {
+    let (dtype, q) = &ctx.inputs[0];
+    let (_, k) = &ctx.inputs[1];
+    let r = q.len();
+    let (sq, sk) = (q[r - 2], k[r - 2]);
+    let out = &ctx.result.1;
+    let out_batch = &out[..out.len() - 2];
+    let rows = numel(out_batch) * sq;
+    let ity = "long long";
+    let st = storage(*dtype);
+    let (mask_param, mask_setup, mask_term, args) = match mask {
+        AttnMask::None => (String::new(), String::new(), String::new(), vec![scores]),
+        AttnMask::Causal => (
+            String::new(),
+            String::new(),
+            format!("if (j > i + {}) v = ninf;\n", sk as isize - sq as isize),
+            vec![scores],
+        ),
+        AttnMask::Additive => {
+            let (mdt, ms) = &ctx.inputs[3];
+            let mstrides = batch_strides(ms, out_batch);
+            let mut setup = coords("bi", "bc", out_batch, ity);
+            setup += &format!("const {ity} mo = 0");
+            for (d, x) in mstrides.iter().enumerate() {
+                if *x != 0 {
+                    setup += &format!(" + bc{d} * {x}");
+                }
+            }
+            setup += ";\n";
+            let mr = ms.len();
+            let si = if mr >= 2 && ms[mr - 2] != 1 {
+                ms[mr - 1]
+            } else {
+                0
+            };
+            let sj = usize::from(mr >= 1 && ms[mr - 1] != 1);
+            (
+                format!(", const {}* __restrict__ mask", storage(*mdt)),
+                setup,
+                format!(
+                    "v += {};\n",
+                    load(*mdt, &format!("mask[mo + (long long)i * {si} + j * {sj}]"))
+                ),
+                vec![scores, ArgRef::Buffer(ctx.kernel.inputs[3])],
+            )
+        }
+    };
+    let rows_per_block = 8;
+    let value = |name: &str| {
+        format!(
+            "float {name} = {};\n{mask_term}",
+            load(*dtype, "s[base + j]")
+        )
+    };
+    let text = format!(
+        "extern \"C\" __global__ void __launch_bounds__({threads}) RLX_FN({st}* __restrict__ s{mask_param}) {{\n\
+         const int lane = threadIdx.x & 31;\n\
+         const {ity} row = (long long)blockIdx.x * {rows_per_block} + (threadIdx.x >> 5);\n\
+         if (row >= {rows}) return;\n\
+         const float ninf = __int_as_float(0xff800000);\n\
+         const {ity} bi = row / {sq};\n\
+         const int i = (int)(row % {sq});\n\
+         const {ity} base = row * {sk};\n\
+         {mask_setup}\
+         float mx = ninf;\n\
+         for (int j = lane; j < {sk}; j += 32) {{\n{v}mx = fmaxf(mx, v);\n}}\n\
+         mx = rlx_warp_max(mx);\n\
+         float sum = 0.0f;\n\
+         if (mx != ninf) for (int j = lane; j < {sk}; j += 32) {{\n{v}sum += expf(v - mx);\n}}\n\
+         sum = rlx_warp_sum(sum);\n\
+         const float inv = (mx == ninf) ? 0.0f : 1.0f / sum;\n\
+         for (int j = lane; j < {sk}; j += 32) {{\n{v}s[base + j] = {p};\n}}\n\
+         }}\n",
+        threads = rows_per_block * 32,
+        v = value("v"),
+        p = store(*dtype, "(mx == ninf) ? 0.0f : expf(v - mx) * inv"),
+    );
+    let launch = Launch {
+        grid: [
+            rows.div_ceil(rows_per_block).clamp(1, i32::MAX as usize) as u32,
+            1,
+        ],
+        block: (rows_per_block * 32) as u32,
+        shared_bytes: 0,
+    };
+    finish(&ctx.kernel.name, "attn_softmax", text, launch, args)
 }
 
 #[cfg(test)]

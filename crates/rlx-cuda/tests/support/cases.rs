@@ -159,6 +159,29 @@ pub fn library_cases() -> Vec<Case> {
                 .unwrap();
             cases.push(b.done(y));
         }
+        // Attention large enough (batch x sq x sk >= 2^20) that f16/bf16 take the GEMM form.
+        for mask in ["none", "causal", "additive"] {
+            let mut b = Builder::new(&format!("attention_gemm_{mask}_{dt}"), dt);
+            let q = b.input(dt, &[8, 8, 128, 16]);
+            let k = b.input(dt, &[8, 8, 128, 16]);
+            let v = b.input(dt, &[8, 8, 128, 24]);
+            let m = (mask == "additive").then(|| b.input(dt, &[8, 1, 128, 128]));
+            let y = b
+                .g()
+                .attention(q, k, v, m, mask == "causal", Some(0.2))
+                .unwrap();
+            cases.push(b.done(y));
+        }
+        // A residual add after bias fuses into cuBLASLt as C (beta = 1).
+        let mut b = Builder::new(&format!("matmul_bias_residual_{dt}"), dt);
+        let x = b.input(dt, &[2, 5, 7]);
+        let w = b.param(dt, &[7, 3]);
+        let bias = b.param(dt, &[3]);
+        let r = b.input(dt, &[2, 5, 3]);
+        let y = b.g().matmul(x, w).unwrap();
+        let y = b.g().add(y, bias).unwrap();
+        let y = b.g().add(r, y).unwrap();
+        cases.push(b.done(y));
         // Matmuls: folded rows, batched, broadcast batches; fused bias+relu; unfused gelu.
         let mut b = Builder::new(&format!("matmul_bias_relu_{dt}"), dt);
         let x = b.input(dt, &[2, 5, 7]);
