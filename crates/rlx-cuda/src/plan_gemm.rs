@@ -280,7 +280,8 @@ pub fn attention(
         Some("0") => false,
         _ => batch * sq * sk >= ATTN_GEMM_MIN_SCORES,
     };
-    if !wanted || kk[r - 1] != d || v[r - 2] != sk {
+    // The softmax keeps a row in registers (sk / 32 per lane): long rows stay fused.
+    if !wanted || kk[r - 1] != d || v[r - 2] != sk || sk > 32 * 64 {
         return Ok(false);
     }
     let s = scratch(plan, batch * sq * sk * dtype.size_bytes());

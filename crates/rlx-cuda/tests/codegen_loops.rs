@@ -229,9 +229,25 @@ fn contiguous_f32_chains_use_float4() {
     for fallback in [
         chain(4096, 2, DType::F32),
         chain(4098, 0, DType::F32),
-        chain(4096, 0, DType::F16),
+        chain(4096, 0, DType::F64),
     ] {
-        assert!(!emit(&fallback).source.contains("float4"));
+        let s = emit(&fallback).source;
+        assert!(!s.contains("float4") && !s.contains("ushort4"), "{s}");
     }
-    compile_check("contiguous_f32_chains_use_float4", &[k]);
+    // 16-bit floats move as ushort4 (8 bytes), converted per lane.
+    let h = emit(&chain(4096, 4, DType::F16));
+    assert!(
+        h.source
+            .contains("reinterpret_cast<const ushort4*>(in0 + 4)[idx]"),
+        "{}",
+        h.source
+    );
+    assert!(
+        h.source.contains("make_ushort4(rlx_f32_to_f16(e0_3)"),
+        "{}",
+        h.source
+    );
+    let b = emit(&chain(4096, 0, DType::BF16));
+    assert!(b.source.contains("make_ushort4(rlx_f32_to_bf16(e0_3)"));
+    compile_check("contiguous_f32_chains_use_float4", &[k, h, b]);
 }

@@ -189,7 +189,7 @@ pub fn gemm_softmax(ctx: &LibCtx, mask: AttnMask, scores: ArgRef) -> EmittedKern
         AttnMask::Causal => (
             String::new(),
             String::new(),
-            format!("if (j > i + {}) v = ninf;\n", sk as isize - sq as isize),
+            format!("if (j > i + {}) x = ninf;\n", sk as isize - sq as isize),
             vec![scores],
         ),
         AttnMask::Additive => {
@@ -214,7 +214,7 @@ pub fn gemm_softmax(ctx: &LibCtx, mask: AttnMask, scores: ArgRef) -> EmittedKern
                 format!(", const {}* __restrict__ mask", storage(*mdt)),
                 setup,
                 format!(
-                    "v += {};\n",
+                    "x += {};\n",
                     load(*mdt, &format!("mask[mo + (long long)i * {si} + j * {sj}]"))
                 ),
                 vec![scores, ArgRef::Buffer(ctx.kernel.inputs[3])],
@@ -222,12 +222,8 @@ pub fn gemm_softmax(ctx: &LibCtx, mask: AttnMask, scores: ArgRef) -> EmittedKern
         }
     };
     let rows_per_block = 8;
-    let value = |name: &str| {
-        format!(
-            "float {name} = {};\n{mask_term}",
-            load(*dtype, "s[base + j]")
-        )
-    };
+    // Each lane keeps its `sk / 32` scores in registers: S is read once and written once.
+    let per_lane = sk.div_ceil(32);
     let text = format!(
         "extern \"C\" __global__ void __launch_bounds__({threads}) RLX_FN({st}* __restrict__ s{mask_param}) {{\n\
          const int lane = threadIdx.x & 31;\n\
@@ -238,18 +234,26 @@ pub fn gemm_softmax(ctx: &LibCtx, mask: AttnMask, scores: ArgRef) -> EmittedKern
          const int i = (int)(row % {sq});\n\
          const {ity} base = row * {sk};\n\
          {mask_setup}\
+         float v[{per_lane}];\n\
          float mx = ninf;\n\
-         for (int j = lane; j < {sk}; j += 32) {{\n{v}mx = fmaxf(mx, v);\n}}\n\
+         #pragma unroll\n\
+         for (int c = 0; c < {per_lane}; ++c) {{\n\
+         const int j = lane + 32 * c;\n\
+         float x = ninf;\n\
+         if (j < {sk}) {{\nx = {sload};\n{mask_term}}}\n\
+         v[c] = x;\nmx = fmaxf(mx, x);\n}}\n\
          mx = rlx_warp_max(mx);\n\
          float sum = 0.0f;\n\
-         if (mx != ninf) for (int j = lane; j < {sk}; j += 32) {{\n{v}sum += expf(v - mx);\n}}\n\
+         #pragma unroll\n\
+         for (int c = 0; c < {per_lane}; ++c) {{ v[c] = (mx == ninf) ? 0.0f : expf(v[c] - mx); sum += v[c]; }}\n\
          sum = rlx_warp_sum(sum);\n\
          const float inv = (mx == ninf) ? 0.0f : 1.0f / sum;\n\
-         for (int j = lane; j < {sk}; j += 32) {{\n{v}s[base + j] = {p};\n}}\n\
+         #pragma unroll\n\
+         for (int c = 0; c < {per_lane}; ++c) {{ const int j = lane + 32 * c; if (j < {sk}) s[base + j] = {p}; }}\n\
          }}\n",
         threads = rows_per_block * 32,
-        v = value("v"),
-        p = store(*dtype, "(mx == ninf) ? 0.0f : expf(v - mx) * inv"),
+        sload = load(*dtype, "s[base + j]"),
+        p = store(*dtype, "v[c] * inv"),
     );
     let launch = Launch {
         grid: [

@@ -139,23 +139,34 @@ fn elementwise(k: &LoopKernel, outer: &IndexSpace, ity: &str, ps: &str) -> Resul
     ))
 }
 
-/// True for f32 elementwise kernels over one merged dim whose inputs are contiguous (at a
-/// 16-byte aligned offset) or broadcast scalars, with a multiple of 4 points: those run
-/// [`elementwise_vec4`].
+/// The 4-wide vector type of a storage dtype and its constructor: `float4` for f32 (16
+/// bytes), `ushort4` for f16/bf16 (8 bytes); None for the others.
+fn vec4_type(dtype: DType) -> Option<(&'static str, &'static str)> {
+    match dtype {
+        DType::F32 => Some(("float4", "make_float4")),
+        DType::F16 | DType::BF16 => Some(("ushort4", "make_ushort4")),
+        _ => None,
+    }
+}
+
+/// True for f32/f16/bf16 elementwise kernels over one merged dim whose inputs are contiguous
+/// (at an offset that is a multiple of 4 elements, so vector-aligned) or broadcast scalars,
+/// with a multiple of 4 points: those run [`elementwise_vec4`].
 fn vec4_ok(k: &LoopKernel, outer: &IndexSpace) -> bool {
     let n = k.numel();
     k.reduce.is_none()
         && outer.dims.len() == 1
         && n.is_multiple_of(4)
         && n >= 1024
-        && k.out_dtype() == DType::F32
+        && vec4_type(k.out_dtype()).is_some()
         && k.inputs.iter().zip(&outer.strides).all(|(i, s)| {
-            i.dtype == DType::F32 && (s[0] == 0 || (s[0] == 1 && i.view.offset.is_multiple_of(4)))
+            vec4_type(i.dtype).is_some()
+                && (s[0] == 0 || (s[0] == 1 && i.view.offset.is_multiple_of(4)))
         })
 }
 
-/// Four points per thread, read and written as `float4` (the widest coalesced access); the
-/// expression body is emitted once per lane.
+/// Four points per thread, read and written as 4-wide vectors (`float4`, or `ushort4` for
+/// 16-bit floats); the expression body is emitted once per lane.
 fn elementwise_vec4(
     k: &LoopKernel,
     outer: &IndexSpace,
@@ -166,9 +177,9 @@ fn elementwise_vec4(
     let contiguous = |i: usize| outer.strides[i][0] == 1;
     let mut loads = String::new();
     for (i, inp) in k.inputs.iter().enumerate() {
-        if contiguous(i) {
+        if let (true, Some((vt, _))) = (contiguous(i), vec4_type(inp.dtype)) {
             loads += &format!(
-                "const float4 v{i} = reinterpret_cast<const float4*>(in{i} + {})[idx];\n",
+                "const {vt} v{i} = reinterpret_cast<const {vt}*>(in{i} + {})[idx];\n",
                 inp.view.offset
             );
         }
@@ -187,10 +198,17 @@ fn elementwise_vec4(
         body += &emit_nodes(k, &need, &format!("e{l}_"), &elem, None)?;
     }
     let r = k.result;
+    let out_dt = k.out_dtype();
+    let (vt, make) = vec4_type(out_dt).ok_or("no 4-wide vector for the output dtype")?;
+    let lane = |l: usize| store(out_dt, &format!("e{l}_{r}"));
     Ok(format!(
         "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n\
          for ({ity} idx = blockIdx.x * {BLOCK} + threadIdx.x; idx < {n4}; idx += gridDim.x * {BLOCK}) {{\n\
-         {loads}{body}reinterpret_cast<float4*>(out)[idx] = make_float4(e0_{r}, e1_{r}, e2_{r}, e3_{r});\n}}\n}}\n"
+         {loads}{body}reinterpret_cast<{vt}*>(out)[idx] = {make}({}, {}, {}, {});\n}}\n}}\n",
+        lane(0),
+        lane(1),
+        lane(2),
+        lane(3)
     ))
 }
 
