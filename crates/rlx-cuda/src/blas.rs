@@ -214,13 +214,16 @@ impl Blas {
     pub fn run(
         &self,
         g: &PreparedGemm,
-        a: u64,
-        b: u64,
-        c: u64,
-        bias: Option<u64>,
-        residual: Option<u64>,
+        p: &GemmPointers,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<(), CudaError> {
+        let GemmPointers {
+            a,
+            b,
+            c,
+            bias,
+            residual,
+        } = *p;
         if let Some(bias) = bias {
             // SAFETY: valid descriptor; a device pointer attribute.
             unsafe {
@@ -280,6 +283,21 @@ impl Drop for Blas {
         // SAFETY: created once, destroyed once.
         let _ = unsafe { result::destroy_handle(self.handle) };
     }
+}
+
+/// Device addresses of one GEMM's operands (element offsets applied).
+#[derive(Debug, Clone, Copy)]
+pub struct GemmPointers {
+    /// left operand
+    pub a: u64,
+    /// right operand
+    pub b: u64,
+    /// result
+    pub c: u64,
+    /// bias of length n, when fused
+    pub bias: Option<u64>,
+    /// result-shaped tensor added as cuBLASLt's C, when fused
+    pub residual: Option<u64>,
 }
 
 /// A GEMM ready to enqueue.

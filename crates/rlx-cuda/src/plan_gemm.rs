@@ -218,22 +218,6 @@ pub fn conv2d(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_offsets_broadcast_and_detect_affine_strides() {
-        let o = batch_offsets(&[2, 3], &[2, 3], 10);
-        assert_eq!(affine(&o), Some(10));
-        let o = batch_offsets(&[1, 3], &[2, 3], 10);
-        assert_eq!(o, vec![0, 10, 20, 0, 10, 20]);
-        assert_eq!(affine(&o), None);
-        let o = batch_offsets(&[], &[4], 10);
-        assert_eq!(affine(&o), Some(0));
-    }
-}
-
 /// Score elements (batch x sq x sk) from which attention runs as two tensor-core GEMMs around
 /// a softmax kernel instead of the fused kernel; `RLX_CUDA_ATTN_GEMM=1` forces it (tests),
 /// `=0` turns it off.
@@ -327,4 +311,20 @@ pub fn attention(
         1.0,
     )));
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_offsets_broadcast_and_detect_affine_strides() {
+        let o = batch_offsets(&[2, 3], &[2, 3], 10);
+        assert_eq!(affine(&o), Some(10));
+        let o = batch_offsets(&[1, 3], &[2, 3], 10);
+        assert_eq!(o, vec![0, 10, 20, 0, 10, 20]);
+        assert_eq!(affine(&o), None);
+        let o = batch_offsets(&[], &[4], 10);
+        assert_eq!(affine(&o), Some(0));
+    }
 }

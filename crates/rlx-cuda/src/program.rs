@@ -354,20 +354,15 @@ impl CudaProgram {
                     .ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
                 let size = g.dtype.size_bytes() as u64;
                 let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
-                let bias = g.bias.map(|b| self.addr(b));
-                let size_c = g.dtype.size_bytes() as u64;
-                let residual = g
-                    .residual
-                    .map(|r| self.addr(r) + g.c.offset as u64 * size_c);
-                blas.run(
-                    prepared,
-                    at(&g.a),
-                    at(&g.b),
-                    at(&g.c),
-                    bias,
-                    residual,
-                    self.device.stream(),
-                )
+                let ptrs = crate::blas::GemmPointers {
+                    a: at(&g.a),
+                    b: at(&g.b),
+                    c: at(&g.c),
+                    bias: g.bias.map(|b| self.addr(b)),
+                    // Read like the output: same offset, same layout.
+                    residual: g.residual.map(|r| self.addr(r) + g.c.offset as u64 * size),
+                };
+                blas.run(prepared, &ptrs, self.device.stream())
             }
         }
     }
