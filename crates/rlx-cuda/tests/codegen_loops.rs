@@ -249,5 +249,30 @@ fn contiguous_f32_chains_use_float4() {
     );
     let b = emit(&chain(4096, 0, DType::BF16));
     assert!(b.source.contains("make_ushort4(rlx_f32_to_bf16(e0_3)"));
-    compile_check("contiguous_f32_chains_use_float4", &[k, h, b]);
+    // A row repeated over the outer dim (a bias) reads vector idx % (inner / 4).
+    let bias_gelu = kernel(
+        "bias_gelu",
+        &[64, 96],
+        &[],
+        vec![
+            input(0, DType::F16, vec![96, 1]),
+            input(1, DType::F16, vec![0, 1]),
+        ],
+        vec![
+            node(Expr::Load(0), DType::F16),
+            node(Expr::Load(1), DType::F16),
+            node(Expr::Binary(BinaryOp::Add, 0, 1), DType::F16),
+            node(Expr::Unary(UnaryOp::Gelu, 2), DType::F16),
+        ],
+        None,
+        3,
+    );
+    let row = emit(&bias_gelu);
+    assert!(
+        row.source
+            .contains("reinterpret_cast<const ushort4*>(in1 + 0)[idx % 24]"),
+        "{}",
+        row.source
+    );
+    compile_check("contiguous_f32_chains_use_float4", &[k, h, b, row]);
 }

@@ -86,8 +86,9 @@ pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKe
     let mut args: Vec<ArgRef> = k.inputs.iter().map(|i| ArgRef::Buffer(i.buffer)).collect();
     args.push(ArgRef::Buffer(k.output));
     match &k.reduce {
-        None if vec4_ok(k, &outer) => {
-            let text = elementwise_vec4(k, &outer, ity, &ps)?;
+        None if vec4_reads(k, &outer).is_some() => {
+            let reads = vec4_reads(k, &outer).unwrap_or_default();
+            let text = elementwise_vec4(k, &outer, &reads, ity, &ps)?;
             let launch = Launch::linear(grid_for(n / 4, BLOCK as usize), BLOCK);
             Ok(finish(&k.name, "ew", text, launch, args))
         }
@@ -149,20 +150,53 @@ fn vec4_type(dtype: DType) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// True for f32/f16/bf16 elementwise kernels over one merged dim whose inputs are contiguous
-/// (at an offset that is a multiple of 4 elements, so vector-aligned) or broadcast scalars,
-/// with a multiple of 4 points: those run [`elementwise_vec4`].
-fn vec4_ok(k: &LoopKernel, outer: &IndexSpace) -> bool {
+/// How a vectorized elementwise kernel reads one input.
+#[derive(Clone, Copy, PartialEq)]
+enum VecRead {
+    /// one scalar for every point
+    Scalar,
+    /// contiguous like the output: vector `idx`
+    Full,
+    /// a row repeated over the outer dim (e.g. a bias): vector `idx % (inner / 4)`
+    Row,
+}
+
+/// How each input is read when the kernel can run [`elementwise_vec4`]: f32/f16/bf16
+/// elementwise kernels over one merged dim, or two whose inner dim is a multiple of 4, whose
+/// inputs are contiguous or rows repeated over the outer dim (at offsets that are multiples
+/// of 4 elements, so vector-aligned) or broadcast scalars, with a multiple of 4 points.
+fn vec4_reads(k: &LoopKernel, outer: &IndexSpace) -> Option<Vec<VecRead>> {
     let n = k.numel();
-    k.reduce.is_none()
-        && outer.dims.len() == 1
-        && n.is_multiple_of(4)
-        && n >= 1024
-        && vec4_type(k.out_dtype()).is_some()
-        && k.inputs.iter().zip(&outer.strides).all(|(i, s)| {
-            vec4_type(i.dtype).is_some()
-                && (s[0] == 0 || (s[0] == 1 && i.view.offset.is_multiple_of(4)))
+    let dims = &outer.dims;
+    let shape_ok = match dims.len() {
+        1 => true,
+        2 => dims[1].is_multiple_of(4),
+        _ => false,
+    };
+    if k.reduce.is_some()
+        || !shape_ok
+        || !n.is_multiple_of(4)
+        || n < 1024
+        || vec4_type(k.out_dtype()).is_none()
+    {
+        return None;
+    }
+    let inner = *dims.last()? as isize;
+    k.inputs
+        .iter()
+        .zip(&outer.strides)
+        .map(|(i, s)| {
+            vec4_type(i.dtype)?;
+            let aligned = i.view.offset.is_multiple_of(4);
+            match s.as_slice() {
+                [0] | [0, 0] => Some(VecRead::Scalar),
+                [1] if aligned => Some(VecRead::Full),
+                [o, 1] if *o == inner && aligned => Some(VecRead::Full),
+                [0, 1] if aligned => Some(VecRead::Row),
+                _ => None,
+            }
         })
+        .collect()
 }
 
 /// Four points per thread, read and written as 4-wide vectors (`float4`, or `ushort4` for
@@ -170,29 +204,34 @@ fn vec4_ok(k: &LoopKernel, outer: &IndexSpace) -> bool {
 fn elementwise_vec4(
     k: &LoopKernel,
     outer: &IndexSpace,
+    reads: &[VecRead],
     ity: &str,
     ps: &str,
 ) -> Result<String, String> {
     let n4 = k.numel() / 4;
-    let contiguous = |i: usize| outer.strides[i][0] == 1;
+    let inner4 = outer.dims.last().copied().unwrap_or(4) / 4;
     let mut loads = String::new();
     for (i, inp) in k.inputs.iter().enumerate() {
-        if let (true, Some((vt, _))) = (contiguous(i), vec4_type(inp.dtype)) {
-            loads += &format!(
-                "const {vt} v{i} = reinterpret_cast<const {vt}*>(in{i} + {})[idx];\n",
-                inp.view.offset
-            );
-        }
+        let at = match reads[i] {
+            VecRead::Scalar => continue,
+            VecRead::Full => "idx".to_string(),
+            VecRead::Row => format!("idx % {inner4}"),
+        };
+        let (vt, _) = vec4_type(inp.dtype).ok_or("no 4-wide vector for an input dtype")?;
+        loads += &format!(
+            "const {vt} v{i} = reinterpret_cast<const {vt}*>(in{i} + {})[{at}];\n",
+            inp.view.offset
+        );
     }
     let need = k.needed(&[k.result]);
     let mut body = String::new();
     let lanes = ["x", "y", "z", "w"];
     for (l, c) in lanes.iter().enumerate() {
         let elem = |i: usize| {
-            if contiguous(i) {
-                (format!("v{i}.{c}"), false)
-            } else {
+            if reads[i] == VecRead::Scalar {
                 (format!("in{i}[{}]", k.inputs[i].view.offset), false)
+            } else {
+                (format!("v{i}.{c}"), false)
             }
         };
         body += &emit_nodes(k, &need, &format!("e{l}_"), &elem, None)?;
