@@ -18,10 +18,13 @@ run() { # name timeout command...
 }
 for t in .gpu/tests/*; do
   [ -x "$t" ] || continue
-  run "test-$(basename "$t" | sed 's/-[0-9a-f]*$//')" 240 "$t" --test-threads=1 --nocapture --skip opengl
+  run "test-$(basename "$t" | sed 's/-[0-9a-f]*$//')" 150 "$t" --test-threads=1 --nocapture --skip opengl
 done
-run bench_wgpu 240 .gpu/bench_wgpu --device vulkan --size 4096 --elems 268435456 --batch 32 --iters 30 --warmup 5 --reps 10
-RLX_WGPU_UNCHECKED=1 run bench_wgpu_unchecked 240 .gpu/bench_wgpu --device vulkan --size 4096 --elems 268435456 --batch 32 --iters 30 --warmup 5 --reps 10
-run torch_peer 300 python3 .gpu/encoder_torch.py --batches 32 --gemm --copy
+bench=(.gpu/bench_wgpu --device vulkan --size 4096 --elems 268435456 --batch 32 --iters 20 --warmup 3 --reps 10 --only sgemm,hgemm,ew,ew16,encoder)
+run bench_wgpu 150 "${bench[@]}"
+# The same with f16 arithmetic, subgroups and vec4 off, then with wgpu's bounds checks on.
+RLX_WGPU_NO_F16=1 RLX_WGPU_NO_SUBGROUPS=1 RLX_WGPU_NO_VEC4=1 run bench_wgpu_paths_off 150 "${bench[@]}"
+RLX_WGPU_CHECKED=1 run bench_wgpu_checked 150 "${bench[@]}"
+run torch_peer 150 python3 .gpu/encoder_torch.py --batches 32 --gemm --copy
 grep -hE '^(device|gemm|elementwise|encoder|torch|rlx)' "$out"/bench_*.log "$out"/torch_*.log > "$out/bench.txt" 2>/dev/null
 cat "$out/bench.txt"

@@ -398,7 +398,21 @@ fn pools_norms_softmax_attention() {
 
 #[test]
 fn data_movement_every_dtype() {
-    for dt in [F, DType::I64, DType::Bool, DType::F16, DType::U8] {
+    for dt in [
+        F,
+        DType::I64,
+        DType::Bool,
+        DType::F16,
+        DType::U8,
+        DType::I16,
+        DType::U32,
+        DType::U64,
+        DType::F8E4M3FN,
+        DType::F8E5M2FNUZ,
+        DType::F4E2M1,
+        DType::I4,
+        DType::U2,
+    ] {
         let mut b = ProgramBuilder::new();
         let x = b.input("x", dt, &[5, 4, 3]);
         let idx = b.constant(
@@ -456,7 +470,7 @@ fn data_movement_every_dtype() {
             .unwrap();
         let r2 = b.alias(r, &[60]);
         b.output("r", r2);
-        if dt != DType::Bool {
+        if dt != DType::Bool && !dt.is_narrow() {
             let am = b
                 .push_library(
                     "argmax",
@@ -526,5 +540,96 @@ fn integer_and_half_loop_kernels_match_exactly() {
         b.output("o", out);
         let err = compare_with_reference(&b.finish(), &CpuOptions::default(), 9).unwrap();
         assert_eq!(err, 0.0, "{dt}");
+    }
+}
+
+#[test]
+fn bitwise_ops_and_narrow_casts_match_exactly() {
+    for dt in [
+        DType::U8,
+        DType::I16,
+        DType::U16,
+        DType::I32,
+        DType::U32,
+        DType::U64,
+    ] {
+        let mut b = ProgramBuilder::new();
+        let x = b.input("x", dt, &[6, 7]);
+        let y = b.input("y", dt, &[7]);
+        let k = kernel(
+            "bits",
+            &[6, 7],
+            vec![
+                inp(x, dt, contiguous_view(&[6, 7])),
+                inp(y, dt, broadcast_view(&[7], &[6, 7])),
+            ],
+            vec![
+                n(Expr::Load(0), dt),
+                n(Expr::Load(1), dt),
+                n(Expr::Binary(BinaryOp::BitAnd, 0, 1), dt),
+                n(Expr::Binary(BinaryOp::BitXor, 2, 0), dt),
+                n(Expr::Unary(UnaryOp::BitNot, 3), dt),
+                n(Expr::Const(3.0), dt),
+                n(Expr::Binary(BinaryOp::Shl, 4, 5), dt),
+                n(Expr::Binary(BinaryOp::Shr, 6, 5), dt),
+                n(Expr::Binary(BinaryOp::BitOr, 7, 1), dt),
+            ],
+        );
+        let out = b.push_loop(k);
+        b.output("o", out);
+        let err = compare_with_reference(&b.finish(), &CpuOptions::default(), 3).unwrap();
+        assert_eq!(err, 0.0, "{dt}");
+    }
+    for narrow in [
+        DType::F8E4M3FN,
+        DType::F8E4M3FNUZ,
+        DType::F8E5M2,
+        DType::F8E5M2FNUZ,
+        DType::F8E8M0,
+        DType::F4E2M1,
+        DType::I4,
+        DType::U4,
+        DType::I2,
+        DType::U2,
+    ] {
+        let mut b = ProgramBuilder::new();
+        let x = b.input("x", F, &[40]);
+        let k = kernel(
+            "narrow",
+            &[40],
+            vec![inp(x, F, contiguous_view(&[40]))],
+            vec![
+                n(Expr::Load(0), F),
+                n(Expr::Const(200.0), F),
+                n(Expr::Binary(BinaryOp::Mul, 0, 1), F),
+                n(Expr::Cast(2), narrow),
+            ],
+        );
+        let q = b.push_loop(k);
+        b.output("q", q);
+        let back = b.push_library("back", Op::Cast(F), &[q], None).unwrap();
+        b.output("back", back);
+        let err = compare_with_reference(&b.finish(), &CpuOptions::default(), 4).unwrap();
+        assert_eq!(err, 0.0, "{narrow}");
+    }
+}
+
+#[test]
+fn bitcast_reinterprets_bytes() {
+    for (from, to) in [
+        (F, DType::I32),
+        (DType::F64, DType::I64),
+        (DType::I8, DType::U8),
+        (DType::U16, DType::I16),
+        (DType::F8E4M3FN, DType::U8),
+    ] {
+        let mut b = ProgramBuilder::new();
+        let x = b.input("x", from, &[3, 5]);
+        let y = b
+            .push_library("bitcast", Op::BitCast(to), &[x], None)
+            .unwrap();
+        b.output("y", y);
+        let err = compare_with_reference(&b.finish(), &CpuOptions::default(), 6).unwrap();
+        assert_eq!(err, 0.0, "{from} -> {to}");
     }
 }

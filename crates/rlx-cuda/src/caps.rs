@@ -2,6 +2,7 @@
 //! op is an explicit arm, so a new op makes the compiler ask about it here.
 
 use crate::codegen::attention::MAX_HEAD;
+use crate::codegen::dtype;
 use rlx_ir::{DType, Op, TensorType};
 
 /// Dtypes cuBLASLt multiplies for us (f32 optionally on TF32 tensor cores, f16/bf16 on
@@ -17,6 +18,20 @@ fn single_float(dtype: DType) -> bool {
 
 /// True when the backend runs `op` natively for inputs of these types.
 pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
+    // Dtypes without a CUDA rule are left to legalization, which reports them.
+    let out_dtype = match op {
+        Op::Cast(to) | Op::BitCast(to) => Some(*to),
+        Op::Constant(t) => Some(t.dtype()),
+        _ => None,
+    };
+    if inputs
+        .iter()
+        .map(|t| t.dtype)
+        .chain(out_dtype)
+        .any(|d| !dtype::supported(d))
+    {
+        return false;
+    }
     let first = inputs.first().map(|t| t.dtype);
     let float = first.is_some_and(|d| d.is_float());
     match op {
@@ -34,6 +49,7 @@ pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
         Op::MatMul | Op::Conv2d(_) => first.is_some_and(gemm_dtype),
         // No quantized GEMM yet: legalization reports it unsupported.
         Op::QuantMatMul { .. } => false,
+        Op::BitCast(_) => false,
         Op::Attention { .. } => {
             let head_ok = inputs.iter().take(3).all(|t| {
                 t.shape

@@ -29,5 +29,7 @@ pub fn tensor_bytes(t: &Tensor) -> &[u8] {
         D::I32(v) => raw(v),
         D::I64(v) => raw(v),
         D::Bool(v) => raw(v),
+        // The other dtypes (16-bit, unsigned, narrow): the same in-memory bytes.
+        other => other.as_bytes(),
     }
 }

@@ -21,6 +21,27 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             Ok(())
         }
     };
+    let moves_only = matches!(
+        op,
+        Op::Cast(_)
+            | Op::BitCast(_)
+            | Op::Where
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concat { .. }
+            | Op::Gather { .. }
+            | Op::Expand(_)
+            | Op::Pad { .. }
+    );
+    if let Some(t) = inputs.iter().find(|t| t.dtype.is_narrow()) {
+        if !moves_only {
+            return Err(format!(
+                "dtype {} is storage only (cast it to compute on it)",
+                t.dtype
+            ));
+        }
+    }
     match op {
         Op::Input { .. } | Op::Param { .. } => {
             Err("inputs and params declare their type; nothing to infer".into())
@@ -63,6 +84,18 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         }
         Op::Cast(to) => {
             arity(1, 1)?;
+            Ok(TensorType::new(*to, inputs[0].shape.clone()))
+        }
+        Op::BitCast(to) => {
+            arity(1, 1)?;
+            let from = inputs[0].dtype;
+            if from.bits() != to.bits() || from.bits() < 8 {
+                return Err(format!(
+                    "cannot reinterpret {from} ({} bits) as {to} ({} bits)",
+                    from.bits(),
+                    to.bits()
+                ));
+            }
             Ok(TensorType::new(*to, inputs[0].shape.clone()))
         }
         Op::Reduce {

@@ -52,11 +52,13 @@ pub enum UnaryOp {
     Sign,
     /// logical not (bool)
     Not,
+    /// bitwise not (integers, two's complement)
+    BitNot,
 }
 
 impl UnaryOp {
     /// Every unary op.
-    pub const ALL: [UnaryOp; 21] = [
+    pub const ALL: [UnaryOp; 22] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -78,6 +80,7 @@ impl UnaryOp {
         UnaryOp::Round,
         UnaryOp::Sign,
         UnaryOp::Not,
+        UnaryOp::BitNot,
     ];
 
     /// The op's name in dumps, reports and errors.
@@ -104,6 +107,7 @@ impl UnaryOp {
             UnaryOp::Round => "round",
             UnaryOp::Sign => "sign",
             UnaryOp::Not => "not",
+            UnaryOp::BitNot => "bitwise_not",
         }
     }
 
@@ -139,13 +143,19 @@ impl UnaryOp {
                 }
             }
             UnaryOp::Not => (x == 0.0) as u8 as f64,
+            // ~x == -x - 1 in two's complement; the dtype's wrap-around makes it unsigned.
+            UnaryOp::BitNot => -x - 1.0,
         }
     }
 
-    /// Which input dtypes the op accepts.
+    /// Which input dtypes the op accepts (never the storage-only narrow types).
     pub fn accepts(self, dtype: DType) -> bool {
+        if dtype.is_narrow() {
+            return false;
+        }
         match self {
             UnaryOp::Not => dtype == DType::Bool,
+            UnaryOp::BitNot => dtype.is_int(),
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu => dtype != DType::Bool,
             _ => dtype.is_float(),
         }
@@ -191,11 +201,21 @@ pub enum BinaryOp {
     Or,
     /// logical xor (bool)
     Xor,
+    /// bitwise and (integers)
+    BitAnd,
+    /// bitwise or (integers)
+    BitOr,
+    /// bitwise xor (integers)
+    BitXor,
+    /// `a << b` (integers; shifts past the width give 0)
+    Shl,
+    /// `a >> b` (integers; arithmetic for signed types, shifts past the width give 0 or -1)
+    Shr,
 }
 
 impl BinaryOp {
     /// Every binary op.
-    pub const ALL: [BinaryOp; 18] = [
+    pub const ALL: [BinaryOp; 23] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -214,6 +234,11 @@ impl BinaryOp {
         BinaryOp::And,
         BinaryOp::Or,
         BinaryOp::Xor,
+        BinaryOp::BitAnd,
+        BinaryOp::BitOr,
+        BinaryOp::BitXor,
+        BinaryOp::Shl,
+        BinaryOp::Shr,
     ];
 
     /// The op's name in dumps, reports and errors.
@@ -237,6 +262,11 @@ impl BinaryOp {
             BinaryOp::And => "and",
             BinaryOp::Or => "or",
             BinaryOp::Xor => "xor",
+            BinaryOp::BitAnd => "bitwise_and",
+            BinaryOp::BitOr => "bitwise_or",
+            BinaryOp::BitXor => "bitwise_xor",
+            BinaryOp::Shl => "shift_left",
+            BinaryOp::Shr => "shift_right",
         }
     }
 
@@ -253,6 +283,9 @@ impl BinaryOp {
                 | BinaryOp::And
                 | BinaryOp::Or
                 | BinaryOp::Xor
+                | BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
         )
     }
 
@@ -260,7 +293,14 @@ impl BinaryOp {
     pub fn is_associative(self) -> bool {
         matches!(
             self,
-            BinaryOp::Max | BinaryOp::Min | BinaryOp::And | BinaryOp::Or | BinaryOp::Xor
+            BinaryOp::Max
+                | BinaryOp::Min
+                | BinaryOp::And
+                | BinaryOp::Or
+                | BinaryOp::Xor
+                | BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
         )
     }
 
@@ -268,7 +308,20 @@ impl BinaryOp {
     pub fn is_idempotent(self) -> bool {
         matches!(
             self,
-            BinaryOp::Max | BinaryOp::Min | BinaryOp::And | BinaryOp::Or
+            BinaryOp::Max
+                | BinaryOp::Min
+                | BinaryOp::And
+                | BinaryOp::Or
+                | BinaryOp::BitAnd
+                | BinaryOp::BitOr
+        )
+    }
+
+    /// True for the bitwise ops and shifts, which take and give integers.
+    pub fn is_bitwise(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr
         )
     }
 
@@ -294,9 +347,13 @@ impl BinaryOp {
         }
     }
 
-    /// Which operand dtypes the op accepts.
+    /// Which operand dtypes the op accepts (never the storage-only narrow types).
     pub fn accepts(self, dtype: DType) -> bool {
-        if self.is_logical() {
+        if dtype.is_narrow() {
+            false
+        } else if self.is_bitwise() {
+            dtype.is_int()
+        } else if self.is_logical() {
             dtype == DType::Bool
         } else if self.is_comparison() {
             true
@@ -366,6 +423,25 @@ impl BinaryOp {
             BinaryOp::And => t(a != 0.0 && b != 0.0),
             BinaryOp::Or => t(a != 0.0 || b != 0.0),
             BinaryOp::Xor => t((a != 0.0) != (b != 0.0)),
+            // Integers are exact in f64 here; i128 keeps two's complement for negatives and
+            // the whole u64 range, and the caller's rounding wraps to the dtype.
+            BinaryOp::BitAnd => ((a as i128) & (b as i128)) as f64,
+            BinaryOp::BitOr => ((a as i128) | (b as i128)) as f64,
+            BinaryOp::BitXor => ((a as i128) ^ (b as i128)) as f64,
+            BinaryOp::Shl | BinaryOp::Shr => {
+                let (x, n) = (a as i128, b as i128);
+                let width = dtype.bits() as i128;
+                if !(0..width).contains(&n) {
+                    match self {
+                        BinaryOp::Shr if x < 0 => -1.0,
+                        _ => 0.0,
+                    }
+                } else if self == BinaryOp::Shl {
+                    (x << n) as f64
+                } else {
+                    (x >> n) as f64
+                }
+            }
         }
     }
 }
@@ -553,6 +629,9 @@ pub enum Op {
     Where,
     /// Elementwise dtype conversion.
     Cast(DType),
+    /// Reinterprets each element's bits as another dtype of the same width (f32 <-> i32,
+    /// f64 <-> i64, i8 <-> u8, bool -> u8, ...).
+    BitCast(DType),
     /// Reduction over `axes`.
     Reduce {
         /// which reduction
@@ -669,6 +748,7 @@ impl Op {
             Op::Binary(b) => b.name(),
             Op::Where => "where",
             Op::Cast(_) => "cast",
+            Op::BitCast(_) => "bitcast",
             Op::Reduce { op, .. } => op.name(),
             Op::ArgReduce { op, .. } => match op {
                 ArgOp::ArgMax => "argmax",
@@ -715,7 +795,7 @@ impl Op {
         match self {
             Op::Input { name } | Op::Param { name } => format!("\"{name}\""),
             Op::Constant(t) => format!("{:?}", t),
-            Op::Cast(d) => format!("to={d}"),
+            Op::Cast(d) | Op::BitCast(d) => format!("to={d}"),
             Op::Reduce { axes, keepdims, .. } => format!("axes={axes:?} keepdims={keepdims}"),
             Op::ArgReduce { axis, keepdims, .. } => format!("axis={axis} keepdims={keepdims}"),
             Op::Softmax { axis }
@@ -817,6 +897,31 @@ mod tests {
         assert!((UnaryOp::Silu.eval(1.0) - 0.731_058_578_630_004_9).abs() < 1e-15);
         assert_eq!(BinaryOp::Xor.eval(1.0, 1.0, DType::Bool), 0.0);
         assert_eq!(ReduceOp::Mean.finish(6.0, 4), 1.5);
+    }
+
+    #[test]
+    fn bitwise_semantics() {
+        let r = |op: BinaryOp, a: f64, b: f64, d: DType| d.round(op.eval(a, b, d));
+        assert_eq!(r(BinaryOp::BitAnd, 12.0, 10.0, DType::U8), 8.0);
+        assert_eq!(r(BinaryOp::BitOr, 12.0, 10.0, DType::U8), 14.0);
+        assert_eq!(r(BinaryOp::BitXor, 12.0, 10.0, DType::U8), 6.0);
+        assert_eq!(r(BinaryOp::BitAnd, -1.0, 300.0, DType::I16), 300.0);
+        assert_eq!(r(BinaryOp::BitXor, -2.0, 1.0, DType::I32), -1.0);
+        assert_eq!(r(BinaryOp::Shl, 16.0, 3.0, DType::U8), 128.0);
+        assert_eq!(r(BinaryOp::Shl, 17.0, 4.0, DType::U8), 16.0);
+        assert_eq!(r(BinaryOp::Shr, 16.0, 3.0, DType::U64), 2.0);
+        assert_eq!(r(BinaryOp::Shr, -16.0, 2.0, DType::I32), -4.0);
+        assert_eq!(r(BinaryOp::Shl, 1.0, 8.0, DType::U8), 0.0);
+        assert_eq!(r(BinaryOp::Shr, -5.0, 40.0, DType::I32), -1.0);
+        let big = 2f64.powi(40);
+        assert_eq!(r(BinaryOp::BitOr, big, 1.0, DType::U64), big + 1.0);
+        let not = |x: f64, d: DType| d.round(UnaryOp::BitNot.eval(x));
+        assert_eq!(not(0.0, DType::U16), 65535.0);
+        assert_eq!(not(5.0, DType::I8), -6.0);
+        assert_eq!(not(255.0, DType::U8), 0.0);
+        assert!(!BinaryOp::BitAnd.accepts(DType::F32));
+        assert!(!BinaryOp::Add.accepts(DType::F8E4M3FN));
+        assert!(BinaryOp::Shl.accepts(DType::U64));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Host tensors: typed element storage with a static shape. Used for constants, params,
 //! run inputs and outputs, and by the validation interpreter.
 
+use crate::narrow::{F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0};
 use crate::DType;
 use half::{bf16, f16};
 use std::fmt;
@@ -26,6 +27,65 @@ pub enum TensorData {
     I64(Vec<i64>),
     /// bool elements.
     Bool(Vec<bool>),
+    /// i16 elements.
+    I16(Vec<i16>),
+    /// u16 elements.
+    U16(Vec<u16>),
+    /// u32 elements.
+    U32(Vec<u32>),
+    /// u64 elements.
+    U64(Vec<u64>),
+    /// f8e4m3fn elements.
+    F8E4M3FN(Vec<F8E4M3FN>),
+    /// f8e4m3fnuz elements.
+    F8E4M3FNUZ(Vec<F8E4M3FNUZ>),
+    /// f8e5m2 elements.
+    F8E5M2(Vec<F8E5M2>),
+    /// f8e5m2fnuz elements.
+    F8E5M2FNUZ(Vec<F8E5M2FNUZ>),
+    /// f8e8m0 elements.
+    F8E8M0(Vec<F8E8M0>),
+    /// f4e2m1 elements, one per byte.
+    F4E2M1(Vec<F4E2M1>),
+    /// i4 elements, one per byte (values in -8..=7).
+    I4(Vec<i8>),
+    /// u4 elements, one per byte (values in 0..=15).
+    U4(Vec<u8>),
+    /// i2 elements, one per byte (values in -2..=1).
+    I2(Vec<i8>),
+    /// u2 elements, one per byte (values in 0..=3).
+    U2(Vec<u8>),
+}
+
+/// Runs `$body` with `$v` bound to the element vector of any [`TensorData`] variant.
+macro_rules! each {
+    ($e:expr, $v:ident => $body:expr) => {
+        match $e {
+            TensorData::F32($v) => $body,
+            TensorData::F16($v) => $body,
+            TensorData::BF16($v) => $body,
+            TensorData::F64($v) => $body,
+            TensorData::I8($v) => $body,
+            TensorData::U8($v) => $body,
+            TensorData::I32($v) => $body,
+            TensorData::I64($v) => $body,
+            TensorData::Bool($v) => $body,
+            TensorData::I16($v) => $body,
+            TensorData::U16($v) => $body,
+            TensorData::U32($v) => $body,
+            TensorData::U64($v) => $body,
+            TensorData::F8E4M3FN($v) => $body,
+            TensorData::F8E4M3FNUZ($v) => $body,
+            TensorData::F8E5M2($v) => $body,
+            TensorData::F8E5M2FNUZ($v) => $body,
+            TensorData::F8E8M0($v) => $body,
+            TensorData::F4E2M1($v) => $body,
+            TensorData::I4($v) => $body,
+            TensorData::U4($v) => $body,
+            TensorData::I2($v) => $body,
+            TensorData::U2($v) => $body,
+        }
+    };
 }
 
 impl TensorData {
@@ -41,22 +101,26 @@ impl TensorData {
             TensorData::I32(_) => DType::I32,
             TensorData::I64(_) => DType::I64,
             TensorData::Bool(_) => DType::Bool,
+            TensorData::I16(_) => DType::I16,
+            TensorData::U16(_) => DType::U16,
+            TensorData::U32(_) => DType::U32,
+            TensorData::U64(_) => DType::U64,
+            TensorData::F8E4M3FN(_) => DType::F8E4M3FN,
+            TensorData::F8E4M3FNUZ(_) => DType::F8E4M3FNUZ,
+            TensorData::F8E5M2(_) => DType::F8E5M2,
+            TensorData::F8E5M2FNUZ(_) => DType::F8E5M2FNUZ,
+            TensorData::F8E8M0(_) => DType::F8E8M0,
+            TensorData::F4E2M1(_) => DType::F4E2M1,
+            TensorData::I4(_) => DType::I4,
+            TensorData::U4(_) => DType::U4,
+            TensorData::I2(_) => DType::I2,
+            TensorData::U2(_) => DType::U2,
         }
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        match self {
-            TensorData::F32(v) => v.len(),
-            TensorData::F16(v) => v.len(),
-            TensorData::BF16(v) => v.len(),
-            TensorData::F64(v) => v.len(),
-            TensorData::I8(v) => v.len(),
-            TensorData::U8(v) => v.len(),
-            TensorData::I32(v) => v.len(),
-            TensorData::I64(v) => v.len(),
-            TensorData::Bool(v) => v.len(),
-        }
+        each!(self, v => v.len())
     }
 
     /// True when there are no elements.
@@ -76,6 +140,18 @@ impl TensorData {
             TensorData::I32(v) => v[i] as f64,
             TensorData::I64(v) => v[i] as f64,
             TensorData::Bool(v) => v[i] as u8 as f64,
+            TensorData::I16(v) => v[i] as f64,
+            TensorData::U16(v) => v[i] as f64,
+            TensorData::U32(v) => v[i] as f64,
+            TensorData::U64(v) => v[i] as f64,
+            TensorData::F8E4M3FN(v) => v[i].to_f64(),
+            TensorData::F8E4M3FNUZ(v) => v[i].to_f64(),
+            TensorData::F8E5M2(v) => v[i].to_f64(),
+            TensorData::F8E5M2FNUZ(v) => v[i].to_f64(),
+            TensorData::F8E8M0(v) => v[i].to_f64(),
+            TensorData::F4E2M1(v) => v[i].to_f64(),
+            TensorData::I4(v) | TensorData::I2(v) => v[i] as f64,
+            TensorData::U4(v) | TensorData::U2(v) => v[i] as f64,
         }
     }
 
@@ -92,7 +168,32 @@ impl TensorData {
             DType::I32 => TensorData::I32(it.map(|v| v as i32).collect()),
             DType::I64 => TensorData::I64(it.map(|v| v as i64).collect()),
             DType::Bool => TensorData::Bool(it.map(|v| v != 0.0).collect()),
+            DType::I16 => TensorData::I16(it.map(|v| v as i16).collect()),
+            DType::U16 => TensorData::U16(it.map(|v| v as u16).collect()),
+            DType::U32 => TensorData::U32(it.map(|v| v as u32).collect()),
+            DType::U64 => TensorData::U64(it.map(|v| v as u64).collect()),
+            DType::F8E4M3FN => TensorData::F8E4M3FN(it.map(F8E4M3FN::from_f64).collect()),
+            DType::F8E4M3FNUZ => TensorData::F8E4M3FNUZ(it.map(F8E4M3FNUZ::from_f64).collect()),
+            DType::F8E5M2 => TensorData::F8E5M2(it.map(F8E5M2::from_f64).collect()),
+            DType::F8E5M2FNUZ => TensorData::F8E5M2FNUZ(it.map(F8E5M2FNUZ::from_f64).collect()),
+            DType::F8E8M0 => TensorData::F8E8M0(it.map(F8E8M0::from_f64).collect()),
+            DType::F4E2M1 => TensorData::F4E2M1(it.map(F4E2M1::from_f64).collect()),
+            DType::I4 => TensorData::I4(it.map(|v| v as i8).collect()),
+            DType::U4 => TensorData::U4(it.map(|v| v as u8).collect()),
+            DType::I2 => TensorData::I2(it.map(|v| v as i8).collect()),
+            DType::U2 => TensorData::U2(it.map(|v| v as u8).collect()),
         }
+    }
+
+    /// The elements' bytes as stored in memory, without a copy (one byte per narrow
+    /// element; little-endian on the hosts RLX supports).
+    pub fn as_bytes(&self) -> &[u8] {
+        fn raw<T>(v: &[T]) -> &[u8] {
+            // SAFETY: every element type is plain old data without padding (bool is one
+            // byte, the narrow floats are `repr(transparent)` over u8).
+            unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+        }
+        each!(self, v => raw(v))
     }
 
     /// Raw little-endian bytes of the elements.
@@ -110,10 +211,24 @@ impl TensorData {
             TensorData::I32(v) => cat(v, |x| x.to_le_bytes()),
             TensorData::I64(v) => cat(v, |x| x.to_le_bytes()),
             TensorData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+            TensorData::I16(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::U16(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::U32(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::U64(v) => cat(v, |x| x.to_le_bytes()),
+            TensorData::F8E4M3FN(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F8E4M3FNUZ(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F8E5M2(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F8E5M2FNUZ(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F8E8M0(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F4E2M1(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::I4(v) | TensorData::I2(v) => v.iter().map(|&x| x as u8).collect(),
+            TensorData::U4(v) | TensorData::U2(v) => v.clone(),
         }
     }
 
-    /// Parses little-endian bytes of `dtype`; `None` when the length is not a multiple.
+    /// Parses little-endian bytes of `dtype` (one byte per narrow element, the layout
+    /// [`TensorData::to_le_bytes`] writes); `None` when the length is not a multiple, or
+    /// when a 4- or 2-bit integer byte holds a value out of its range.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<TensorData> {
         let n = dtype.size_bytes();
         if !bytes.len().is_multiple_of(n) {
@@ -135,6 +250,41 @@ impl TensorData {
             DType::I32 => TensorData::I32(ch.map(|c| i32::from_le_bytes(arr(c))).collect()),
             DType::I64 => TensorData::I64(ch.map(|c| i64::from_le_bytes(arr(c))).collect()),
             DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+            DType::I16 => TensorData::I16(ch.map(|c| i16::from_le_bytes(arr(c))).collect()),
+            DType::U16 => TensorData::U16(ch.map(|c| u16::from_le_bytes(arr(c))).collect()),
+            DType::U32 => TensorData::U32(ch.map(|c| u32::from_le_bytes(arr(c))).collect()),
+            DType::U64 => TensorData::U64(ch.map(|c| u64::from_le_bytes(arr(c))).collect()),
+            DType::F8E4M3FN => TensorData::F8E4M3FN(bytes.iter().map(|&b| F8E4M3FN(b)).collect()),
+            DType::F8E4M3FNUZ => {
+                TensorData::F8E4M3FNUZ(bytes.iter().map(|&b| F8E4M3FNUZ(b)).collect())
+            }
+            DType::F8E5M2 => TensorData::F8E5M2(bytes.iter().map(|&b| F8E5M2(b)).collect()),
+            DType::F8E5M2FNUZ => {
+                TensorData::F8E5M2FNUZ(bytes.iter().map(|&b| F8E5M2FNUZ(b)).collect())
+            }
+            DType::F8E8M0 => TensorData::F8E8M0(bytes.iter().map(|&b| F8E8M0(b)).collect()),
+            DType::F4E2M1 => {
+                if bytes.iter().any(|&b| b > 15) {
+                    return None;
+                }
+                TensorData::F4E2M1(bytes.iter().map(|&b| F4E2M1(b)).collect())
+            }
+            DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+                let vals: Vec<f64> = bytes
+                    .iter()
+                    .map(|&b| {
+                        if dtype.is_unsigned() {
+                            b as f64
+                        } else {
+                            b as i8 as f64
+                        }
+                    })
+                    .collect();
+                if vals.iter().any(|&v| dtype.round(v) != v) {
+                    return None;
+                }
+                TensorData::from_f64(dtype, vals)
+            }
         })
     }
 }
@@ -207,7 +357,7 @@ impl Tensor {
     }
 
     /// Deterministic pseudo-random values: floats uniform in [-1, 1) kept away from zero,
-    /// integers in [-5, 5] (non-negative for u8), bools alternating at random.
+    /// integers in [-5, 5] (in [0, 9] for unsigned types), bools alternating at random.
     pub fn random(dtype: DType, shape: &[usize], seed: u64) -> Tensor {
         let n: usize = shape.iter().product();
         let mut rng = SplitMix64(seed ^ 0x9E37_79B9_7F4A_7C15);
@@ -222,7 +372,7 @@ impl Tensor {
                         v
                     }
                 }
-                DType::U8 => (u * 10.0).floor(),
+                d if d.is_unsigned() => (u * 10.0).floor(),
                 DType::Bool => (u < 0.5) as u8 as f64,
                 _ => (u * 11.0).floor() - 5.0,
             }
@@ -352,7 +502,13 @@ mod tests {
             assert_eq!(bytes.len(), t.size_bytes());
             let back = TensorData::from_le_bytes(d, &bytes).unwrap();
             assert_eq!(&back, t.data());
+            assert_eq!(t.data().as_bytes(), &bytes[..]);
         }
+        assert_eq!(TensorData::from_le_bytes(DType::I4, &[8]), None);
+        assert_eq!(
+            TensorData::from_le_bytes(DType::I4, &[0xf8]),
+            Some(TensorData::I4(vec![-8]))
+        );
     }
 
     #[test]

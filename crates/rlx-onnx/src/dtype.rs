@@ -39,19 +39,32 @@ pub fn onnx_type_name(code: i32) -> &'static str {
 /// The IR dtype of an ONNX element type, or a sentence saying why there is none.
 ///
 /// # Errors
-/// Element types the IR does not have (strings, unsigned 16/32/64-bit, complex, 8-bit and
-/// narrower floats, 4- and 2-bit integers).
+/// Element types the IR does not have (strings, complex).
 pub fn to_dtype(code: i32) -> Result<DType, String> {
     Ok(match code {
         1 => DType::F32,
         2 => DType::U8,
         3 => DType::I8,
+        4 => DType::U16,
+        5 => DType::I16,
         6 => DType::I32,
         7 => DType::I64,
         9 => DType::Bool,
         10 => DType::F16,
         11 => DType::F64,
+        12 => DType::U32,
+        13 => DType::U64,
         16 => DType::BF16,
+        17 => DType::F8E4M3FN,
+        18 => DType::F8E4M3FNUZ,
+        19 => DType::F8E5M2,
+        20 => DType::F8E5M2FNUZ,
+        21 => DType::U4,
+        22 => DType::I4,
+        23 => DType::F4E2M1,
+        24 => DType::F8E8M0,
+        25 => DType::U2,
+        26 => DType::I2,
         _ => {
             return Err(format!(
                 "element type {} ({code}) is not supported by the IR",
@@ -73,6 +86,20 @@ pub fn to_onnx(dtype: DType) -> i32 {
         DType::F16 => 10,
         DType::F64 => 11,
         DType::BF16 => 16,
+        DType::U16 => 4,
+        DType::I16 => 5,
+        DType::U32 => 12,
+        DType::U64 => 13,
+        DType::F8E4M3FN => 17,
+        DType::F8E4M3FNUZ => 18,
+        DType::F8E5M2 => 19,
+        DType::F8E5M2FNUZ => 20,
+        DType::U4 => 21,
+        DType::I4 => 22,
+        DType::F4E2M1 => 23,
+        DType::F8E8M0 => 24,
+        DType::U2 => 25,
+        DType::I2 => 26,
     }
 }
 

@@ -100,10 +100,11 @@ pub fn proto_shape(t: &TensorProto) -> Result<Vec<usize>, String> {
     Ok(shape)
 }
 
-/// Converts a tensor proto to a host tensor.
+/// Converts a tensor proto to a host tensor. 4-bit elements come packed two to a byte and
+/// 2-bit ones four to a byte (low bits first); they are unpacked to one per byte.
 ///
 /// # Errors
-/// Unsupported element types (strings, uint16, ...), data that does not match the dims, or
+/// Unsupported element types (strings, complex), data that does not match the dims, or
 /// unreadable external data; the message names what is wrong.
 pub fn to_tensor(t: &TensorProto, ext: &mut ExternalData) -> Result<Tensor, String> {
     let dtype = to_dtype(t.data_type())?;
@@ -124,15 +125,44 @@ pub fn to_tensor(t: &TensorProto, ext: &mut ExternalData) -> Result<Tensor, Stri
 
 fn from_raw(dtype: DType, bytes: &[u8], numel: usize) -> Result<TensorData, String> {
     let want = numel
-        .checked_mul(dtype.size_bytes())
-        .ok_or("byte size overflows")?;
+        .checked_mul(dtype.bits())
+        .ok_or("byte size overflows")?
+        .div_ceil(8);
     if bytes.len() != want {
         return Err(format!(
             "raw data has {} bytes, but {numel} {dtype} elements need {want}",
             bytes.len()
         ));
     }
+    if dtype.bits() < 8 {
+        return Ok(unpack(dtype, bytes, numel));
+    }
     TensorData::from_le_bytes(dtype, bytes).ok_or_else(|| "raw data length mismatch".into())
+}
+
+/// Unpacks `numel` elements of a 4- or 2-bit dtype, low bits first, to one per byte.
+fn unpack(dtype: DType, bytes: &[u8], numel: usize) -> TensorData {
+    let bits = dtype.bits();
+    let per_byte = 8 / bits;
+    let mask = (1u8 << bits) - 1;
+    let codes = (0..numel).map(|i| (bytes[i / per_byte] >> ((i % per_byte) * bits)) & mask);
+    if dtype.is_float() {
+        let raw: Vec<u8> = codes.collect();
+        TensorData::from_le_bytes(dtype, &raw).expect("codes are within the element width")
+    } else {
+        let signed = !dtype.is_unsigned();
+        TensorData::from_f64(
+            dtype,
+            codes.map(|c| {
+                let v = c as i64;
+                if signed && v >= 1 << (bits - 1) {
+                    (v - (1 << bits)) as f64
+                } else {
+                    v as f64
+                }
+            }),
+        )
+    }
 }
 
 fn from_fields(t: &TensorProto, dtype: DType, numel: usize) -> Result<TensorData, String> {
@@ -168,9 +198,30 @@ fn from_fields(t: &TensorProto, dtype: DType, numel: usize) -> Result<TensorData
                 TensorData::BF16(bits.map(half::bf16::from_bits).collect())
             }
         }
-        DType::I32 | DType::I8 | DType::U8 | DType::Bool => {
+        DType::I32 | DType::I8 | DType::U8 | DType::Bool | DType::I16 | DType::U16 => {
             check(t.int32_data.len(), "int32_data")?;
             TensorData::from_f64(dtype, t.int32_data.iter().map(|&v| v as f64))
+        }
+        DType::U32 | DType::U64 => {
+            check(t.uint64_data.len(), "uint64_data")?;
+            TensorData::from_f64(dtype, t.uint64_data.iter().map(|&v| v as f64))
+        }
+        DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F8E8M0 => {
+            check(t.int32_data.len(), "int32_data")?;
+            let bits: Vec<u8> = t.int32_data.iter().map(|&b| b as u8).collect();
+            TensorData::from_le_bytes(dtype, &bits).ok_or("int32_data length mismatch")?
+        }
+        DType::F4E2M1 | DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+            // Packed like raw data, one byte of codes per int32.
+            let want = numel.div_ceil(8 / dtype.bits());
+            if t.int32_data.len() != want {
+                return Err(format!(
+                    "int32_data has {} packed bytes, but {numel} {dtype} elements need {want}",
+                    t.int32_data.len()
+                ));
+            }
+            let bytes: Vec<u8> = t.int32_data.iter().map(|&b| b as u8).collect();
+            unpack(dtype, &bytes, numel)
         }
     })
 }

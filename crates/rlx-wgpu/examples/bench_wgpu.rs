@@ -2,15 +2,21 @@
 //!
 //! - SGEMM n³ (and f16 storage GEMM): TFLOP/s from the median wall time of one command
 //!   buffer holding `--reps` dispatches, submitted and waited for;
-//! - an elementwise chain over `--elems` f32 (one fused kernel: read once, write once) in
-//!   GB/s against a wgpu `copy_buffer_to_buffer` of the same bytes, timed the same way;
+//! - an elementwise chain over `--elems` f32 (`ew`) or f16 (`ew16`) (one fused kernel: read
+//!   once, write once) in GB/s against a wgpu `copy_buffer_to_buffer` of the same bytes,
+//!   timed the same way;
 //! - the MiniLM-shaped encoder (hidden 384, 6 layers, 12 heads, FFN 1536, seq 128; the graph
 //!   of `rlx-cuda`'s `bench_encoder`) at `--batch`, median and p90 of the dispatches alone
 //!   and of a whole run with uploads and readback.
 //!
 //! `cargo run --release -p rlx-wgpu --example bench_wgpu -- --device vulkan --size 4096
-//! --elems 67108864 --batch 32 --iters 20 --warmup 3 [--only sgemm,hgemm,ew,encoder]
+//! --elems 67108864 --batch 32 --iters 20 --warmup 3 [--only sgemm,hgemm,ew,ew16,encoder]
 //! [--dtype f16|f32]`
+//!
+//! The options are [`WgpuOptions::default`]'s: unchecked shaders on native adapters
+//! (`RLX_WGPU_CHECKED=1` for checked), the adapter's f16 and subgroups, vec4 paths
+//! (`RLX_WGPU_NO_F16=1`, `RLX_WGPU_NO_SUBGROUPS=1`, `RLX_WGPU_NO_VEC4=1` turn each off); the
+//! first line printed says which are in use.
 
 use rlx_ir::kernel::KernelProgram;
 use rlx_ir::{DType, Graph, NodeId, Shape, SplitMix64, Tensor, UnaryOp};
@@ -82,11 +88,18 @@ fn gemm(flavor: Flavor, n: usize, dtype: DType, iters: usize, warmup: usize, rep
     );
 }
 
-fn elementwise(flavor: Flavor, elems: usize, iters: usize, warmup: usize, reps: usize) {
+fn elementwise(
+    flavor: Flavor,
+    dtype: DType,
+    elems: usize,
+    iters: usize,
+    warmup: usize,
+    reps: usize,
+) {
     let mut g = Graph::new();
-    let x = g.input("x", DType::F32, Shape::of(&[elems]));
-    let s = g.scalar(DType::F32, 1.5);
-    let o = g.scalar(DType::F32, 0.25);
+    let x = g.input("x", dtype, Shape::of(&[elems]));
+    let s = g.scalar(dtype, 1.5);
+    let o = g.scalar(dtype, 0.25);
     let y = g.mul(x, s).expect("mul");
     let y = g.add(y, o).expect("add");
     let y = g.unary(UnaryOp::Tanh, y).expect("tanh");
@@ -99,7 +112,7 @@ fn elementwise(flavor: Flavor, elems: usize, iters: usize, warmup: usize, reps: 
             return;
         }
     };
-    let inputs = HashMap::from([("x".to_string(), Tensor::random(DType::F32, &[elems], 3))]);
+    let inputs = HashMap::from([("x".to_string(), Tensor::random(dtype, &[elems], 3))]);
     if let Err(e) = p.run(&inputs, &HashMap::new()) {
         println!("elementwise: FAILED to run: {e}");
         return;
@@ -107,11 +120,12 @@ fn elementwise(flavor: Flavor, elems: usize, iters: usize, warmup: usize, reps: 
     let _ = p.time_steps_batched(warmup, reps);
     let mut t = p.time_steps_batched(iters, reps).unwrap_or_default();
     let ms = quantile(&mut t, 0.5);
-    let bytes = 2.0 * 4.0 * elems as f64;
+    let width = dtype.size_bytes();
+    let bytes = 2.0 * width as f64 * elems as f64;
     let ew = bytes / (ms * 1e-3) / 1e9;
     // The peer: a wgpu buffer copy of the same bytes, same timing.
     let ctx = p.context();
-    let size = (elems * 4) as u64;
+    let size = (elems * width).next_multiple_of(4) as u64;
     let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
     let mk = |label| {
         ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -140,7 +154,7 @@ fn elementwise(flavor: Flavor, elems: usize, iters: usize, warmup: usize, reps: 
     let cms = quantile(&mut copy, 0.5);
     let cgb = bytes / (cms * 1e-3) / 1e9;
     println!(
-        "elementwise chain {elems} f32 (1 kernel): median_ms={ms:.3} gbps={ew:.1} | wgpu copy median_ms={cms:.3} gbps={cgb:.1} | ratio={:.2}",
+        "elementwise chain {elems} {dtype} (1 kernel): median_ms={ms:.3} gbps={ew:.1} | wgpu copy median_ms={cms:.3} gbps={cgb:.1} | ratio={:.2}",
         ew / cgb
     );
 }
@@ -333,13 +347,24 @@ fn main() {
         return;
     }
     println!("device {}: {}", flavor.name(), a.reason.unwrap_or_default());
+    if let Ok(ctx) = rlx_wgpu::probe::context(flavor) {
+        let o = WgpuOptions::default();
+        let t = rlx_wgpu::target_with(&ctx, &o);
+        println!(
+            "options: checked={} shader_f16={} subgroups={} vec4={}",
+            o.checked_on(flavor),
+            t.shader_f16,
+            t.subgroups,
+            t.vec4
+        );
+    }
     let n: usize = arg("--size", "4096").parse().unwrap_or(4096);
     let elems: usize = arg("--elems", "67108864").parse().unwrap_or(1 << 26);
     let batch: usize = arg("--batch", "32").parse().unwrap_or(32);
     let iters: usize = arg("--iters", "20").parse().unwrap_or(20);
     let warmup: usize = arg("--warmup", "3").parse().unwrap_or(3);
     let reps: usize = arg("--reps", "10").parse().unwrap_or(10);
-    let only = arg("--only", "sgemm,hgemm,ew,encoder");
+    let only = arg("--only", "sgemm,hgemm,ew,ew16,encoder");
     let dt = if arg("--dtype", "f16") == "f32" {
         DType::F32
     } else {
@@ -349,7 +374,8 @@ fn main() {
         match what {
             "sgemm" => gemm(flavor, n, DType::F32, iters, warmup, reps),
             "hgemm" => gemm(flavor, n, DType::F16, iters, warmup, reps),
-            "ew" => elementwise(flavor, elems, iters, warmup, reps),
+            "ew" => elementwise(flavor, DType::F32, elems, iters, warmup, reps),
+            "ew16" => elementwise(flavor, DType::F16, elems, iters, warmup, reps),
             "encoder" => bench_encoder(flavor, batch, dt, iters, warmup),
             other => println!("unknown benchmark `{other}`"),
         }

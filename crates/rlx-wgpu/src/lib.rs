@@ -9,6 +9,20 @@
 //!   sub-allocator; tensors bind as aligned sub-ranges;
 //! - [`program`]: pipelines and bind groups built at compile time, one command encoder per
 //!   run, readback through a staging ring.
+//!
+//! Shader bounds checks: on native adapters (`gpu`, `vulkan`, `opengl`, `metal`) shader
+//! modules are built without wgpu's run-time bounds checks, since every generated access is
+//! guarded or clamped and the differential tests check the indexing against the
+//! interpreter; `RLX_WGPU_CHECKED=1` turns the checks back on for debugging. `webgpu` is
+//! always checked, as browsers are.
+//!
+//! Adapter features: where the adapter offers them (never on `webgpu`, which keeps the
+//! WebGPU defaults), the device is created with SHADER_F16 (f16 tensors bind as
+//! `array<f16>`, GEMM reads `vec4<f16>` and accumulates in f32) and SUBGROUP (reductions,
+//! softmax and norms combine with `subgroupAdd`/`subgroupMax`/...); without them the packed
+//! f16 words and workgroup-memory trees remain. Contiguous f32/f16 elementwise kernels read
+//! and write `vec4`s. `RLX_WGPU_NO_F16=1`, `RLX_WGPU_NO_SUBGROUPS=1` and `RLX_WGPU_NO_VEC4=1`
+//! turn each path off (see [`WgpuOptions`]).
 
 #![warn(missing_docs)]
 
@@ -23,4 +37,4 @@ pub mod weights;
 
 pub use error::WgpuError;
 pub use probe::Flavor;
-pub use program::{target, CompileStats, WgpuOptions, WgpuProgram};
+pub use program::{target, target_with, CompileStats, WgpuOptions, WgpuProgram};

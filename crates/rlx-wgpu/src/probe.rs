@@ -85,8 +85,10 @@ pub struct AdapterFacts {
     pub device_type: String,
     /// SHADER_F16 requested and granted
     pub shader_f16: bool,
-    /// subgroup operations available on the adapter
+    /// SUBGROUP requested and granted (subgroup operations in reductions)
     pub subgroups: bool,
+    /// every optional feature the adapter offers (requested or not), for reports
+    pub adapter_features: String,
 }
 
 /// A wgpu device and queue plus what they allow.
@@ -179,7 +181,8 @@ fn create(flavor: Flavor) -> Result<Context, String> {
         }
         (wgpu::Features::empty(), defaults)
     } else {
-        let f = adapter_features & wgpu::Features::SHADER_F16;
+        // Optional features only where the adapter offers them: without, codegen falls back.
+        let f = adapter_features & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
         (f, adapter.limits())
     };
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -210,7 +213,8 @@ fn create(flavor: Flavor) -> Result<Context, String> {
         backend: format!("{:?}", info.backend),
         device_type: format!("{:?}", info.device_type),
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
-        subgroups: adapter_features.contains(wgpu::Features::SUBGROUP),
+        adapter_features: format!("{adapter_features:?}"),
+        subgroups: features.contains(wgpu::Features::SUBGROUP),
     };
     Ok(Context {
         flavor,

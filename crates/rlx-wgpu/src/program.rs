@@ -17,18 +17,46 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Options that change what the wgpu backend compiles.
+///
+/// Shader bounds checks: wgpu normally guards every storage access at run time. Every
+/// access the generators emit is already guarded or clamped to its binding (the
+/// differential tests check that indexing against the interpreter), so on native adapters
+/// (`gpu`, `vulkan`, `opengl`, `metal`) shaders are built unchecked by default;
+/// `RLX_WGPU_CHECKED=1` turns the checks back on for debugging. The `webgpu` flavour is
+/// always checked, as browsers are.
+///
+/// Adapter features: f16 as a WGSL type (SHADER_F16), subgroup operations (SUBGROUP) and the
+/// `vec4` paths are used where the adapter has them; `RLX_WGPU_NO_F16=1`,
+/// `RLX_WGPU_NO_SUBGROUPS=1` and `RLX_WGPU_NO_VEC4=1` turn each off (to compare, or to
+/// rule one out while debugging).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WgpuOptions {
-    /// keep wgpu's shader bounds checks (`RLX_WGPU_UNCHECKED=1` drops them: every
-    /// generated access is guarded, so they only cost time)
+    /// keep wgpu's shader bounds checks on native adapters (`webgpu` is always checked)
     pub checked: bool,
+    /// store f16 as a WGSL type where the adapter has SHADER_F16
+    pub shader_f16: bool,
+    /// combine reductions with subgroup operations where the adapter has them
+    pub subgroups: bool,
+    /// read and write `vec4`s in contiguous elementwise kernels and GEMM tiles
+    pub vec4: bool,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
+        let set = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
         WgpuOptions {
-            checked: std::env::var("RLX_WGPU_UNCHECKED").map_or(true, |v| v != "1"),
+            checked: set("RLX_WGPU_CHECKED"),
+            shader_f16: !set("RLX_WGPU_NO_F16"),
+            subgroups: !set("RLX_WGPU_NO_SUBGROUPS"),
+            vec4: !set("RLX_WGPU_NO_VEC4"),
         }
+    }
+}
+
+impl WgpuOptions {
+    /// Whether shaders for `flavor` keep wgpu's bounds checks.
+    pub fn checked_on(&self, flavor: Flavor) -> bool {
+        self.checked || flavor == Flavor::WebGpu
     }
 }
 
@@ -95,13 +123,28 @@ fn dev_err(call: &str, e: impl std::fmt::Display) -> WgpuError {
     }
 }
 
-/// The code-generation target of a context.
+/// The code-generation target of a context: its limits and every optional feature its
+/// device was created with.
 pub fn target(ctx: &Context) -> Target {
     Target {
         max_workgroups: ctx.limits.max_compute_workgroups_per_dimension,
         max_workgroup_storage: ctx.limits.max_compute_workgroup_storage_size,
         max_invocations: ctx.limits.max_compute_invocations_per_workgroup,
         simple_gemm: ctx.flavor == Flavor::OpenGl,
+        shader_f16: ctx.facts.shader_f16,
+        subgroups: ctx.facts.subgroups,
+        vec4: true,
+    }
+}
+
+/// [`target`] with the features `options` turn off removed.
+pub fn target_with(ctx: &Context, options: &WgpuOptions) -> Target {
+    let t = target(ctx);
+    Target {
+        shader_f16: t.shader_f16 && options.shader_f16,
+        subgroups: t.subgroups && options.subgroups,
+        vec4: t.vec4 && options.vec4,
+        ..t
     }
 }
 
@@ -138,7 +181,8 @@ fn pipeline(
     let module = if checked {
         device.create_shader_module(desc)
     } else {
-        // SAFETY: every access the generators emit is guarded or clamped to its binding.
+        // SAFETY: every access the generators emit is guarded or clamped to its binding
+        // (see `WgpuOptions`); the differential tests check the indexing.
         unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
     };
     let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..n as u32)
@@ -199,7 +243,7 @@ impl WgpuProgram {
     ) -> Result<WgpuProgram, WgpuError> {
         let ctx = context(flavor).map_err(WgpuError::Unavailable)?;
         let mem = memory(&ctx);
-        let target = target(&ctx);
+        let target = target_with(&ctx, options);
         let plan = plan(&program, &target)?;
         let label = ctx.label();
         let limits = &ctx.limits;
@@ -261,7 +305,7 @@ impl WgpuProgram {
                 &step.label,
                 &step.wgsl,
                 step.bindings.len(),
-                options.checked,
+                options.checked_on(flavor),
             )?;
             if distinct.insert(step.wgsl.as_str()) {
                 stats.pipelines += 1;

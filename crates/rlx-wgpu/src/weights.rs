@@ -29,6 +29,8 @@ pub fn tensor_words(t: &Tensor) -> Vec<u8> {
         D::I32(v) => raw(v),
         D::I64(v) => raw(v),
         D::Bool(v) => raw(v),
+        // The other dtypes (16-bit, unsigned, narrow): the same in-memory bytes.
+        other => other.as_bytes(),
     };
     let mut out = bytes.to_vec();
     out.resize(bytes.len().max(4).next_multiple_of(4), 0);

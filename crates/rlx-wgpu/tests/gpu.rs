@@ -1,7 +1,10 @@
 //! wgpu execution: every library op case and random graphs, run on the `vulkan` and
 //! `opengl` adapters (and a smoke run on `webgpu`) and compared with the validation
 //! interpreter at DESIGN.md's per-dtype tolerances. Each test prints `SKIPPED: <reason>` and
-//! returns when its adapter is absent.
+//! returns when its adapter is absent. The suites run with the adapter's optional features
+//! (f16, subgroups, as the probe printed) and the vec4 paths; the `*_fallback` tests run
+//! `vulkan` again with all of them off and bounds checks on; `new_paths_*` runs shapes
+//! chosen to take every vec4, f16 and subgroup variant.
 //!
 //! `RLX_DIFF_GRAPHS` sets how many random graphs (default 30 here: lavapipe and llvmpipe
 //! run on the CPU); `RLX_DIFF_SEED` the first.
@@ -11,7 +14,7 @@ mod cases;
 
 use rlx_cpu::random_graph::random_graph;
 use rlx_ir::kernel::KernelProgram;
-use rlx_ir::{DType, Graph, Tensor};
+use rlx_ir::{DType, Graph, ReduceOp, Tensor, UnaryOp};
 use rlx_wgpu::weights::WeightCache;
 use rlx_wgpu::{Flavor, WgpuOptions, WgpuProgram};
 use std::collections::HashMap;
@@ -52,9 +55,21 @@ enum Outcome {
     Fail(String),
 }
 
+/// Every optional path off, bounds checks on.
+fn fallback() -> WgpuOptions {
+    WgpuOptions {
+        checked: true,
+        shader_f16: false,
+        subgroups: false,
+        vec4: false,
+    }
+}
+
 /// Compiles and runs twice, comparing both runs with the interpreter.
+#[allow(clippy::too_many_arguments)]
 fn check(
     flavor: Flavor,
+    options: &WgpuOptions,
     name: &str,
     graph: &Graph,
     inputs: &HashMap<String, Tensor>,
@@ -75,12 +90,7 @@ fn check(
     if verbose {
         eprintln!("  compiling {name}");
     }
-    let compiled = match WgpuProgram::compile(
-        flavor,
-        program,
-        &WeightCache::new(),
-        &WgpuOptions::default(),
-    ) {
+    let compiled = match WgpuProgram::compile(flavor, program, &WeightCache::new(), options) {
         Ok(c) => c,
         Err(e) => return Outcome::Fail(format!("{name}: compile: {e}\n{text}")),
     };
@@ -115,7 +125,7 @@ fn check(
     Outcome::Pass
 }
 
-fn library_suite(flavor: Flavor, test: &str) {
+fn library_suite(flavor: Flavor, options: &WgpuOptions, test: &str) {
     if !ready(flavor, test) {
         return;
     }
@@ -128,7 +138,9 @@ fn library_suite(flavor: Flavor, test: &str) {
         if verbose {
             eprintln!("case {} at {:.1}s", c.name, start.elapsed().as_secs_f64());
         }
-        match check(flavor, &c.name, &c.graph, &c.inputs, &c.params, c.dtype) {
+        match check(
+            flavor, options, &c.name, &c.graph, &c.inputs, &c.params, c.dtype,
+        ) {
             Outcome::Pass => pass += 1,
             Outcome::Unsupported => unsupported.push(c.name.clone()),
             Outcome::Fail(e) => failures.push(e),
@@ -158,7 +170,7 @@ fn seeds() -> std::ops::Range<u64> {
     }
 }
 
-fn random_suite(flavor: Flavor, test: &str, seeds: std::ops::Range<u64>) {
+fn random_suite(flavor: Flavor, options: &WgpuOptions, test: &str, seeds: std::ops::Range<u64>) {
     if !ready(flavor, test) {
         return;
     }
@@ -169,6 +181,7 @@ fn random_suite(flavor: Flavor, test: &str, seeds: std::ops::Range<u64>) {
         let r = random_graph(seed);
         match check(
             flavor,
+            options,
             &format!("seed {seed} {:?}", r.ops),
             &r.graph,
             &r.inputs,
@@ -196,13 +209,18 @@ fn random_suite(flavor: Flavor, test: &str, seeds: std::ops::Range<u64>) {
 
 #[test]
 fn vulkan_library_ops_match_the_interpreter() {
-    library_suite(Flavor::Vulkan, "vulkan_library_ops_match_the_interpreter");
+    library_suite(
+        Flavor::Vulkan,
+        &WgpuOptions::default(),
+        "vulkan_library_ops_match_the_interpreter",
+    );
 }
 
 #[test]
 fn vulkan_random_graphs_match_the_interpreter() {
     random_suite(
         Flavor::Vulkan,
+        &WgpuOptions::default(),
         "vulkan_random_graphs_match_the_interpreter",
         seeds(),
     );
@@ -210,13 +228,18 @@ fn vulkan_random_graphs_match_the_interpreter() {
 
 #[test]
 fn opengl_library_ops_match_the_interpreter() {
-    library_suite(Flavor::OpenGl, "opengl_library_ops_match_the_interpreter");
+    library_suite(
+        Flavor::OpenGl,
+        &WgpuOptions::default(),
+        "opengl_library_ops_match_the_interpreter",
+    );
 }
 
 #[test]
 fn opengl_random_graphs_match_the_interpreter() {
     random_suite(
         Flavor::OpenGl,
+        &WgpuOptions::default(),
         "opengl_random_graphs_match_the_interpreter",
         seeds(),
     );
@@ -227,8 +250,24 @@ fn webgpu_defaults_run_random_graphs() {
     let s = seeds();
     random_suite(
         Flavor::WebGpu,
+        &WgpuOptions::default(),
         "webgpu_defaults_run_random_graphs",
         s.start..s.start + 10,
+    );
+}
+
+#[test]
+fn vulkan_library_ops_fallback() {
+    library_suite(Flavor::Vulkan, &fallback(), "vulkan_library_ops_fallback");
+}
+
+#[test]
+fn vulkan_random_graphs_fallback() {
+    random_suite(
+        Flavor::Vulkan,
+        &fallback(),
+        "vulkan_random_graphs_fallback",
+        seeds(),
     );
 }
 
@@ -237,10 +276,140 @@ fn probing_every_flavor_never_panics() {
     for f in Flavor::ALL {
         let a = rlx_wgpu::probe::availability(f);
         println!("{}: {} {:?}", f.name(), a.available, a.reason);
-        if !a.available {
-            assert!(a.reason.is_some_and(|r| !r.is_empty()));
+        match rlx_wgpu::probe::context(f) {
+            Ok(c) => {
+                println!(
+                    "  shader_f16={} subgroups={} adapter features: {}",
+                    c.facts.shader_f16, c.facts.subgroups, c.facts.adapter_features
+                );
+                if f == Flavor::WebGpu {
+                    assert!(!c.facts.shader_f16 && !c.facts.subgroups);
+                }
+            }
+            Err(_) => assert!(a.reason.is_some_and(|r| !r.is_empty())),
         }
     }
+}
+
+/// Shapes chosen to take the vec4, f16 and subgroup variants: vec4 elementwise chains
+/// with broadcast operands, reductions of each row mapping (short, one subgroup per row,
+/// whole workgroup per row, integer), softmax and norms on long rows, GEMMs with and
+/// without vec4 tiles and with partial tiles of both sizes, attention over several tiles.
+fn new_path_cases() -> Vec<(String, Graph, HashMap<String, Tensor>, DType)> {
+    let mut out = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        let mut seed = 100;
+        let mut inputs = HashMap::new();
+        let mut g = Graph::new();
+        let mut input = |g: &mut Graph, name: &str, dtype: DType, shape: &[usize]| {
+            seed += 1;
+            inputs.insert(name.to_string(), Tensor::random(dtype, shape, seed));
+            g.input(name, dtype, rlx_ir::Shape::of(shape))
+        };
+        let x = input(&mut g, "x", dt, &[64, 96]);
+        let row = input(&mut g, "row", dt, &[96]);
+        let col = input(&mut g, "col", dt, &[64, 1]);
+        let y = g.add(x, row).unwrap();
+        let y = g.mul(y, col).unwrap();
+        let y = g.unary(UnaryOp::Tanh, y).unwrap();
+        g.output("ew", y);
+        let s = g.reduce(ReduceOp::Sum, x, &[-1], false).unwrap();
+        g.output("sum_rows", s);
+        let long = input(&mut g, "long", dt, &[3, 3000]);
+        let m = g.reduce(ReduceOp::Max, long, &[-1], false).unwrap();
+        g.output("max_long", m);
+        let mean = g.reduce(ReduceOp::Mean, long, &[-1], true).unwrap();
+        g.output("mean_long", mean);
+        let sm = g.softmax(long, -1).unwrap();
+        g.output("softmax_long", sm);
+        let sm2 = g.softmax(x, -1).unwrap();
+        g.output("softmax_rows", sm2);
+        let scale = input(&mut g, "scale", dt, &[3000]);
+        let bias = input(&mut g, "bias", dt, &[3000]);
+        let ln = g.layer_norm(long, scale, bias, 1e-5).unwrap();
+        g.output("layer_norm_long", ln);
+        let rms = g.rms_norm(x, row, 1e-5).unwrap();
+        g.output("rms_rows", rms);
+        let a = input(&mut g, "a", dt, &[2, 130, 68]);
+        let b = input(&mut g, "b", dt, &[68, 132]);
+        let c = g.matmul(a, b).unwrap();
+        g.output("gemm_vec4", c);
+        let a2 = input(&mut g, "a2", dt, &[33, 37]);
+        let b2 = input(&mut g, "b2", dt, &[37, 41]);
+        let c2 = g.matmul(a2, b2).unwrap();
+        g.output("gemm_odd", c2);
+        let a3 = input(&mut g, "a3", dt, &[260, 64]);
+        let b3 = input(&mut g, "b3", dt, &[64, 256]);
+        let c3 = g.matmul(a3, b3).unwrap();
+        g.output("gemm_big_tile", c3);
+        // Enough batches for the 128x128 tile: vec4 operands, then odd K and N.
+        let a4 = input(&mut g, "a4", dt, &[128, 128, 20]);
+        let b4 = input(&mut g, "b4", dt, &[128, 20, 132]);
+        let c4 = g.matmul(a4, b4).unwrap();
+        g.output("gemm_128_tile", c4);
+        let a5 = input(&mut g, "a5", dt, &[128, 129, 21]);
+        let b5 = input(&mut g, "b5", dt, &[128, 21, 130]);
+        let c5 = g.matmul(a5, b5).unwrap();
+        g.output("gemm_128_tile_odd", c5);
+        // Attention over several key and query tiles, head unrolled into registers.
+        let q = input(&mut g, "q", dt, &[1, 2, 130, 32]);
+        let k = input(&mut g, "k", dt, &[1, 2, 130, 32]);
+        let v = input(&mut g, "v", dt, &[1, 2, 130, 32]);
+        let att = g.attention(q, k, v, None, true, None).unwrap();
+        g.output("attention", att);
+        out.push((format!("new_paths_{dt}"), g, inputs, dt));
+    }
+    let mut g = Graph::new();
+    let xi = g.input("xi", DType::I32, rlx_ir::Shape::of(&[5, 700]));
+    let si = g.reduce(ReduceOp::Sum, xi, &[-1], false).unwrap();
+    g.output("isum", si);
+    let mi = g.reduce(ReduceOp::Min, xi, &[-1], false).unwrap();
+    g.output("imin", mi);
+    let inputs = HashMap::from([("xi".to_string(), Tensor::random(DType::I32, &[5, 700], 9))]);
+    out.push(("new_paths_i32".into(), g, inputs, DType::I32));
+    out
+}
+
+fn new_paths(flavor: Flavor, options: &WgpuOptions, test: &str) {
+    if !ready(flavor, test) {
+        return;
+    }
+    let mut failures = Vec::new();
+    for (name, g, inputs, dt) in new_path_cases() {
+        match check(flavor, options, &name, &g, &inputs, &HashMap::new(), dt) {
+            Outcome::Pass => println!("{test}: {name} passed"),
+            Outcome::Unsupported => failures.push(format!("{name}: unsupported")),
+            Outcome::Fail(e) => failures.push(e),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn new_paths_match_the_interpreter_on_vulkan() {
+    new_paths(
+        Flavor::Vulkan,
+        &WgpuOptions::default(),
+        "new_paths_match_the_interpreter_on_vulkan",
+    );
+}
+
+#[test]
+fn new_paths_match_the_interpreter_on_vulkan_fallback() {
+    new_paths(
+        Flavor::Vulkan,
+        &fallback(),
+        "new_paths_match_the_interpreter_on_vulkan_fallback",
+    );
+}
+
+#[test]
+fn new_paths_match_the_interpreter_on_opengl() {
+    new_paths(
+        Flavor::OpenGl,
+        &WgpuOptions::default(),
+        "new_paths_match_the_interpreter_on_opengl",
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@
 
 use half::{bf16, f16};
 use rlx_ir::{DType, Tensor, TensorData};
+use rlx_ir::{F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0};
 use std::marker::PhantomData;
 
 /// An element type the fast path stores; bool is stored as u8 (0 or 1).
@@ -38,7 +39,23 @@ macro_rules! elem_prim {
         }
     )*};
 }
-elem_prim!(f32, f64, i8, u8, i32, i64);
+elem_prim!(f32, f64, i8, u8, i16, u16, i32, u32, i64, u64);
+
+macro_rules! elem_narrow {
+    ($($t:ty),*) => {$(
+        impl Elem for $t {
+            #[inline(always)]
+            fn to_f32(self) -> f32 { self.to_f64() as f32 }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self { <$t>::from_f64(v as f64) }
+            #[inline(always)]
+            fn to_f64(self) -> f64 { <$t>::to_f64(self) }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self { <$t>::from_f64(v) }
+        }
+    )*};
+}
+elem_narrow!(F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, F4E2M1);
 
 macro_rules! elem_half {
     ($($t:ty),*) => {$(
@@ -67,6 +84,16 @@ pub(crate) enum Data<'a> {
     U8(&'a [u8]),
     I32(&'a [i32]),
     I64(&'a [i64]),
+    I16(&'a [i16]),
+    U16(&'a [u16]),
+    U32(&'a [u32]),
+    U64(&'a [u64]),
+    F8E4M3FN(&'a [F8E4M3FN]),
+    F8E4M3FNUZ(&'a [F8E4M3FNUZ]),
+    F8E5M2(&'a [F8E5M2]),
+    F8E5M2FNUZ(&'a [F8E5M2FNUZ]),
+    F8E8M0(&'a [F8E8M0]),
+    F4E2M1(&'a [F4E2M1]),
 }
 
 /// A mutable typed view of a buffer.
@@ -79,6 +106,16 @@ pub(crate) enum DataMut<'a> {
     U8(&'a mut [u8]),
     I32(&'a mut [i32]),
     I64(&'a mut [i64]),
+    I16(&'a mut [i16]),
+    U16(&'a mut [u16]),
+    U32(&'a mut [u32]),
+    U64(&'a mut [u64]),
+    F8E4M3FN(&'a mut [F8E4M3FN]),
+    F8E4M3FNUZ(&'a mut [F8E4M3FNUZ]),
+    F8E5M2(&'a mut [F8E5M2]),
+    F8E5M2FNUZ(&'a mut [F8E5M2FNUZ]),
+    F8E8M0(&'a mut [F8E8M0]),
+    F4E2M1(&'a mut [F4E2M1]),
 }
 
 /// Runs `$body` with `$s` bound to the typed slice inside a [`Data`] or [`DataMut`].
@@ -93,6 +130,16 @@ macro_rules! dispatch {
             $enum::U8($s) => $body,
             $enum::I32($s) => $body,
             $enum::I64($s) => $body,
+            $enum::I16($s) => $body,
+            $enum::U16($s) => $body,
+            $enum::U32($s) => $body,
+            $enum::U64($s) => $body,
+            $enum::F8E4M3FN($s) => $body,
+            $enum::F8E4M3FNUZ($s) => $body,
+            $enum::F8E5M2($s) => $body,
+            $enum::F8E5M2FNUZ($s) => $body,
+            $enum::F8E8M0($s) => $body,
+            $enum::F4E2M1($s) => $body,
         }
     };
 }
@@ -128,10 +175,15 @@ impl<'a> Data<'a> {
         dispatch!(self, Data, s => dst.iter_mut().zip(s).for_each(|(d, &v)| *d = v.to_f32()))
     }
 
-    /// A host tensor copy with the given dtype (bool decoded from u8) and shape.
+    /// A host tensor copy with the given dtype (bool decoded from u8, the 4- and 2-bit
+    /// integers from their i8/u8 storage) and shape.
     pub fn to_tensor(self, dtype: DType, shape: &[usize]) -> Tensor {
         let data = match (self, dtype) {
             (Data::U8(v), DType::Bool) => TensorData::Bool(v.iter().map(|&b| b != 0).collect()),
+            (Data::I8(v), DType::I4) => TensorData::I4(v.to_vec()),
+            (Data::I8(v), DType::I2) => TensorData::I2(v.to_vec()),
+            (Data::U8(v), DType::U4) => TensorData::U4(v.to_vec()),
+            (Data::U8(v), DType::U2) => TensorData::U2(v.to_vec()),
             (Data::F32(v), _) => TensorData::F32(v.to_vec()),
             (Data::F64(v), _) => TensorData::F64(v.to_vec()),
             (Data::F16(v), _) => TensorData::F16(v.to_vec()),
@@ -140,6 +192,16 @@ impl<'a> Data<'a> {
             (Data::U8(v), _) => TensorData::U8(v.to_vec()),
             (Data::I32(v), _) => TensorData::I32(v.to_vec()),
             (Data::I64(v), _) => TensorData::I64(v.to_vec()),
+            (Data::I16(v), _) => TensorData::I16(v.to_vec()),
+            (Data::U16(v), _) => TensorData::U16(v.to_vec()),
+            (Data::U32(v), _) => TensorData::U32(v.to_vec()),
+            (Data::U64(v), _) => TensorData::U64(v.to_vec()),
+            (Data::F8E4M3FN(v), _) => TensorData::F8E4M3FN(v.to_vec()),
+            (Data::F8E4M3FNUZ(v), _) => TensorData::F8E4M3FNUZ(v.to_vec()),
+            (Data::F8E5M2(v), _) => TensorData::F8E5M2(v.to_vec()),
+            (Data::F8E5M2FNUZ(v), _) => TensorData::F8E5M2FNUZ(v.to_vec()),
+            (Data::F8E8M0(v), _) => TensorData::F8E8M0(v.to_vec()),
+            (Data::F4E2M1(v), _) => TensorData::F4E2M1(v.to_vec()),
         };
         Tensor::new(shape.to_vec(), data).expect("buffer size matches its shape")
     }
@@ -162,6 +224,16 @@ impl<'a> DataMut<'a> {
             DataMut::U8(s) => Data::U8(s),
             DataMut::I32(s) => Data::I32(s),
             DataMut::I64(s) => Data::I64(s),
+            DataMut::I16(s) => Data::I16(s),
+            DataMut::U16(s) => Data::U16(s),
+            DataMut::U32(s) => Data::U32(s),
+            DataMut::U64(s) => Data::U64(s),
+            DataMut::F8E4M3FN(s) => Data::F8E4M3FN(s),
+            DataMut::F8E4M3FNUZ(s) => Data::F8E4M3FNUZ(s),
+            DataMut::F8E5M2(s) => Data::F8E5M2(s),
+            DataMut::F8E5M2FNUZ(s) => Data::F8E5M2FNUZ(s),
+            DataMut::F8E8M0(s) => Data::F8E8M0(s),
+            DataMut::F4E2M1(s) => Data::F4E2M1(s),
         }
     }
 
@@ -192,6 +264,18 @@ impl<'a> DataMut<'a> {
             (DataMut::U8(d), TensorData::U8(v)) => d.copy_from_slice(v),
             (DataMut::I32(d), TensorData::I32(v)) => d.copy_from_slice(v),
             (DataMut::I64(d), TensorData::I64(v)) => d.copy_from_slice(v),
+            (DataMut::I16(d), TensorData::I16(v)) => d.copy_from_slice(v),
+            (DataMut::U16(d), TensorData::U16(v)) => d.copy_from_slice(v),
+            (DataMut::U32(d), TensorData::U32(v)) => d.copy_from_slice(v),
+            (DataMut::U64(d), TensorData::U64(v)) => d.copy_from_slice(v),
+            (DataMut::F8E4M3FN(d), TensorData::F8E4M3FN(v)) => d.copy_from_slice(v),
+            (DataMut::F8E4M3FNUZ(d), TensorData::F8E4M3FNUZ(v)) => d.copy_from_slice(v),
+            (DataMut::F8E5M2(d), TensorData::F8E5M2(v)) => d.copy_from_slice(v),
+            (DataMut::F8E5M2FNUZ(d), TensorData::F8E5M2FNUZ(v)) => d.copy_from_slice(v),
+            (DataMut::F8E8M0(d), TensorData::F8E8M0(v)) => d.copy_from_slice(v),
+            (DataMut::F4E2M1(d), TensorData::F4E2M1(v)) => d.copy_from_slice(v),
+            (DataMut::I8(d), TensorData::I4(v) | TensorData::I2(v)) => d.copy_from_slice(v),
+            (DataMut::U8(d), TensorData::U4(v) | TensorData::U2(v)) => d.copy_from_slice(v),
             _ => unreachable!("checked: result dtype equals the buffer dtype"),
         }
     }
@@ -208,45 +292,73 @@ pub(crate) fn zeroed(dtype: DType, n: usize) -> TensorData {
         DType::U8 | DType::Bool => TensorData::U8(vec![0; n]),
         DType::I32 => TensorData::I32(vec![0; n]),
         DType::I64 => TensorData::I64(vec![0; n]),
+        DType::I16 => TensorData::I16(vec![0; n]),
+        DType::U16 => TensorData::U16(vec![0; n]),
+        DType::U32 => TensorData::U32(vec![0; n]),
+        DType::U64 => TensorData::U64(vec![0; n]),
+        DType::F8E4M3FN => TensorData::F8E4M3FN(vec![F8E4M3FN(0); n]),
+        DType::F8E4M3FNUZ => TensorData::F8E4M3FNUZ(vec![F8E4M3FNUZ(0); n]),
+        DType::F8E5M2 => TensorData::F8E5M2(vec![F8E5M2(0); n]),
+        DType::F8E5M2FNUZ => TensorData::F8E5M2FNUZ(vec![F8E5M2FNUZ(0); n]),
+        DType::F8E8M0 => TensorData::F8E8M0(vec![F8E8M0(0); n]),
+        DType::F4E2M1 => TensorData::F4E2M1(vec![F4E2M1(0); n]),
+        DType::I4 | DType::I2 => TensorData::I8(vec![0; n]),
+        DType::U4 | DType::U2 => TensorData::U8(vec![0; n]),
     }
 }
 
-/// Turns owned storage of a bool buffer (u8) back into bools.
+/// Turns owned storage of a bool buffer (u8) back into bools, and of a 4- or 2-bit integer
+/// buffer (i8/u8) into its dtype.
 pub(crate) fn finish_owned(dtype: DType, data: TensorData) -> TensorData {
     match (dtype, data) {
         (DType::Bool, TensorData::U8(v)) => {
             TensorData::Bool(v.into_iter().map(|b| b != 0).collect())
         }
+        (DType::I4, TensorData::I8(v)) => TensorData::I4(v),
+        (DType::I2, TensorData::I8(v)) => TensorData::I2(v),
+        (DType::U4, TensorData::U8(v)) => TensorData::U4(v),
+        (DType::U2, TensorData::U8(v)) => TensorData::U2(v),
         (_, d) => d,
     }
 }
 
+/// Runs `$body` with `$v` bound to the element vector of any [`TensorData`] variant.
+macro_rules! each_data {
+    ($e:expr, $v:ident => $body:expr) => {
+        match $e {
+            TensorData::F32($v) => $body,
+            TensorData::F16($v) => $body,
+            TensorData::BF16($v) => $body,
+            TensorData::F64($v) => $body,
+            TensorData::I8($v) => $body,
+            TensorData::U8($v) => $body,
+            TensorData::I32($v) => $body,
+            TensorData::I64($v) => $body,
+            TensorData::Bool($v) => $body,
+            TensorData::I16($v) => $body,
+            TensorData::U16($v) => $body,
+            TensorData::U32($v) => $body,
+            TensorData::U64($v) => $body,
+            TensorData::F8E4M3FN($v) => $body,
+            TensorData::F8E4M3FNUZ($v) => $body,
+            TensorData::F8E5M2($v) => $body,
+            TensorData::F8E5M2FNUZ($v) => $body,
+            TensorData::F8E8M0($v) => $body,
+            TensorData::F4E2M1($v) => $body,
+            TensorData::I4($v) => $body,
+            TensorData::U4($v) => $body,
+            TensorData::I2($v) => $body,
+            TensorData::U2($v) => $body,
+        }
+    };
+}
+
 fn data_ptr(t: &TensorData) -> *const u8 {
-    match t {
-        TensorData::F32(v) => v.as_ptr() as *const u8,
-        TensorData::F16(v) => v.as_ptr() as *const u8,
-        TensorData::BF16(v) => v.as_ptr() as *const u8,
-        TensorData::F64(v) => v.as_ptr() as *const u8,
-        TensorData::I8(v) => v.as_ptr() as *const u8,
-        TensorData::U8(v) => v.as_ptr(),
-        TensorData::I32(v) => v.as_ptr() as *const u8,
-        TensorData::I64(v) => v.as_ptr() as *const u8,
-        TensorData::Bool(v) => v.as_ptr() as *const u8,
-    }
+    t.as_bytes().as_ptr()
 }
 
 fn data_ptr_mut(t: &mut TensorData) -> *mut u8 {
-    match t {
-        TensorData::F32(v) => v.as_mut_ptr() as *mut u8,
-        TensorData::F16(v) => v.as_mut_ptr() as *mut u8,
-        TensorData::BF16(v) => v.as_mut_ptr() as *mut u8,
-        TensorData::F64(v) => v.as_mut_ptr() as *mut u8,
-        TensorData::I8(v) => v.as_mut_ptr() as *mut u8,
-        TensorData::U8(v) => v.as_mut_ptr(),
-        TensorData::I32(v) => v.as_mut_ptr() as *mut u8,
-        TensorData::I64(v) => v.as_mut_ptr() as *mut u8,
-        TensorData::Bool(v) => v.as_mut_ptr() as *mut u8,
-    }
+    each_data!(t, v => v.as_mut_ptr().cast::<u8>())
 }
 
 #[derive(Clone, Copy)]
@@ -381,10 +493,20 @@ unsafe fn view<'a>(p: *mut u8, n: usize, dtype: DType) -> Data<'a> {
         DType::F64 => Data::F64(s(p as *const f64, n)),
         DType::F16 => Data::F16(s(p as *const f16, n)),
         DType::BF16 => Data::BF16(s(p as *const bf16, n)),
-        DType::I8 => Data::I8(s(p as *const i8, n)),
-        DType::U8 | DType::Bool => Data::U8(s(p as *const u8, n)),
+        DType::I8 | DType::I4 | DType::I2 => Data::I8(s(p as *const i8, n)),
+        DType::U8 | DType::Bool | DType::U4 | DType::U2 => Data::U8(s(p as *const u8, n)),
         DType::I32 => Data::I32(s(p as *const i32, n)),
         DType::I64 => Data::I64(s(p as *const i64, n)),
+        DType::I16 => Data::I16(s(p as *const i16, n)),
+        DType::U16 => Data::U16(s(p as *const u16, n)),
+        DType::U32 => Data::U32(s(p as *const u32, n)),
+        DType::U64 => Data::U64(s(p as *const u64, n)),
+        DType::F8E4M3FN => Data::F8E4M3FN(s(p as *const F8E4M3FN, n)),
+        DType::F8E4M3FNUZ => Data::F8E4M3FNUZ(s(p as *const F8E4M3FNUZ, n)),
+        DType::F8E5M2 => Data::F8E5M2(s(p as *const F8E5M2, n)),
+        DType::F8E5M2FNUZ => Data::F8E5M2FNUZ(s(p as *const F8E5M2FNUZ, n)),
+        DType::F8E8M0 => Data::F8E8M0(s(p as *const F8E8M0, n)),
+        DType::F4E2M1 => Data::F4E2M1(s(p as *const F4E2M1, n)),
     }
 }
 
@@ -395,9 +517,19 @@ unsafe fn view_mut<'a>(p: *mut u8, n: usize, dtype: DType) -> DataMut<'a> {
         DType::F64 => DataMut::F64(s(p as *mut f64, n)),
         DType::F16 => DataMut::F16(s(p as *mut f16, n)),
         DType::BF16 => DataMut::BF16(s(p as *mut bf16, n)),
-        DType::I8 => DataMut::I8(s(p as *mut i8, n)),
-        DType::U8 | DType::Bool => DataMut::U8(s(p, n)),
+        DType::I8 | DType::I4 | DType::I2 => DataMut::I8(s(p as *mut i8, n)),
+        DType::U8 | DType::Bool | DType::U4 | DType::U2 => DataMut::U8(s(p, n)),
         DType::I32 => DataMut::I32(s(p as *mut i32, n)),
         DType::I64 => DataMut::I64(s(p as *mut i64, n)),
+        DType::I16 => DataMut::I16(s(p as *mut i16, n)),
+        DType::U16 => DataMut::U16(s(p as *mut u16, n)),
+        DType::U32 => DataMut::U32(s(p as *mut u32, n)),
+        DType::U64 => DataMut::U64(s(p as *mut u64, n)),
+        DType::F8E4M3FN => DataMut::F8E4M3FN(s(p as *mut F8E4M3FN, n)),
+        DType::F8E4M3FNUZ => DataMut::F8E4M3FNUZ(s(p as *mut F8E4M3FNUZ, n)),
+        DType::F8E5M2 => DataMut::F8E5M2(s(p as *mut F8E5M2, n)),
+        DType::F8E5M2FNUZ => DataMut::F8E5M2FNUZ(s(p as *mut F8E5M2FNUZ, n)),
+        DType::F8E8M0 => DataMut::F8E8M0(s(p as *mut F8E8M0, n)),
+        DType::F4E2M1 => DataMut::F4E2M1(s(p as *mut F4E2M1, n)),
     }
 }

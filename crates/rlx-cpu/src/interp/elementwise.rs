@@ -53,3 +53,9 @@ pub(super) fn cast(x: &Tensor, to: DType) -> TensorData {
     }
     from_f64(to, x.to_f64_vec())
 }
+
+/// Reinterprets the elements' bytes (widths are checked equal by inference).
+pub(super) fn bitcast(x: &Tensor, to: DType) -> TensorData {
+    TensorData::from_le_bytes(to, &x.data().to_le_bytes())
+        .expect("inference checked equal element widths")
+}

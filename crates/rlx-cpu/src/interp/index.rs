@@ -87,6 +87,20 @@ pub(crate) fn take(srcs: &[&TensorData], idx: &[(usize, usize)]) -> TensorData {
         TensorData::I32(_) => gather!(I32),
         TensorData::I64(_) => gather!(I64),
         TensorData::Bool(_) => gather!(Bool),
+        TensorData::I16(_) => gather!(I16),
+        TensorData::U16(_) => gather!(U16),
+        TensorData::U32(_) => gather!(U32),
+        TensorData::U64(_) => gather!(U64),
+        TensorData::F8E4M3FN(_) => gather!(F8E4M3FN),
+        TensorData::F8E4M3FNUZ(_) => gather!(F8E4M3FNUZ),
+        TensorData::F8E5M2(_) => gather!(F8E5M2),
+        TensorData::F8E5M2FNUZ(_) => gather!(F8E5M2FNUZ),
+        TensorData::F8E8M0(_) => gather!(F8E8M0),
+        TensorData::F4E2M1(_) => gather!(F4E2M1),
+        TensorData::I4(_) => gather!(I4),
+        TensorData::U4(_) => gather!(U4),
+        TensorData::I2(_) => gather!(I2),
+        TensorData::U2(_) => gather!(U2),
     }
 }
 

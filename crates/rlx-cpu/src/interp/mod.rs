@@ -56,6 +56,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
         Op::Binary(b) => elementwise::binary(*b, inputs[0], inputs[1], &shape, dtype),
         Op::Where => elementwise::where_(inputs, &shape, dtype),
         Op::Cast(to) => elementwise::cast(inputs[0], *to),
+        Op::BitCast(to) => elementwise::bitcast(inputs[0], *to),
         Op::Reduce { op, axes, .. } => reduce::reduce(*op, axes, inputs[0], dtype),
         Op::ArgReduce { op, axis, .. } => reduce::arg_reduce(*op, *axis, inputs[0]),
         Op::Softmax { axis } => norm::softmax(*axis, inputs[0], false),

@@ -38,6 +38,18 @@ pub fn binary(op: BinaryOp, dtype: DType, a: &str, b: &str) -> Option<String> {
         BinaryOp::And => format!("({a} && {b})"),
         BinaryOp::Or => format!("({a} || {b})"),
         BinaryOp::Xor => format!("({a} != {b})"),
+        BinaryOp::BitAnd => format!("({a} & {b})"),
+        BinaryOp::BitOr => format!("({a} | {b})"),
+        BinaryOp::BitXor => format!("({a} ^ {b})"),
+        // Shifts past the width give 0 (or -1 for negative right shifts), as the reference.
+        BinaryOp::Shl => format!(
+            "(({b}) < 0 || ({b}) >= {w} ? {zero} : ({t})({a} << {b}))",
+            w = dtype.bits()
+        ),
+        BinaryOp::Shr => format!(
+            "(({b}) < 0 || ({b}) >= {w} ? ({a} < 0 ? ({t})(-1) : {zero}) : ({t})({a} >> {b}))",
+            w = dtype.bits()
+        ),
     })
 }
 

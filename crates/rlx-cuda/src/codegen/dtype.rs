@@ -4,6 +4,24 @@
 
 use rlx_ir::DType;
 
+/// True for the dtypes this backend has rules for; `caps` leaves ops on any other dtype to
+/// legalization, which reports them. The arms below give the others a C type of their
+/// width so that every function stays total, but no kernel is generated for them.
+pub fn supported(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::F32
+            | DType::F16
+            | DType::BF16
+            | DType::F64
+            | DType::I8
+            | DType::U8
+            | DType::I32
+            | DType::I64
+            | DType::Bool
+    )
+}
+
 /// The C type of an element in device memory.
 pub fn storage(dtype: DType) -> &'static str {
     match dtype {
@@ -16,6 +34,21 @@ pub fn storage(dtype: DType) -> &'static str {
         DType::I32 => "int",
         DType::I64 => "long long",
         DType::Bool => "unsigned char",
+        DType::I16 => "short",
+        DType::U16 => "unsigned short",
+        DType::U32 => "unsigned int",
+        DType::U64 => "unsigned long long",
+        // Not supported (see `supported`): raw bytes.
+        DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1
+        | DType::I4
+        | DType::U4
+        | DType::I2
+        | DType::U2 => "unsigned char",
     }
 }
 
@@ -30,6 +63,20 @@ pub fn compute(dtype: DType) -> &'static str {
         DType::I32 => "int",
         DType::I64 => "long long",
         DType::Bool => "bool",
+        DType::I16 => "short",
+        DType::U16 => "unsigned short",
+        DType::U32 => "unsigned int",
+        DType::U64 => "unsigned long long",
+        // Not supported (see `supported`).
+        DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1 => "float",
+        DType::I4 => "signed char",
+        DType::U4 | DType::U2 => "unsigned char",
+        DType::I2 => "signed char",
     }
 }
 
@@ -44,9 +91,7 @@ pub fn load(dtype: DType, elem: &str) -> String {
         DType::F16 => format!("rlx_f16_to_f32({elem})"),
         DType::BF16 => format!("rlx_bf16_to_f32({elem})"),
         DType::Bool => format!("({elem} != 0)"),
-        DType::F32 | DType::F64 | DType::I8 | DType::U8 | DType::I32 | DType::I64 => {
-            elem.to_string()
-        }
+        _ => elem.to_string(),
     }
 }
 
@@ -56,9 +101,7 @@ pub fn store(dtype: DType, value: &str) -> String {
         DType::F16 => format!("rlx_f32_to_f16({value})"),
         DType::BF16 => format!("rlx_f32_to_bf16({value})"),
         DType::Bool => format!("(unsigned char)({value})"),
-        DType::F32 | DType::F64 | DType::I8 | DType::U8 | DType::I32 | DType::I64 => {
-            value.to_string()
-        }
+        _ => value.to_string(),
     }
 }
 
@@ -72,7 +115,24 @@ pub fn cast(from: DType, to: DType, a: &str) -> String {
         DType::F64 => format!("(double)({a})"),
         DType::F16 => format!("rlx_f16_to_f32(rlx_f32_to_f16((float)({a})))"),
         DType::BF16 => format!("rlx_bf16_to_f32(rlx_f32_to_bf16((float)({a})))"),
-        DType::I8 | DType::U8 | DType::I32 | DType::I64 => {
+        DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1 => format!("(float)({a})"),
+        DType::I8
+        | DType::U8
+        | DType::I32
+        | DType::I64
+        | DType::I16
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::I4
+        | DType::U4
+        | DType::I2
+        | DType::U2 => {
             if from.is_float() {
                 format!("({})(long long)({a})", compute(to))
             } else {
@@ -86,7 +146,15 @@ pub fn cast(from: DType, to: DType, a: &str) -> String {
 pub fn literal(dtype: DType, v: f64) -> String {
     let v = dtype.round(v);
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => {
+        DType::F32
+        | DType::F16
+        | DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1 => {
             let f = v as f32;
             if f.is_nan() {
                 "__int_as_float(0x7fc00000)".into()
@@ -128,7 +196,18 @@ pub fn literal(dtype: DType, v: f64) -> String {
                 format!("{i}")
             }
         }
-        DType::I8 | DType::U8 => format!("({})({})", compute(dtype), v as i64),
+        DType::I8
+        | DType::U8
+        | DType::I16
+        | DType::U16
+        | DType::I4
+        | DType::U4
+        | DType::I2
+        | DType::U2 => {
+            format!("({})({})", compute(dtype), v as i64)
+        }
+        DType::U32 => format!("{}u", v as u32),
+        DType::U64 => format!("{}ULL", v as u64),
     }
 }
 
@@ -143,7 +222,24 @@ pub fn int_bounds(dtype: DType) -> (String, String) {
             "9223372036854775807LL".into(),
         ),
         DType::Bool => ("false".into(), "true".into()),
-        DType::F32 | DType::F16 | DType::BF16 | DType::F64 => (
+        DType::I16 => ("(short)(-32768)".into(), "(short)32767".into()),
+        DType::U16 => ("(unsigned short)0".into(), "(unsigned short)65535".into()),
+        DType::U32 => ("0u".into(), "4294967295u".into()),
+        DType::U64 => ("0ULL".into(), "18446744073709551615ULL".into()),
+        DType::I4 => ("(signed char)(-8)".into(), "(signed char)7".into()),
+        DType::U4 => ("(unsigned char)0".into(), "(unsigned char)15".into()),
+        DType::I2 => ("(signed char)(-2)".into(), "(signed char)1".into()),
+        DType::U2 => ("(unsigned char)0".into(), "(unsigned char)3".into()),
+        DType::F32
+        | DType::F16
+        | DType::BF16
+        | DType::F64
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1 => (
             literal(dtype, f64::NEG_INFINITY),
             literal(dtype, f64::INFINITY),
         ),

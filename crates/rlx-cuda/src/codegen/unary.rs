@@ -60,6 +60,7 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
             super::dtype::compute(dtype)
         ),
         UnaryOp::Not => format!("(!{a})"),
+        UnaryOp::BitNot => format!("({})(~{a})", super::dtype::compute(dtype)),
     })
 }
 

@@ -105,20 +105,60 @@ pub fn identity(_ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 pub fn cast(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let to = n.int_opt("to")?.ok_or_else(|| fail_attr("to"))?;
-    // `saturate` and `round_mode` only change float8 conversions, which have no IR dtype.
-    n.int("saturate", 1)?;
-    n.string("round_mode", "up")?;
     let to = to_dtype(to as i32).map_err(crate::ctx::Fail::Unsupported)?;
-    one(ctx.cast(&x, to)?)
+    let y = onnx_cast(
+        ctx,
+        &x,
+        to,
+        n.int("saturate", 1)? != 0,
+        &n.string("round_mode", "up")?,
+    )?;
+    one(y)
 }
 
 /// `CastLike`: cast to the dtype of the second input.
 pub fn cast_like(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, like) = (n.input(0)?, n.input(1)?);
-    n.int("saturate", 1)?;
-    n.string("round_mode", "up")?;
     let d = ctx.dtype(&like);
-    one(ctx.cast(&x, d)?)
+    let y = onnx_cast(
+        ctx,
+        &x,
+        d,
+        n.int("saturate", 1)? != 0,
+        &n.string("round_mode", "up")?,
+    )?;
+    one(y)
+}
+
+/// ONNX's cast: the IR cast, which rounds the narrow floats without saturating, after a
+/// clamp to the target's finite range when `saturate` is set and the target is a float8
+/// with a NaN or infinity to overflow to (the clamp keeps NaN: the IR's max/min propagate
+/// it). `round_mode` applies to `f8e8m0`, whose IR rule is ONNX's default ("up",
+/// saturating).
+pub fn onnx_cast(ctx: &mut Ctx, x: &Val, to: DType, saturate: bool, round_mode: &str) -> R<Val> {
+    if to == DType::F8E8M0 && (round_mode != "up" || !saturate) {
+        unsupported!("cast to f8e8m0 with round_mode `{round_mode}` and saturate {saturate}");
+    }
+    if !matches!(round_mode, "up" | "down" | "nearest") {
+        invalid!("round_mode `{round_mode}` is not one of up, down, nearest");
+    }
+    let overflows = matches!(
+        to,
+        DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ
+    );
+    if !saturate || !overflows || ctx.dtype(x) == to {
+        return ctx.cast(x, to);
+    }
+    let max = to.max_finite().expect("float8 types have a largest value");
+    let from = ctx.dtype(x);
+    let wide = if matches!(from, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
+        x.clone()
+    } else {
+        ctx.cast(x, DType::F32)?
+    };
+    let y = ctx.binary_scalar(BinaryOp::Min, &wide, max)?;
+    let y = ctx.binary_scalar(BinaryOp::Max, &y, -max)?;
+    ctx.cast(&y, to)
 }
 
 fn fail_attr(name: &str) -> crate::ctx::Fail {
@@ -174,42 +214,48 @@ pub fn is_inf(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     })
 }
 
-/// `BitShift`: left as multiplication by 2^s (wrapping like the dtype), right as floored
-/// division (an arithmetic shift for signed types), computed exactly in f64.
+/// `BitShift`: the IR's shifts (unsigned operands in ONNX).
 pub fn bit_shift(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
-    let (x, s) = (n.input(0)?, n.input(1)?);
     let dir = n
         .string_opt("direction")?
         .ok_or_else(|| fail_attr("direction"))?;
-    let d = ctx.dtype(&x);
-    if !d.is_int() {
-        unsupported!("BitShift on {d}");
-    }
-    let xf = ctx.cast(&x, DType::F64)?;
-    let sf = ctx.cast(&s, DType::F64)?;
-    let two = ctx.scalar(DType::F64, 2.0);
-    let p = ctx.binary(BinaryOp::Pow, &two, &sf)?;
-    let zero = ctx.scalar(DType::F64, 0.0);
-    let (y, overflow) = match dir.as_str() {
-        "LEFT" => (ctx.mul(&xf, &p)?, zero.clone()),
-        "RIGHT" => {
-            let q = ctx.div(&xf, &p)?;
-            let neg = ctx.binary(BinaryOp::Lt, &xf, &zero)?;
-            let m1 = ctx.scalar(DType::F64, -1.0);
-            (
-                ctx.unary(UnaryOp::Floor, &q)?,
-                ctx.where_(&neg, &m1, &zero)?,
-            )
-        }
+    match dir.as_str() {
+        "LEFT" => binary(ctx, n, BinaryOp::Shl),
+        "RIGHT" => binary(ctx, n, BinaryOp::Shr),
         other => invalid!("direction `{other}` is neither LEFT nor RIGHT"),
-    };
-    // Shifts outside [0, bits) shift every bit out: 0, or -1 for negative right shifts.
-    let bits = (d.size_bytes() * 8) as f64;
-    let lo = ctx.binary(BinaryOp::Lt, &sf, &zero)?;
-    let hi = ctx.binary_scalar(BinaryOp::Ge, &sf, bits)?;
-    let out = ctx.binary(BinaryOp::Or, &lo, &hi)?;
-    let y = ctx.where_(&out, &overflow, &y)?;
-    one(ctx.cast(&y, d)?)
+    }
+}
+
+/// `BitCast`: the same bits read as the `to` dtype.
+pub fn bit_cast(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let to = n.int_opt("to")?.ok_or_else(|| fail_attr("to"))?;
+    let to = to_dtype(to as i32).map_err(crate::ctx::Fail::Unsupported)?;
+    let from = ctx.dtype(&x);
+    if from.bits() != to.bits() || from.bits() < 8 {
+        invalid!("BitCast from {from} to {to}: the element widths differ");
+    }
+    if from == to {
+        return one(x);
+    }
+    one(ctx.op(rlx_ir::Op::BitCast(to), &[&x])?)
+}
+
+/// `SwiGLU`: `Swish_alpha(a) * b`, the gate `a` times `sigmoid(alpha * a)`, times `b`.
+pub fn swiglu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (a, b) = (n.input(0)?, n.input(1)?);
+    let d = ctx.dtype(&a);
+    if !d.is_float() || d.is_narrow() {
+        unsupported!("dtype {d} is not supported (float only)");
+    }
+    if ctx.dims(&a) != ctx.dims(&b) {
+        invalid!("SwiGLU inputs must have the same shape");
+    }
+    let alpha = float_attr(n, "alpha", 1.0)?;
+    let ax = ctx.binary_scalar(BinaryOp::Mul, &a, alpha)?;
+    let s = ctx.unary(UnaryOp::Sigmoid, &ax)?;
+    let gate = ctx.mul(&a, &s)?;
+    one(ctx.mul(&gate, &b)?)
 }
 
 fn float_attr(n: &NodeIn, name: &str, default: f32) -> R<f64> {

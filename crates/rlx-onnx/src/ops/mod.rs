@@ -79,7 +79,13 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "IsNaN" => ew::is_nan,
         "IsInf" => ew::is_inf,
         "BitShift" => ew::bit_shift,
+        "BitwiseAnd" => |c, n| ew::binary(c, n, B::BitAnd),
+        "BitwiseOr" => |c, n| ew::binary(c, n, B::BitOr),
+        "BitwiseXor" => |c, n| ew::binary(c, n, B::BitXor),
+        "BitwiseNot" => |c, n| ew::unary(c, n, U::BitNot),
+        "BitCast" => ew::bit_cast,
         "PRelu" => ew::prelu,
+        "SwiGLU" => ew::swiglu,
         // elementwise: closed forms
         "LeakyRelu" | "Elu" | "Celu" | "Selu" | "HardSigmoid" | "HardSwish" | "Softplus"
         | "Softsign" | "ThresholdedRelu" | "Shrink" | "Mish" | "Swish" | "Gelu" => ew::activation,
@@ -108,6 +114,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "Tile" => movement::tile,
         "Pad" => movement::pad,
         "DepthToSpace" | "SpaceToDepth" => movement::depth_space,
+        "ReverseSequence" => movement::reverse_sequence,
         // reductions
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
         | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => reduce::reduce,

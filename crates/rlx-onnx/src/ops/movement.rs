@@ -1,7 +1,7 @@
-//! Data movement: transpose, concat, split, slice, gather, expand, tile, pad, and the
-//! block rearrangements (`DepthToSpace`, `SpaceToDepth`).
+//! Data movement: transpose, concat, split, slice, gather, expand, tile, pad, the block
+//! rearrangements (`DepthToSpace`, `SpaceToDepth`) and `ReverseSequence`.
 
-use crate::ctx::{invalid, unsupported, Ctx, Val, R};
+use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
 use crate::node::NodeIn;
 use crate::ops::shape::to_dims;
 use rlx_ir::{broadcast_shapes, Dim, Op, PadMode, Shape};
@@ -362,4 +362,55 @@ pub fn center_crop_pad(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         )?;
     }
     one(y)
+}
+
+/// `ReverseSequence`: along the time axis, the first `sequence_lens[b]` steps of each batch
+/// entry in reverse order, one gather over [batch * time] rows (the lengths must be known
+/// at import).
+pub fn reverse_sequence(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let lens = ctx.const_ints(&n.input(1)?, "sequence_lens")?;
+    let r = ctx.rank(&x);
+    if r < 2 {
+        invalid!("ReverseSequence needs rank 2 or more, got {r}");
+    }
+    let ba = ctx.axis(n.int("batch_axis", 1)?, r)?;
+    let ta = ctx.axis(n.int("time_axis", 0)?, r)?;
+    if !matches!((ba, ta), (0, 1) | (1, 0)) {
+        invalid!("batch_axis {ba} and time_axis {ta} must be 0 and 1");
+    }
+    let xs = ctx.shape(&x)?;
+    let (nb, nt) = (xs[ba], xs[ta]);
+    if lens.len() != nb {
+        invalid!(
+            "sequence_lens has {} entries for a batch of {nb}",
+            lens.len()
+        );
+    }
+    let mut idx = Vec::with_capacity(nb * nt);
+    for (b, &len) in lens.iter().enumerate() {
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l <= nt)
+            .ok_or_else(|| {
+                Fail::Invalid(format!("sequence_lens[{b}] = {len} is outside 0..={nt}"))
+            })?;
+        for t in 0..nt {
+            let src = if t < len { len - 1 - t } else { t };
+            idx.push((b * nt + src) as i64);
+        }
+    }
+    // Batch first, time second (swapping the two is its own inverse).
+    let mut perm: Vec<usize> = (0..r).collect();
+    perm.swap(0, ba);
+    let xt = ctx.transpose(&x, &perm)?;
+    let mut rows = vec![nb * nt];
+    rows.extend(&xs[2..]);
+    let flat = ctx.reshape(&xt, &rows)?;
+    let iv = ctx.ints(&idx);
+    let g = ctx.gather(&flat, &iv, 0)?;
+    let mut back = vec![nb, nt];
+    back.extend(&xs[2..]);
+    let g = ctx.reshape(&g, &back)?;
+    Ok(vec![ctx.transpose(&g, &perm)?])
 }

@@ -1,8 +1,9 @@
-//! Linear quantization on the IR's 8-bit integers: `QuantizeLinear`, `DequantizeLinear`,
-//! `DynamicQuantizeLinear`, `QLinearMatMul`, `MatMulInteger`, `ConvInteger`, as the ONNX
-//! reference computes them (round half to even, saturate to the integer range).
+//! Linear quantization: `QuantizeLinear`, `DequantizeLinear`, `DynamicQuantizeLinear`,
+//! `QLinearMatMul`, `MatMulInteger`, `ConvInteger`, as the ONNX reference computes them:
+//! integers (2 to 16 bits) round half to even and saturate to their range; float8 targets
+//! take a (saturating) cast of `x / scale`, float4 one of `x / scale + zero_point`.
 
-use crate::ctx::{invalid, unsupported, Ctx, Val, R};
+use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
 use crate::dtype::to_dtype;
 use crate::node::NodeIn;
 use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
@@ -11,17 +12,21 @@ fn range(d: DType) -> R<(f64, f64)> {
     Ok(match d {
         DType::U8 => (0.0, 255.0),
         DType::I8 => (-128.0, 127.0),
+        DType::U16 => (0.0, 65535.0),
+        DType::I16 => (-32768.0, 32767.0),
+        DType::U4 => (0.0, 15.0),
+        DType::I4 => (-8.0, 7.0),
+        DType::U2 => (0.0, 3.0),
+        DType::I2 => (-2.0, 1.0),
         DType::I32 => (i32::MIN as f64, i32::MAX as f64),
         other => unsupported!("quantized type {other}"),
     })
 }
 
-/// Scale or zero point shaped to broadcast against `x` along `axis` (per-axis), or as is
-/// (per-tensor).
+/// Scale or zero point shaped to broadcast against `x`: as is (per-tensor), along `axis`
+/// (per-axis), or with each entry repeated `block` times along `axis` (blocked, the last
+/// block cut to `x`'s size).
 fn per_axis(ctx: &mut Ctx, v: &Val, x: &Val, axis: i64, block: i64) -> R<Val> {
-    if block != 0 {
-        unsupported!("blocked quantization (block_size {block})");
-    }
     let s = ctx.shape(v)?;
     let n: usize = s.iter().product();
     if s.is_empty() {
@@ -32,6 +37,32 @@ fn per_axis(ctx: &mut Ctx, v: &Val, x: &Val, axis: i64, block: i64) -> R<Val> {
     }
     let r = ctx.rank(x);
     let a = ctx.axis(axis, r)?;
+    if block != 0 {
+        let xs = ctx.shape(x)?;
+        let b = usize::try_from(block)
+            .ok()
+            .filter(|&b| b > 0)
+            .ok_or_else(|| Fail::Invalid(format!("block_size {block} is not positive")))?;
+        let blocks = xs[a].div_ceil(b);
+        let mut want = xs.clone();
+        want[a] = blocks;
+        if s != want {
+            invalid!("blocked quantization: parameter shape {s:?} does not match {want:?} (x {xs:?}, axis {a}, block {b})");
+        }
+        let mut split = s.clone();
+        split.insert(a + 1, 1);
+        let v = ctx.reshape(v, &split)?;
+        split[a + 1] = b;
+        let v = ctx.expand(&v, rlx_ir::Shape::of(&split).0)?;
+        let mut merged = s;
+        merged[a] = blocks * b;
+        let v = ctx.reshape(&v, &merged)?;
+        return if blocks * b == xs[a] {
+            Ok(v)
+        } else {
+            ctx.slice(&v, a, 0, xs[a] as i64, 1)
+        };
+    }
     let mut dims = vec![1; r];
     dims[a] = n;
     ctx.reshape(v, &dims)
@@ -49,7 +80,7 @@ fn saturate_round(ctx: &mut Ctx, y: &Val, to: DType) -> R<Val> {
 pub fn quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, scale) = (n.input(0)?, n.input(1)?);
     let axis = n.int("axis", 1)?;
-    n.int("saturate", 1)?;
+    let saturate = n.int("saturate", 1)? != 0;
     let block = n.int("block_size", 0)?;
     if n.int_opt("precision")?.is_some_and(|p| p != 1) {
         unsupported!("precision other than float32");
@@ -64,6 +95,21 @@ pub fn quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let s = per_axis(ctx, &scale, &x, axis, block)?;
     let s = ctx.cast(&s, DType::F32)?;
     let q = ctx.div(&xf, &s)?;
+    if out.is_float() {
+        // The reference ignores a float8 zero point (it must be zero) and adds a float4 one.
+        let mut q = q;
+        if let (Some(z), DType::F4E2M1) = (&zp, out) {
+            let z = per_axis(ctx, z, &x, axis, block)?;
+            let z = ctx.cast(&z, DType::F32)?;
+            q = ctx.add(&q, &z)?;
+        }
+        if !out.is_narrow() || out == DType::F8E8M0 {
+            unsupported!("quantized type {out}");
+        }
+        return Ok(vec![crate::ops::elementwise::onnx_cast(
+            ctx, &q, out, saturate, "up",
+        )?]);
+    }
     let mut q = ctx.unary(UnaryOp::Round, &q)?;
     if let Some(z) = &zp {
         let z = per_axis(ctx, z, &x, axis, block)?;

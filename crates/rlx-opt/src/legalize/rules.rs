@@ -30,6 +30,7 @@ pub(crate) fn decompose(
         | Op::Constant(_)
         | Op::Where
         | Op::Cast(_)
+        | Op::BitCast(_)
         | Op::Reduce { .. }
         | Op::ArgReduce { .. }
         | Op::MatMul
@@ -108,7 +109,8 @@ fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: NodeId) -> Result<NodeId, Failure> 
         | UnaryOp::Ceil
         | UnaryOp::Round
         | UnaryOp::Sign
-        | UnaryOp::Not => Err(Failure::NoRule),
+        | UnaryOp::Not
+        | UnaryOp::BitNot => Err(Failure::NoRule),
     }
 }
 
@@ -134,7 +136,12 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: NodeId, y: NodeId) -> Result<Node
         | BinaryOp::Ge
         | BinaryOp::And
         | BinaryOp::Or
-        | BinaryOp::Xor => Err(Failure::NoRule),
+        | BinaryOp::Xor
+        | BinaryOp::BitAnd
+        | BinaryOp::BitOr
+        | BinaryOp::BitXor
+        | BinaryOp::Shl
+        | BinaryOp::Shr => Err(Failure::NoRule),
     }
 }
 

@@ -42,6 +42,7 @@ pub(crate) fn kind(op: &Op) -> Kind {
         Op::Transpose(_) | Op::Expand(_) | Op::Slice { .. } | Op::Reshape(_) => Kind::Layout,
         Op::Reduce { .. } => Kind::Reduce,
         Op::ArgReduce { .. }
+        | Op::BitCast(_)
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }

@@ -2,14 +2,15 @@
 //! reductions, convolution (direct) and attention (online softmax). Each stores its result
 //! through the fused elementwise epilogue when there is one.
 
-use super::loops::{lanes_for, tree, Epilogue};
-use super::scalar::{compute, literal, load, store};
+use super::loops::Epilogue;
+use super::rows::{lanes_for, Frame};
+use super::scalar::{compute, literal};
 use super::{
     broadcast_strides, check_i32, contiguous, coords, grid_loop, groups_for, main_sig, offset,
     ArgRef, Emitted, IndexSpace, Kb, Target, WG,
 };
 use rlx_ir::kernel::LibraryKernel;
-use rlx_ir::{ArgOp, AttnMask, Conv2dParams, DType, PadMode, Pool2dParams, PoolKind};
+use rlx_ir::{ArgOp, AttnMask, Conv2dParams, DType, PadMode, Pool2dParams, PoolKind, ReduceOp};
 
 /// Everything a library-kernel emitter needs.
 pub struct LibCtx<'a> {
@@ -50,6 +51,16 @@ impl LibCtx<'_> {
         kb.read(ArgRef::Buffer(self.kernel.inputs[i]), self.inputs[i].0)
     }
 
+    /// Binds operand `i` as `vec4`s when `vec4` (see [`Kb::vec4`]), else as elements.
+    pub fn bind_in_as(&self, kb: &mut Kb, i: usize, vec4: bool) -> String {
+        let arg = ArgRef::Buffer(self.kernel.inputs[i]);
+        if vec4 {
+            kb.vec4(arg, self.inputs[i].0)
+        } else {
+            kb.read(arg, self.inputs[i].0)
+        }
+    }
+
     /// Statements storing result element `linear` whose compute value is `value`.
     ///
     /// # Errors
@@ -62,7 +73,7 @@ impl LibCtx<'_> {
         value: &str,
     ) -> Result<String, String> {
         match &self.epilogue {
-            None => Ok(store(self.result.0, out, linear, value)),
+            None => Ok(kb.store(self.result.0, out, linear, value)),
             Some(e) => e.apply(kb, out, linear, value),
         }
     }
@@ -76,8 +87,8 @@ fn ew_frame(n: usize, target: &Target) -> (u32, String) {
     )
 }
 
-/// Softmax or log-softmax along `axis`: `T` invocations per row, max and sum through
-/// workgroup trees.
+/// Softmax or log-softmax along `axis`: rows spread over invocations as [`Frame`] says, max
+/// and sum combined across each row's invocations.
 ///
 /// # Errors
 /// An epilogue node no rule accepts.
@@ -87,14 +98,12 @@ pub fn softmax(ctx: &LibCtx, axis: usize, log: bool) -> Result<Emitted, String> 
     let inner = numel(&shape[axis + 1..]);
     let rows = numel(shape) / len.max(1);
     check_i32(&ctx.kernel.name, numel(shape))?;
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let x = ctx.bind_in(&mut kb, 0);
-    let t = lanes_for(len, DType::F32);
-    let per_group = WG / t;
-    let groups = groups_for(rows, per_group, ctx.target);
+    let frame = Frame::new(rows, lanes_for(len, DType::F32), DType::F32, ctx.target);
     let at = |j: &str| format!("(rbase + ({j}) * {inner})");
-    let xj = load(*dtype, &x, &at("j"));
+    let xj = kb.load(*dtype, &x, &at("j"));
     let value = if log {
         "(xv - mx - log(sm))"
     } else {
@@ -102,26 +111,20 @@ pub fn softmax(ctx: &LibCtx, axis: usize, log: bool) -> Result<Emitted, String> 
     };
     let st = ctx.store(&mut kb, &out, &at("j"), "v")?;
     let text = format!(
-        "var<workgroup> sh: array<f32, {WG}>;\n{sig}\
-         let grp = lid / {t};\nlet lane = lid % {t};\n\
-         for (var base: i32 = i32(wg.x) * {per_group}; base < {rows}; base += {step}) {{\n\
-         let row = base + grp;\nlet live = row < {rows};\n\
-         let rbase = (row / {inner}) * {span} + row % {inner};\n\
+        "{head}let rbase = (row / {inner}) * {span} + row % {inner};\n\
          var acc: f32 = -rlx_inf();\n\
-         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{ acc = rlx_max(acc, {xj}); }} }}\n\
-         {tree_max}let mx = sh[grp * {t}];\nworkgroupBarrier();\n\
-         acc = 0.0;\n\
-         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{ acc = acc + exp({xj} - mx); }} }}\n\
-         {tree_sum}let sm = sh[grp * {t}];\nworkgroupBarrier();\n\
-         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{\nlet xv = {xj};\nlet v = {value};\n{st}}} }}\n\
-         }}\n}}\n",
-        sig = main_sig(WG),
-        step = groups as usize * per_group,
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += lanes) {{ acc = rlx_max(acc, {xj}); }} }}\n\
+         {max}acc = 0.0;\n\
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += lanes) {{ acc = acc + exp({xj} - mx); }} }}\n\
+         {sum}\
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += lanes) {{\nlet xv = {xj};\nlet v = {value};\n{st}}} }}\n{tail}",
+        head = frame.head(),
         span = len * inner,
-        tree_max = tree("sh", t, &|a, b| format!("rlx_max({a}, {b})")),
-        tree_sum = tree("sh", t, &|a, b| format!("({a} + {b})")),
+        max = frame.combine("mx", ReduceOp::Max, DType::F32),
+        sum = frame.combine("sm", ReduceOp::Sum, DType::F32),
+        tail = frame.tail(),
     );
-    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+    Ok(kb.finish(&ctx.kernel.name, text, [frame.groups, 1, 1]))
 }
 
 /// Layer norm (`layer`: inputs x, scale, bias) or RMS norm (x, scale) over dims `axis..`.
@@ -140,31 +143,29 @@ pub fn norm(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<Emitted,
         views.push(broadcast_strides(&ctx.inputs[p].1, normd));
     }
     let sp = IndexSpace::merge(normd, &views);
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let x = ctx.bind_in(&mut kb, 0);
     let ps: Vec<String> = (1..=n_params).map(|p| ctx.bind_in(&mut kb, p)).collect();
-    let t = lanes_for(len, DType::F32);
-    let per_group = WG / t;
-    let groups = groups_for(rows, per_group, ctx.target);
-    let xj = load(*dtype, &x, &format!("(row * {len} + j)"));
-    let scale = load(ctx.inputs[1].0, &ps[0], &offset("0", "c", &sp.strides[1]));
+    let frame = Frame::new(rows, lanes_for(len, DType::F32), DType::F32, ctx.target);
+    let xj = kb.load(*dtype, &x, &format!("(row * {len} + j)"));
+    let scale = kb.load(ctx.inputs[1].0, &ps[0], &offset("0", "c", &sp.strides[1]));
     let value = if layer {
-        let bias = load(ctx.inputs[2].0, &ps[1], &offset("0", "c", &sp.strides[2]));
+        let bias = kb.load(ctx.inputs[2].0, &ps[1], &offset("0", "c", &sp.strides[2]));
         format!("(xv - mean) * inv * {scale} + {bias}")
     } else {
         format!("xv * inv * {scale}")
     };
     let st = ctx.store(&mut kb, &out, &format!("(row * {len} + j)"), "v")?;
     let eps = literal(DType::F32, eps);
+    let lenf = literal(DType::F32, len as f64);
     let (mean_pass, var_term) = if layer {
         (
             format!(
                 "acc = 0.0;\n\
-                 if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{ acc = acc + {xj}; }} }}\n\
-                 {}let mean = sh[grp * {t}] / {lenf};\nworkgroupBarrier();\n",
-                tree("sh", t, &|a, b| format!("({a} + {b})")),
-                lenf = literal(DType::F32, len as f64),
+                 if (live) {{ for (var j: i32 = lane; j < {len}; j += lanes) {{ acc = acc + {xj}; }} }}\n\
+                 {}let mean = tm / {lenf};\n",
+                frame.combine("tm", ReduceOp::Sum, DType::F32),
             ),
             "(xv - mean) * (xv - mean)",
         )
@@ -172,23 +173,17 @@ pub fn norm(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<Emitted,
         ("let mean = 0.0;\n".to_string(), "xv * xv")
     };
     let text = format!(
-        "var<workgroup> sh: array<f32, {WG}>;\n{sig}\
-         let grp = lid / {t};\nlet lane = lid % {t};\n\
-         for (var base: i32 = i32(wg.x) * {per_group}; base < {rows}; base += {step}) {{\n\
-         let row = base + grp;\nlet live = row < {rows};\n\
-         var acc: f32 = 0.0;\n{mean_pass}\
+        "{head}var acc: f32 = 0.0;\n{mean_pass}\
          acc = 0.0;\n\
-         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{ let xv = {xj}; acc = acc + {var_term}; }} }}\n\
-         {tree_sum}let inv = 1.0 / sqrt(sh[grp * {t}] / {lenf} + {eps});\nworkgroupBarrier();\n\
-         if (live) {{ for (var j: i32 = lane; j < {len}; j += {t}) {{\n{cj}let xv = {xj};\nlet v = {value};\n{st}}} }}\n\
-         }}\n}}\n",
-        sig = main_sig(WG),
-        step = groups as usize * per_group,
-        tree_sum = tree("sh", t, &|a, b| format!("({a} + {b})")),
-        lenf = literal(DType::F32, len as f64),
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += lanes) {{ let xv = {xj}; acc = acc + {var_term}; }} }}\n\
+         {sum}let inv = 1.0 / sqrt(tv / {lenf} + {eps});\n\
+         if (live) {{ for (var j: i32 = lane; j < {len}; j += lanes) {{\n{cj}let xv = {xj};\nlet v = {value};\n{st}}} }}\n{tail}",
+        head = frame.head(),
+        sum = frame.combine("tv", ReduceOp::Sum, DType::F32),
         cj = coords("j", "c", &sp.dims),
+        tail = frame.tail(),
     );
-    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+    Ok(kb.finish(&ctx.kernel.name, text, [frame.groups, 1, 1]))
 }
 
 /// `data.take(indices, axis)`; negative indices count from the end; out-of-range indices are
@@ -204,12 +199,12 @@ pub fn gather(ctx: &LibCtx, axis: usize) -> Result<Emitted, String> {
     let dim = data[axis];
     let inner = numel(&data[axis + 1..]);
     let nidx = numel(idx);
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let d = ctx.bind_in(&mut kb, 0);
     let ib = ctx.bind_in(&mut kb, 1);
     let (groups, head) = ew_frame(n, ctx.target);
-    let iv = load(*idt, &ib, "q");
+    let iv = kb.load(*idt, &ib, "q");
     let st = ctx.store(&mut kb, &out, "idx", "v")?;
     let text = format!(
         "{head}let o = idx / {qi};\nlet q = (idx / {inner}) % {nidx};\nlet i = idx % {inner};\n\
@@ -217,7 +212,7 @@ pub fn gather(ctx: &LibCtx, axis: usize) -> Result<Emitted, String> {
          let v = {val};\n{st}}}\n}}\n",
         qi = nidx * inner,
         dmax = dim.saturating_sub(1),
-        val = load(*dtype, &d, &format!("((o * {dim} + ix) * {inner} + i)")),
+        val = kb.load(*dtype, &d, &format!("((o * {dim} + ix) * {inner} + i)")),
     );
     Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
 }
@@ -232,7 +227,7 @@ pub fn concat(ctx: &LibCtx, axis: usize) -> Result<Emitted, String> {
     check_i32(&ctx.kernel.name, n)?;
     let total = out_shape[axis];
     let inner = numel(&out_shape[axis + 1..]);
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let (groups, head) = ew_frame(n, ctx.target);
     let t = compute(ctx.result.0);
@@ -247,7 +242,7 @@ pub fn concat(ctx: &LibCtx, axis: usize) -> Result<Emitted, String> {
             "{}if (j < {}) {{ v = {}; }}\n",
             if i == 0 { "" } else { "else " },
             start + len,
-            load(*dt, &b, &at)
+            kb.load(*dt, &b, &at)
         );
         start += len;
     }
@@ -269,7 +264,7 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
     let out_shape = &ctx.result.1;
     let n = numel(out_shape);
     check_i32(&ctx.kernel.name, n.max(numel(shape)))?;
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let x = ctx.bind_in(&mut kb, 0);
     let (groups, head) = ew_frame(n, ctx.target);
@@ -303,7 +298,7 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
     let t = compute(*dtype);
     body += &format!(
         "var v: {t} = {fill};\nif (inside) {{ v = {}; }}\n",
-        load(*dtype, &x, "src")
+        kb.load(*dtype, &x, "src")
     );
     let st = ctx.store(&mut kb, &out, "idx", "v")?;
     let text = format!("{head}{body}{st}}}\n}}\n");
@@ -321,7 +316,7 @@ pub fn pool2d(ctx: &LibCtx, p: &Pool2dParams) -> Result<Emitted, String> {
     let (oh, ow) = (out_shape[2], out_shape[3]);
     let n = numel(out_shape);
     check_i32(&ctx.kernel.name, n.max(numel(shape)))?;
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let x = ctx.bind_in(&mut kb, 0);
     let (groups, head) = ew_frame(n, ctx.target);
@@ -329,7 +324,7 @@ pub fn pool2d(ctx: &LibCtx, p: &Pool2dParams) -> Result<Emitted, String> {
     let [dh, dw] = p.dilation;
     let [kh, kw] = p.kernel;
     let (pt, pl, pb, pr) = (p.pads[0], p.pads[1], p.pads[2], p.pads[3]);
-    let xv = load(*dtype, &x, &format!("(plane + ih * {w} + iw)"));
+    let xv = kb.load(*dtype, &x, &format!("(plane + ih * {w} + iw)"));
     let (init, fold, result) = match p.kind {
         PoolKind::Max => (
             "var acc: f32 = -rlx_inf();\n".to_string(),
@@ -372,10 +367,7 @@ pub fn pool2d(ctx: &LibCtx, p: &Pool2dParams) -> Result<Emitted, String> {
     Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
 }
 
-/// Folds two partial results.
-type Combine = fn(&str, &str) -> String;
-
-/// Global max/average pooling over H, W: `T` invocations per plane with a workgroup tree.
+/// Global max/average pooling over H, W: planes spread over invocations as [`Frame`] says.
 ///
 /// # Errors
 /// An epilogue node no rule accepts.
@@ -384,41 +376,36 @@ pub fn global_pool(ctx: &LibCtx, kind: PoolKind) -> Result<Emitted, String> {
     let planes = shape[0] * shape[1];
     let hw = shape[2] * shape[3];
     check_i32(&ctx.kernel.name, numel(shape))?;
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let x = ctx.bind_in(&mut kb, 0);
-    let t = lanes_for(hw, DType::F32);
-    let per_group = WG / t;
-    let groups = groups_for(planes, per_group, ctx.target);
-    let xv = load(*dtype, &x, &format!("(row * {hw} + j)"));
-    let (init, fold, comb, result): (&str, String, Combine, String) = match kind {
+    let frame = Frame::new(planes, lanes_for(hw, DType::F32), DType::F32, ctx.target);
+    let xv = kb.load(*dtype, &x, &format!("(row * {hw} + j)"));
+    let (init, fold, op, result) = match kind {
         PoolKind::Max => (
             "-rlx_inf()",
             format!("rlx_max(acc, {xv})"),
-            |a, b| format!("rlx_max({a}, {b})"),
-            "tot".into(),
+            ReduceOp::Max,
+            "tot".to_string(),
         ),
         PoolKind::Avg => (
             "0.0",
             format!("(acc + {xv})"),
-            |a, b| format!("({a} + {b})"),
+            ReduceOp::Sum,
             format!("tot / {}", literal(DType::F32, hw as f64)),
         ),
     };
     let st = ctx.store(&mut kb, &out, "row", "v")?;
     let text = format!(
-        "var<workgroup> sh: array<f32, {WG}>;\n{sig}\
-         let grp = lid / {t};\nlet lane = lid % {t};\n\
-         for (var base: i32 = i32(wg.x) * {per_group}; base < {planes}; base += {step}) {{\n\
-         let row = base + grp;\nvar acc: f32 = {init};\n\
-         if (row < {planes}) {{ for (var j: i32 = lane; j < {hw}; j += {t}) {{ acc = {fold}; }} }}\n\
-         {tree}let tot = sh[grp * {t}];\n\
-         if (row < {planes} && lane == 0) {{ let v = {result};\n{st}}}\nworkgroupBarrier();\n}}\n}}\n",
-        sig = main_sig(WG),
-        step = groups as usize * per_group,
-        tree = tree("sh", t, &comb),
+        "{head}var acc: f32 = {init};\n\
+         if (live) {{ for (var j: i32 = lane; j < {hw}; j += lanes) {{ acc = {fold}; }} }}\n\
+         {combine}\
+         if (live && lane == 0) {{ let v = {result};\n{st}}}\n{tail}",
+        head = frame.head(),
+        combine = frame.combine("tot", op, DType::F32),
+        tail = frame.tail(),
     );
-    Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
+    Ok(kb.finish(&ctx.kernel.name, text, [frame.groups, 1, 1]))
 }
 
 /// Index of the max/min along `axis` (first on ties, NaN wins), one invocation per row.
@@ -431,7 +418,7 @@ pub fn argreduce(ctx: &LibCtx, op: ArgOp, axis: usize) -> Result<Emitted, String
     let inner = numel(&shape[axis + 1..]);
     let rows = numel(&shape[..axis]) * inner;
     check_i32(&ctx.kernel.name, numel(shape))?;
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let x = ctx.bind_in(&mut kb, 0);
     let (groups, head) = ew_frame(rows, ctx.target);
@@ -454,8 +441,8 @@ pub fn argreduce(ctx: &LibCtx, op: ArgOp, axis: usize) -> Result<Emitted, String
          for (var j: i32 = 1; j < {len}; j += 1) {{\nlet xv = {xj};\n\
          if ({better}) {{ best = xv; v = j; }}\n}}\n{st}}}\n}}\n",
         span = len * inner,
-        first = load(*dtype, &x, "rb"),
-        xj = load(*dtype, &x, &format!("(rb + j * {inner})")),
+        first = kb.load(*dtype, &x, "rb"),
+        xj = kb.load(*dtype, &x, &format!("(rb + j * {inner})")),
     );
     Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
 }
@@ -474,13 +461,13 @@ pub fn conv2d(ctx: &LibCtx, p: &Conv2dParams) -> Result<Emitted, String> {
     let (o, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
     let (oh, ow) = (out_shape[2], out_shape[3]);
     let og = o / p.groups.max(1);
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let x = ctx.bind_in(&mut kb, 0);
     let wb = ctx.bind_in(&mut kb, 1);
     let bias = if ctx.inputs.len() == 3 {
         let b = ctx.bind_in(&mut kb, 2);
-        format!("acc = acc + {};\n", load(ctx.inputs[2].0, &b, "oc"))
+        format!("acc = acc + {};\n", kb.load(ctx.inputs[2].0, &b, "oc"))
     } else {
         String::new()
     };
@@ -503,8 +490,8 @@ pub fn conv2d(ctx: &LibCtx, p: &Conv2dParams) -> Result<Emitted, String> {
         khw = kh * kw,
         pt = p.pads[0],
         pl = p.pads[1],
-        xv = load(*dtype, &x, "(plane + ih * W + iw)").replace('W', &w.to_string()),
-        wv = load(*wdt, &wb, "(wrow + a * KW + b)").replace("KW", &kw.to_string()),
+        xv = kb.load(*dtype, &x, "(plane + ih * W + iw)").replace('W', &w.to_string()),
+        wv = kb.load(*wdt, &wb, "(wrow + a * KW + b)").replace("KW", &kw.to_string()),
     );
     Ok(kb.finish(&ctx.kernel.name, text, [groups, 1, 1]))
 }
@@ -512,9 +499,13 @@ pub fn conv2d(ctx: &LibCtx, p: &Conv2dParams) -> Result<Emitted, String> {
 /// Largest head size attention takes (private accumulators per invocation).
 pub const MAX_HEAD: usize = 256;
 
+/// Largest head size whose query and output rows are unrolled into scalar registers.
+const UNROLL_HEAD: usize = 64;
+
 /// Scaled dot-product attention with online softmax. A workgroup takes 64 query rows of
-/// one batch entry (one row per invocation) and streams keys and values through workgroup
-/// memory in tiles; masks are causal or additive.
+/// one batch entry (one row per invocation, its query and output rows in registers for
+/// heads up to 64) and streams keys and values through workgroup memory in tiles; masks are
+/// causal or additive.
 ///
 /// # Errors
 /// A head size over [`MAX_HEAD`], or an epilogue node no rule accepts.
@@ -541,7 +532,7 @@ pub fn attention(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<Emi
     let kt = (limit / (d + dv)).clamp(1, 64);
     let q_tiles = sq.div_ceil(QT);
     let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
-    let mut kb = Kb::new();
+    let mut kb = Kb::new(ctx.target);
     let out = ctx.bind_out(&mut kb);
     let qb = ctx.bind_in(&mut kb, 0);
     let kbn = ctx.bind_in(&mut kb, 1);
@@ -579,16 +570,52 @@ pub fn attention(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<Emi
             let sj = if mr >= 1 && ms[mr - 1] != 1 { 1 } else { 0 };
             format!(
                 "s = s + {};\n",
-                load(*mdt, &mb, &format!("(mo + i * {si} + j * {sj})"))
+                kb.load(*mdt, &mb, &format!("(mo + i * {si} + j * {sj})"))
             )
         }
     };
-    let st = ctx.store(
-        &mut kb,
-        &out,
-        &format!("((bi * {sq} + i) * {dv} + c)"),
-        "(o[c] * inv)",
-    )?;
+    let qload = kb.load(
+        *dtype,
+        &qb,
+        &format!("(qo + min(i, {}) * {d} + c)", sq.saturating_sub(1)),
+    );
+    let scale = literal(DType::F32, scale);
+    let at = format!("((bi * {sq} + i) * {dv} + c)");
+    // Small heads keep q and o in scalar registers (unrolled); larger ones in arrays.
+    let (q_init, o_init, dot, update, stores) = if d <= UNROLL_HEAD && dv <= UNROLL_HEAD {
+        let mut q = String::new();
+        let mut dot = String::new();
+        for c in 0..d {
+            q += &format!(
+                "var qv{c}: f32;\n{{ let c = {c}; qv{c} = select(0.0, {qload}, live) * {scale}; }}\n"
+            );
+            dot += &format!("s = fma(qv{c}, ks[jj * {d} + {c}], s);\n");
+        }
+        let (mut o, mut upd, mut st) = (String::new(), String::new(), String::new());
+        for c in 0..dv {
+            o += &format!("var o{c}: f32 = 0.0;\n");
+            upd += &format!("o{c} = o{c} * alpha + pj * vs[jj * {dv} + {c}];\n");
+            let one = ctx.store(&mut kb, &out, &at, &format!("(o{c} * inv)"))?;
+            st += &format!("{{ let c = {c};\n{one}}}\n");
+        }
+        (q, o, dot, upd, st)
+    } else {
+        let one = ctx.store(&mut kb, &out, &at, "(o[c] * inv)")?;
+        (
+            format!(
+                "var qv: array<f32, {d}>;\n\
+                 for (var c: i32 = 0; c < {d}; c += 1) {{ qv[c] = select(0.0, {qload}, live) * {scale}; }}\n"
+            ),
+            format!(
+                "var o: array<f32, {dv}>;\nfor (var c: i32 = 0; c < {dv}; c += 1) {{ o[c] = 0.0; }}\n"
+            ),
+            format!("for (var c: i32 = 0; c < {d}; c += 1) {{ s = s + qv[c] * ks[jj * {d} + c]; }}\n"),
+            format!(
+                "for (var c: i32 = 0; c < {dv}; c += 1) {{ o[c] = o[c] * alpha + pj * vs[jj * {dv} + c]; }}\n"
+            ),
+            format!("for (var c: i32 = 0; c < {dv}; c += 1) {{\n{one}}}\n"),
+        )
+    };
     let groups_total = batch * q_tiles;
     if groups_total > ctx.target.max_workgroups as usize {
         return Err(format!(
@@ -601,9 +628,7 @@ pub fn attention(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<Emi
          let bi = i32(wg.x) / {q_tiles};\nlet i = (i32(wg.x) % {q_tiles}) * {QT} + lid;\n\
          {batch_offsets}\
          let live = i < {sq};\n\
-         var qv: array<f32, {d}>;\nvar o: array<f32, {dv}>;\n\
-         for (var c: i32 = 0; c < {d}; c += 1) {{ qv[c] = select(0.0, {qload}, live) * {scale}; }}\n\
-         for (var c: i32 = 0; c < {dv}; c += 1) {{ o[c] = 0.0; }}\n\
+         {q_init}{o_init}\
          var m: f32 = -rlx_inf();\nvar l: f32 = 0.0;\n\
          for (var k0: i32 = 0; k0 < {sk}; k0 += {kt}) {{\n\
          workgroupBarrier();\n\
@@ -617,23 +642,28 @@ pub fn attention(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<Emi
          for (var jj: i32 = 0; jj < kend; jj += 1) {{\n\
          let j = k0 + jj;\n\
          var s: f32 = 0.0;\n\
-         for (var c: i32 = 0; c < {d}; c += 1) {{ s = s + qv[c] * ks[jj * {d} + c]; }}\n\
+         {dot}\
          {mask_term}\
          let nm = max(m, s);\n\
          if (nm != -rlx_inf()) {{\n\
          let alpha = exp(m - nm);\nlet pj = exp(s - nm);\n\
          l = l * alpha + pj;\nm = nm;\n\
-         for (var c: i32 = 0; c < {dv}; c += 1) {{ o[c] = o[c] * alpha + pj * vs[jj * {dv} + c]; }}\n\
+         {update}\
          }}\n}}\n}}\n}}\n\
-         if (live) {{\nlet inv = 1.0 / l;\n\
-         for (var c: i32 = 0; c < {dv}; c += 1) {{\n{st}}}\n}}\n}}\n",
+         if (live) {{\nlet inv = 1.0 / l;\n{stores}}}\n}}\n",
         kd = kt * d,
         vd = kt * dv,
         sig = main_sig(QT),
-        scale = literal(DType::F32, scale),
-        qload = load(*dtype, &qb, &format!("(qo + min(i, {}) * {d} + c)", sq.saturating_sub(1))),
-        kload = load(*dtype, &kbn, &format!("(ko + min(j, {}) * {d} + t % {d})", sk.saturating_sub(1))),
-        vload = load(*dtype, &vb, &format!("(vo + min(j, {}) * {dv} + t % {dv})", sk.saturating_sub(1))),
+        kload = kb.load(
+            *dtype,
+            &kbn,
+            &format!("(ko + min(j, {}) * {d} + t % {d})", sk.saturating_sub(1))
+        ),
+        vload = kb.load(
+            *dtype,
+            &vb,
+            &format!("(vo + min(j, {}) * {dv} + t % {dv})", sk.saturating_sub(1))
+        ),
     );
     Ok(kb.finish(&ctx.kernel.name, text, [groups_total as u32, 1, 1]))
 }

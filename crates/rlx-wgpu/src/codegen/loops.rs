@@ -1,13 +1,16 @@
 //! Fused loop nests ([`LoopKernel`]) to WGSL, and fused elementwise epilogues of library
 //! kernels.
 //!
-//! Elementwise kernels run one invocation per output element in a grid-stride loop.
-//! Reductions give each output row `T` invocations (1 for short rows, up to the whole
-//! workgroup for long ones); partial results combine in a workgroup-memory tree. The
-//! prologue runs per reduction point, the epilogue once per output element. Dims every view
-//! walks contiguously are merged first.
+//! Elementwise kernels run one invocation per output element in a grid-stride loop, or
+//! four per invocation with `vec4` loads and stores when the output and inputs are
+//! contiguous f32 (or natively stored f16) at offsets and counts that are multiples of 4.
+//! Reductions spread their rows over invocations as [`super::rows`] says (workgroup trees,
+//! or subgroup operations where the adapter has them). The prologue runs per reduction
+//! point, the epilogue once per output element. Dims every view walks contiguously are
+//! merged first.
 
-use super::scalar::{self, cast, compute, literal, load, store};
+use super::rows::{lanes_for, Frame};
+use super::scalar::{self, cast, compute, literal};
 use super::{
     contiguous, coords, grid_loop, groups_for, main_sig, offset, ArgRef, Emitted, IndexSpace, Kb,
     Target, WG,
@@ -103,42 +106,13 @@ impl<'a> Epilogue<'a> {
                 let inp = &k.inputs[i];
                 let b = kb.read(ArgRef::Buffer(inp.buffer), inp.dtype);
                 let off = offset(&inp.view.offset.to_string(), "q", &sp.strides[i]);
-                load(inp.dtype, &b, &off)
+                kb.load(inp.dtype, &b, &off)
             }
         };
         s += &emit_nodes(k, &k.needed(&[k.result]), "p", &mut elem, None)?;
-        s += &store(k.out_dtype(), out, linear, &format!("p{}", k.result));
+        s += &kb.store(k.out_dtype(), out, linear, &format!("p{}", k.result));
         Ok(s + "}\n")
     }
-}
-
-/// Invocations per output row of a reduction of `len` points.
-pub fn lanes_for(len: usize, dtype: DType) -> usize {
-    if len <= 32 || dtype == DType::Bool {
-        1
-    } else if len <= 256 {
-        32
-    } else if len <= 2048 {
-        64
-    } else {
-        WG
-    }
-}
-
-/// Statements combining `acc` over the `t` lanes of each row group through workgroup
-/// array `sh` (all lanes then read the result from `{sh}[grp * t]`). Must run in uniform
-/// control flow.
-pub fn tree(sh: &str, t: usize, comb: &dyn Fn(&str, &str) -> String) -> String {
-    let mut s = format!("{sh}[lid] = acc;\nworkgroupBarrier();\n");
-    let mut step = t / 2;
-    while step >= 1 {
-        s += &format!(
-            "if (lane < {step}) {{ {sh}[lid] = {}; }}\nworkgroupBarrier();\n",
-            comb(&format!("{sh}[lid]"), &format!("{sh}[lid + {step}]"))
-        );
-        step /= 2;
-    }
-    s
 }
 
 /// Emits a loop kernel writing its output to `out` and reading input `i` from `args[i]`.
@@ -180,7 +154,10 @@ pub fn emit(
         .map(|i| i.view.strides[n_out..].to_vec())
         .collect();
     let inner = IndexSpace::merge(&k.reduce_shape, &inner_strides);
-    let mut kb = Kb::new();
+    if vec4_ok(k, &outer, target) {
+        return elementwise_vec4(k, &outer, out, args, target);
+    }
+    let mut kb = Kb::new(target);
     let out_b = kb.write(out, k.out_dtype());
     let ins: Vec<String> = k
         .inputs
@@ -216,7 +193,7 @@ fn elementwise(
     target: &Target,
 ) -> Result<Emitted, String> {
     let n = k.numel();
-    let mut elem = |i: usize| load(k.inputs[i].dtype, &ins[i], &format!("base{i}"));
+    let mut elem = |i: usize| kb.load(k.inputs[i].dtype, &ins[i], &format!("base{i}"));
     let body = emit_nodes(k, &k.needed(&[k.result]), "e", &mut elem, None)?;
     let groups = groups_for(n, WG, target);
     let text = format!(
@@ -226,7 +203,94 @@ fn elementwise(
         coords("idx", "o", &outer.dims),
         bases(k, outer),
         body,
-        store(k.out_dtype(), out_b, "idx", &format!("e{}", k.result)),
+        kb.store(k.out_dtype(), out_b, "idx", &format!("e{}", k.result)),
+    );
+    Ok(kb.finish(&k.name, text, [groups, 1, 1]))
+}
+
+/// True when an elementwise kernel can run four points per invocation with `vec4` loads and
+/// stores: the output is f32 (or f16 stored natively) and its last merged dim a multiple
+/// of 4; every input either walks that dim contiguously from a multiple of 4 (then it is
+/// read as `vec4` and must be f32 or native f16) or is constant along it (read once).
+pub fn vec4_ok(k: &LoopKernel, outer: &IndexSpace, target: &Target) -> bool {
+    let vec_dtype = |d: DType| d == DType::F32 || (d == DType::F16 && target.shader_f16);
+    let Some(&last) = outer.dims.last() else {
+        return false;
+    };
+    let d = outer.dims.len() - 1;
+    target.vec4
+        && k.reduce.is_none()
+        && last % 4 == 0
+        && k.numel() >= 16
+        && vec_dtype(k.out_dtype())
+        && k.inputs
+            .iter()
+            .zip(&outer.strides)
+            .all(|(i, s)| match s[d] {
+                0 => true,
+                1 => {
+                    vec_dtype(i.dtype)
+                        && i.view.offset % 4 == 0
+                        && s[..d].iter().all(|x| x % 4 == 0)
+                }
+                _ => false,
+            })
+}
+
+/// Four points per invocation: contiguous inputs read as one `vec4` each, the others once,
+/// the expression body emitted per lane, the result stored as one `vec4`.
+fn elementwise_vec4(
+    k: &LoopKernel,
+    outer: &IndexSpace,
+    out: ArgRef,
+    args: &[ArgRef],
+    target: &Target,
+) -> Result<Emitted, String> {
+    let mut kb = Kb::new(target);
+    let d = outer.dims.len() - 1;
+    let out_b = kb.vec4(out, k.out_dtype());
+    let mut loads = String::new();
+    let mut vector = Vec::with_capacity(k.inputs.len());
+    for (i, (inp, a)) in k.inputs.iter().zip(args).enumerate() {
+        if outer.strides[i][d] == 1 {
+            let b = kb.vec4(*a, inp.dtype);
+            loads += &format!("let v{i} = vec4<f32>({b}[base{i} >> 2u]);\n");
+            vector.push(true);
+        } else {
+            let b = kb.read(*a, inp.dtype);
+            loads += &format!(
+                "let v{i} = {};\n",
+                kb.load(inp.dtype, &b, &format!("base{i}"))
+            );
+            vector.push(false);
+        }
+    }
+    let need = k.needed(&[k.result]);
+    let mut body = String::new();
+    for (l, c) in ["x", "y", "z", "w"].iter().enumerate() {
+        let mut elem = |i: usize| {
+            if vector[i] {
+                format!("v{i}.{c}")
+            } else {
+                format!("v{i}")
+            }
+        };
+        body += &emit_nodes(k, &need, &format!("e{l}_"), &mut elem, None)?;
+    }
+    let r = k.result;
+    let result = if k.out_dtype() == DType::F16 {
+        format!("vec4<f16>(rlx_to_f16(e0_{r}), rlx_to_f16(e1_{r}), rlx_to_f16(e2_{r}), rlx_to_f16(e3_{r}))")
+    } else {
+        format!("vec4<f32>(e0_{r}, e1_{r}, e2_{r}, e3_{r})")
+    };
+    let n4 = k.numel() / 4;
+    let groups = groups_for(n4, WG, target);
+    let text = format!(
+        "{}{}let idx = v4 * 4;\n{}{}{loads}{body}{out_b}[v4] = {result};\n}}\n}}\n",
+        main_sig(WG),
+        grid_loop("v4", n4, groups, WG, "lid"),
+        coords("idx", "o", &outer.dims),
+        bases(k, outer),
     );
     Ok(kb.finish(&k.name, text, [groups, 1, 1]))
 }
@@ -247,14 +311,14 @@ fn reduction(
     let (n, r) = (k.numel(), k.reduce_numel());
     let acc_ty = compute(red.dtype);
     let mut pro_elem = |i: usize| {
-        load(
+        kb.load(
             k.inputs[i].dtype,
             &ins[i],
             &format!("(base{i} + {})", offset("0", "r", &inner.strides[i])),
         )
     };
     let prologue = emit_nodes(k, &k.needed(&[red.value]), "e", &mut pro_elem, None)?;
-    let mut epi_elem = |i: usize| load(k.inputs[i].dtype, &ins[i], &format!("base{i}"));
+    let mut epi_elem = |i: usize| kb.load(k.inputs[i].dtype, &ins[i], &format!("base{i}"));
     let epilogue = emit_nodes(
         k,
         &k.needed(&[k.result]),
@@ -263,43 +327,38 @@ fn reduction(
         Some("rlx_red"),
     )?;
     let ident = scalar::identity(red.op, red.dtype);
-    let comb = |a: &str, b: &str| scalar::combine(red.op, red.dtype, a, b);
-    let done = scalar::finish(red.op, red.dtype, "acc", r);
-    let stored = store(k.out_dtype(), out_b, "row", &format!("f{}", k.result));
+    let fold = scalar::combine(red.op, red.dtype, "acc", &format!("e{}", red.value));
+    let stored = kb.store(k.out_dtype(), out_b, "row", &format!("f{}", k.result));
     let t = lanes_for(r, red.dtype);
-    let per_group = WG / t;
-    let groups = groups_for(n, per_group, target);
     let coords_o = coords("row", "o", &outer.dims);
     let coords_r = coords("ri", "r", &inner.dims);
     let bases = bases(k, outer);
-    let value = format!("e{}", red.value);
-    let fold = comb("acc", &value);
-    let text = if t == 1 {
-        format!(
+    let (text, groups) = if t == 1 {
+        let groups = groups_for(n, WG, target);
+        let text = format!(
             "{sig}{lp}{coords_o}{bases}var acc: {acc_ty} = {ident};\n\
              for (var ri: i32 = 0; ri < {r}; ri += 1) {{\n{coords_r}{prologue}acc = {fold};\n}}\n\
              let rlx_red: {acc_ty} = {done};\n{epilogue}{stored}}}\n}}\n",
             sig = main_sig(WG),
             lp = grid_loop("row", n, groups, WG, "lid"),
-        )
+            done = scalar::finish(red.op, red.dtype, "acc", r),
+        );
+        (text, groups)
     } else {
-        format!(
-            "var<workgroup> sh: array<{acc_ty}, {WG}>;\n{sig}\
-             let grp = lid / {t};\nlet lane = lid % {t};\n\
-             for (var base: i32 = i32(wg.x) * {per_group}; base < {n}; base += {step}) {{\n\
-             let row = base + grp;\n\
-             var acc: {acc_ty} = {ident};\n\
-             if (row < {n}) {{\n{coords_o}{bases}\
-             for (var ri: i32 = lane; ri < {r}; ri += {t}) {{\n{coords_r}{prologue}acc = {fold};\n}}\n}}\n\
-             {tree}\
-             if (row < {n} && lane == 0) {{\n{coords_o}{bases}let acc2 = sh[lid];\n\
-             let rlx_red: {acc_ty} = {done2};\n{epilogue}{stored}}}\n\
-             workgroupBarrier();\n}}\n}}\n",
-            sig = main_sig(WG),
-            step = groups as usize * per_group,
-            tree = tree("sh", t, &comb),
-            done2 = scalar::finish(red.op, red.dtype, "acc2", r),
-        )
+        let frame = Frame::new(n, t, red.dtype, target);
+        let text = format!(
+            "{head}var acc: {acc_ty} = {ident};\n\
+             if (live) {{\n{coords_o}{bases}\
+             for (var ri: i32 = lane; ri < {r}; ri += lanes) {{\n{coords_r}{prologue}acc = {fold};\n}}\n}}\n\
+             {combine}\
+             if (live && lane == 0) {{\n{coords_o}{bases}\
+             let rlx_red: {acc_ty} = {done};\n{epilogue}{stored}}}\n{tail}",
+            head = frame.head(),
+            combine = frame.combine("tot", red.op, red.dtype),
+            done = scalar::finish(red.op, red.dtype, "tot", r),
+            tail = frame.tail(),
+        );
+        (text, frame.groups)
     };
     Ok(kb.finish(&k.name, text, [groups, 1, 1]))
 }

@@ -4,12 +4,15 @@
 //! shader specialized to its static shapes (dims, strides and offsets are literals), with
 //! the storage bindings it reads and writes and its dispatch size. Identical shaders (the
 //! same layer repeated) share one pipeline. Files follow the op families: scalar rules in
-//! `scalar`, fused loop nests in `loops`, GEMM in `gemm`, the other library kernels in
-//! `library`.
+//! `scalar`, fused loop nests in `loops`, how row-parallel kernels combine a row's partial
+//! results (workgroup trees or subgroup operations) in `rows`, GEMM in `gemm`, the other
+//! library kernels in `library`. The [`Target`] says which optional forms (native f16,
+//! subgroups, vec4) a shader may use.
 
 pub mod gemm;
 pub mod library;
 pub mod loops;
+pub mod rows;
 pub mod scalar;
 
 use rlx_ir::kernel::BufferId;
@@ -35,6 +38,15 @@ pub struct Target {
     /// use the simple GEMM (one invocation per output element) instead of the tiled one:
     /// Mesa's GL driver takes about a minute to compile the tiled shader
     pub simple_gemm: bool,
+    /// f16 is a WGSL type (wgpu's SHADER_F16 granted): f16 tensors bind as `array<f16>`
+    /// and GEMM reads them as `vec4<f16>`; without it they live packed in u32 words
+    pub shader_f16: bool,
+    /// subgroup operations (wgpu's SUBGROUP granted): reductions combine with
+    /// `subgroupAdd`/`subgroupMax`/... before (or instead of) a workgroup-memory tree
+    pub subgroups: bool,
+    /// contiguous f32 (and native f16) elementwise kernels and GEMM tiles read and write
+    /// `vec4`s where counts and offsets allow
+    pub vec4: bool,
 }
 
 impl Target {
@@ -45,6 +57,9 @@ impl Target {
             max_workgroup_storage: 16384,
             max_invocations: 256,
             simple_gemm: false,
+            shader_f16: false,
+            subgroups: false,
+            vec4: true,
         }
     }
 }
@@ -67,6 +82,8 @@ pub struct Binding {
     pub dtype: DType,
     /// written through atomics (sub-word stores)
     pub atomic: bool,
+    /// elements per array entry: 1, or 4 for `array<vec4<..>>`
+    pub width: usize,
 }
 
 /// One generated compute shader with how to dispatch it.
@@ -82,53 +99,112 @@ pub struct Emitted {
     pub bindings: Vec<Binding>,
 }
 
-/// Collects a shader's bindings while its body is generated.
-#[derive(Debug, Default)]
+/// Collects a shader's bindings while its body is generated, and spells loads and stores
+/// for the target's storage rules.
+#[derive(Debug)]
 pub struct Kb {
     bindings: Vec<Binding>,
-    index: HashMap<(ArgRef, DType, bool), usize>,
+    index: HashMap<(ArgRef, DType, bool, usize), usize>,
+    native_f16: bool,
 }
 
 impl Kb {
-    /// A builder with no bindings.
-    pub fn new() -> Kb {
-        Kb::default()
+    /// A builder with no bindings for `target`.
+    pub fn new(target: &Target) -> Kb {
+        Kb {
+            bindings: Vec::new(),
+            index: HashMap::new(),
+            native_f16: target.shader_f16,
+        }
     }
 
-    fn bind(&mut self, arg: ArgRef, dtype: DType, atomic: bool) -> String {
+    fn bind(&mut self, arg: ArgRef, dtype: DType, atomic: bool, width: usize) -> String {
         let n = self.bindings.len();
-        let i = *self.index.entry((arg, dtype, atomic)).or_insert(n);
+        let i = *self.index.entry((arg, dtype, atomic, width)).or_insert(n);
         if i == n {
-            self.bindings.push(Binding { arg, dtype, atomic });
+            self.bindings.push(Binding {
+                arg,
+                dtype,
+                atomic,
+                width,
+            });
         }
         format!("b{i}")
     }
 
+    /// True when `dtype` elements are their own WGSL type in storage (f32, i32, and f16
+    /// with SHADER_F16); the others live in u32 words.
+    pub fn native(&self, dtype: DType) -> bool {
+        matches!(dtype, DType::F32 | DType::I32) || (dtype == DType::F16 && self.native_f16)
+    }
+
     /// The binding name for reading `arg` as `dtype`.
     pub fn read(&mut self, arg: ArgRef, dtype: DType) -> String {
-        self.bind(arg, dtype, false)
+        self.bind(arg, dtype, false, 1)
+    }
+
+    /// The binding name for reading or writing `arg` as `vec4`s of `dtype` (f32, or f16
+    /// with SHADER_F16); index it with element offsets divided by 4.
+    pub fn vec4(&mut self, arg: ArgRef, dtype: DType) -> String {
+        self.bind(arg, dtype, false, 4)
     }
 
     /// The binding name for writing `arg` as `dtype`.
     pub fn write(&mut self, arg: ArgRef, dtype: DType) -> String {
-        self.bind(arg, dtype, scalar::sub_word(dtype))
+        let atomic = !self.native(dtype) && scalar::sub_word(dtype);
+        self.bind(arg, dtype, atomic, 1)
     }
 
-    /// Finishes a shader: prelude, bindings, `body` (which defines `main`).
+    /// Element `idx` of binding `b` (holding `dtype`) as its compute value.
+    pub fn load(&self, dtype: DType, b: &str, idx: &str) -> String {
+        if dtype == DType::F16 && self.native_f16 {
+            format!("f32({b}[{idx}])")
+        } else {
+            scalar::load(dtype, b, idx)
+        }
+    }
+
+    /// A statement storing compute value `v` as element `idx` of binding `b`.
+    pub fn store(&self, dtype: DType, b: &str, idx: &str, v: &str) -> String {
+        if dtype == DType::F16 && self.native_f16 {
+            format!("{b}[{idx}] = rlx_to_f16({v});\n")
+        } else {
+            scalar::store(dtype, b, idx, v)
+        }
+    }
+
+    fn element_type(&self, b: &Binding) -> String {
+        let scalar = if b.atomic {
+            "atomic<u32>"
+        } else if self.native(b.dtype) {
+            scalar::native_type(b.dtype)
+        } else {
+            scalar::binding_type(b.dtype)
+        };
+        match b.width {
+            4 => format!("vec4<{scalar}>"),
+            _ => scalar.to_string(),
+        }
+    }
+
+    /// Finishes a shader: `enable f16;` when it uses f16, prelude, bindings, `body` (which
+    /// defines `main`).
     pub fn finish(self, label: &str, body: String, workgroups: [u32; 3]) -> Emitted {
         let mut s = String::new();
         for (i, b) in self.bindings.iter().enumerate() {
-            let ty = if b.atomic {
-                "atomic<u32>"
-            } else {
-                scalar::binding_type(b.dtype)
-            };
-            s += &format!("@group(0) @binding({i}) var<storage, read_write> b{i}: array<{ty}>;\n");
+            s += &format!(
+                "@group(0) @binding({i}) var<storage, read_write> b{i}: array<{}>;\n",
+                self.element_type(b)
+            );
         }
         s += &body;
+        let mut wgsl = prelude_for(&s) + &s;
+        if uses_word(&wgsl, "f16") {
+            wgsl = format!("enable f16;\n{wgsl}");
+        }
         Emitted {
             label: label.to_string(),
-            wgsl: prelude_for(&s) + &s,
+            wgsl,
             workgroups,
             bindings: self.bindings,
         }
@@ -155,14 +231,7 @@ pub fn prelude_for(text: &str) -> String {
             }
         }
     }
-    let uses = |hay: &str, name: &str| {
-        hay.match_indices(name).any(|(i, _)| {
-            let after = hay[i + name.len()..].chars().next();
-            let before = hay[..i].chars().last();
-            !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
-                && !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
-        })
-    };
+    let uses = uses_word;
     let mut keep = vec![false; items.len()];
     let mut changed = true;
     while changed {
@@ -189,6 +258,16 @@ pub fn prelude_for(text: &str) -> String {
         .filter(|(_, k)| *k)
         .map(|((_, body), _)| body)
         .collect()
+}
+
+/// True when `text` holds `word` as a whole identifier (not inside a longer one).
+pub fn uses_word(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let after = text[i + word.len()..].chars().next();
+        let before = text[..i].chars().last();
+        !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
 }
 
 /// Workgroups for `n` items at `per_group` items per workgroup, capped at the dispatch

@@ -1,7 +1,8 @@
 //! How each [`DType`] lives in WGSL and one rule per scalar op.
 //!
-//! Storage: f32 and i32 tensors bind as `array<f32>`/`array<i32>`; every other dtype binds
-//! as raw `array<u32>` words: f16 and bf16 two per word, i8, u8 and bool four per word, i64
+//! Storage: f32 and i32 tensors bind as `array<f32>`/`array<i32>` (and f16 as `array<f16>`
+//! where the adapter has SHADER_F16, through [`super::Kb`]); every other dtype binds as raw
+//! `array<u32>` words: f16 and bf16 two per word, i8, u8 and bool four per word, i64
 //! as two words (low, high). Sub-word elements are stored with `atomicAnd`/`atomicOr` on the
 //! word, so neighbouring threads never clobber each other. Arithmetic runs in f32 (floats),
 //! i32 (integers) or bool. i64 is emulated in 32 bits (values must fit in i32); i8/u8 wrap
@@ -9,9 +10,20 @@
 
 use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 
-/// True for the dtypes this backend stores (all but f64).
+/// True for the dtypes this backend stores (not f64, nor the 16-bit, unsigned 32/64-bit and
+/// narrow types, which have no rules here; `plan` refuses them with an error naming them).
 pub fn storable(dtype: DType) -> bool {
-    dtype != DType::F64
+    matches!(
+        dtype,
+        DType::F32
+            | DType::F16
+            | DType::BF16
+            | DType::I8
+            | DType::U8
+            | DType::I32
+            | DType::I64
+            | DType::Bool
+    )
 }
 
 /// The WGSL type arithmetic runs in.
@@ -20,6 +32,21 @@ pub fn compute(dtype: DType) -> &'static str {
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 => "f32",
         DType::I32 | DType::I64 | DType::I8 | DType::U8 => "i32",
         DType::Bool => "bool",
+        // Not storable (see `storable`); the arms keep every function total.
+        DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1 => "f32",
+        DType::I16
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::I4
+        | DType::U4
+        | DType::I2
+        | DType::U2 => "i32",
     }
 }
 
@@ -29,6 +56,15 @@ pub fn binding_type(dtype: DType) -> &'static str {
         DType::F32 => "f32",
         DType::I32 => "i32",
         _ => "u32",
+    }
+}
+
+/// The WGSL type of a binding element when the dtype is its own WGSL type (f32, i32, and
+/// f16 on adapters with SHADER_F16); see [`super::Kb::native`].
+pub fn native_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "f16",
+        other => binding_type(other),
     }
 }
 
@@ -50,6 +86,8 @@ pub fn load(dtype: DType, b: &str, idx: &str) -> String {
         DType::I8 => format!("rlx_i8_at({b}[({idx}) >> 2u], {idx})"),
         DType::Bool => format!("(rlx_u8_at({b}[({idx}) >> 2u], {idx}) != 0)"),
         DType::I64 => format!("bitcast<i32>({b}[({idx}) * 2])"),
+        // Not storable (see `storable`): never generated.
+        _ => format!("{b}[{idx}]"),
     }
 }
 
@@ -77,6 +115,8 @@ pub fn store(dtype: DType, b: &str, idx: &str, v: &str) -> String {
             "{{ let rlx_i = {idx}; let rlx_v = {v}; {b}[rlx_i * 2] = bitcast<u32>(rlx_v); \
              {b}[rlx_i * 2 + 1] = select(0u, 0xffffffffu, rlx_v < 0); }}\n"
         ),
+        // Not storable (see `storable`): never generated.
+        _ => format!("{b}[{idx}] = {v};\n"),
     }
 }
 
@@ -142,10 +182,28 @@ pub fn cast(from: DType, to: DType, a: &str) -> String {
             "i32" => format!("({a} != 0)"),
             _ => a.to_string(),
         },
-        DType::F32 | DType::F64 => as_f32(),
+        DType::F32
+        | DType::F64
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1 => as_f32(),
         DType::F16 => format!("rlx_f16_round({})", as_f32()),
         DType::BF16 => format!("rlx_bf16_round({})", as_f32()),
-        DType::I32 | DType::I64 | DType::I8 | DType::U8 => {
+        DType::I32
+        | DType::I64
+        | DType::I8
+        | DType::U8
+        | DType::I16
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::I4
+        | DType::U4
+        | DType::I2
+        | DType::U2 => {
             let v = match cf {
                 "f32" => format!("rlx_f2i({a})"),
                 "i32" => a.to_string(),
@@ -192,6 +250,7 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
             }
             UnaryOp::Sign => format!("select(select(0, -1, {a} < 0), 1, {a} > 0)"),
             UnaryOp::Not => format!("(!{a})"),
+            UnaryOp::BitNot => format!("(~{a})"),
         },
     ))
 }
@@ -235,6 +294,18 @@ pub fn binary(op: BinaryOp, dtype: DType, a: &str, b: &str) -> Option<String> {
         BinaryOp::And => format!("({a} && {b})"),
         BinaryOp::Or => format!("({a} || {b})"),
         BinaryOp::Xor => format!("({a} != {b})"),
+        BinaryOp::BitAnd => w(format!("({a} & {b})")),
+        BinaryOp::BitOr => w(format!("({a} | {b})")),
+        BinaryOp::BitXor => w(format!("({a} ^ {b})")),
+        // Shifts past the width give 0 (or -1 for negative right shifts), as the reference.
+        BinaryOp::Shl => w(format!(
+            "select({a} << u32({b}), 0, {b} < 0 || {b} >= {})",
+            dtype.bits()
+        )),
+        BinaryOp::Shr => w(format!(
+            "select({a} >> u32({b}), select(0, -1, {a} < 0), {b} < 0 || {b} >= {})",
+            dtype.bits()
+        )),
     })
 }
 
@@ -248,6 +319,8 @@ fn bounds(dtype: DType) -> (String, String) {
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 => {
             ("(-rlx_inf())".into(), "rlx_inf()".into())
         }
+        // Not storable (see `storable`): never generated.
+        _ => ("(-2147483647 - 1)".into(), "i32(2147483647)".into()),
     }
 }
 

@@ -350,6 +350,8 @@ fn unary_f32<const FMA: bool>(op: UnaryOp, x: &[f32], d: &mut [f32]) {
             }
         }),
         UnaryOp::Not => map1(x, d, |x| (x == 0.0) as u8 as f32),
+        // Integer-only: f32 lanes never run it, but keep the reference meaning.
+        UnaryOp::BitNot => map1(x, d, |x| UnaryOp::BitNot.eval(x as f64) as f32),
     }
 }
 
@@ -394,6 +396,12 @@ fn binary_f32(op: BinaryOp, x: &[f32], y: &[f32], d: &mut [f32]) {
         BinaryOp::And => map2(x, y, d, |a, b| t(a != 0.0 && b != 0.0)),
         BinaryOp::Or => map2(x, y, d, |a, b| t(a != 0.0 || b != 0.0)),
         BinaryOp::Xor => map2(x, y, d, |a, b| t((a != 0.0) != (b != 0.0))),
+        // Integer-only: f32 lanes never run them, but keep the reference meaning.
+        BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr => {
+            map2(x, y, d, |a, b| {
+                op.eval(a as f64, b as f64, DType::I32) as f32
+            })
+        }
     }
 }
 
