@@ -680,10 +680,20 @@ impl WgpuProgram {
             *r2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
         });
         self.wait()?;
-        match result.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return Err(dev_err("map readback", e)),
-            None => return Err(dev_err("map readback", "the mapping never completed")),
+        // Another thread polling the same device may have collected this callback and not
+        // yet run it when our poll returns: poll again briefly until it has, within a bound.
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match result.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                Some(Ok(())) => break,
+                Some(Err(e)) => return Err(dev_err("map readback", e)),
+                None if Instant::now() >= deadline => {
+                    return Err(dev_err("map readback", "the mapping never completed"))
+                }
+                None => {}
+            }
+            let _ = self.ctx.device.poll(wgpu::PollType::Poll);
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let mut out = Vec::with_capacity(self.outputs.len());
         {
