@@ -58,32 +58,33 @@ pub enum TensorData {
 }
 
 /// Runs `$body` with `$v` bound to the element vector of any [`TensorData`] variant.
-macro_rules! each {
+#[macro_export]
+macro_rules! each_tensor_data {
     ($e:expr, $v:ident => $body:expr) => {
         match $e {
-            TensorData::F32($v) => $body,
-            TensorData::F16($v) => $body,
-            TensorData::BF16($v) => $body,
-            TensorData::F64($v) => $body,
-            TensorData::I8($v) => $body,
-            TensorData::U8($v) => $body,
-            TensorData::I32($v) => $body,
-            TensorData::I64($v) => $body,
-            TensorData::Bool($v) => $body,
-            TensorData::I16($v) => $body,
-            TensorData::U16($v) => $body,
-            TensorData::U32($v) => $body,
-            TensorData::U64($v) => $body,
-            TensorData::F8E4M3FN($v) => $body,
-            TensorData::F8E4M3FNUZ($v) => $body,
-            TensorData::F8E5M2($v) => $body,
-            TensorData::F8E5M2FNUZ($v) => $body,
-            TensorData::F8E8M0($v) => $body,
-            TensorData::F4E2M1($v) => $body,
-            TensorData::I4($v) => $body,
-            TensorData::U4($v) => $body,
-            TensorData::I2($v) => $body,
-            TensorData::U2($v) => $body,
+            $crate::TensorData::F32($v) => $body,
+            $crate::TensorData::F16($v) => $body,
+            $crate::TensorData::BF16($v) => $body,
+            $crate::TensorData::F64($v) => $body,
+            $crate::TensorData::I8($v) => $body,
+            $crate::TensorData::U8($v) => $body,
+            $crate::TensorData::I32($v) => $body,
+            $crate::TensorData::I64($v) => $body,
+            $crate::TensorData::Bool($v) => $body,
+            $crate::TensorData::I16($v) => $body,
+            $crate::TensorData::U16($v) => $body,
+            $crate::TensorData::U32($v) => $body,
+            $crate::TensorData::U64($v) => $body,
+            $crate::TensorData::F8E4M3FN($v) => $body,
+            $crate::TensorData::F8E4M3FNUZ($v) => $body,
+            $crate::TensorData::F8E5M2($v) => $body,
+            $crate::TensorData::F8E5M2FNUZ($v) => $body,
+            $crate::TensorData::F8E8M0($v) => $body,
+            $crate::TensorData::F4E2M1($v) => $body,
+            $crate::TensorData::I4($v) => $body,
+            $crate::TensorData::U4($v) => $body,
+            $crate::TensorData::I2($v) => $body,
+            $crate::TensorData::U2($v) => $body,
         }
     };
 }
@@ -120,7 +121,7 @@ impl TensorData {
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        each!(self, v => v.len())
+        each_tensor_data!(self, v => v.len())
     }
 
     /// True when there are no elements.
@@ -193,7 +194,7 @@ impl TensorData {
             // byte, the narrow floats are `repr(transparent)` over u8).
             unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
         }
-        each!(self, v => raw(v))
+        each_tensor_data!(self, v => raw(v))
     }
 
     /// Raw little-endian bytes of the elements.

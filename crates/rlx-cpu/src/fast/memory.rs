@@ -322,43 +322,12 @@ pub(crate) fn finish_owned(dtype: DType, data: TensorData) -> TensorData {
     }
 }
 
-/// Runs `$body` with `$v` bound to the element vector of any [`TensorData`] variant.
-macro_rules! each_data {
-    ($e:expr, $v:ident => $body:expr) => {
-        match $e {
-            TensorData::F32($v) => $body,
-            TensorData::F16($v) => $body,
-            TensorData::BF16($v) => $body,
-            TensorData::F64($v) => $body,
-            TensorData::I8($v) => $body,
-            TensorData::U8($v) => $body,
-            TensorData::I32($v) => $body,
-            TensorData::I64($v) => $body,
-            TensorData::Bool($v) => $body,
-            TensorData::I16($v) => $body,
-            TensorData::U16($v) => $body,
-            TensorData::U32($v) => $body,
-            TensorData::U64($v) => $body,
-            TensorData::F8E4M3FN($v) => $body,
-            TensorData::F8E4M3FNUZ($v) => $body,
-            TensorData::F8E5M2($v) => $body,
-            TensorData::F8E5M2FNUZ($v) => $body,
-            TensorData::F8E8M0($v) => $body,
-            TensorData::F4E2M1($v) => $body,
-            TensorData::I4($v) => $body,
-            TensorData::U4($v) => $body,
-            TensorData::I2($v) => $body,
-            TensorData::U2($v) => $body,
-        }
-    };
-}
-
 fn data_ptr(t: &TensorData) -> *const u8 {
     t.as_bytes().as_ptr()
 }
 
 fn data_ptr_mut(t: &mut TensorData) -> *mut u8 {
-    each_data!(t, v => v.as_mut_ptr().cast::<u8>())
+    rlx_ir::each_tensor_data!(t, v => v.as_mut_ptr().cast::<u8>())
 }
 
 #[derive(Clone, Copy)]
