@@ -176,7 +176,7 @@ fn print_plan(batch: usize) {
         }
     }
     println!(
-        "{} steps, {} scratch regions",
+        "{} steps (launches per run), {} scratch regions",
         plan.steps.len(),
         plan.scratch.len()
     );

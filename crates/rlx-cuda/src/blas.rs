@@ -2,9 +2,11 @@
 //! `C^T = B^T * A^T`, so no operand is transposed or copied. Descriptors, layouts and the
 //! heuristic's algorithm are prepared once at compile time; a run only calls `cublasLtMatmul`
 //! (capturable into a CUDA graph). f16/bf16 run on tensor cores with f32 accumulation; f32
-//! uses TF32 tensor cores only when the caller opts in.
+//! uses TF32 tensor cores only when the caller opts in. Operands with two batch levels (attention
+//! reading `[batch, seq, heads, dim]` in place) run as one pointer-array GEMM, or as a loop of
+//! strided-batched calls when cuBLASLt offers no pointer-array algorithm.
 
-use crate::gemm::{Activation, GemmSpec};
+use crate::gemm::{Activation, GemmSpec, Operand};
 use crate::memory::{DeviceBuffer, DeviceMemory};
 use crate::CudaError;
 use cudarc::cublaslt::{result, sys};
@@ -66,11 +68,17 @@ impl Blas {
         Ok(Blas { handle, workspace })
     }
 
-    /// Prepares descriptors, layouts and an algorithm for `spec`.
+    /// Prepares descriptors, layouts and an algorithm for `spec`; two batch levels become a
+    /// pointer-array GEMM when `pointer_arrays` allows and cuBLASLt has an algorithm for it.
     ///
     /// # Errors
     /// cuBLASLt rejects the shapes or finds no algorithm.
-    pub fn prepare(&self, spec: &GemmSpec, tf32: bool) -> Result<PreparedGemm, CudaError> {
+    pub fn prepare(
+        &self,
+        spec: &GemmSpec,
+        tf32: bool,
+        pointer_arrays: bool,
+    ) -> Result<PreparedGemm, CudaError> {
         let (data, compute, scale) = match spec.dtype {
             DType::F32 if tf32 => (
                 sys::cudaDataType::CUDA_R_32F,
@@ -112,6 +120,7 @@ impl Blas {
             layouts: [std::ptr::null_mut(); 3],
             algo: None,
             f64_scale: spec.dtype == DType::F64,
+            batching: Batching::Strided,
             spec: spec.clone(),
         };
         let epilogue = match (spec.bias.is_some(), spec.activation) {
@@ -146,64 +155,179 @@ impl Blas {
             }
             .map_err(|e| blas_err("set transpose", spec, e))?;
         }
-        // Column-major view: A' = B (n x k, ld n), B' = A (k x m, ld k), C' = C (n x m, ld n).
-        // A transposed B (stored n x k row-major) is the k x n column-major matrix, ld k.
+        // Two batch levels run as one pointer-array GEMM when cuBLASLt has an algorithm for
+        // it, else as one strided-batched call per outer batch.
+        if spec.outer > 1 && pointer_arrays {
+            if let Ok((layouts, algo)) = self.plan_layouts(spec, desc, data, Batching::PointerArray)
+            {
+                g.layouts = layouts;
+                g.algo = Some(algo);
+                g.batching = Batching::PointerArray;
+                return Ok(g);
+            }
+        }
+        if spec.outer > 1 {
+            g.batching = Batching::Loop;
+        }
+        let (layouts, algo) = self.plan_layouts(spec, desc, data, g.batching)?;
+        g.layouts = layouts;
+        g.algo = Some(algo);
+        Ok(g)
+    }
+
+    /// Creates the three layouts (A', B', C' of the column-major view) for `batching` and
+    /// asks the heuristic for an algorithm; the layouts are destroyed again on failure.
+    fn plan_layouts(
+        &self,
+        spec: &GemmSpec,
+        desc: sys::cublasLtMatmulDesc_t,
+        data: sys::cudaDataType,
+        batching: Batching,
+    ) -> Result<([sys::cublasLtMatrixLayout_t; 3], sys::cublasLtMatmulAlgo_t), CudaError> {
+        let mut layouts = [std::ptr::null_mut(); 3];
+        let r = self.fill_layouts(spec, desc, data, batching, &mut layouts);
+        if r.is_err() {
+            for l in layouts.into_iter().filter(|l| !l.is_null()) {
+                // SAFETY: created above, destroyed once.
+                let _ = unsafe { result::destroy_matrix_layout(l) };
+            }
+        }
+        r.map(|algo| (layouts, algo))
+    }
+
+    fn fill_layouts(
+        &self,
+        spec: &GemmSpec,
+        desc: sys::cublasLtMatmulDesc_t,
+        data: sys::cudaDataType,
+        batching: Batching,
+        layouts: &mut [sys::cublasLtMatrixLayout_t; 3],
+    ) -> Result<sys::cublasLtMatmulAlgo_t, CudaError> {
+        use sys::cublasLtMatrixLayoutAttribute_t as L;
+        // Column-major view: A' = B (n x k, ld n), B' = A (k x m, ld k), C' = C (n x m, ld n);
+        // padded rows make the row stride the leading dimension. A transposed B (stored
+        // n x k row-major) is the k x n column-major matrix, ld k.
         let b_dims = if spec.trans_b {
-            (spec.k, spec.n, spec.b.batch_stride)
+            (spec.k, spec.n)
         } else {
-            (spec.n, spec.k, spec.b.batch_stride)
+            (spec.n, spec.k)
         };
         let dims = [
-            b_dims,
-            (spec.k, spec.m, spec.a.batch_stride),
-            (spec.n, spec.m, spec.c.batch_stride),
+            (b_dims, &spec.b),
+            ((spec.k, spec.m), &spec.a),
+            ((spec.n, spec.m), &spec.c),
         ];
-        for (i, (rows, cols, stride)) in dims.into_iter().enumerate() {
-            let l = result::create_matrix_layout(data, rows as u64, cols as u64, rows as i64)
+        let count = match batching {
+            Batching::PointerArray => spec.outer * spec.batch,
+            Batching::Strided | Batching::Loop => spec.batch,
+        };
+        for (i, ((rows, cols), op)) in dims.into_iter().enumerate() {
+            let ld = op.row_stride.unwrap_or(rows);
+            let l = result::create_matrix_layout(data, rows as u64, cols as u64, ld as i64)
                 .map_err(|e| blas_err("cublasLtMatrixLayoutCreate", spec, e))?;
-            g.layouts[i] = l;
-            if spec.batch > 1 {
-                let count = spec.batch as i32;
-                let stride = stride as i64;
+            layouts[i] = l;
+            if count > 1 {
+                let n = count as i32;
+                let stride = op.batch_stride as i64;
+                let mode = sys::cublasLtBatchMode_t::CUBLASLT_BATCH_MODE_POINTER_ARRAY as i32;
                 // SAFETY: valid layout; attribute sizes match their C types.
                 unsafe {
-                    result::set_matrix_layout_attribute(l, sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count as *const i32 as *const c_void, 4)
-                        .and_then(|_| result::set_matrix_layout_attribute(l, sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride as *const i64 as *const c_void, 8))
+                    result::set_matrix_layout_attribute(
+                        l,
+                        L::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                        &n as *const i32 as *const c_void,
+                        4,
+                    )
+                    .and_then(|_| match batching {
+                        Batching::PointerArray => result::set_matrix_layout_attribute(
+                            l,
+                            L::CUBLASLT_MATRIX_LAYOUT_BATCH_MODE,
+                            &mode as *const i32 as *const c_void,
+                            4,
+                        ),
+                        Batching::Strided | Batching::Loop => result::set_matrix_layout_attribute(
+                            l,
+                            L::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                            &stride as *const i64 as *const c_void,
+                            8,
+                        ),
+                    })
                 }
                 .map_err(|e| blas_err("set batch layout", spec, e))?;
             }
         }
+        self.heuristic(spec, desc, layouts)
+    }
+
+    /// The heuristic's first algorithm for prepared layouts, told the workspace size and how
+    /// aligned each operand's matrices are (offsets and strides may leave fewer than the
+    /// 256 bytes it assumes by default).
+    fn heuristic(
+        &self,
+        spec: &GemmSpec,
+        desc: sys::cublasLtMatmulDesc_t,
+        layouts: &[sys::cublasLtMatrixLayout_t; 3],
+    ) -> Result<sys::cublasLtMatmulAlgo_t, CudaError> {
+        use sys::cublasLtMatmulPreferenceAttributes_t as P;
         let pref = result::create_matmul_pref()
             .map_err(|e| blas_err("cublasLtMatmulPreferenceCreate", spec, e))?;
         let ws = WORKSPACE_BYTES as u64;
-        // SAFETY: valid preference; u64 attribute.
+        let size = spec.dtype.size_bytes();
+        let align = [
+            (
+                P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                spec.b.alignment(size),
+            ),
+            (
+                P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                spec.a.alignment(size),
+            ),
+            (
+                P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                spec.c.alignment(size),
+            ),
+            (
+                P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                spec.c.alignment(size),
+            ),
+        ];
+        // SAFETY: valid preference and descriptor; attribute sizes match their C types.
         let heuristic = unsafe {
-            result::set_matmul_pref_attribute(
-                pref,
-                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                &ws as *const u64 as *const c_void,
-                8,
-            )
-            .and_then(|_| {
-                result::get_matmul_algo_heuristic(
-                    self.handle,
-                    desc,
-                    g.layouts[0],
-                    g.layouts[1],
-                    g.layouts[2],
-                    g.layouts[2],
-                    pref,
-                )
-            })
+            align
+                .iter()
+                .try_for_each(|(attr, a)| {
+                    result::set_matmul_pref_attribute(
+                        pref,
+                        *attr,
+                        a as *const u32 as *const c_void,
+                        4,
+                    )
+                })
+                .and_then(|_| {
+                    result::set_matmul_pref_attribute(
+                        pref,
+                        P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                        &ws as *const u64 as *const c_void,
+                        8,
+                    )
+                })
+                .and_then(|_| {
+                    result::get_matmul_algo_heuristic(
+                        self.handle,
+                        desc,
+                        layouts[0],
+                        layouts[1],
+                        layouts[2],
+                        layouts[2],
+                        pref,
+                    )
+                })
         };
         // SAFETY: created above, destroyed once.
         let _ = unsafe { result::destroy_matmul_pref(pref) };
-        g.algo = Some(
-            heuristic
-                .map_err(|e| blas_err("cublasLtMatmulAlgoGetHeuristic", spec, e))?
-                .algo,
-        );
-        Ok(g)
+        Ok(heuristic
+            .map_err(|e| blas_err("cublasLtMatmulAlgoGetHeuristic", spec, e))?
+            .algo)
     }
 
     /// Enqueues `g` on `stream` with resolved device pointers (element offsets already
@@ -223,6 +347,7 @@ impl Blas {
             c,
             bias,
             residual,
+            arrays,
         } = *p;
         if let Some(bias) = bias {
             // SAFETY: valid descriptor; a device pointer attribute.
@@ -236,6 +361,40 @@ impl Blas {
             }
             .map_err(|e| blas_err("set bias pointer", &g.spec, e))?;
         }
+        let spec = &g.spec;
+        match g.batching {
+            Batching::Strided => self.matmul(g, [a, b, c], residual, stream),
+            Batching::PointerArray => {
+                let table = arrays.ok_or_else(|| {
+                    blas_err("cublasLtMatmul", spec, "pointer arrays were not uploaded")
+                })?;
+                let n = (spec.outer * spec.batch * 8) as u64;
+                self.matmul(g, [table, table + n, table + 2 * n], None, stream)
+            }
+            Batching::Loop => {
+                let size = spec.dtype.size_bytes() as u64;
+                (0..spec.outer as u64).try_for_each(|o| {
+                    let step = |p: u64, op: &Operand| p + o * op.outer_stride as u64 * size;
+                    self.matmul(
+                        g,
+                        [step(a, &spec.a), step(b, &spec.b), step(c, &spec.c)],
+                        residual.map(|r| step(r, &spec.c)),
+                        stream,
+                    )
+                })
+            }
+        }
+    }
+
+    /// One `cublasLtMatmul` call: `[a, b, c]` in the row-major naming (swapped here for the
+    /// column-major view).
+    fn matmul(
+        &self,
+        g: &PreparedGemm,
+        [a, b, c]: [u64; 3],
+        residual: Option<u64>,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), CudaError> {
         // With a residual, C is that tensor and beta = 1 (D = alpha A B + C); else C = D, beta 0.
         let beta_v = if residual.is_some() { 1.0 } else { 0.0 };
         let (alpha32, zero32, alpha64, zero64) =
@@ -253,7 +412,8 @@ impl Blas {
             )
         };
         let algo = g.algo.as_ref().map_or(std::ptr::null(), |a| a as *const _);
-        // SAFETY: every pointer addresses device memory sized by the plan; layouts match.
+        // SAFETY: every pointer addresses device memory sized by the plan (or, in pointer-array
+        // mode, a device table of such pointers); layouts match.
         unsafe {
             result::matmul(
                 self.handle,
@@ -298,6 +458,20 @@ pub struct GemmPointers {
     pub bias: Option<u64>,
     /// result-shaped tensor added as cuBLASLt's C, when fused
     pub residual: Option<u64>,
+    /// the device table of a pointer-array GEMM ([`PreparedGemm::pointer_table`])
+    pub arrays: Option<u64>,
+}
+
+/// How a prepared GEMM walks its batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batching {
+    /// one call, one stride per operand (or no batches)
+    Strided,
+    /// two batch levels in one call, through device tables of matrix pointers
+    PointerArray,
+    /// two batch levels as one strided-batched call per outer batch (cuBLASLt offered no
+    /// pointer-array algorithm, or `RLX_CUDA_PTR_ARRAY=0`)
+    Loop,
 }
 
 /// A GEMM ready to enqueue.
@@ -306,8 +480,33 @@ pub struct PreparedGemm {
     layouts: [sys::cublasLtMatrixLayout_t; 3],
     algo: Option<sys::cublasLtMatmulAlgo_t>,
     f64_scale: bool,
+    /// how batches run
+    pub batching: Batching,
     /// what it computes
     pub spec: GemmSpec,
+}
+
+impl PreparedGemm {
+    /// For a pointer-array GEMM, the host copy of its device table: the address of every
+    /// matrix of A, then of B, then of C, batch `o * batch + i` in order, given each operand's
+    /// base address (its buffer's, offsets not applied). None for the other batchings.
+    pub fn pointer_table(&self, base: impl Fn(&Operand) -> u64) -> Option<Vec<u64>> {
+        if self.batching != Batching::PointerArray {
+            return None;
+        }
+        let s = &self.spec;
+        let size = s.dtype.size_bytes() as u64;
+        let mut table = Vec::with_capacity(3 * s.outer * s.batch);
+        for op in [&s.a, &s.b, &s.c] {
+            let b = base(op);
+            for o in 0..s.outer {
+                for i in 0..s.batch {
+                    table.push(b + op.at(o, i) as u64 * size);
+                }
+            }
+        }
+        Some(table)
+    }
 }
 
 // SAFETY: descriptors are plain host objects used under the program's run lock.

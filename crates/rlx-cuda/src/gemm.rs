@@ -1,6 +1,7 @@
 //! GEMM steps as plain data: what a matmul or convolution asks cuBLASLt to do, decided at
-//! plan time (no GPU needed) and executed by `blas`. All operands are row-major; batched
-//! GEMMs use one element stride per operand.
+//! plan time (no GPU needed) and executed by `blas`. All operands are row-major (rows may be
+//! padded: a row stride); batched GEMMs use one element stride per operand, and an optional
+//! outer batch level a second one (attention over `[batch, seq, heads, dim]` operands).
 
 use crate::codegen::ArgRef;
 use rlx_ir::kernel::{Expr, LoopKernel};
@@ -15,6 +16,33 @@ pub struct Operand {
     pub offset: usize,
     /// element stride between batches (0 broadcasts)
     pub batch_stride: usize,
+    /// element stride between outer batches (see [`GemmSpec::outer`])
+    pub outer_stride: usize,
+    /// element stride between rows, when rows are not packed
+    pub row_stride: Option<usize>,
+}
+
+impl Operand {
+    /// The largest power-of-two byte alignment (at most 256, the arena's) that every
+    /// matrix of this operand starts on and every row keeps, for elements of `size` bytes.
+    pub fn alignment(&self, size: usize) -> u32 {
+        let parts = [
+            self.offset,
+            self.batch_stride,
+            self.outer_stride,
+            self.row_stride.unwrap_or(0),
+        ];
+        let mut align = 256usize;
+        for p in parts.into_iter().filter(|&p| p != 0) {
+            align = align.min(1 << (p * size).trailing_zeros().min(8));
+        }
+        align as u32
+    }
+
+    /// Element offset of batch `i` of outer batch `o`.
+    pub fn at(&self, o: usize, i: usize) -> usize {
+        self.offset + o * self.outer_stride + i * self.batch_stride
+    }
 }
 
 /// An activation cuBLASLt applies after the bias.
@@ -44,6 +72,9 @@ pub struct GemmSpec {
     pub k: usize,
     /// number of batches
     pub batch: usize,
+    /// number of outer batches (1 for a plain GEMM): batch `(o, i)` of an operand starts at
+    /// `offset + o * outer_stride + i * batch_stride`
+    pub outer: usize,
     /// left operand
     pub a: Operand,
     /// right operand
@@ -66,10 +97,15 @@ impl GemmSpec {
     /// Shapes and dtype for messages.
     pub fn describe(&self) -> String {
         format!(
-            "`{}`: {} batch {} x [{}x{}] * [{}x{}]{}",
+            "`{}`: {} batch {}{} x [{}x{}] * [{}x{}]{}",
             self.label,
             self.dtype,
             self.batch,
+            if self.outer > 1 {
+                format!(" x {}", self.outer)
+            } else {
+                String::new()
+            },
             self.m,
             self.k,
             self.k,
@@ -80,7 +116,7 @@ impl GemmSpec {
 
     /// Floating-point operations of one run.
     pub fn flops(&self) -> f64 {
-        2.0 * (self.batch * self.m * self.n * self.k) as f64
+        2.0 * (self.outer * self.batch * self.m * self.n * self.k) as f64
     }
 }
 

@@ -3,7 +3,9 @@
 //! - [`probe`]: availability and device facts, never touching cudarc's panicking safe API
 //!   before the driver library is known to load;
 //! - [`codegen`]: CUDA C emitted from kernel IR, one rule per op in a file per op family;
-//! - [`nvrtc`]: compilation for the device's own architecture with an on-disk cache.
+//! - [`nvrtc`]: compilation for the device's own architecture with an on-disk cache;
+//! - [`plan`]: kernels become steps; [`plan_views`] lets attention read and write
+//!   head-split tensors in place of transposed copies.
 
 pub mod blas;
 pub mod caps;
@@ -15,6 +17,7 @@ pub mod memory;
 pub mod nvrtc;
 pub mod plan;
 mod plan_gemm;
+pub mod plan_views;
 pub mod probe;
 mod program;
 pub mod weights;

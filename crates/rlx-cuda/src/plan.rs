@@ -2,12 +2,14 @@
 //! GEMMs) plus the scratch regions they need. Pure data, computed without a GPU, so tests
 //! can check and NVRTC-compile every step of a program on any machine.
 
+use crate::codegen::attention::Layouts;
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{self, loops, ArgRef, EmittedKernel, Target};
 use crate::gemm::{match_gemm_epilogue, Activation, GemmSpec, Operand};
+use crate::plan_views::AttentionViews;
 use crate::CudaError;
 use rlx_ir::kernel::{BufferId, Kernel, KernelProgram, LibraryKernel, LoopKernel};
-use rlx_ir::{Op, TensorType};
+use rlx_ir::{AttnMask, Op, TensorType};
 
 /// One thing a run does, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,10 +71,16 @@ pub fn root(program: &KernelProgram, mut b: BufferId) -> BufferId {
 pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError> {
     let mut plan = Plan::default();
     let mut problems = Vec::new();
-    for kernel in &program.kernels {
+    let views = crate::plan_views::attention_views(program);
+    for (i, kernel) in program.kernels.iter().enumerate() {
+        if views.elided[i] {
+            continue;
+        }
         let r = match kernel {
             Kernel::Loop(k) => plan_loop(program, k, target, &mut plan),
-            Kernel::Library(k) => plan_library(program, k, target, &mut plan),
+            Kernel::Library(k) => {
+                plan_library(program, k, views.attention.get(&i), target, &mut plan)
+            }
         };
         if let Err(e) = r {
             problems.push(format!("kernel `{}`: {e}", kernel.name()));
@@ -117,6 +125,7 @@ fn describe(program: &KernelProgram, k: &LibraryKernel) -> String {
 fn plan_library(
     program: &KernelProgram,
     k: &LibraryKernel,
+    views: Option<&AttentionViews>,
     target: &Target,
     plan: &mut Plan,
 ) -> Result<(), String> {
@@ -145,10 +154,7 @@ fn plan_library(
         Op::GlobalPool(kind) => codegen::pool::global(&ctx, *kind),
         Op::ArgReduce { op, axis, .. } => codegen::argreduce::emit(&ctx, *op, *axis),
         Op::Attention { mask, scale } => {
-            if crate::plan_gemm::attention(k, &ctx, *mask, *scale, plan).map_err(with)? {
-                return Ok(());
-            }
-            codegen::attention::emit(&ctx, *mask, *scale)
+            return plan_attention(k, &ctx, *mask, *scale, views, plan).map_err(with);
         }
         Op::MatMul => return crate::plan_gemm::matmul(program, k, &ctx, plan).map_err(with),
         Op::Conv2d(p) => return crate::plan_gemm::conv2d(k, &ctx, p, plan).map_err(with),
@@ -170,6 +176,34 @@ fn plan_library(
         }
     };
     plan.steps.push(Step::Kernel(kernel.map_err(with)?));
+    Ok(())
+}
+
+/// Plans attention (GEMM form or the fused kernel) through the layouts of its views; steps
+/// that replace copies say so in their labels, which profiles print.
+fn plan_attention(
+    k: &LibraryKernel,
+    ctx: &LibCtx,
+    mask: AttnMask,
+    scale: Option<f64>,
+    views: Option<&AttentionViews>,
+    plan: &mut Plan,
+) -> Result<(), String> {
+    let layouts = views.map_or_else(|| Layouts::packed(ctx), |v| v.layouts(ctx));
+    let first = plan.steps.len();
+    if !crate::plan_gemm::attention(k, ctx, mask, scale, &layouts, plan)? {
+        let kernel = codegen::attention::emit(ctx, mask, scale, &layouts)?;
+        plan.steps.push(Step::Kernel(kernel));
+    }
+    if let Some(v) = views.filter(|v| !v.replaces.is_empty()) {
+        let note = format!(" [in place of {}]", v.replaces.join(", "));
+        for step in &mut plan.steps[first..] {
+            match step {
+                Step::Kernel(e) => e.label += &note,
+                Step::Gemm(g) => g.label += &note,
+            }
+        }
+    }
     Ok(())
 }
 
@@ -208,11 +242,13 @@ pub fn fused_epilogue(
     })
 }
 
-/// Constructs an operand.
+/// Constructs an operand with packed rows and no outer batch level.
 pub fn operand(arg: ArgRef, offset: usize, batch_stride: usize) -> Operand {
     Operand {
         arg,
         offset,
         batch_stride,
+        outer_stride: 0,
+        row_stride: None,
     }
 }

@@ -3,9 +3,10 @@
 //! group). Epilogues fuse into cuBLASLt when they are `act(x + bias)`, else run as a
 //! generated kernel, in place when the dtype allows.
 
+use crate::codegen::attention::{Layout, Layouts};
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{conv, index::contiguous, loops, ArgRef};
-use crate::gemm::{Activation, GemmSpec};
+use crate::gemm::{Activation, GemmSpec, Operand};
 use crate::plan::{fused_epilogue, operand, root, scratch, Plan, Step};
 use rlx_ir::kernel::{KernelProgram, LibraryKernel};
 use rlx_ir::{AttnMask, Conv2dParams, DType};
@@ -78,6 +79,7 @@ pub fn matmul(
                 n,
                 k: kk,
                 batch,
+                outer: 1,
                 a: operand(ArgRef::Buffer(k.inputs[0]), ao.0, ao.1),
                 b: operand(ArgRef::Buffer(k.inputs[1]), bo.0, bo.1),
                 c: operand(target, co.0, co.1),
@@ -196,6 +198,7 @@ pub fn conv2d(
             n: geo.spatial,
             k: geo.k,
             batch: geo.n,
+            outer: 1,
             a: operand(ArgRef::Buffer(k.inputs[1]), g * geo.og * geo.k, 0),
             b: operand(
                 col,
@@ -227,7 +230,18 @@ const ATTN_GEMM_MIN_SCORES: usize = 1 << 20;
 /// of `S` in place (one generated kernel), and `O = S V` (cuBLASLt) — on tensor cores, for
 /// f16/bf16 when the score matrix is large enough that the extra traffic is cheaper than the
 /// fused kernel's CUDA-core arithmetic. Returns false (nothing planned) when it does not
-/// apply: another dtype, broadcast batch dims, a fused epilogue, or a small problem.
+/// apply: another dtype, broadcast batch dims, a fused epilogue, a small problem, or layouts
+/// no GEMM walks (columns not contiguous, or batch dims that do not merge into two levels).
+///
+/// Q, K, V and the result are read and written through `layouts`, so `[batch, seq, heads,
+/// dim]` tensors are used in place: rows are padded (the leading dimension is `heads * dim`)
+/// and the (batch, head) pairs are two batch levels. cuBLASLt takes one batch stride per
+/// matrix, so the two levels run as one pointer-array GEMM (`blas::Batching`); that moves no
+/// data, where the alternatives either copy Q, K, V and the result through a transpose
+/// kernel (4 x 2 x the tensor's bytes of traffic, the cost this removes) or loop over one
+/// level (`heads` launches, each too small to fill the GPU at small batch). The loop remains
+/// the fallback when cuBLASLt has no pointer-array algorithm. S is our own scratch, packed
+/// `[batch..., sq, sk]`, so the softmax kernel is unchanged.
 ///
 /// # Errors
 /// None today; the signature matches the other planners.
@@ -236,6 +250,7 @@ pub fn attention(
     ctx: &LibCtx,
     mask: AttnMask,
     scale: Option<f64>,
+    layouts: &Layouts,
     plan: &mut Plan,
 ) -> Result<bool, String> {
     let (dtype, q) = &ctx.inputs[0];
@@ -268,14 +283,36 @@ pub fn attention(
     if !wanted || kk[r - 1] != d || v[r - 2] != sk || sk > 32 * 64 {
         return Ok(false);
     }
-    let s = scratch(plan, batch * sq * sk * dtype.size_bytes());
+    let Some(levels) = BatchLevels::of(ob, sq * sk, layouts) else {
+        return Ok(false);
+    };
+    let ops = [
+        levels.operand(&layouts.q, 0, sq, d),
+        levels.operand(&layouts.k, 1, sk, d),
+        levels.operand(&layouts.v, 2, sk, dv),
+        levels.operand(&layouts.out, 3, sq, dv),
+    ];
+    let [Some(qo), Some(ko), Some(vo), Some(oo)] = ops else {
+        return Ok(false);
+    };
+    let s_arg = scratch(plan, batch * sq * sk * dtype.size_bytes());
+    let so = levels.operand(
+        &Layout::packed(s_arg, &[batch, sq, sk], &[batch]),
+        4,
+        sq,
+        sk,
+    );
+    let Some(so) = so else {
+        return Ok(false);
+    };
     let gemm = |m, n, kd, a, b, c, trans_b, alpha| GemmSpec {
         label: k.name.clone(),
         dtype: *dtype,
         m,
         n,
         k: kd,
-        batch,
+        batch: levels.inner,
+        outer: levels.outer,
         a,
         b,
         c,
@@ -286,31 +323,96 @@ pub fn attention(
         alpha,
     };
     let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
-    plan.steps.push(Step::Gemm(gemm(
-        sq,
-        sk,
-        d,
-        operand(ArgRef::Buffer(k.inputs[0]), 0, sq * d),
-        operand(ArgRef::Buffer(k.inputs[1]), 0, sk * d),
-        operand(s, 0, sq * sk),
-        true,
-        scale,
-    )));
+    plan.steps
+        .push(Step::Gemm(gemm(sq, sk, d, qo, ko, so, true, scale)));
     plan.steps
         .push(Step::Kernel(crate::codegen::attention::gemm_softmax(
-            ctx, mask, s,
+            ctx, mask, s_arg,
         )));
-    plan.steps.push(Step::Gemm(gemm(
-        sq,
-        dv,
-        sk,
-        operand(s, 0, sq * sk),
-        operand(ArgRef::Buffer(k.inputs[2]), 0, sk * dv),
-        operand(ArgRef::Buffer(k.output), 0, sq * dv),
-        false,
-        1.0,
-    )));
+    plan.steps
+        .push(Step::Gemm(gemm(sq, dv, sk, so, vo, oo, false, 1.0)));
     Ok(true)
+}
+
+/// The output batch dims of a GEMM-form attention merged into at most two levels that every
+/// operand walks with one stride each: `inner` batches per call (or per pointer table row)
+/// and `outer` of those.
+struct BatchLevels {
+    inner: usize,
+    outer: usize,
+    /// per operand (q, k, v, out, scores): (inner stride, outer stride)
+    strides: [(usize, usize); 5],
+}
+
+impl BatchLevels {
+    /// Merges `ob` over the strides of q, k, v, the result and the packed score scratch
+    /// (`scores` elements per matrix); None when more than two levels remain or a stride is
+    /// negative.
+    fn of(ob: &[usize], scores: usize, layouts: &Layouts) -> Option<BatchLevels> {
+        let s: Vec<isize> = contiguous(ob).iter().map(|x| x * scores as isize).collect();
+        let all = [
+            layouts.q.batch.clone(),
+            layouts.k.batch.clone(),
+            layouts.v.batch.clone(),
+            layouts.out.batch.clone(),
+            s,
+        ];
+        let space = rlx_ir::kernel::IndexSpace::merge(ob, &all);
+        // (inner, outer) stride per operand with dim `inner` as the inner level.
+        let level = |inner: usize, outer: Option<usize>| -> Option<[(usize, usize); 5]> {
+            let mut st = [(0, 0); 5];
+            for (o, strides) in space.strides.iter().enumerate() {
+                let i = usize::try_from(strides[inner]).ok()?;
+                let j = match outer {
+                    Some(d) => usize::try_from(strides[d]).ok()?,
+                    None => 0,
+                };
+                st[o] = (i, j);
+            }
+            Some(st)
+        };
+        match *space.dims.as_slice() {
+            [] => Some(BatchLevels {
+                inner: 1,
+                outer: 1,
+                strides: [(0, 0); 5],
+            }),
+            [n] => Some(BatchLevels {
+                inner: n,
+                outer: 1,
+                strides: level(0, None)?,
+            }),
+            // The larger level is the inner one, so the loop fallback makes few, large calls.
+            [o, n] if o > n => Some(BatchLevels {
+                inner: o,
+                outer: n,
+                strides: level(0, Some(1))?,
+            }),
+            [o, n] => Some(BatchLevels {
+                inner: n,
+                outer: o,
+                strides: level(1, Some(0))?,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The GEMM operand of `l` (index `which` in q, k, v, out, scores) with `rows x cols`
+    /// matrices; None when its columns are not contiguous or its rows overlap.
+    fn operand(&self, l: &Layout, which: usize, rows: usize, cols: usize) -> Option<Operand> {
+        let row = usize::try_from(l.row).ok()?;
+        if (cols > 1 && l.col != 1) || (rows > 1 && row < cols) {
+            return None;
+        }
+        let (batch_stride, outer_stride) = self.strides[which];
+        Some(Operand {
+            arg: l.arg,
+            offset: l.offset,
+            batch_stride,
+            outer_stride,
+            row_stride: (rows > 1 && row != cols).then_some(row),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -326,5 +428,40 @@ mod tests {
         assert_eq!(affine(&o), None);
         let o = batch_offsets(&[], &[4], 10);
         assert_eq!(affine(&o), Some(0));
+    }
+
+    #[test]
+    fn head_split_batches_merge_into_two_levels_larger_inner() {
+        // [256, 128, 12, 64] operands seen as [256, 12] batches of [128, 64] matrices.
+        let ob = [256, 12];
+        let l = |b: usize| Layout {
+            arg: ArgRef::Buffer(b),
+            offset: 0,
+            batch: vec![128 * 768, 64],
+            row: 768,
+            col: 1,
+        };
+        let layouts = Layouts {
+            q: l(0),
+            k: l(1),
+            v: l(2),
+            out: l(3),
+        };
+        let levels = BatchLevels::of(&ob, 128 * 128, &layouts).unwrap();
+        assert_eq!((levels.inner, levels.outer), (256, 12));
+        assert_eq!(levels.strides[0], (128 * 768, 64));
+        assert_eq!(levels.strides[4], (12 * 128 * 128, 128 * 128));
+        let q = levels.operand(&layouts.q, 0, 128, 64).unwrap();
+        assert_eq!(q.row_stride, Some(768));
+        // Packed operands merge into one level.
+        let packed = Layouts {
+            q: Layout::packed(ArgRef::Buffer(0), &[256, 12, 128, 64], &ob),
+            k: Layout::packed(ArgRef::Buffer(1), &[256, 12, 128, 64], &ob),
+            v: Layout::packed(ArgRef::Buffer(2), &[256, 12, 128, 64], &ob),
+            out: Layout::packed(ArgRef::Buffer(3), &[256, 12, 128, 64], &ob),
+        };
+        let levels = BatchLevels::of(&ob, 128 * 128, &packed).unwrap();
+        assert_eq!((levels.inner, levels.outer), (256 * 12, 1));
+        assert_eq!(levels.strides[0], (128 * 64, 0));
     }
 }

@@ -23,6 +23,9 @@ pub struct CudaOptions {
     pub tf32: bool,
     /// capture each run as a CUDA graph (`RLX_CUDA_GRAPHS=0` turns it off)
     pub graphs: bool,
+    /// run two-level batched GEMMs as pointer-array GEMMs when cuBLASLt can
+    /// (`RLX_CUDA_PTR_ARRAY=0` turns it off: one call per outer batch)
+    pub pointer_arrays: bool,
 }
 
 impl Default for CudaOptions {
@@ -30,6 +33,7 @@ impl Default for CudaOptions {
         CudaOptions {
             tf32: false,
             graphs: std::env::var("RLX_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+            pointer_arrays: std::env::var("RLX_CUDA_PTR_ARRAY").map_or(true, |v| v != "0"),
         }
     }
 }
@@ -73,6 +77,8 @@ pub struct CudaProgram {
     _module: Option<Module>,
     functions: Vec<Option<Function>>,
     gemms: Vec<Option<PreparedGemm>>,
+    /// per step, the device table of a pointer-array GEMM
+    pointer_tables: Vec<Option<DeviceBuffer>>,
     blas: Option<Blas>,
     arena: DeviceBuffer,
     scratch_offsets: Vec<usize>,
@@ -166,11 +172,19 @@ impl CudaProgram {
                     let b = blas
                         .as_ref()
                         .ok_or_else(|| CudaError::Invalid("GEMM without cuBLASLt".into()))?;
-                    gemms.push(Some(b.prepare(g, options.tf32)?));
+                    gemms.push(Some(b.prepare(g, options.tf32, options.pointer_arrays)?));
                 }
             }
         }
         stats.functions = names.len();
+        // A GEMM that loops over its outer batches launches once per outer batch.
+        stats.launches = gemms
+            .iter()
+            .map(|g| match g {
+                Some(g) if g.batching == crate::blas::Batching::Loop => g.spec.outer,
+                _ => 1,
+            })
+            .sum();
         // Memory: one arena for temporaries and scratch, planned by lifetime.
         let n_steps = plan.steps.len();
         let touches = plan.touches();
@@ -267,7 +281,7 @@ impl CudaProgram {
             staging_in: Pinned::new(&device, in_bytes)?,
             staging_out: Pinned::new(&device, out_bytes)?,
         };
-        Ok(CudaProgram {
+        let mut compiled = CudaProgram {
             device,
             program,
             plan,
@@ -275,6 +289,7 @@ impl CudaProgram {
             _module: module,
             functions,
             gemms,
+            pointer_tables: Vec::new(),
             blas,
             arena,
             scratch_offsets,
@@ -285,7 +300,40 @@ impl CudaProgram {
             outputs,
             state: Mutex::new(state),
             stats,
-        })
+        };
+        compiled.upload_pointer_tables(&mem)?;
+        Ok(compiled)
+    }
+
+    /// Uploads the matrix-pointer table of every pointer-array GEMM (addresses are fixed once
+    /// memory is planned, as the captured CUDA graph assumes too).
+    fn upload_pointer_tables(&mut self, mem: &Arc<DeviceMemory>) -> Result<(), CudaError> {
+        let mut tables = Vec::with_capacity(self.gemms.len());
+        for g in &self.gemms {
+            let table = g
+                .as_ref()
+                .and_then(|g| g.pointer_table(|op| self.addr(op.arg)));
+            tables.push(match table {
+                Some(t) => {
+                    let bytes: Vec<u8> = t.iter().flat_map(|p| p.to_le_bytes()).collect();
+                    let d = mem.alloc(bytes.len())?;
+                    self.device.upload(d.ptr(), &bytes)?;
+                    self.device.sync()?;
+                    Some(d)
+                }
+                None => None,
+            });
+        }
+        self.pointer_tables = tables;
+        Ok(())
+    }
+
+    /// How each GEMM step walks its batches (None for kernel steps).
+    pub fn batchings(&self) -> Vec<Option<crate::blas::Batching>> {
+        self.gemms
+            .iter()
+            .map(|g| g.as_ref().map(|g| g.batching))
+            .collect()
     }
 
     /// The generated CUDA C source.
@@ -361,6 +409,7 @@ impl CudaProgram {
                     bias: g.bias.map(|b| self.addr(b)),
                     // Read like the output: same offset, same layout.
                     residual: g.residual.map(|r| self.addr(r) + g.c.offset as u64 * size),
+                    arrays: self.pointer_tables[i].as_ref().map(|t| t.ptr()),
                 };
                 blas.run(prepared, &ptrs, self.device.stream())
             }
@@ -389,7 +438,17 @@ impl CudaProgram {
             let label = match step {
                 Step::Kernel(k) => format!("{} ({})", k.function, k.label),
                 Step::Gemm(g) => {
-                    format!("gemm {} [m{} n{} k{} b{}]", g.label, g.m, g.n, g.k, g.batch)
+                    let batching = self.gemms[i].as_ref().map(|p| p.batching);
+                    format!(
+                        "gemm {} [m{} n{} k{} b{}x{}{}] {batching:?}",
+                        g.label,
+                        g.m,
+                        g.n,
+                        g.k,
+                        g.outer,
+                        g.batch,
+                        if g.trans_b { " B^T" } else { "" }
+                    )
                 }
             };
             out.push((label, times[times.len() / 2]));

@@ -7,16 +7,42 @@ mod support;
 use rlx_cuda::codegen::Target;
 use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
-use support::cases::library_cases;
+use support::cases::{head_split_cases, library_cases, Case};
 use support::{compile_check, lower_for_cuda};
 
 fn plan_case(name: &str) -> Plan {
-    let case = library_cases()
+    plan_with_program(library_cases(), name).1
+}
+
+/// The lowered program of case `name` and its plan.
+fn plan_with_program(cases: Vec<Case>, name: &str) -> (rlx_ir::kernel::KernelProgram, Plan) {
+    let case = cases
         .into_iter()
         .find(|c| c.name == name)
         .expect("known case");
     let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
-    plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{name}: {e}\n{program}"))
+    let p = plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{name}: {e}\n{program}"));
+    (program, p)
+}
+
+/// Labels of the planned steps.
+fn labels(p: &Plan) -> Vec<String> {
+    p.steps
+        .iter()
+        .map(|s| match s {
+            Step::Kernel(k) => k.label.clone(),
+            Step::Gemm(g) => g.label.clone(),
+        })
+        .collect()
+}
+
+/// Loop kernels of a program named after an op (`transpose_6`, ...).
+fn loops_named(program: &rlx_ir::kernel::KernelProgram, op: &str) -> usize {
+    program
+        .kernels
+        .iter()
+        .filter(|k| matches!(k, rlx_ir::kernel::Kernel::Loop(_)) && k.name().starts_with(op))
+        .count()
 }
 
 fn gemms(p: &Plan) -> Vec<&rlx_cuda::gemm::GemmSpec> {
@@ -123,4 +149,97 @@ fn bias_and_residual_fuse_into_cublaslt() {
     let g = gemms(&p);
     assert_eq!(p.steps.len(), 1, "bias and residual ride on the GEMM");
     assert!(g[0].bias.is_some() && g[0].residual.is_some());
+}
+
+#[test]
+fn head_split_attention_kernels_compile_with_nvrtc() {
+    let mut kernels = Vec::new();
+    for case in head_split_cases() {
+        let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let p = plan(&program, &Target::h200())
+            .unwrap_or_else(|e| panic!("{}: {e}\n{program}", case.name));
+        kernels.extend(p.kernels().cloned());
+    }
+    println!("{} kernels", kernels.len());
+    compile_check("head_split_attention_kernels_compile_with_nvrtc", &kernels);
+}
+
+#[test]
+fn head_split_attention_reads_and_writes_in_place() {
+    for mask in ["none", "causal", "additive"] {
+        for dt in ["f32", "f16"] {
+            let name = format!("head_split_small_{mask}_{dt}");
+            let (program, p) = plan_with_program(head_split_cases(), &name);
+            assert_eq!(loops_named(&program, "transpose"), 4, "{name}:\n{program}");
+            let l = labels(&p);
+            assert!(
+                l.iter().all(|l| !l.starts_with("transpose")),
+                "{name}: every transpose is dropped: {l:?}\n{program}"
+            );
+            assert_eq!(
+                p.steps.len(),
+                program.kernels.len() - 4,
+                "{name}: {l:?}\n{program}"
+            );
+            let attention = l.iter().find(|l| l.starts_with("attention")).unwrap();
+            assert_eq!(attention.matches("transpose").count(), 4, "{attention}");
+            let k = p
+                .kernels()
+                .find(|k| k.label.starts_with("attention"))
+                .unwrap();
+            // q is read from the projection's [2, 10, 3, 16] result with rows 48 apart.
+            assert!(k.source.contains("(long long)(row) * 48"), "{}", k.source);
+        }
+    }
+}
+
+#[test]
+fn head_split_gemm_attention_walks_heads_as_a_second_batch_level() {
+    for mask in ["none", "causal", "additive"] {
+        let name = format!("head_split_gemm_{mask}_f16");
+        let (program, p) = plan_with_program(head_split_cases(), &name);
+        let g = gemms(&p);
+        assert_eq!(
+            g.len(),
+            3,
+            "projection + two attention GEMMs: {:?}",
+            labels(&p)
+        );
+        assert_eq!(
+            p.steps.len(),
+            program.kernels.len() - 4 + 2,
+            "{:?}",
+            labels(&p)
+        );
+        let (s, o) = (g[1], g[2]);
+        // [8, 128, 8, 32] operands: batches are heads (stride 32), outer batches sequences
+        // (stride 128 * 256); rows are 256 elements apart.
+        assert_eq!((s.batch, s.outer), (8, 8), "{}", s.describe());
+        assert_eq!((s.a.batch_stride, s.a.outer_stride), (32, 128 * 256));
+        assert_eq!((s.a.row_stride, s.b.row_stride), (Some(256), Some(256)));
+        assert!(s.trans_b);
+        assert_eq!(
+            (s.c.batch_stride, s.c.outer_stride, s.c.row_stride),
+            (128 * 128, 8 * 128 * 128, None)
+        );
+        assert_eq!(
+            (o.c.batch_stride, o.c.outer_stride, o.c.row_stride),
+            (32, 128 * 256, Some(256))
+        );
+        assert_eq!(o.b.row_stride, Some(256));
+        assert_eq!(o.a.arg, s.c.arg, "P V reads the softmaxed scores");
+    }
+}
+
+#[test]
+fn copies_with_a_second_reader_are_kept() {
+    let (program, p) = plan_with_program(head_split_cases(), "head_split_second_readers_f16");
+    let l = labels(&p);
+    let transposes = l.iter().filter(|l| l.starts_with("transpose")).count();
+    // q's copy also feeds the softmax, the result is an output itself: both copies stay;
+    // k's and v's are dropped.
+    assert_eq!(loops_named(&program, "transpose"), 4, "{program}");
+    assert_eq!(transposes, 2, "{l:?}\n{program}");
+    let attention = l.iter().find(|l| l.starts_with("attention")).unwrap();
+    assert_eq!(attention.matches("transpose").count(), 2, "{attention}");
 }

@@ -12,7 +12,7 @@ use rlx_cuda::{CudaOptions, CudaProgram};
 use rlx_ir::{DType, Graph, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
-use support::cases::library_cases;
+use support::cases::{head_split_cases, library_cases};
 use support::{lower_for_cuda, rel_l2, tolerance};
 
 fn device_ready(test: &str) -> bool {
@@ -35,11 +35,23 @@ fn check(
     params: &HashMap<String, Arc<Tensor>>,
     dtype: DType,
 ) -> Result<(), String> {
+    check_with(name, graph, inputs, params, dtype, &CudaOptions::default()).map(|_| ())
+}
+
+/// [`check`] with explicit options; returns the compiled program for further questions.
+fn check_with(
+    name: &str,
+    graph: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    params: &HashMap<String, Arc<Tensor>>,
+    dtype: DType,
+    options: &CudaOptions,
+) -> Result<CudaProgram, String> {
     let want =
         rlx_cpu::run_graph(graph, inputs, params).map_err(|e| format!("interpreter: {e}"))?;
     let program = lower_for_cuda(graph)?;
     let text = program.to_string();
-    let compiled = CudaProgram::compile(program, &WeightCache::new(), &CudaOptions::default())
+    let compiled = CudaProgram::compile(program, &WeightCache::new(), options)
         .map_err(|e| format!("compile: {e}\n{text}"))?;
     for run in 0..2 {
         let got = compiled
@@ -64,7 +76,7 @@ fn check(
             }
         }
     }
-    Ok(())
+    Ok(compiled)
 }
 
 #[test]
@@ -144,4 +156,42 @@ fn weights_upload_once_and_again_when_replaced() {
         "the new weight was used"
     );
     assert!(program.uses_graph(), "runs replay a CUDA graph");
+}
+
+#[test]
+fn head_split_attention_matches_the_interpreter() {
+    if !device_ready("head_split_attention_matches_the_interpreter") {
+        return;
+    }
+    let cases = head_split_cases();
+    let mut failures = Vec::new();
+    for c in &cases {
+        // Pointer-array GEMMs where cuBLASLt offers them, then the per-outer-batch loop.
+        for pointer_arrays in [true, false] {
+            let options = CudaOptions {
+                pointer_arrays,
+                ..CudaOptions::default()
+            };
+            let name = format!("{} (pointer_arrays={pointer_arrays})", c.name);
+            match check_with(&name, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
+                Ok(p) => {
+                    let batchings: Vec<_> = p.batchings().into_iter().flatten().collect();
+                    println!(
+                        "{name}: ok, {} steps, GEMM batchings {batchings:?}",
+                        p.stats.launches
+                    );
+                }
+                Err(e) => failures.push(e),
+            }
+            if !c.name.contains("gemm") {
+                break;
+            }
+        }
+    }
+    println!(
+        "{} head-split cases, {} failures",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -1,7 +1,11 @@
 //! Replays an allocation trace through the rlx-mem sub-allocator and prints the report.
 //!
-//! `replay TRACE [--json] [--block-size B] [--dedicated-threshold B] [--provider auto|host|counting]
-//!  [--no-grow] [--runs N]`
+//! `replay TRACE [--json] [--expandable | --blocks] [--granule B] [--max-cached B]
+//!  [--block-size B] [--dedicated-threshold B] [--provider auto|host|counting] [--no-grow] [--runs N]`
+//!
+//! `--expandable` (the default) replays through one expandable segment (physical granules of
+//! `--granule` bytes mapped on demand, at most `--max-cached` bytes of free granules kept
+//! mapped); `--blocks` through growable blocks (`--no-grow`: fixed blocks plus dedicated ones).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +35,19 @@ fn run() -> Result<(), String> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => json = true,
-            "--no-grow" => opts.grow_in_place = false,
+            "--no-grow" => {
+                opts.grow_in_place = false;
+                opts.expandable = false;
+            }
+            "--expandable" => opts.expandable = true,
+            "--blocks" => opts.expandable = false,
+            "--granule" => opts.granule = Some(parse_bytes(&arg, args.next())?),
+            "--headroom-permille" => {
+                opts.headroom_permille = parse_bytes(&arg, args.next())?
+                    .try_into()
+                    .unwrap_or(u32::MAX)
+            }
+            "--max-cached" => opts.max_cached_bytes = Some(parse_bytes(&arg, args.next())?),
             "--block-size" => opts.block_size = Some(parse_bytes(&arg, args.next())?),
             "--dedicated-threshold" => {
                 opts.dedicated_threshold = Some(parse_bytes(&arg, args.next())?)
@@ -54,7 +70,11 @@ fn run() -> Result<(), String> {
             _ => return Err(format!("unexpected argument {arg}")),
         }
     }
-    let path = path.ok_or("usage: replay TRACE [--json] [--block-size B] [--dedicated-threshold B] [--provider auto|host|counting] [--no-grow] [--runs N]")?;
+    let path = path.ok_or(
+        "usage: replay TRACE [--json] [--expandable | --blocks] [--granule B] [--max-cached B] \
+         [--block-size B] [--dedicated-threshold B] [--provider auto|host|counting] [--no-grow] \
+         [--runs N]",
+    )?;
     let report = replay_file(&path, &opts).map_err(|err| err.to_string())?;
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(|err| err.to_string())?;

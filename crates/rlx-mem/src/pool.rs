@@ -2,11 +2,16 @@
 //! place when the provider can, sends large requests to dedicated blocks, releases empty blocks
 //! (keeping one in reserve), reuses stream-freed ranges in stream order, and recovers from out
 //! of memory by trimming its caches and retrying once.
+//!
+//! In expandable mode ([`AllocatorConfig::expandable`]) the ranges live in large virtual
+//! segments instead of blocks, and physical granules are mapped under them on demand
+//! (see [`crate::ExpandableConfig`]).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::align::{check_align, round_size};
 use crate::dedicated::{DedicatedCache, SlotId};
+use crate::expandable::{Expandable, ExpandableConfig};
 use crate::provider::{Block, BlockProvider};
 use crate::stats::Stats;
 use crate::stream::{CompletionToken, PendingRanges, StreamId, Synchronous, TokenSource};
@@ -33,6 +38,12 @@ pub struct AllocatorConfig {
     pub keep_empty_blocks: usize,
     /// Ask the provider for blocks that can be exported for interop.
     pub exportable: bool,
+    /// Expandable segments: one large virtual range with physical granules mapped on demand,
+    /// instead of blocks. Needs a provider with virtual memory
+    /// ([`BlockProvider::granule_size`]); without one the allocator uses blocks
+    /// ([`SubAllocator::is_expandable`] says which). `block_size`, `grow_in_place`, `granule`
+    /// and `keep_empty_blocks` do not apply to it.
+    pub expandable: Option<ExpandableConfig>,
 }
 
 impl Default for AllocatorConfig {
@@ -44,6 +55,7 @@ impl Default for AllocatorConfig {
             granule: 2 << 20,
             keep_empty_blocks: 1,
             exportable: false,
+            expandable: None,
         }
     }
 }
@@ -98,6 +110,7 @@ pub struct SubAllocator {
     pending: PendingRanges,
     stats: Stats,
     id: u32,
+    vm: Option<Expandable>,
 }
 
 impl SubAllocator {
@@ -107,6 +120,12 @@ impl SubAllocator {
         let mut config = config;
         config.granule = config.granule.max(UNIT).next_power_of_two();
         config.block_size = config.block_size.max(config.granule);
+        let vm = match (&config.expandable, provider.granule_size()) {
+            (Some(cfg), Some(granule)) if granule.is_power_of_two() && granule >= UNIT => {
+                Some(Expandable::new(cfg.clone(), granule))
+            }
+            _ => None,
+        };
         SubAllocator {
             provider,
             tokens: Box::new(Synchronous),
@@ -118,7 +137,18 @@ impl SubAllocator {
             pending: PendingRanges::default(),
             stats: Stats::default(),
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
+            vm,
         }
+    }
+
+    /// Whether the allocator runs in expandable mode (asked for, and the provider has virtual memory).
+    pub fn is_expandable(&self) -> bool {
+        self.vm.is_some()
+    }
+
+    /// Granule of the expandable mode, `None` in block mode.
+    pub fn granule_size(&self) -> Option<usize> {
+        self.vm.as_ref().map(Expandable::granule)
     }
 
     /// Sets what answers whether stream work has completed (events, fences, a fake timeline).
@@ -140,7 +170,7 @@ impl SubAllocator {
     pub fn dedicated_threshold(&self) -> usize {
         match self.config.dedicated_threshold {
             Some(bytes) => bytes,
-            None if self.config.grow_in_place => usize::MAX,
+            None if self.config.grow_in_place || self.vm.is_some() => usize::MAX,
             None => self.config.block_size / 2,
         }
     }
@@ -176,10 +206,16 @@ impl SubAllocator {
         self.check_owner(&allocation)?;
         self.stats.on_free(allocation.size);
         match allocation.place {
-            Place::Pooled(node) => {
-                let region = self.tlsf.free(node);
-                self.after_free(region);
-            }
+            Place::Pooled(node) => match self.vm.as_mut() {
+                Some(vm) => {
+                    let freed = self.tlsf.free_range(node);
+                    vm.on_free(self.provider.as_mut(), &mut self.stats, freed);
+                }
+                None => {
+                    let region = self.tlsf.free(node);
+                    self.after_free(region);
+                }
+            },
             Place::Dedicated(slot) => self.dedicated.release(slot, None),
         }
         Ok(())
@@ -212,18 +248,21 @@ impl SubAllocator {
         if self.pending.is_empty() {
             return;
         }
-        let regions = self
+        let freed = self
             .pending
             .release_completed(&mut self.tlsf, self.tokens.as_ref());
-        for region in regions {
-            if self.blocks[region as usize].is_some() {
-                self.after_free(region);
+        for f in freed {
+            if let Some(vm) = self.vm.as_mut() {
+                vm.on_free(self.provider.as_mut(), &mut self.stats, f);
+            } else if self.blocks[f.region as usize].is_some() {
+                self.after_free(f.region);
             }
         }
     }
 
-    /// Returns every cached block (empty pool blocks, idle dedicated blocks) to the provider.
-    /// Returns the bytes released.
+    /// Returns every cached block (empty pool blocks, idle dedicated blocks) to the provider;
+    /// in expandable mode also unmaps every cached granule, releases every pooled physical
+    /// granule and gives back segments with nothing in them. Returns the bytes released.
     pub fn trim(&mut self) -> usize {
         self.process_completions();
         let before = self.stats.bytes_reserved;
@@ -233,11 +272,21 @@ impl SubAllocator {
         for block in self.dedicated.drain_idle(self.tokens.as_ref()) {
             self.return_block(block);
         }
+        if let Some(vm) = self.vm.as_mut() {
+            vm.trim(self.provider.as_mut(), &mut self.stats);
+            for region in vm.regions() {
+                if self.tlsf.region_is_empty(region) && vm.is_unmapped(region) {
+                    self.tlsf.remove_region(region);
+                    vm.release_segment(self.provider.as_mut(), region);
+                }
+            }
+        }
         before - self.stats.bytes_reserved
     }
 
     /// The provider block holding an allocation (a buffer handle for APIs that need one);
-    /// the allocation starts `allocation.addr() - block.addr` bytes into it.
+    /// the allocation starts `allocation.addr() - block.addr` bytes into it. `None` for an
+    /// allocation in an expandable segment (its address is a plain device address).
     pub fn block_of(&self, allocation: &Allocation) -> Option<&Block> {
         if allocation.owner != self.id {
             return None;
@@ -259,6 +308,17 @@ impl SubAllocator {
         stats.largest_free_range = self.tlsf.largest_free().max(self.dedicated.largest_idle());
         stats.fragmentation =
             Stats::fragmentation_of(stats.peak_bytes_reserved, stats.peak_bytes_in_use);
+        if let Some(vm) = &self.vm {
+            let c = vm.counters();
+            stats.physical_creates = c.creates;
+            stats.physical_releases = c.releases;
+            stats.map_calls = c.map_calls;
+            stats.unmap_calls = c.unmap_calls;
+            stats.granules_mapped = c.granules_mapped;
+            stats.granules_unmapped = c.granules_unmapped;
+            stats.bytes_mapped = c.mapped_bytes;
+            stats.peak_bytes_mapped = c.peak_mapped_bytes;
+        }
         stats
     }
 
@@ -288,6 +348,9 @@ impl SubAllocator {
         let (place, addr) = if rounded > self.dedicated_threshold() {
             let (slot, addr) = self.alloc_dedicated(size, rounded, align, stream)?;
             (Place::Dedicated(slot), addr)
+        } else if self.vm.is_some() {
+            let node = self.alloc_expandable(size, rounded, align, stream)?;
+            (Place::Pooled(node), self.tlsf.node(node).0)
         } else {
             let node = self.alloc_pooled(size, rounded, align, stream)?;
             (Place::Pooled(node), self.tlsf.node(node).0)
@@ -352,6 +415,69 @@ impl SubAllocator {
             }
         }
         Err(self.out_of_memory(size))
+    }
+
+    fn alloc_expandable(
+        &mut self,
+        size: usize,
+        rounded: usize,
+        align: usize,
+        stream: Option<StreamId>,
+    ) -> Result<NodeId, MemError> {
+        if let Some(stream) = stream {
+            if let Some(node) = self
+                .pending
+                .take_fit(&mut self.tlsf, stream, rounded, align)
+            {
+                return Ok(node);
+            }
+        }
+        for attempt in 0..2 {
+            match self.place_and_map(rounded, align) {
+                Ok(node) => return Ok(node),
+                Err(MemError::SizeOverflow { .. }) => break,
+                Err(_) if attempt == 0 => {
+                    self.trim();
+                }
+                Err(_) => {}
+            }
+        }
+        Err(self.out_of_memory(size))
+    }
+
+    /// Places a range in a segment (reserving a new one if none has room) and maps its granules.
+    /// On failure the range is freed again and nothing stays needed.
+    fn place_and_map(&mut self, rounded: usize, align: usize) -> Result<NodeId, MemError> {
+        let mut node = self.tlsf.alloc(rounded, align);
+        if node.is_none() && !self.pending.is_empty() {
+            self.process_completions();
+            node = self.tlsf.alloc(rounded, align);
+        }
+        let node = match node {
+            Some(node) => node,
+            None => {
+                let need = rounded
+                    .checked_add(align - UNIT)
+                    .ok_or(MemError::SizeOverflow { requested: rounded })?;
+                let vm = self.vm.as_mut().expect("expandable mode");
+                let range = vm.reserve(self.provider.as_mut(), need)?;
+                self.stats.provider_allocs += 1;
+                let region = self.tlsf.add_region(range.addr, range.size / UNIT * UNIT);
+                vm.insert(region, range);
+                self.tlsf
+                    .alloc_at_tail(region, rounded, align)
+                    .expect("a fresh segment holds the request")
+            }
+        };
+        let (addr, bytes, region) = self.tlsf.node(node);
+        let vm = self.vm.as_mut().expect("expandable mode");
+        let provider = self.provider.as_mut();
+        if let Err(err) = vm.on_alloc(provider, &mut self.stats, region, addr, bytes) {
+            let freed = self.tlsf.free_range(node);
+            vm.on_free(provider, &mut self.stats, freed);
+            return Err(err);
+        }
+        Ok(node)
     }
 
     fn alloc_dedicated(
@@ -498,6 +624,9 @@ impl SubAllocator {
 impl Drop for SubAllocator {
     /// Returns every block to the provider, whether or not allocations are still live.
     fn drop(&mut self) {
+        if let Some(vm) = self.vm.as_mut() {
+            vm.release_all(self.provider.as_mut());
+        }
         for pool in self.blocks.drain(..).flatten() {
             self.provider.free(pool.block);
         }

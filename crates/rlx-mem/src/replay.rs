@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::expandable::ExpandableConfig;
 use crate::pool::{Allocation, AllocatorConfig, SubAllocator};
 use crate::provider::{BlockProvider, CountingProvider, HostProvider};
 use crate::stats::human_bytes;
@@ -43,6 +44,17 @@ pub struct ReplayOptions {
     pub runs: usize,
     /// Also replay through the system allocator for the speed ratio.
     pub compare_system: bool,
+    /// Expandable segments (virtual range, physical granules mapped on demand) instead of
+    /// blocks. A block option (`block_size`, `dedicated_threshold`, `grow_in_place: false`)
+    /// selects block mode even when this is set, so callers that only knew blocks keep them.
+    pub expandable: bool,
+    /// Physical granule of the expandable mode; `None` picks one from the trace's scale
+    /// ([`default_granule`]).
+    pub granule: Option<usize>,
+    /// Expandable mode: most bytes of free granules kept mapped; `None` keeps all (no limit).
+    pub max_cached_bytes: Option<usize>,
+    /// Expandable mode: [`ExpandableConfig::headroom_permille`].
+    pub headroom_permille: u32,
 }
 
 impl Default for ReplayOptions {
@@ -54,6 +66,10 @@ impl Default for ReplayOptions {
             grow_in_place: true,
             runs: 3,
             compare_system: true,
+            expandable: true,
+            granule: None,
+            max_cached_bytes: None,
+            headroom_permille: 0,
         }
     }
 }
@@ -65,6 +81,10 @@ pub struct ReplayReport {
     pub trace: String,
     /// Provider used (`host` or `counting`).
     pub provider: String,
+    /// `expandable` (virtual segment, granules mapped on demand) or `blocks`.
+    pub mode: String,
+    /// Physical granule of the expandable mode.
+    pub granule: Option<usize>,
     /// Alloc and free events replayed.
     pub events: usize,
     /// Pool block size used.
@@ -73,11 +93,13 @@ pub struct ReplayReport {
     pub dedicated_threshold: Option<usize>,
     /// Most bytes live at once (the lower bound on reserved memory).
     pub peak_live_bytes: usize,
-    /// Most bytes held from the provider at once.
+    /// Most bytes held from the provider at once (expandable mode: physical granules held,
+    /// mapped or pooled).
     pub peak_reserved_bytes: usize,
     /// `peak_reserved_bytes / peak_live_bytes`.
     pub fragmentation: f64,
-    /// Provider calls that obtained memory: new blocks plus in-place growths.
+    /// Provider calls that obtained memory: new blocks plus in-place growths; in expandable
+    /// mode virtual reservations plus physical granule creations.
     pub provider_allocs: u64,
     /// New blocks among `provider_allocs`.
     pub provider_block_allocs: u64,
@@ -85,6 +107,18 @@ pub struct ReplayReport {
     pub provider_grows: u64,
     /// Blocks returned to the provider during the replay.
     pub provider_frees: u64,
+    /// Expandable mode: physical granules created.
+    pub physical_creates: u64,
+    /// Expandable mode: physical granules released during the replay.
+    pub physical_releases: u64,
+    /// Expandable mode: map calls (each maps a run of consecutive granules).
+    pub map_calls: u64,
+    /// Expandable mode: granules mapped by those calls.
+    pub granules_mapped: u64,
+    /// Expandable mode: unmap calls (one granule each).
+    pub unmap_calls: u64,
+    /// Expandable mode: most bytes mapped at once.
+    pub peak_mapped_bytes: usize,
     /// Median over the timed replays of nanoseconds per event.
     pub ns_per_event: f64,
     /// Same for the system allocator (`std::alloc`), when measured.
@@ -103,13 +137,21 @@ impl fmt::Display for ReplayReport {
             .dedicated_threshold
             .map_or("none".to_string(), human_bytes);
         writeln!(f, "trace          {} ({} events)", self.trace, self.events)?;
-        writeln!(
-            f,
-            "allocator      {} provider, block {}, dedicated above {}",
-            self.provider,
-            human_bytes(self.block_size),
-            threshold
-        )?;
+        match self.granule {
+            Some(granule) => writeln!(
+                f,
+                "allocator      {} provider, expandable segment, granule {}",
+                self.provider,
+                human_bytes(granule)
+            )?,
+            None => writeln!(
+                f,
+                "allocator      {} provider, blocks of {}, dedicated above {}",
+                self.provider,
+                human_bytes(self.block_size),
+                threshold
+            )?,
+        }
         writeln!(
             f,
             "memory         peak live {}, peak reserved {}, fragmentation {:.3}",
@@ -117,14 +159,39 @@ impl fmt::Display for ReplayReport {
             human_bytes(self.peak_reserved_bytes),
             self.fragmentation
         )?;
-        writeln!(
-            f,
-            "provider calls {} allocations ({} blocks + {} grows), {} frees",
-            self.provider_allocs,
-            self.provider_block_allocs,
-            self.provider_grows,
-            self.provider_frees
-        )?;
+        if self.granule.is_some() {
+            writeln!(
+                f,
+                "provider calls {} allocations ({} reservations + {} physical granules created), \
+                 {} granules released",
+                self.provider_allocs,
+                self.provider_block_allocs,
+                self.physical_creates,
+                self.physical_releases
+            )?;
+            let over = if self.map_calls + self.unmap_calls > 100 {
+                " -- more than 100 map/unmap calls"
+            } else {
+                ""
+            };
+            writeln!(
+                f,
+                "mapping        {} map calls ({} granules), {} unmap calls, peak mapped {}{over}",
+                self.map_calls,
+                self.granules_mapped,
+                self.unmap_calls,
+                human_bytes(self.peak_mapped_bytes)
+            )?;
+        } else {
+            writeln!(
+                f,
+                "provider calls {} allocations ({} blocks + {} grows), {} frees",
+                self.provider_allocs,
+                self.provider_block_allocs,
+                self.provider_grows,
+                self.provider_frees
+            )?;
+        }
         write!(
             f,
             "speed          {:.1} ns/event (median of {})",
@@ -146,6 +213,16 @@ pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayReport, Tr
     replay_trace(&trace, opts)
 }
 
+/// The granule an expandable replay uses by default: the smallest power of two of at least 1/100
+/// of the trace's peak (so about 100 physical granules hold the peak), 2 MiB..1 GiB. CUDA's own
+/// granularity (2 MiB) would need one physical allocation per 2 MiB (1,311 on
+/// llama8b-seqvar); a runtime would size it from its expected working set the same way.
+pub fn default_granule(peak_live_bytes: usize) -> usize {
+    (peak_live_bytes / 100)
+        .next_power_of_two()
+        .clamp(2 << 20, 1 << 30)
+}
+
 /// The block size a replay uses by default: 1/32 of the trace's peak, a power of two in 2 MiB..1 GiB.
 pub fn default_block_size(peak_live_bytes: usize) -> usize {
     (peak_live_bytes / 32)
@@ -160,22 +237,35 @@ fn available_ram() -> Option<usize> {
     kib.checked_mul(1024)
 }
 
-fn make_provider(choice: ProviderChoice, peak: usize) -> Box<dyn BlockProvider> {
+fn make_provider(
+    choice: ProviderChoice,
+    peak: usize,
+    granule: Option<usize>,
+) -> Box<dyn BlockProvider> {
     let host = match choice {
         ProviderChoice::Host => true,
         ProviderChoice::Counting => false,
         ProviderChoice::Auto => available_ram().is_some_and(|ram| peak <= ram / 2),
     };
-    if host {
-        Box::new(HostProvider::new())
-    } else {
-        Box::new(CountingProvider::new())
+    match (host, granule) {
+        (true, Some(g)) => Box::new(HostProvider::new().with_granule(g)),
+        (true, None) => Box::new(HostProvider::new()),
+        (false, Some(g)) => Box::new(CountingProvider::new().with_granule(g)),
+        (false, None) => Box::new(CountingProvider::new()),
     }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Whether a replay runs in expandable mode: asked for, and no block option given.
+fn expandable(opts: &ReplayOptions) -> bool {
+    opts.expandable
+        && opts.grow_in_place
+        && opts.block_size.is_none()
+        && opts.dedicated_threshold.is_none()
 }
 
 /// Replays a parsed trace `opts.runs` times through fresh sub-allocators; parsing is not timed.
@@ -189,13 +279,18 @@ pub fn replay_trace(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport,
             .unwrap_or_else(|| default_block_size(trace.peak_live_bytes)),
         dedicated_threshold: opts.dedicated_threshold,
         grow_in_place: opts.grow_in_place,
+        expandable: expandable(opts).then(|| ExpandableConfig {
+            max_cached_bytes: opts.max_cached_bytes.unwrap_or(usize::MAX),
+            headroom_permille: opts.headroom_permille,
+            ..ExpandableConfig::default()
+        }),
         ..AllocatorConfig::default()
     };
     let runs = opts.runs.max(1);
-    let first = replay_once(trace, &config, opts.provider)?;
+    let first = replay_once(trace, &config, opts)?;
     let mut times = vec![first.ns_per_event];
     for _ in 1..runs {
-        times.push(replay_once(trace, &config, opts.provider)?.ns_per_event);
+        times.push(replay_once(trace, &config, opts)?.ns_per_event);
     }
     let ns_per_event = median(times);
     let stats = first.stats;
@@ -204,6 +299,13 @@ pub fn replay_trace(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport,
     Ok(ReplayReport {
         trace: trace.source.clone(),
         provider: first.provider,
+        mode: if first.granule.is_some() {
+            "expandable"
+        } else {
+            "blocks"
+        }
+        .to_string(),
+        granule: first.granule,
         events: trace.events.len(),
         block_size: first.block_size,
         dedicated_threshold: (threshold != usize::MAX).then_some(threshold),
@@ -213,10 +315,16 @@ pub fn replay_trace(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport,
             stats.peak_bytes_reserved,
             trace.peak_live_bytes,
         ),
-        provider_allocs: stats.provider_allocs + stats.provider_grows,
+        provider_allocs: stats.provider_allocs + stats.provider_grows + stats.physical_creates,
         provider_block_allocs: stats.provider_allocs,
         provider_grows: stats.provider_grows,
         provider_frees: stats.provider_frees,
+        physical_creates: stats.physical_creates,
+        physical_releases: stats.physical_releases,
+        map_calls: stats.map_calls,
+        granules_mapped: stats.granules_mapped,
+        unmap_calls: stats.unmap_calls,
+        peak_mapped_bytes: stats.peak_bytes_mapped,
         ns_per_event,
         system_ns_per_event: system,
         speedup_vs_system: system.map(|sys| sys / ns_per_event.max(f64::MIN_POSITIVE)),
@@ -232,14 +340,19 @@ struct Run {
     provider: String,
     block_size: usize,
     dedicated_threshold: usize,
+    granule: Option<usize>,
 }
 
 fn replay_once(
     trace: &Trace,
     config: &AllocatorConfig,
-    choice: ProviderChoice,
+    opts: &ReplayOptions,
 ) -> Result<Run, TraceError> {
-    let provider = make_provider(choice, trace.peak_live_bytes);
+    let granule = opts.expandable.then(|| {
+        opts.granule
+            .unwrap_or_else(|| default_granule(trace.peak_live_bytes))
+    });
+    let provider = make_provider(opts.provider, trace.peak_live_bytes, granule);
     let mut allocator = SubAllocator::new(provider, config.clone());
     let mut live: Vec<Option<Allocation>> = Vec::new();
     live.resize_with(trace.slots, || None);
@@ -267,6 +380,7 @@ fn replay_once(
         provider: allocator.provider().name().to_string(),
         block_size: allocator.config().block_size,
         dedicated_threshold: allocator.dedicated_threshold(),
+        granule: allocator.granule_size(),
     })
 }
 

@@ -34,6 +34,23 @@ pub struct Stats {
     pub largest_free_range: usize,
     /// Peak reserved / peak in use; 1.0 before anything was allocated.
     pub fragmentation: f64,
+    /// Expandable mode: physical granules created by the provider (each adds to `bytes_reserved`).
+    pub physical_creates: u64,
+    /// Expandable mode: physical granules released to the provider.
+    pub physical_releases: u64,
+    /// Expandable mode: map calls (each maps a run of consecutive granules).
+    pub map_calls: u64,
+    /// Expandable mode: unmap calls.
+    pub unmap_calls: u64,
+    /// Expandable mode: granules mapped by those calls.
+    pub granules_mapped: u64,
+    /// Expandable mode: granules unmapped by those calls.
+    pub granules_unmapped: u64,
+    /// Expandable mode: bytes mapped now (in use or cached; `bytes_reserved` adds pooled
+    /// physical granules, unmapped but held).
+    pub bytes_mapped: usize,
+    /// Highest `bytes_mapped` seen.
+    pub peak_bytes_mapped: usize,
 }
 
 impl Stats {
@@ -55,6 +72,11 @@ impl Stats {
 
     pub(crate) fn on_release(&mut self, bytes: usize) {
         self.provider_frees += 1;
+        self.bytes_reserved -= bytes;
+    }
+
+    /// Bytes given back without a block going back (a physical granule released).
+    pub(crate) fn on_unreserve(&mut self, bytes: usize) {
         self.bytes_reserved -= bytes;
     }
 
@@ -92,7 +114,22 @@ impl fmt::Display for Stats {
             "fragmentation {:.3}, largest free range {}",
             self.fragmentation,
             human_bytes(self.largest_free_range)
-        )
+        )?;
+        if self.physical_creates > 0 || self.map_calls > 0 {
+            write!(
+                f,
+                "\nvirtual    {} granules created, {} released; {} map calls ({} granules), \
+                 {} unmap calls; mapped {} (peak {})",
+                self.physical_creates,
+                self.physical_releases,
+                self.map_calls,
+                self.granules_mapped,
+                self.unmap_calls,
+                human_bytes(self.bytes_mapped),
+                human_bytes(self.peak_bytes_mapped)
+            )?;
+        }
+        Ok(())
     }
 }
 

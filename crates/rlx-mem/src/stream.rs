@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::tlsf::{NodeId, RegionId, Tlsf};
+use crate::tlsf::{Freed, NodeId, Tlsf};
 
 /// A queue of device work (a CUDA stream, a wgpu queue). Work on one stream runs in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -126,12 +126,8 @@ impl PendingRanges {
         None
     }
 
-    /// Frees every range whose token completed; returns the regions that got space back.
-    pub fn release_completed(
-        &mut self,
-        tlsf: &mut Tlsf,
-        tokens: &dyn TokenSource,
-    ) -> Vec<RegionId> {
+    /// Frees every range whose token completed; says where each free landed.
+    pub fn release_completed(&mut self, tlsf: &mut Tlsf, tokens: &dyn TokenSource) -> Vec<Freed> {
         let mut regions = Vec::new();
         for list in self.per_stream.values_mut() {
             let mut idx = 0;
@@ -139,7 +135,7 @@ impl PendingRanges {
                 if tokens.is_complete(list[idx].token) {
                     let entry = list.swap_remove(idx);
                     self.bytes -= entry.size;
-                    regions.push(tlsf.free(entry.node));
+                    regions.push(tlsf.free_range(entry.node));
                 } else {
                     idx += 1;
                 }
@@ -193,7 +189,7 @@ mod tests {
         assert!(pending.release_completed(&mut tlsf, &timeline).is_empty());
         timeline.complete(s0, 5);
         let freed = pending.release_completed(&mut tlsf, &timeline);
-        assert!(!freed.is_empty() && freed.iter().all(|&r| r == region));
+        assert!(!freed.is_empty() && freed.iter().all(|f| f.region == region));
         timeline.complete(s0, 100);
         pending.release_completed(&mut tlsf, &timeline);
         assert!(pending.is_empty());

@@ -23,6 +23,21 @@ pub type NodeId = u32;
 /// Index of a region (one provider block).
 pub type RegionId = u32;
 
+/// Where a free landed: the freed range and the free range it merged into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Freed {
+    /// Region of the range.
+    pub region: RegionId,
+    /// Start of the freed range.
+    pub addr: usize,
+    /// Bytes of the freed range.
+    pub size: usize,
+    /// Start of the merged free range.
+    pub merged_addr: usize,
+    /// Bytes of the merged free range.
+    pub merged_size: usize,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Free,
@@ -247,6 +262,28 @@ impl Tlsf {
 
     /// Frees a used or pending range, merging it with free neighbours. Returns its region.
     pub fn free(&mut self, node: NodeId) -> RegionId {
+        self.free_range(node).region
+    }
+
+    /// Frees a used or pending range like [`Tlsf::free`] and says where: the freed bytes and the
+    /// free range they merged into (bounded by busy ranges or the region's ends).
+    pub fn free_range(&mut self, node: NodeId) -> Freed {
+        let (addr, size) = {
+            let n = &self.nodes[node as usize];
+            (n.addr, n.size)
+        };
+        let merged = self.free_merge(node);
+        let m = &self.nodes[merged as usize];
+        Freed {
+            region: m.region,
+            addr,
+            size,
+            merged_addr: m.addr,
+            merged_size: m.size,
+        }
+    }
+
+    fn free_merge(&mut self, node: NodeId) -> NodeId {
         let region = self.nodes[node as usize].region;
         debug_assert_ne!(self.nodes[node as usize].state, State::Free);
         self.nodes[node as usize].state = State::Free;
@@ -264,7 +301,7 @@ impl Tlsf {
             self.absorb_next(node);
         }
         self.insert_free(node);
-        region
+        node
     }
 
     /// Bytes in free ranges (pending ranges excluded).

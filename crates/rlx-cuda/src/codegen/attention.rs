@@ -3,6 +3,8 @@
 //! max, sum and output per row (online softmax), so the sq x sk score matrix never exists in
 //! device memory. Each lane scores one key of the tile; each lane owns `dv / 32` output
 //! columns. Head sizes up to 256; causal or additive masks; explicit or default scale.
+//! Q, K, V and the result are addressed through [`Layouts`], so the planner can point them at
+//! a `[batch, seq, heads, dim]` buffer in place of a transposed copy.
 
 use super::dtype::{load, storage, store};
 use super::index::{contiguous, coords};
@@ -34,11 +36,114 @@ fn batch_strides(shape: &[usize], out_batch: &[usize]) -> Vec<isize> {
         .collect()
 }
 
-/// Emits attention.
+/// Where attention reads an operand or writes its result: a buffer, the element offset of
+/// matrix 0, one stride per output batch dim (0 broadcasts), and the row and column strides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// the buffer
+    pub arg: ArgRef,
+    /// element offset of batch 0, row 0, column 0
+    pub offset: usize,
+    /// element stride per output batch dim
+    pub batch: Vec<isize>,
+    /// element stride between rows
+    pub row: isize,
+    /// element stride between columns
+    pub col: isize,
+}
+
+impl Layout {
+    /// Operand `shape` (batch dims aligned right to `out_batch`) read at `offset` with one
+    /// stride per dim of `shape`; size-1 dims broadcast.
+    pub fn strided(
+        arg: ArgRef,
+        offset: usize,
+        shape: &[usize],
+        strides: &[isize],
+        out_batch: &[usize],
+    ) -> Layout {
+        let r = shape.len();
+        let lead = (out_batch.len() + 2).saturating_sub(r);
+        let stride = |d: usize| if shape[d] == 1 { 0 } else { strides[d] };
+        Layout {
+            arg,
+            offset,
+            batch: (0..out_batch.len())
+                .map(|d| if d < lead { 0 } else { stride(d - lead) })
+                .collect(),
+            row: stride(r - 2),
+            col: stride(r - 1),
+        }
+    }
+
+    /// Operand `shape` stored packed row-major in `arg`.
+    pub fn packed(arg: ArgRef, shape: &[usize], out_batch: &[usize]) -> Layout {
+        Layout::strided(arg, 0, shape, &contiguous(shape), out_batch)
+    }
+
+    /// `const long long {name} = offset + Σ bc_d * batch_d;` over the batch coordinates.
+    fn batch_offset(&self, name: &str) -> String {
+        let mut s = format!("const long long {name} = {}", self.offset);
+        for (i, x) in self.batch.iter().enumerate() {
+            if *x != 0 {
+                s += &format!(" + bc{i} * {x}");
+            }
+        }
+        s + ";
+"
+    }
+
+    /// The element address of (`row`, `col`) after `base`.
+    fn at(&self, base: &str, row: &str, col: &str) -> String {
+        let term = |v: &str, s: isize| match s {
+            0 => String::new(),
+            1 => format!(" + (long long)({v})"),
+            _ => format!(" + (long long)({v}) * {s}"),
+        };
+        format!("{base}{}{}", term(row, self.row), term(col, self.col))
+    }
+}
+
+/// The layouts of one attention kernel's Q, K, V and result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layouts {
+    /// queries
+    pub q: Layout,
+    /// keys
+    pub k: Layout,
+    /// values
+    pub v: Layout,
+    /// the result (before any epilogue)
+    pub out: Layout,
+}
+
+impl Layouts {
+    /// Every operand packed in its own buffer, as lowering writes them.
+    pub fn packed(ctx: &LibCtx) -> Layouts {
+        let out = &ctx.result.1;
+        let ob = &out[..out.len() - 2];
+        let inp =
+            |i: usize| Layout::packed(ArgRef::Buffer(ctx.kernel.inputs[i]), &ctx.inputs[i].1, ob);
+        Layouts {
+            q: inp(0),
+            k: inp(1),
+            v: inp(2),
+            out: Layout::packed(ArgRef::Buffer(ctx.kernel.output), out, ob),
+        }
+    }
+}
+
+/// Emits attention reading and writing through `layouts`.
 ///
 /// # Errors
-/// Head size over [`MAX_HEAD`], or an epilogue node no rule accepts.
-pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedKernel, String> {
+/// Head size over [`MAX_HEAD`], a result moved away from its buffer while an epilogue is
+/// fused, or an epilogue node no rule accepts.
+pub fn emit(
+    ctx: &LibCtx,
+    mask: AttnMask,
+    scale: Option<f64>,
+    layouts: &Layouts,
+) -> Result<EmittedKernel, String> {
     let (dtype, q) = &ctx.inputs[0];
     let (_, k) = &ctx.inputs[1];
     let (_, v) = &ctx.inputs[2];
@@ -67,8 +172,11 @@ pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedK
         }
         s + ";\n"
     };
-    let mut batch_offsets =
-        coords("bi", "bc", out_batch, ity) + &offs("qo", q) + &offs("ko", k) + &offs("vo", v);
+    let mut batch_offsets = coords("bi", "bc", out_batch, ity)
+        + &layouts.q.batch_offset("qo")
+        + &layouts.k.batch_offset("ko")
+        + &layouts.v.batch_offset("vo")
+        + &layouts.out.batch_offset("oo");
     let mask_term = match mask {
         AttnMask::None => String::new(),
         AttnMask::Causal => format!("if (j > i + {}) s = ninf;\n", sk as isize - sq as isize),
@@ -89,10 +197,25 @@ pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedK
         }
     };
     let shared_floats = qt * d + KT * (d + 1) + KT * dv;
-    let store = ctx
-        .store("((long long)bi * {sq} + i) * {dv} + c", "val", ity)?
-        .replace("{sq}", &sq.to_string())
-        .replace("{dv}", &dv.to_string());
+    let packed = Layouts::packed(ctx);
+    let store = if layouts.out == packed.out {
+        ctx.store("((long long)bi * {sq} + i) * {dv} + c", "val", ity)?
+            .replace("{sq}", &sq.to_string())
+            .replace("{dv}", &dv.to_string())
+    } else if ctx.kernel.epilogue.is_some() {
+        return Err("a fused epilogue needs the result in its own buffer".into());
+    } else {
+        format!(
+            "out[{}] = {};\n",
+            layouts.out.at("oo", "i", "c"),
+            store(ctx.result.0, "val")
+        )
+    };
+    let mut args = ctx.args();
+    for (i, l) in [&layouts.q, &layouts.k, &layouts.v].into_iter().enumerate() {
+        args[i] = l.arg;
+    }
+    args[ctx.kernel.inputs.len()] = layouts.out.arg;
     let text = format!(
         "extern \"C\" __global__ void __launch_bounds__({threads}) RLX_FN({ins}{outs}) {{\n\
          extern __shared__ float rlx_smem[];\n\
@@ -151,9 +274,9 @@ pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedK
         outs = ctx.out_params(),
         kpad = d + 1,
         rpw = rows_per_warp,
-        qload = load(*dtype, &format!("in0[qo + (long long)row * {d} + t % {d}]")),
-        kload = load(*dtype, &format!("in1[ko + (long long)j * {d} + t % {d}]")),
-        vload = load(*dtype, &format!("in2[vo + (long long)j * {dv} + t % {dv}]")),
+        qload = load(*dtype, &format!("in0[{}]", layouts.q.at("qo", "row", &format!("t % {d}")))),
+        kload = load(*dtype, &format!("in1[{}]", layouts.k.at("ko", "j", &format!("t % {d}")))),
+        vload = load(*dtype, &format!("in2[{}]", layouts.v.at("vo", "j", &format!("t % {dv}")))),
         scale = scale as f32,
     );
     let launch = Launch {
@@ -161,13 +284,7 @@ pub fn emit(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<EmittedK
         block: (WARPS * 32) as u32,
         shared_bytes: (shared_floats * 4) as u32,
     };
-    Ok(finish(
-        &ctx.kernel.name,
-        "attention",
-        text,
-        launch,
-        ctx.args(),
-    ))
+    Ok(finish(&ctx.kernel.name, "attention", text, launch, args))
 }
 
 /// Emits the softmax of the GEMM form of attention: `scores` holds `batch * sq` rows of `sk`

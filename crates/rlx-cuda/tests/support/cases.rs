@@ -309,3 +309,66 @@ pub fn library_cases() -> Vec<Case> {
     cases.push(b.done(y));
     cases
 }
+
+/// Heads split from `[batch, seq, heads * dim]` projections, as encoders do: `reshape →
+/// transpose [0, 2, 1, 3] → attention → transpose → reshape`, so attention reads q, k, v and
+/// writes its result in place (the CUDA planner drops the transposes). Masks none, causal and
+/// additive; f32 and f16; a small size (fused kernel) and one where f16 takes the GEMM form.
+pub fn head_split_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for (size, batch, seq, heads, dim) in [("small", 2, 10, 3, 16), ("gemm", 8, 128, 8, 32)] {
+            for mask in ["none", "causal", "additive"] {
+                let name = format!("head_split_{size}_{mask}_{dt}");
+                let mut b = Builder::new(&name, dt);
+                let hidden = heads * dim;
+                // q from a projection (a temporary source), k and v straight from inputs.
+                let x = b.input(dt, &[batch, seq, hidden]);
+                let w = b.param(dt, &[hidden, hidden]);
+                let bias = b.param(dt, &[hidden]);
+                let q = b.g().matmul(x, w).unwrap();
+                let q = b.g().add(q, bias).unwrap();
+                let k = b.input(dt, &[batch, seq, hidden]);
+                let v = b.input(dt, &[batch, seq, hidden]);
+                let m = (mask == "additive").then(|| b.input(dt, &[batch, 1, seq, seq]));
+                let split = |b: &mut Builder, t: NodeId| {
+                    let t = b
+                        .g()
+                        .reshape(t, Shape::of(&[batch, seq, heads, dim]))
+                        .unwrap();
+                    b.g().transpose(t, &[0, 2, 1, 3]).unwrap()
+                };
+                let (q, k, v) = (split(&mut b, q), split(&mut b, k), split(&mut b, v));
+                let scale = (dt == DType::F32).then_some(0.25);
+                let y = b
+                    .g()
+                    .attention(q, k, v, m, mask == "causal", scale)
+                    .unwrap();
+                let y = b.g().transpose(y, &[0, 2, 1, 3]).unwrap();
+                let y = b.g().reshape(y, Shape::of(&[batch, seq, hidden])).unwrap();
+                cases.push(b.done(y));
+            }
+        }
+    }
+    // The transposed q also feeds a softmax, and the attention result also a second output:
+    // neither copy may be dropped.
+    let dt = DType::F16;
+    let mut b = Builder::new("head_split_second_readers_f16", dt);
+    let (batch, seq, heads, dim) = (2, 10, 3, 16);
+    let heads_of = |b: &mut Builder| {
+        let t = b.input(dt, &[batch, seq, heads * dim]);
+        let t = b
+            .g()
+            .reshape(t, Shape::of(&[batch, seq, heads, dim]))
+            .unwrap();
+        b.g().transpose(t, &[0, 2, 1, 3]).unwrap()
+    };
+    let (q, k, v) = (heads_of(&mut b), heads_of(&mut b), heads_of(&mut b));
+    let y = b.g().attention(q, k, v, None, false, None).unwrap();
+    let sq = b.g().softmax(q, -1).unwrap();
+    b.g().output("softmax_q", sq);
+    b.g().output("attention", y);
+    let y = b.g().transpose(y, &[0, 2, 1, 3]).unwrap();
+    cases.push(b.done(y));
+    cases
+}

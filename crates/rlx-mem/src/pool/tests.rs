@@ -1,4 +1,5 @@
 use super::*;
+use crate::expandable::ExpandableConfig;
 use crate::provider::TestProvider;
 use crate::stream::FakeTimeline;
 
@@ -323,4 +324,446 @@ fn foreign_allocations_are_refused() {
         one.alloc(usize::MAX - 10, 64),
         Err(MemError::SizeOverflow { .. })
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expandable mode
+// ---------------------------------------------------------------------------------------------
+
+const G: usize = 64 << 10;
+
+fn expandable(probe: &TestProvider, cfg: ExpandableConfig) -> SubAllocator {
+    let alloc = SubAllocator::new(
+        Box::new(probe.clone()),
+        AllocatorConfig {
+            expandable: Some(cfg),
+            ..AllocatorConfig::default()
+        },
+    );
+    assert!(alloc.is_expandable());
+    assert_eq!(alloc.granule_size(), Some(G));
+    alloc
+}
+
+fn small_segments() -> ExpandableConfig {
+    ExpandableConfig {
+        segment_size: 64 << 20,
+        ..ExpandableConfig::default()
+    }
+}
+
+/// Busy (live) TLSF ranges of the given allocations, for the granule-state check.
+fn busy(alloc: &SubAllocator, live: &[Allocation]) -> Vec<(usize, usize)> {
+    live.iter()
+        .filter_map(|a| match a.place {
+            Place::Pooled(node) => {
+                let (addr, size, _) = alloc.tlsf.node(node);
+                Some((addr, size))
+            }
+            Place::Dedicated(_) => None,
+        })
+        .collect()
+}
+
+fn check_expandable(alloc: &SubAllocator, probe: &TestProvider, live: &[Allocation]) {
+    alloc.tlsf.check();
+    alloc.vm.as_ref().unwrap().check(&busy(alloc, live));
+    let stats = alloc.stats();
+    let provider = probe.stats();
+    assert_eq!(
+        stats.bytes_reserved, provider.live_bytes,
+        "reserved = physical held"
+    );
+    assert_eq!(stats.bytes_mapped, provider.mapped_bytes);
+    assert!(stats.bytes_mapped <= stats.bytes_reserved);
+    assert_eq!(stats.map_calls, provider.map_calls);
+    assert_eq!(stats.unmap_calls, provider.unmap_calls);
+    assert_eq!(stats.physical_creates, provider.physical_creates);
+    for a in live {
+        assert!(
+            probe.is_mapped(a.addr(), a.size()),
+            "live range {a:?} unmapped"
+        );
+    }
+    assert_eq!(probe.bad_vm_calls(), 0);
+}
+
+#[test]
+fn granules_are_mapped_on_demand_cached_on_free_and_trimmed() {
+    let probe = TestProvider::new().with_granule(Some(G));
+    let mut alloc = expandable(&probe, small_segments());
+    // Three granules and a bit: one map call for four granules.
+    let mut live = vec![alloc.alloc(3 * G + 100, 256).unwrap()];
+    let stats = alloc.stats();
+    assert_eq!((stats.map_calls, stats.granules_mapped), (1, 4));
+    assert_eq!((stats.physical_creates, stats.bytes_reserved), (4, 4 * G));
+    assert_eq!(stats.provider_allocs, 1, "one virtual reservation");
+    // The next allocation shares the fourth granule and maps one more.
+    live.push(alloc.alloc(G, 256).unwrap());
+    assert_eq!(live[1].addr(), live[0].addr() + 3 * G + 256);
+    assert_eq!(alloc.stats().granules_mapped, 5);
+    check_expandable(&alloc, &probe, &live);
+    // Freeing the first frees granules 0..3 wholly (the fourth is shared): they stay mapped.
+    alloc.free(live.remove(0)).unwrap();
+    let stats = alloc.stats();
+    assert_eq!((stats.unmap_calls, stats.bytes_mapped), (0, 5 * G));
+    check_expandable(&alloc, &probe, &live);
+    // Reusing the same place costs no call.
+    live.push(alloc.alloc(2 * G, 256).unwrap());
+    assert_eq!(alloc.stats().map_calls, 2);
+    assert_eq!(alloc.stats().physical_creates, 5);
+    check_expandable(&alloc, &probe, &live);
+    // Trim unmaps and releases the one granule nothing uses.
+    alloc.trim();
+    let stats = alloc.stats();
+    assert_eq!((stats.bytes_mapped, stats.bytes_reserved), (4 * G, 4 * G));
+    assert_eq!((stats.unmap_calls, stats.physical_releases), (1, 1));
+    check_expandable(&alloc, &probe, &live);
+    for a in live.drain(..) {
+        alloc.free(a).unwrap();
+    }
+    alloc.trim();
+    let stats = alloc.stats();
+    assert_eq!(
+        (stats.bytes_in_use, stats.bytes_reserved, stats.bytes_mapped),
+        (0, 0, 0)
+    );
+    let provider = probe.stats();
+    assert_eq!((provider.live_bytes, provider.mapped_bytes), (0, 0));
+    assert_eq!(provider.vm_releases, 1, "the empty segment went back too");
+    assert_eq!(stats.peak_bytes_reserved, 5 * G);
+    drop(alloc);
+    assert_eq!(probe.bad_vm_calls(), 0);
+}
+
+#[test]
+fn cached_granules_are_remapped_before_new_ones_are_created() {
+    let probe = TestProvider::new().with_granule(Some(G));
+    let mut alloc = expandable(&probe, small_segments());
+    let low = alloc.alloc(4 * G, 256).unwrap();
+    let pin = alloc.alloc(G, 256).unwrap();
+    let high = alloc.alloc(4 * G, 256).unwrap();
+    assert_eq!(alloc.stats().physical_creates, 9);
+    // Free the top range: its four granules (the last shared with nothing) become cached.
+    alloc.free(high).unwrap();
+    // A request that fits in no free range lands above; it takes the cached granules over
+    // (unmapped from the top, mapped at the new place) instead of creating new ones.
+    let big = alloc.alloc(6 * G, 256).unwrap();
+    let stats = alloc.stats();
+    assert_eq!(
+        stats.bytes_reserved,
+        9 * G + 2 * G,
+        "four remapped, two created"
+    );
+    assert_eq!(stats.physical_creates, 11);
+    assert_eq!(
+        stats.granules_unmapped, 0,
+        "the freed range is reused in place first"
+    );
+    let live = vec![low, pin, big];
+    check_expandable(&alloc, &probe, &live);
+    let mut live = live;
+    // Now free the bottom: four cached granules below `pin`. A new range above them maps
+    // by moving them (highest cached first), with no new physical granule.
+    alloc.free(live.remove(0)).unwrap();
+    let creates = alloc.stats().physical_creates;
+    let unmaps = alloc.stats().unmap_calls;
+    live.push(alloc.alloc(7 * G, 256).unwrap());
+    let stats = alloc.stats();
+    assert_eq!(stats.physical_creates, creates + 3, "4 moved, 3 created");
+    assert_eq!(
+        stats.unmap_calls,
+        unmaps + 1,
+        "one run unmapped in one call"
+    );
+    assert_eq!(stats.granules_unmapped, 4);
+    check_expandable(&alloc, &probe, &live);
+    assert!(stats.peak_bytes_reserved <= stats.peak_bytes_in_use + 4 * G);
+    drop(live);
+}
+
+#[test]
+fn cache_and_pool_limits_give_memory_back_at_free() {
+    let probe = TestProvider::new().with_granule(Some(G));
+    let cfg = ExpandableConfig {
+        max_cached_bytes: G,
+        max_pooled_bytes: 2 * G,
+        ..small_segments()
+    };
+    let mut alloc = expandable(&probe, cfg);
+    let a = alloc.alloc(6 * G, 256).unwrap();
+    let b = alloc.alloc(G, 256).unwrap();
+    alloc.free(a).unwrap();
+    // Six granules freed: one stays mapped, five are unmapped, two of those kept as physical.
+    let stats = alloc.stats();
+    assert_eq!(stats.bytes_mapped, 2 * G, "b's granule plus one cached");
+    assert_eq!(stats.bytes_reserved, 4 * G, "plus two pooled");
+    assert_eq!(stats.physical_releases, 3);
+    assert_eq!(stats.granules_unmapped, 5);
+    let live = vec![b];
+    check_expandable(&alloc, &probe, &live);
+    // Pooled granules are mapped again before anything is created.
+    let mut live = live;
+    live.push(alloc.alloc(3 * G, 256).unwrap());
+    assert_eq!(alloc.stats().physical_creates, 7);
+    check_expandable(&alloc, &probe, &live);
+}
+
+#[test]
+fn expandable_out_of_memory_trims_retries_and_stays_usable() {
+    let cap = 16 * G;
+    let probe = TestProvider::with_capacity(cap).with_granule(Some(G));
+    let mut alloc = expandable(&probe, small_segments());
+    // An injected map failure is retried once after trimming: the allocation succeeds.
+    probe.fail_next_maps(1);
+    let mut live = vec![alloc.alloc(2 * G, 256).unwrap()];
+    check_expandable(&alloc, &probe, &live);
+    // Two failures in a row: out of memory, with the sizes, and nothing left half-mapped.
+    probe.fail_next_maps(2);
+    let err = alloc.alloc(3 * G, 256).unwrap_err();
+    match &err {
+        MemError::OutOfMemory {
+            device,
+            requested,
+            in_use,
+            capacity,
+            ..
+        } => {
+            assert_eq!(device, "test");
+            assert_eq!((*requested, *in_use), (3 * G, 2 * G));
+            assert_eq!(*capacity, Some(cap));
+        }
+        other => panic!("expected out of memory, got {other}"),
+    }
+    check_expandable(&alloc, &probe, &live);
+    assert_eq!(alloc.stats().bytes_in_use, 2 * G);
+    // The granules created for the failed attempt wait in the pool; trim gives them back.
+    assert_eq!(alloc.stats().bytes_reserved, 5 * G);
+    assert_eq!(alloc.trim(), 3 * G);
+    assert_eq!(probe.stats().live_bytes, 2 * G);
+    // Physical creation failures take the same path.
+    probe.fail_next_creates(2);
+    assert!(matches!(
+        alloc.alloc(G, 256),
+        Err(MemError::OutOfMemory { .. })
+    ));
+    check_expandable(&alloc, &probe, &live);
+    // Fill to the capacity, then one more granule fails.
+    while let Ok(a) = alloc.alloc(G, 256) {
+        live.push(a);
+    }
+    assert_eq!(probe.stats().live_bytes, cap);
+    check_expandable(&alloc, &probe, &live);
+    // Free everything but the first: cached granules are remapped for a request elsewhere,
+    // even one larger than any free range below.
+    for a in live.drain(1..) {
+        alloc.free(a).unwrap();
+    }
+    let whole = alloc.alloc(cap - 3 * G, 4096).unwrap();
+    assert!(probe.is_mapped(whole.addr(), whole.size()));
+    live.push(whole);
+    check_expandable(&alloc, &probe, &live);
+    assert!(probe.stats().live_bytes <= cap);
+    drop(alloc);
+    let provider = probe.stats();
+    assert_eq!((provider.live_bytes, provider.mapped_bytes), (0, 0));
+    assert_eq!(provider.vm_reserves, provider.vm_releases);
+    assert_eq!(probe.bad_vm_calls(), 0);
+    drop(live);
+}
+
+#[test]
+fn expandable_falls_back_to_blocks_without_virtual_memory() {
+    let probe = TestProvider::new().with_granule(None);
+    let mut alloc = SubAllocator::new(
+        Box::new(probe.clone()),
+        AllocatorConfig {
+            expandable: Some(ExpandableConfig::default()),
+            ..AllocatorConfig::default()
+        },
+    );
+    assert!(!alloc.is_expandable());
+    assert_eq!(alloc.granule_size(), None);
+    let a = alloc.alloc(5000, 256).unwrap();
+    assert_eq!(probe.stats().allocs, 1, "a block");
+    assert_eq!(probe.stats().map_calls, 0);
+    alloc.free(a).unwrap();
+}
+
+#[test]
+fn expandable_stream_frees_keep_granules_until_completion() {
+    let timeline = FakeTimeline::new();
+    let probe = TestProvider::new().with_granule(Some(G));
+    let mut alloc = expandable(&probe, small_segments());
+    alloc.set_token_source(Box::new(timeline.clone()));
+    let s0 = StreamId(0);
+    let a = alloc.alloc_on(s0, 3 * G, 256).unwrap();
+    let (addr, size) = (a.addr(), a.size());
+    let token = CompletionToken {
+        stream: s0,
+        value: 1,
+    };
+    alloc.free_on(a, token).unwrap();
+    // Pending: still mapped and needed, even through a trim.
+    alloc.trim();
+    assert!(probe.is_mapped(addr, size));
+    assert_eq!(alloc.stats().bytes_mapped, 3 * G);
+    timeline.complete(s0, 1);
+    alloc.process_completions();
+    alloc.vm.as_ref().unwrap().check(&[]);
+    alloc.trim();
+    assert_eq!(alloc.stats().bytes_reserved, 0);
+    assert_eq!(probe.stats().live_bytes, 0);
+}
+
+mod properties {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Alloc { size: usize, align_log: u32 },
+        Free(usize),
+        FailMaps(usize),
+        FailCreates(usize),
+        FailAllocs(usize),
+        Trim,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (1usize..(1 << 20), 0u32..14)
+                .prop_map(|(size, align_log)| Op::Alloc { size, align_log }),
+            6 => any::<usize>().prop_map(Op::Free),
+            1 => (1usize..3).prop_map(Op::FailMaps),
+            1 => (1usize..3).prop_map(Op::FailCreates),
+            1 => (1usize..3).prop_map(Op::FailAllocs),
+            1 => Just(Op::Trim),
+        ]
+    }
+
+    /// Runs `ops`, checking after each step: live ranges disjoint, aligned and (expandable)
+    /// mapped; stats consistent with the provider; out of memory reported with the sizes and
+    /// leaving the allocator usable. At the end everything goes back to zero.
+    fn run(mut alloc: SubAllocator, probe: &TestProvider, ops: Vec<Op>) {
+        let expandable = alloc.is_expandable();
+        let mut live: Vec<Allocation> = Vec::new();
+        let mut in_use = 0usize;
+        for op in ops {
+            match op {
+                Op::Alloc { size, align_log } => {
+                    let align = 1usize << align_log;
+                    match alloc.alloc(size, align) {
+                        Ok(a) => {
+                            assert_eq!(a.addr() % align, 0);
+                            assert_eq!(a.size(), size);
+                            in_use += size;
+                            live.push(a);
+                        }
+                        Err(MemError::OutOfMemory {
+                            requested,
+                            in_use: reported,
+                            reserved,
+                            capacity,
+                            ..
+                        }) => {
+                            assert_eq!((requested, reported), (size, in_use));
+                            assert!(reserved >= in_use);
+                            assert_eq!(capacity, probe.capacity());
+                        }
+                        Err(other) => panic!("unexpected error {other}"),
+                    }
+                }
+                Op::Free(i) if !live.is_empty() => {
+                    let a = live.swap_remove(i % live.len());
+                    in_use -= a.size();
+                    alloc.free(a).unwrap();
+                }
+                Op::Free(_) => {}
+                Op::FailMaps(n) => probe.fail_next_maps(n),
+                Op::FailCreates(n) => probe.fail_next_creates(n),
+                Op::FailAllocs(n) => probe.fail_next_allocs(n),
+                Op::Trim => {
+                    alloc.trim();
+                }
+            }
+            assert_disjoint(&live);
+            let stats = alloc.stats();
+            assert_eq!(stats.bytes_in_use, in_use);
+            assert!(stats.peak_bytes_in_use >= in_use);
+            assert!(stats.peak_bytes_reserved >= stats.bytes_reserved);
+            assert!(stats.bytes_reserved >= in_use);
+            if let Some(cap) = probe.capacity() {
+                assert!(stats.bytes_reserved <= cap);
+            }
+            if expandable {
+                check_expandable(&alloc, probe, &live);
+            } else {
+                alloc.tlsf.check();
+                assert_eq!(stats.bytes_reserved, probe.stats().live_bytes);
+            }
+        }
+        probe.fail_next_maps(0);
+        probe.fail_next_creates(0);
+        probe.fail_next_allocs(0);
+        for a in live.drain(..) {
+            alloc.free(a).unwrap();
+        }
+        alloc.trim();
+        let stats = alloc.stats();
+        assert_eq!((stats.bytes_in_use, stats.bytes_reserved), (0, 0));
+        assert_eq!(stats.bytes_mapped, 0);
+        assert_eq!(probe.stats().live_bytes, 0);
+        drop(alloc);
+        let after = probe.stats();
+        assert_eq!((after.live_bytes, after.mapped_bytes), (0, 0));
+        assert_eq!(after.live_blocks, 0);
+        assert_eq!(after.vm_reserves, after.vm_releases);
+        assert_eq!(after.physical_creates, after.physical_releases);
+        assert_eq!(probe.bad_vm_calls(), 0);
+        assert_eq!(probe.bad_frees(), 0);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn expandable_random_traffic_keeps_invariants(
+            ops in vec(op(), 1..160),
+            cap_granules in prop::option::of(6usize..80),
+            cached in prop::option::of(0usize..6),
+            pooled in prop::option::of(0usize..6),
+            headroom in 0u32..200,
+        ) {
+            let probe = match cap_granules {
+                Some(n) => TestProvider::with_capacity(n * G),
+                None => TestProvider::new(),
+            }
+            .with_granule(Some(G));
+            let cfg = ExpandableConfig {
+                // Small segments, so large requests and full segments add more of them.
+                segment_size: 2 << 20,
+                max_cached_bytes: cached.map_or(usize::MAX, |n| n * G),
+                max_pooled_bytes: pooled.map_or(usize::MAX, |n| n * G),
+                headroom_permille: headroom,
+            };
+            run(expandable(&probe, cfg), &probe, ops);
+        }
+
+        #[test]
+        fn block_random_traffic_keeps_invariants(
+            ops in vec(op(), 1..160),
+            cap in prop::option::of((1usize << 20)..(8 << 20)),
+            grow in any::<bool>(),
+        ) {
+            let probe = match cap {
+                Some(bytes) => TestProvider::with_capacity(bytes),
+                None => TestProvider::new(),
+            }
+            .growable(grow);
+            let alloc = SubAllocator::new(Box::new(probe.clone()), config(1 << 20, grow));
+            run(alloc, &probe, ops);
+        }
+    }
 }

@@ -1,25 +1,39 @@
 //! A provider that only simulates: fake addresses, no memory, every call counted.
 
 use super::fake::FakeSpace;
-use super::{Block, BlockProvider, ProviderStats};
+use super::{Block, BlockProvider, PhysicalGranule, ProviderStats, VirtualRange};
 use crate::align::check_align;
 use crate::MemError;
 
+/// Granule of the simulated device's virtual-memory calls: CUDA's usual VMM granularity.
+pub const DEFAULT_GRANULE: usize = 2 << 20;
+
 /// Simulated device for replaying allocation traces larger than RAM. Blocks can grow in place
-/// (like CUDA virtual-memory reservations) up to 1 TiB each.
+/// (like CUDA virtual-memory reservations) up to 1 TiB each; virtual ranges, physical granules
+/// and map/unmap calls are simulated and counted like CUDA VMM's.
 #[derive(Debug)]
 pub struct CountingProvider {
     space: FakeSpace,
     stats: ProviderStats,
+    granule: usize,
+    next_physical: u64,
 }
 
 impl CountingProvider {
-    /// A fresh simulated device with no capacity limit.
+    /// A fresh simulated device with no capacity limit and 2 MiB granules.
     pub fn new() -> Self {
         CountingProvider {
             space: FakeSpace::new(),
             stats: ProviderStats::default(),
+            granule: DEFAULT_GRANULE,
+            next_physical: 1,
         }
+    }
+
+    /// Sets the granule of the virtual-memory calls (rounded up to a power of two, at least 4 KiB).
+    pub fn with_granule(mut self, bytes: usize) -> Self {
+        self.granule = bytes.max(4096).next_power_of_two();
+        self
     }
 }
 
@@ -72,6 +86,56 @@ impl BlockProvider for CountingProvider {
     fn stats(&self) -> ProviderStats {
         self.stats
     }
+
+    fn granule_size(&self) -> Option<usize> {
+        Some(self.granule)
+    }
+
+    fn reserve_virtual(&mut self, size: usize) -> Result<VirtualRange, MemError> {
+        let fail = || MemError::ProviderFailed {
+            device: "counting".to_string(),
+            requested: size,
+            reason: "fake address space exhausted".to_string(),
+        };
+        let size = crate::align::align_up(size.max(1), self.granule).ok_or_else(fail)?;
+        let (addr, _) = self.space.reserve(size, self.granule).ok_or_else(fail)?;
+        self.stats.vm_reserves += 1;
+        Ok(VirtualRange {
+            addr,
+            size,
+            handle: 0,
+        })
+    }
+
+    fn release_virtual(&mut self, _range: VirtualRange) {
+        self.stats.vm_releases += 1;
+    }
+
+    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
+        self.stats.on_create(self.granule);
+        self.next_physical += 1;
+        Ok(PhysicalGranule {
+            handle: self.next_physical,
+        })
+    }
+
+    fn release_physical(&mut self, _granule: PhysicalGranule) {
+        self.stats.on_release_physical(self.granule);
+    }
+
+    fn map(
+        &mut self,
+        _range: &VirtualRange,
+        _offset: usize,
+        granules: &[PhysicalGranule],
+    ) -> Result<(), MemError> {
+        self.stats.on_map(granules.len(), self.granule);
+        Ok(())
+    }
+
+    fn unmap(&mut self, _range: &VirtualRange, _offset: usize, count: usize) {
+        self.stats.on_unmap(count, self.granule);
+    }
 }
 
 #[cfg(test)]
@@ -105,5 +169,31 @@ mod tests {
         assert_eq!((stats.live_blocks, stats.live_bytes), (0, 0));
         assert_eq!((stats.allocs, stats.frees, stats.grows), (39, 39, 1));
         assert!(provider.alloc(10, 3, false).is_err());
+    }
+
+    #[test]
+    fn virtual_memory_calls_are_counted() {
+        let mut provider = CountingProvider::new().with_granule(3 << 20);
+        let g = provider.granule_size().unwrap();
+        assert_eq!(g, 4 << 20);
+        let range = provider.reserve_virtual(10 * g + 1).unwrap();
+        assert_eq!((range.addr % g, range.size), (0, 11 * g));
+        let granules: Vec<_> = (0..3)
+            .map(|_| provider.create_physical().unwrap())
+            .collect();
+        assert_ne!(granules[0], granules[1]);
+        provider.map(&range, 2 * g, &granules).unwrap();
+        let stats = provider.stats();
+        assert_eq!((stats.physical_creates, stats.map_calls), (3, 1));
+        assert_eq!((stats.live_bytes, stats.mapped_bytes), (3 * g, 3 * g));
+        provider.unmap(&range, 2 * g, 3);
+        for granule in granules {
+            provider.release_physical(granule);
+        }
+        provider.release_virtual(range);
+        let stats = provider.stats();
+        assert_eq!((stats.live_bytes, stats.mapped_bytes), (0, 0));
+        assert_eq!((stats.unmap_calls, stats.granules_unmapped), (1, 3));
+        assert_eq!((stats.vm_reserves, stats.vm_releases), (1, 1));
     }
 }

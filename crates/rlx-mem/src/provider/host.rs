@@ -1,15 +1,24 @@
 //! Host memory provider: aligned blocks from `std::alloc`, or on Linux growable blocks carved
 //! from a virtual-memory reservation (like CUDA VMM), committed page range by page range.
+//!
+//! On Linux it also implements the virtual-memory calls: a range is an `mmap(PROT_NONE,
+//! MAP_NORESERVE)` reservation, mapping a granule makes it readable and writable (`mprotect`;
+//! the kernel backs it on first touch), unmapping gives the pages back (`madvise(MADV_DONTNEED)`
+//! then `mprotect(PROT_NONE)`). A host "physical granule" is a capacity token: the kernel, not
+//! the handle, owns the pages, so a remapped granule reads as zeros.
 
 use std::alloc::Layout;
 
-use super::{Block, BlockProvider, ProviderStats};
+use super::{Block, BlockProvider, PhysicalGranule, ProviderStats, VirtualRange};
 use crate::align::{align_up, check_align};
 use crate::MemError;
 
 /// Virtual bytes reserved per growable block; only committed pages cost memory. A block that
 /// outgrows its window makes the pool add a new block instead.
 const DEFAULT_WINDOW: usize = 16 << 30;
+
+/// Granule of the virtual-memory calls unless set otherwise (CUDA's usual VMM granularity).
+const DEFAULT_GRANULE: usize = 2 << 20;
 
 /// Provides host RAM. Blocks from the reservation path can grow in place, so a pool over this
 /// provider keeps one contiguous range as it grows.
@@ -19,6 +28,8 @@ pub struct HostProvider {
     capacity: Option<usize>,
     growable: bool,
     window: usize,
+    granule: usize,
+    next_physical: u64,
 }
 
 impl HostProvider {
@@ -29,7 +40,15 @@ impl HostProvider {
             capacity: None,
             growable: vm::SUPPORTED,
             window: DEFAULT_WINDOW,
+            granule: DEFAULT_GRANULE,
+            next_physical: 1,
         }
+    }
+
+    /// Sets the granule of the virtual-memory calls (rounded up to a power of two, at least a page).
+    pub fn with_granule(mut self, bytes: usize) -> Self {
+        self.granule = bytes.max(vm::page_size()).next_power_of_two();
+        self
     }
 
     /// Host memory from `std::alloc` only; blocks never grow.
@@ -148,6 +167,69 @@ impl BlockProvider for HostProvider {
     fn stats(&self) -> ProviderStats {
         self.stats
     }
+
+    fn granule_size(&self) -> Option<usize> {
+        vm::SUPPORTED.then_some(self.granule)
+    }
+
+    fn reserve_virtual(&mut self, size: usize) -> Result<VirtualRange, MemError> {
+        if !vm::SUPPORTED {
+            return Err(super::vm_unsupported("host", size));
+        }
+        let size = align_up(size.max(1), self.granule)
+            .ok_or_else(|| self.refuse(size, "size overflow".to_string()))?;
+        let addr =
+            vm::reserve_aligned(size, self.granule).map_err(|reason| self.refuse(size, reason))?;
+        self.stats.vm_reserves += 1;
+        Ok(VirtualRange {
+            addr,
+            size,
+            handle: 0,
+        })
+    }
+
+    fn release_virtual(&mut self, range: VirtualRange) {
+        self.stats.vm_releases += 1;
+        vm::release(range.addr, range.size);
+    }
+
+    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
+        if !vm::SUPPORTED {
+            return Err(super::vm_unsupported("host", self.granule));
+        }
+        self.check_room(self.granule)?;
+        self.stats.on_create(self.granule);
+        self.next_physical += 1;
+        Ok(PhysicalGranule {
+            handle: self.next_physical,
+        })
+    }
+
+    fn release_physical(&mut self, _granule: PhysicalGranule) {
+        self.stats.on_release_physical(self.granule);
+    }
+
+    fn map(
+        &mut self,
+        range: &VirtualRange,
+        offset: usize,
+        granules: &[PhysicalGranule],
+    ) -> Result<(), MemError> {
+        let bytes = granules.len() * self.granule;
+        if offset % self.granule != 0 || offset + bytes > range.size {
+            return Err(self.refuse(bytes, format!("map outside the range at offset {offset}")));
+        }
+        vm::protect(range.addr + offset, bytes, true)
+            .map_err(|reason| self.refuse(bytes, reason))?;
+        self.stats.on_map(granules.len(), self.granule);
+        Ok(())
+    }
+
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, count: usize) {
+        let bytes = count * self.granule;
+        vm::decommit(range.addr + offset, bytes);
+        self.stats.on_unmap(count, self.granule);
+    }
 }
 
 /// Virtual-memory reservations through `mmap`/`mprotect`.
@@ -219,10 +301,69 @@ mod vm {
 
     /// Returns a whole reservation to the system.
     pub fn release(addr: usize, window: usize) {
-        // SAFETY: `addr..addr + window` is a mapping made by `reserve`.
+        // SAFETY: `addr..addr + window` is a mapping made by `reserve` or `reserve_aligned`.
         unsafe {
             libc::munmap(addr as *mut libc::c_void, window);
         }
+    }
+
+    /// Reserves `size` bytes of address space aligned to `align` (a power of two), nothing
+    /// accessible: over-reserves by `align` and unmaps the unaligned ends.
+    pub fn reserve_aligned(size: usize, align: usize) -> Result<usize, String> {
+        let align = align.max(page_size());
+        let total = size.checked_add(align).ok_or("reservation overflow")?;
+        // SAFETY: an anonymous PROT_NONE mapping touches no existing memory.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(os_error("mmap reservation"));
+        }
+        let base = ptr as usize;
+        let addr = align_up(base, align).ok_or("reservation overflow")?;
+        let tail = base + total - (addr + size);
+        // SAFETY: both pieces lie inside the mapping just made and outside `addr..addr + size`.
+        unsafe {
+            if addr > base {
+                libc::munmap(base as *mut libc::c_void, addr - base);
+            }
+            if tail > 0 {
+                libc::munmap((addr + size) as *mut libc::c_void, tail);
+            }
+        }
+        Ok(addr)
+    }
+
+    /// Makes `[addr, addr + len)` of a reservation readable and writable, or inaccessible.
+    pub fn protect(addr: usize, len: usize, writable: bool) -> Result<(), String> {
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_NONE
+        };
+        // SAFETY: the range lies inside a reservation this provider mapped.
+        if unsafe { libc::mprotect(addr as *mut libc::c_void, len, prot) } != 0 {
+            return Err(os_error("mprotect"));
+        }
+        Ok(())
+    }
+
+    /// Gives the pages of `[addr, addr + len)` back to the system and makes the range inaccessible.
+    pub fn decommit(addr: usize, len: usize) {
+        // SAFETY: the range lies inside a reservation this provider mapped; its contents are
+        // dead (every allocation in it was freed).
+        unsafe {
+            libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED);
+        }
+        // Failing to drop the permission only leaves the (empty) pages accessible.
+        let _ = protect(addr, len, false);
     }
 }
 
@@ -244,6 +385,16 @@ mod vm {
     }
 
     pub fn release(_addr: usize, _window: usize) {}
+
+    pub fn reserve_aligned(_size: usize, _align: usize) -> Result<usize, String> {
+        Err("virtual-memory reservations are not supported here".to_string())
+    }
+
+    pub fn protect(_addr: usize, _len: usize, _writable: bool) -> Result<(), String> {
+        Err("virtual-memory reservations are not supported here".to_string())
+    }
+
+    pub fn decommit(_addr: usize, _len: usize) {}
 }
 
 #[cfg(test)]
@@ -309,6 +460,62 @@ mod tests {
         assert_eq!(provider.grow(&mut block, 6 << 20).unwrap(), vm::SUPPORTED);
         assert!(!provider.grow(&mut block, 9 << 20).unwrap());
         provider.free(block);
+    }
+
+    #[test]
+    fn granules_map_writable_and_unmap() {
+        let mut provider = HostProvider::new()
+            .with_granule(64 << 10)
+            .with_capacity(3 << 16);
+        let Some(g) = provider.granule_size() else {
+            assert!(
+                provider.reserve_virtual(1 << 20).is_err(),
+                "no virtual memory here"
+            );
+            return;
+        };
+        assert_eq!(g, 64 << 10);
+        let range = provider.reserve_virtual(8 * g).unwrap();
+        assert_eq!((range.addr % g, range.size), (0, 8 * g));
+        let granules: Vec<_> = (0..3)
+            .map(|_| provider.create_physical().unwrap())
+            .collect();
+        assert!(
+            provider.create_physical().is_err(),
+            "capacity counts physical granules"
+        );
+        provider.map(&range, 2 * g, &granules[..2]).unwrap();
+        provider.map(&range, 7 * g, &granules[2..]).unwrap();
+        assert!(
+            provider.map(&range, 8 * g, &granules[2..]).is_err(),
+            "outside the range"
+        );
+        let mapped = Block {
+            addr: range.addr + 2 * g,
+            size: 2 * g,
+            align: g,
+            exportable: false,
+            handle: 0,
+        };
+        write_pattern(&mapped, 3);
+        provider.unmap(&range, 2 * g, 2);
+        // Mapped again, the pages are fresh: the old contents were given back.
+        provider.map(&range, 2 * g, &granules[..2]).unwrap();
+        // SAFETY: the granule was just mapped readable.
+        let first = unsafe { *((range.addr + 2 * g + 5) as *const u8) };
+        assert_eq!(first, 0);
+        provider.unmap(&range, 2 * g, 2);
+        provider.unmap(&range, 7 * g, 1);
+        for granule in granules {
+            provider.release_physical(granule);
+        }
+        provider.release_virtual(range);
+        let stats = provider.stats();
+        assert_eq!((stats.live_bytes, stats.mapped_bytes), (0, 0));
+        assert_eq!(
+            (stats.map_calls, stats.unmap_calls, stats.physical_creates),
+            (3, 3, 3)
+        );
     }
 
     #[test]

@@ -3,6 +3,12 @@
 //! A backend implements [`BlockProvider`] only; pooling lives in the sub-allocator. Providers
 //! here: [`HostProvider`] (real host memory), [`CountingProvider`] (fake addresses, for replaying
 //! traces larger than RAM) and [`TestProvider`] (capacity cap, failure injection, call counts).
+//!
+//! Providers may also offer **virtual memory** (optional trait methods, "unsupported" by
+//! default): reserve an address range, create physical granules, map and unmap them at
+//! granule-aligned offsets of the range (CUDA `cuMemAddressReserve` / `cuMemCreate` /
+//! `cuMemMap`; on the host `mmap(PROT_NONE)` plus `mprotect` / `madvise`). The sub-allocator's
+//! expandable mode ([`crate::ExpandableConfig`]) is built on these.
 
 mod counting;
 mod fake;
@@ -32,6 +38,26 @@ pub struct Block {
     pub handle: u64,
 }
 
+/// An address range reserved with [`BlockProvider::reserve_virtual`]: no memory behind it until
+/// granules are mapped into it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct VirtualRange {
+    /// Address of the first byte (granule aligned).
+    pub addr: usize,
+    /// Bytes of address space (a multiple of the granule).
+    pub size: usize,
+    /// Provider-private bookkeeping; callers must not change it.
+    pub handle: u64,
+}
+
+/// One granule of physical memory from [`BlockProvider::create_physical`]; it can be mapped at
+/// one place at a time and must be unmapped before it is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PhysicalGranule {
+    /// Provider-private handle (a CUDA allocation handle, or a counter).
+    pub handle: u64,
+}
+
 /// What a provider has done so far, for tests and reports.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ProviderStats {
@@ -47,6 +73,24 @@ pub struct ProviderStats {
     pub live_bytes: usize,
     /// Highest `live_bytes` seen.
     pub peak_live_bytes: usize,
+    /// Successful virtual-range reservations.
+    pub vm_reserves: u64,
+    /// Virtual ranges released.
+    pub vm_releases: u64,
+    /// Physical granules created (each is counted in `live_bytes` while it exists).
+    pub physical_creates: u64,
+    /// Physical granules released.
+    pub physical_releases: u64,
+    /// Successful map calls (each maps a run of consecutive granules).
+    pub map_calls: u64,
+    /// Granules mapped by those calls.
+    pub granules_mapped: u64,
+    /// Unmap calls (each unmaps a run of consecutive granules).
+    pub unmap_calls: u64,
+    /// Granules unmapped by those calls.
+    pub granules_unmapped: u64,
+    /// Bytes currently mapped into virtual ranges.
+    pub mapped_bytes: usize,
 }
 
 impl ProviderStats {
@@ -67,6 +111,38 @@ impl ProviderStats {
         self.frees += 1;
         self.live_blocks -= 1;
         self.live_bytes -= size;
+    }
+
+    pub(crate) fn on_create(&mut self, granule: usize) {
+        self.physical_creates += 1;
+        self.live_bytes += granule;
+        self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
+    }
+
+    pub(crate) fn on_release_physical(&mut self, granule: usize) {
+        self.physical_releases += 1;
+        self.live_bytes -= granule;
+    }
+
+    pub(crate) fn on_map(&mut self, granules: usize, granule: usize) {
+        self.map_calls += 1;
+        self.granules_mapped += granules as u64;
+        self.mapped_bytes += granules * granule;
+    }
+
+    pub(crate) fn on_unmap(&mut self, granules: usize, granule: usize) {
+        self.unmap_calls += 1;
+        self.granules_unmapped += granules as u64;
+        self.mapped_bytes -= granules * granule;
+    }
+}
+
+/// The error a provider without virtual-memory support answers to the virtual-memory calls.
+pub(crate) fn vm_unsupported(device: &str, requested: usize) -> MemError {
+    MemError::ProviderFailed {
+        device: device.to_string(),
+        requested,
+        reason: "virtual memory (reserve/map) is not supported by this provider".to_string(),
     }
 }
 
@@ -103,6 +179,66 @@ pub trait BlockProvider: Send {
 
     /// Counters of calls and live bytes.
     fn stats(&self) -> ProviderStats;
+
+    /// Granule of physical memory for the virtual-memory calls (a power of two), or `None`
+    /// when the provider has no virtual-memory support (the default).
+    fn granule_size(&self) -> Option<usize> {
+        None
+    }
+
+    /// Reserves `size` bytes of address space (a multiple of the granule), granule aligned,
+    /// with nothing mapped.
+    ///
+    /// # Errors
+    /// [`MemError::ProviderFailed`] when unsupported or the address space is exhausted.
+    fn reserve_virtual(&mut self, size: usize) -> Result<VirtualRange, MemError> {
+        Err(vm_unsupported(self.name(), size))
+    }
+
+    /// Gives back an address range; every granule in it must have been unmapped.
+    fn release_virtual(&mut self, range: VirtualRange) {
+        let _ = range;
+    }
+
+    /// Creates one granule of physical memory (counted against the capacity).
+    ///
+    /// # Errors
+    /// [`MemError::ProviderFailed`] when unsupported or the device is full.
+    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
+        Err(vm_unsupported(
+            self.name(),
+            self.granule_size().unwrap_or(0),
+        ))
+    }
+
+    /// Releases an unmapped physical granule.
+    fn release_physical(&mut self, granule: PhysicalGranule) {
+        let _ = granule;
+    }
+
+    /// Maps `granules` one after the other at `offset` bytes (granule aligned) into `range`;
+    /// the place must be unmapped, the granules not mapped elsewhere. One call per run.
+    ///
+    /// # Errors
+    /// [`MemError::ProviderFailed`] when unsupported or the device refuses; nothing is mapped then.
+    fn map(
+        &mut self,
+        range: &VirtualRange,
+        offset: usize,
+        granules: &[PhysicalGranule],
+    ) -> Result<(), MemError> {
+        let _ = (range, offset);
+        Err(vm_unsupported(
+            self.name(),
+            granules.len() * self.granule_size().unwrap_or(0),
+        ))
+    }
+
+    /// Unmaps `count` granules at `offset` bytes into `range` (their memory is no longer
+    /// reachable there; the physical granules stay alive until released).
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, count: usize) {
+        let _ = (range, offset, count);
+    }
 }
 
 impl BlockProvider for Box<dyn BlockProvider> {
@@ -123,5 +259,31 @@ impl BlockProvider for Box<dyn BlockProvider> {
     }
     fn stats(&self) -> ProviderStats {
         (**self).stats()
+    }
+    fn granule_size(&self) -> Option<usize> {
+        (**self).granule_size()
+    }
+    fn reserve_virtual(&mut self, size: usize) -> Result<VirtualRange, MemError> {
+        (**self).reserve_virtual(size)
+    }
+    fn release_virtual(&mut self, range: VirtualRange) {
+        (**self).release_virtual(range)
+    }
+    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
+        (**self).create_physical()
+    }
+    fn release_physical(&mut self, granule: PhysicalGranule) {
+        (**self).release_physical(granule)
+    }
+    fn map(
+        &mut self,
+        range: &VirtualRange,
+        offset: usize,
+        granules: &[PhysicalGranule],
+    ) -> Result<(), MemError> {
+        (**self).map(range, offset, granules)
+    }
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, count: usize) {
+        (**self).unmap(range, offset, count)
     }
 }

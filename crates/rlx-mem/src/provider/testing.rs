@@ -1,10 +1,10 @@
 //! A provider for tests: fake addresses, a capacity cap, failure injection and call counting.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::fake::FakeSpace;
-use super::{Block, BlockProvider, ProviderStats};
+use super::{Block, BlockProvider, PhysicalGranule, ProviderStats, VirtualRange};
 use crate::align::check_align;
 use crate::MemError;
 
@@ -25,7 +25,23 @@ struct TestState {
     stats: ProviderStats,
     live: HashMap<usize, usize>,
     bad_frees: u64,
+    vm: Option<usize>,
+    fail_maps: usize,
+    fail_creates: usize,
+    next_handle: u64,
+    /// Reserved ranges by handle: (addr, size).
+    ranges: HashMap<u64, (usize, usize)>,
+    /// Mapped granules by (range handle, granule index): the physical handle there.
+    mapped: HashMap<(u64, usize), u64>,
+    /// Live physical granules.
+    physical: HashSet<u64>,
+    /// Physical granules currently mapped somewhere.
+    physical_mapped: HashSet<u64>,
+    bad_vm_calls: u64,
 }
+
+/// Granule of the test provider's virtual-memory calls unless set otherwise.
+const TEST_GRANULE: usize = 64 << 10;
 
 impl TestProvider {
     /// An unbounded provider whose blocks cannot grow.
@@ -40,6 +56,15 @@ impl TestProvider {
                 stats: ProviderStats::default(),
                 live: HashMap::new(),
                 bad_frees: 0,
+                vm: Some(TEST_GRANULE),
+                fail_maps: 0,
+                fail_creates: 0,
+                next_handle: 1,
+                ranges: HashMap::new(),
+                mapped: HashMap::new(),
+                physical: HashSet::new(),
+                physical_mapped: HashSet::new(),
+                bad_vm_calls: 0,
             })),
         }
     }
@@ -75,6 +100,53 @@ impl TestProvider {
     /// Frees of blocks this provider did not hand out (or handed out with another size).
     pub fn bad_frees(&self) -> u64 {
         self.state().bad_frees
+    }
+
+    /// Sets the virtual-memory granule (a power of two); `None` turns virtual memory off.
+    /// On by default with 64 KiB granules.
+    pub fn with_granule(self, bytes: Option<usize>) -> Self {
+        self.state().vm = bytes.map(|b| b.max(256).next_power_of_two());
+        self
+    }
+
+    /// Makes the next `n` calls to `map` fail as if the device were full.
+    pub fn fail_next_maps(&self, n: usize) {
+        self.state().fail_maps = n;
+    }
+
+    /// Makes the next `n` calls to `create_physical` fail as if the device were full.
+    pub fn fail_next_creates(&self, n: usize) {
+        self.state().fail_creates = n;
+    }
+
+    /// Virtual-memory calls that broke the rules: mapping over a mapped granule or outside the
+    /// range, mapping a granule twice, unmapping what is not mapped, releasing a mapped granule
+    /// or a range that still has mappings, unknown handles.
+    pub fn bad_vm_calls(&self) -> u64 {
+        self.state().bad_vm_calls
+    }
+
+    /// Granules mapped right now, over all ranges.
+    pub fn mapped_granules(&self) -> usize {
+        self.state().mapped.len()
+    }
+
+    /// Whether `[addr, addr + size)` lies entirely in mapped granules of reserved ranges.
+    pub fn is_mapped(&self, addr: usize, size: usize) -> bool {
+        let state = self.state();
+        let Some(granule) = state.vm else {
+            return false;
+        };
+        let Some((&handle, &(base, _))) = state
+            .ranges
+            .iter()
+            .find(|(_, &(base, len))| addr >= base && addr + size <= base + len)
+        else {
+            return false;
+        };
+        let first = (addr - base) / granule;
+        let last = (addr + size.max(1) - 1 - base) / granule;
+        (first..=last).all(|g| state.mapped.contains_key(&(handle, g)))
     }
 
     fn state(&self) -> MutexGuard<'_, TestState> {
@@ -178,6 +250,129 @@ impl BlockProvider for TestProvider {
     fn stats(&self) -> ProviderStats {
         self.state().stats
     }
+
+    fn granule_size(&self) -> Option<usize> {
+        self.state().vm
+    }
+
+    fn reserve_virtual(&mut self, size: usize) -> Result<VirtualRange, MemError> {
+        let mut state = self.state();
+        let Some(granule) = state.vm else {
+            return Err(super::vm_unsupported("test", size));
+        };
+        if state.fail_allocs > 0 {
+            state.fail_allocs -= 1;
+            return Err(state.refuse(size, "injected failure"));
+        }
+        let size = crate::align::align_up(size.max(1), granule)
+            .ok_or_else(|| state.refuse(size, "size overflow"))?;
+        let (addr, _) = state
+            .space
+            .reserve(size, granule)
+            .ok_or_else(|| state.refuse(size, "fake address space exhausted"))?;
+        let handle = state.next_handle;
+        state.next_handle += 1;
+        state.ranges.insert(handle, (addr, size));
+        state.stats.vm_reserves += 1;
+        Ok(VirtualRange { addr, size, handle })
+    }
+
+    fn release_virtual(&mut self, range: VirtualRange) {
+        let mut state = self.state();
+        let known = state.ranges.remove(&range.handle) == Some((range.addr, range.size));
+        let still_mapped = state.mapped.keys().any(|&(h, _)| h == range.handle);
+        if !known || still_mapped {
+            state.bad_vm_calls += 1;
+        }
+        state.stats.vm_releases += 1;
+    }
+
+    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
+        let mut state = self.state();
+        let Some(granule) = state.vm else {
+            return Err(super::vm_unsupported("test", 0));
+        };
+        if state.fail_creates > 0 {
+            state.fail_creates -= 1;
+            return Err(state.refuse(granule, "injected failure"));
+        }
+        state.check_room(granule)?;
+        let handle = state.next_handle;
+        state.next_handle += 1;
+        state.physical.insert(handle);
+        state.stats.on_create(granule);
+        Ok(PhysicalGranule { handle })
+    }
+
+    fn release_physical(&mut self, granule: PhysicalGranule) {
+        let mut state = self.state();
+        let size = state.vm.unwrap_or(0);
+        if !state.physical.remove(&granule.handle)
+            || state.physical_mapped.contains(&granule.handle)
+        {
+            state.bad_vm_calls += 1;
+            return;
+        }
+        state.stats.on_release_physical(size);
+    }
+
+    fn map(
+        &mut self,
+        range: &VirtualRange,
+        offset: usize,
+        granules: &[PhysicalGranule],
+    ) -> Result<(), MemError> {
+        let mut state = self.state();
+        let Some(size) = state.vm else {
+            return Err(super::vm_unsupported("test", 0));
+        };
+        if state.fail_maps > 0 {
+            state.fail_maps -= 1;
+            return Err(state.refuse(granules.len() * size, "injected map failure"));
+        }
+        let first = offset / size;
+        let valid = offset % size == 0
+            && !granules.is_empty()
+            && state.ranges.get(&range.handle) == Some(&(range.addr, range.size))
+            && offset + granules.len() * size <= range.size
+            && (0..granules.len()).all(|i| !state.mapped.contains_key(&(range.handle, first + i)))
+            && granules.iter().all(|g| {
+                state.physical.contains(&g.handle) && !state.physical_mapped.contains(&g.handle)
+            })
+            && granules.iter().collect::<HashSet<_>>().len() == granules.len();
+        if !valid {
+            state.bad_vm_calls += 1;
+            return Err(state.refuse(granules.len() * size, "invalid map call"));
+        }
+        for (i, g) in granules.iter().enumerate() {
+            state.mapped.insert((range.handle, first + i), g.handle);
+            state.physical_mapped.insert(g.handle);
+        }
+        state.stats.on_map(granules.len(), size);
+        Ok(())
+    }
+
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, count: usize) {
+        let mut state = self.state();
+        let Some(size) = state.vm else {
+            state.bad_vm_calls += 1;
+            return;
+        };
+        let first = offset / size;
+        let mut bad = offset % size != 0 || count == 0;
+        for g in first..first + count {
+            match state.mapped.remove(&(range.handle, g)) {
+                Some(handle) => {
+                    state.physical_mapped.remove(&handle);
+                }
+                None => bad = true,
+            }
+        }
+        if bad {
+            state.bad_vm_calls += 1;
+        }
+        state.stats.on_unmap(count, size);
+    }
 }
 
 #[cfg(test)]
@@ -218,5 +413,50 @@ mod tests {
         assert_eq!(probe.bad_frees(), 1);
         assert_eq!(probe.stats().live_bytes, 0);
         assert_eq!(probe.stats().live_blocks, 0);
+    }
+
+    #[test]
+    fn virtual_memory_cap_injection_and_rule_checks() {
+        let probe = TestProvider::with_capacity(3 << 16).with_granule(Some(1 << 16));
+        let mut provider = probe.clone();
+        let g = provider.granule_size().unwrap();
+        let range = provider.reserve_virtual(10 * g).unwrap();
+        let a = provider.create_physical().unwrap();
+        let b = provider.create_physical().unwrap();
+        probe.fail_next_creates(1);
+        assert!(provider.create_physical().is_err(), "injected");
+        let c = provider.create_physical().unwrap();
+        assert!(provider.create_physical().is_err(), "capacity reached");
+        assert_eq!(probe.stats().live_bytes, 3 * g);
+        probe.fail_next_maps(1);
+        assert!(provider.map(&range, 0, &[a, b]).is_err(), "injected");
+        assert_eq!(probe.mapped_granules(), 0);
+        provider.map(&range, 4 * g, &[a, b]).unwrap();
+        assert!(probe.is_mapped(range.addr + 4 * g + 7, 2 * g - 7));
+        assert!(!probe.is_mapped(range.addr + 4 * g, 2 * g + 1));
+        assert_eq!(probe.bad_vm_calls(), 0);
+        // Mapping over a mapped granule, or a granule already mapped, is refused and counted.
+        assert!(provider.map(&range, 5 * g, &[c]).is_err());
+        assert!(provider.map(&range, 0, &[a]).is_err());
+        assert_eq!(probe.bad_vm_calls(), 2);
+        provider.map(&range, 9 * g, &[c]).unwrap();
+        provider.unmap(&range, 4 * g, 2);
+        provider.unmap(&range, 9 * g, 1);
+        assert_eq!(probe.stats().mapped_bytes, 0);
+        for granule in [a, b, c] {
+            provider.release_physical(granule);
+        }
+        provider.release_virtual(range);
+        assert_eq!(probe.bad_vm_calls(), 2);
+        let stats = probe.stats();
+        assert_eq!(
+            (stats.live_bytes, stats.map_calls, stats.unmap_calls),
+            (0, 2, 2)
+        );
+        // Without virtual memory every call is refused.
+        let mut plain = TestProvider::new().with_granule(None);
+        assert!(plain.granule_size().is_none());
+        assert!(plain.reserve_virtual(1 << 20).is_err());
+        assert!(plain.create_physical().is_err());
     }
 }

@@ -71,6 +71,11 @@ fn synthetic_trace_replays_over_both_providers() {
         assert!(report.ns_per_event > 0.0);
         assert!(report.speedup_vs_system.is_some_and(|r| r > 0.0));
         assert_eq!(report.runs, 3);
+        assert_eq!(report.mode, "expandable", "the default mode");
+        assert_eq!(
+            report.granule,
+            Some(default_granule(report.peak_live_bytes))
+        );
         let text = report.to_string();
         assert!(
             text.contains("fragmentation") && text.contains("ns/event"),
@@ -91,12 +96,42 @@ fn synthetic_trace_replays_over_both_providers() {
         grow_in_place: false,
         runs: 1,
         compare_system: false,
+        // Block options select block mode by themselves.
+        ..ReplayOptions::default()
     };
     let report = replay_file(&path, &opts).unwrap();
+    assert_eq!(report.mode, "blocks");
     assert_eq!(report.dedicated_threshold, Some(1 << 20));
     assert_eq!(report.block_size, 2 << 20);
     assert_eq!(report.provider_grows, 0);
+    assert_eq!((report.map_calls, report.physical_creates), (0, 0));
     assert!(report.system_ns_per_event.is_none());
+    // Expandable mode with a chosen granule: reserved is whole granules, every one created.
+    let opts = ReplayOptions {
+        provider: ProviderChoice::Counting,
+        granule: Some(1 << 20),
+        runs: 1,
+        compare_system: false,
+        ..ReplayOptions::default()
+    };
+    let report = replay_file(&path, &opts).unwrap();
+    assert_eq!(
+        (report.mode.as_str(), report.granule),
+        ("expandable", Some(1 << 20))
+    );
+    assert_eq!(report.peak_reserved_bytes % (1 << 20), 0);
+    assert!(report.peak_reserved_bytes >= report.peak_live_bytes);
+    assert!(report.peak_mapped_bytes <= report.peak_reserved_bytes);
+    assert_eq!(
+        report.provider_allocs,
+        report.provider_block_allocs + report.physical_creates
+    );
+    assert!(report.map_calls >= 1 && report.granules_mapped >= report.physical_creates);
+    let text = report.to_string();
+    assert!(
+        text.contains("expandable segment") && text.contains("map calls"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -122,6 +157,10 @@ fn system_allocator_replay_times_the_same_events() {
     assert_eq!(default_block_size(0), 2 << 20);
     assert_eq!(default_block_size(3 << 30), 128 << 20);
     assert_eq!(default_block_size(1 << 40), 1 << 30);
+    assert_eq!(default_granule(0), 2 << 20);
+    assert_eq!(default_granule(813 << 20), 16 << 20);
+    assert_eq!(default_granule(2620 << 20), 32 << 20);
+    assert_eq!(default_granule(1 << 45), 1 << 30);
 }
 
 fn shared_trace(name: &str) -> Option<PathBuf> {
@@ -135,27 +174,34 @@ fn shared_trace(name: &str) -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
-/// The shared transformer traces, when present: fragmentation and provider-call targets.
+/// The shared transformer traces, when present: the default (expandable) mode meets the
+/// fragmentation and provider-allocation targets on both; block mode keeps its old bounds.
 #[test]
 fn shared_traces_meet_targets() {
-    for (name, max_fragmentation) in [
+    for (name, blocks_bound) in [
         ("llama8b-seqvar.jsonl.gz", 1.05),
-        // FIXME: target is 1.05; the KV caches land between activation slots (see bench/mem.md).
+        // Block mode misses the 1.05 target on this one (see bench/mem.md).
         ("llama8b-flash-seqvar.jsonl.gz", 1.08),
     ] {
         let Some(path) = shared_trace(name) else {
             println!("SKIPPED: shared trace {name} not found");
             continue;
         };
-        let opts = ReplayOptions {
-            provider: ProviderChoice::Counting,
-            runs: 1,
-            compare_system: false,
-            ..ReplayOptions::default()
-        };
-        let report = replay_file(&path, &opts).unwrap();
-        println!("{report}");
-        assert!(report.fragmentation <= max_fragmentation, "{report}");
-        assert!(report.provider_allocs <= 100, "{report}");
+        let trace = crate::trace::read_trace(&path).unwrap();
+        for expandable in [true, false] {
+            let opts = ReplayOptions {
+                provider: ProviderChoice::Counting,
+                runs: 1,
+                compare_system: false,
+                expandable,
+                ..ReplayOptions::default()
+            };
+            let report = replay_trace(&trace, &opts).unwrap();
+            println!("{report}");
+            let bound = if expandable { 1.05 } else { blocks_bound };
+            assert!(report.fragmentation <= bound, "{report}");
+            assert!(report.fragmentation >= 1.0, "{report}");
+            assert!(report.provider_allocs <= 100, "{report}");
+        }
     }
 }

@@ -21,6 +21,14 @@ pub struct ReplayArgs {
     /// Requests above this many bytes get a dedicated block.
     #[arg(long)]
     dedicated_threshold: Option<usize>,
+    /// Replay through growable blocks instead of one expandable segment (the default:
+    /// a virtual range with physical granules mapped on demand).
+    #[arg(long)]
+    blocks: bool,
+    /// Physical granule of the expandable segment, in bytes (default: the trace's peak / 100
+    /// rounded up to a power of two, at least 2 MiB).
+    #[arg(long)]
+    granule: Option<usize>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -36,6 +44,12 @@ pub fn run(command: Command) -> CmdResult {
             }
             if let Some(t) = a.dedicated_threshold {
                 opts.dedicated_threshold = Some(t);
+            }
+            if a.blocks {
+                opts.expandable = false;
+            }
+            if let Some(g) = a.granule {
+                opts.granule = Some(g);
             }
             let report = rlx_mem::replay_file(&a.trace, &opts)?;
             if a.json {
