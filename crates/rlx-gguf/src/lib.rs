@@ -5,7 +5,7 @@
 //! - [`GgmlType`]: the tensor types, mapped onto the IR's [`QuantFormat`] (F32, F16, BF16,
 //!   Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; the block layouts and their dequantization live in
 //!   [`rlx_ir::quant`], the one definition every backend and the interpreter share);
-//! - [`GgufTokenizer`]: the GPT-2 byte-level BPE tokenizer embedded in the file (vocab,
+//! - [`ChatTokenizer`]: the GPT-2 byte-level BPE tokenizer embedded in the file (vocab,
 //!   merges, special tokens), built on Hugging Face's `tokenizers` crate, and the ChatML
 //!   chat template.
 //!
@@ -18,4 +18,4 @@ mod tokenizer;
 pub use error::GgufError;
 pub use file::{GgmlType, GgufFile, MetaValue, TensorInfo};
 pub use rlx_ir::QuantFormat;
-pub use tokenizer::{chat_prompt, GgufTokenizer};
+pub use tokenizer::{chat_prompt, ChatTokenizer};

@@ -1,6 +1,8 @@
-//! The tokenizer embedded in a GGUF file (`tokenizer.ggml.*`): GPT-2 byte-level BPE built
-//! from the vocab, merges and token types, on Hugging Face's `tokenizers` crate; and the
-//! ChatML prompt used by `--chat`.
+//! The tokenizer of a generative model ([`ChatTokenizer`]): a `tokenizers`-crate tokenizer
+//! plus what generation needs (BOS, stop ids, chat template). Built here from the one
+//! embedded in a GGUF file (`tokenizer.ggml.*`: GPT-2 byte-level BPE from the vocab, merges
+//! and token types); `rlx-models` builds it from a Hugging Face `tokenizer.json`. Also the
+//! one-turn chat prompt used by `--chat` (ChatML, Llama 3, Zephyr styles).
 
 use crate::{GgufError, GgufFile};
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -14,8 +16,8 @@ use tokenizers::{AddedToken, Tokenizer};
 const CONTROL: i64 = 3;
 const USER_DEFINED: i64 = 4;
 
-/// A tokenizer read from a GGUF file.
-pub struct GgufTokenizer {
+/// A tokenizer with the special ids and chat template generation needs.
+pub struct ChatTokenizer {
     inner: Tokenizer,
     /// beginning-of-sequence id
     pub bos: Option<u32>,
@@ -29,9 +31,9 @@ pub struct GgufTokenizer {
     pub stop_ids: Vec<u32>,
 }
 
-impl std::fmt::Debug for GgufTokenizer {
+impl std::fmt::Debug for ChatTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GgufTokenizer")
+        f.debug_struct("ChatTokenizer")
             .field("vocab", &self.inner.get_vocab_size(true))
             .field("bos", &self.bos)
             .field("eos", &self.eos)
@@ -39,13 +41,26 @@ impl std::fmt::Debug for GgufTokenizer {
     }
 }
 
-impl GgufTokenizer {
+impl ChatTokenizer {
+    /// Wraps a loaded `tokenizers` tokenizer: no BOS/EOS, no template, no stop ids until
+    /// the caller sets the public fields.
+    pub fn from_tokenizer(inner: Tokenizer) -> ChatTokenizer {
+        ChatTokenizer {
+            inner,
+            bos: None,
+            eos: None,
+            add_bos: false,
+            chat_template: None,
+            stop_ids: Vec::new(),
+        }
+    }
+
     /// Builds the tokenizer from the file's `tokenizer.ggml.*` metadata.
     ///
     /// # Errors
     /// A tokenizer model other than `gpt2`, missing or mistyped tokens/merges, or merges
     /// naming unknown tokens.
-    pub fn from_gguf(f: &GgufFile) -> Result<GgufTokenizer, GgufError> {
+    pub fn from_gguf(f: &GgufFile) -> Result<ChatTokenizer, GgufError> {
         let err = |m: String| GgufError::Tokenizer(m);
         let model = f.get_str("tokenizer.ggml.model")?;
         if model != "gpt2" {
@@ -131,7 +146,7 @@ impl GgufTokenizer {
                 stop_ids.push(end as u32);
             }
         }
-        Ok(GgufTokenizer {
+        Ok(ChatTokenizer {
             inner,
             bos,
             eos,
@@ -186,20 +201,30 @@ impl GgufTokenizer {
     }
 }
 
-/// The prompt for one user message under a ChatML template (SmolLM2, Qwen, ...): the
-/// template's default system message when it has one, the user turn, and the opening of
-/// the assistant turn.
+/// The prompt for one user message, in the style the model's chat template uses:
+/// Llama 3 headers (`<|start_header_id|>`), Zephyr/TinyLlama turns (`<|user|>`), else ChatML
+/// (SmolLM2, Qwen, ...; the template's default system message when it has one). Ends with
+/// the opening of the assistant turn. BOS is not written here: the tokenizer adds it.
 pub fn chat_prompt(template: Option<&str>, user: &str) -> String {
+    let t = template.unwrap_or("");
+    if t.contains("<|start_header_id|>") {
+        return format!(
+            "<|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>\
+             <|start_header_id|>assistant<|end_header_id|>\n\n"
+        );
+    }
+    if t.contains("<|user|>") {
+        let eos = if t.contains("eos_token") { "</s>" } else { "" };
+        return format!("<|user|>\n{user}{eos}\n<|assistant|>\n");
+    }
     let mut s = String::new();
-    if let Some(t) = template {
-        let start = "<|im_start|>system\n";
-        if let Some(i) = t.find(start) {
-            let rest = &t[i + start.len()..];
-            if let Some(end) = rest.find("<|im_end|>") {
-                s.push_str(start);
-                s.push_str(&rest[..end]);
-                s.push_str("<|im_end|>\n");
-            }
+    let start = "<|im_start|>system\n";
+    if let Some(i) = t.find(start) {
+        let rest = &t[i + start.len()..];
+        if let Some(end) = rest.find("<|im_end|>") {
+            s.push_str(start);
+            s.push_str(&rest[..end]);
+            s.push_str("<|im_end|>\n");
         }
     }
     s.push_str("<|im_start|>user\n");
@@ -221,5 +246,22 @@ mod tests {
              <|im_start|>assistant\n"
         );
         assert!(chat_prompt(None, "x").starts_with("<|im_start|>user\nx"));
+    }
+
+    #[test]
+    fn llama3_and_zephyr_prompts() {
+        let l3 = "{% set content = '<|start_header_id|>' + message['role'] %}";
+        assert_eq!(
+            chat_prompt(Some(l3), "Hi"),
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>\
+             <|start_header_id|>assistant<|end_header_id|>\n\n"
+        );
+        let zephyr =
+            "{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + eos_token }}";
+        assert_eq!(
+            chat_prompt(Some(zephyr), "Hi"),
+            "<|user|>\nHi</s>\n<|assistant|>\n"
+        );
+        assert!(chat_prompt(None, "Hi").starts_with("<|im_start|>user\nHi"));
     }
 }

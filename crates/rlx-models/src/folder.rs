@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 pub enum Family {
     /// BERT encoders ([`crate::bert`])
     Bert,
+    /// Llama decoders ([`crate::llama`]; `rlx generate`)
+    Llama,
 }
 
 impl Family {
@@ -17,6 +19,7 @@ impl Family {
     pub fn name(self) -> &'static str {
         match self {
             Family::Bert => "bert",
+            Family::Llama => "llama",
         }
     }
 }
@@ -63,10 +66,13 @@ pub fn family(dir: &Path) -> Result<Family> {
     if is_bert {
         return Ok(Family::Bert);
     }
+    if arch.model_type == "llama" {
+        return Ok(Family::Llama);
+    }
     Err(ModelError::Config {
         file: path.display().to_string(),
         message: format!(
-            "model_type `{}` (architectures {:?}) has no builder; supported: bert",
+            "model_type `{}` (architectures {:?}) has no builder; supported: bert, llama",
             arch.model_type, arch.architectures
         ),
     })

@@ -202,6 +202,25 @@ impl Weights {
     /// at what the file calls it), or [`ModelError::TensorMismatch`] for a wrong shape or
     /// dtype.
     pub fn tensor(&self, name: &str, dtype: DType, expected: &[usize]) -> Result<Tensor> {
+        let (from, bytes) = self.raw(name, dtype, expected)?;
+        let mismatch = |why: &str| ModelError::TensorMismatch {
+            file: self.label.clone(),
+            name: name.into(),
+            expected: describe(dtype, expected),
+            found: format!("{from:?}{expected:?}{why}"),
+        };
+        let data =
+            decode(from, dtype, bytes).ok_or_else(|| mismatch(" (cannot convert this dtype)"))?;
+        Tensor::new(expected.to_vec(), data).map_err(|e| mismatch(&format!(" ({e})")))
+    }
+
+    /// The file dtype and raw little-endian bytes of tensor `name`, borrowed from the map,
+    /// after checking that its shape is exactly `expected` (`dtype` only names what the
+    /// caller wants, for messages).
+    ///
+    /// # Errors
+    /// As [`Weights::tensor`]: a missing tensor (with a "did you mean") or a wrong shape.
+    pub fn raw(&self, name: &str, dtype: DType, expected: &[usize]) -> Result<(Dtype, &[u8])> {
         let want = describe(dtype, expected);
         let Some(info) = self.info(name) else {
             return Err(ModelError::MissingTensor {
@@ -211,12 +230,11 @@ impl Weights {
                 hint: self.hint(name),
             });
         };
-        let found = format!("{:?}{:?}", info.dtype, info.shape);
         let mismatch = |why: &str| ModelError::TensorMismatch {
             file: self.label.clone(),
             name: name.into(),
             expected: want.clone(),
-            found: format!("{found}{why}"),
+            found: format!("{:?}{:?}{why}", info.dtype, info.shape),
         };
         if info.shape != expected {
             return Err(mismatch(""));
@@ -224,9 +242,7 @@ impl Weights {
         let bytes = self
             .bytes(name)
             .ok_or_else(|| mismatch(" (data out of range)"))?;
-        let data = decode(info.dtype, dtype, bytes)
-            .ok_or_else(|| mismatch(" (cannot convert this dtype)"))?;
-        Tensor::new(expected.to_vec(), data).map_err(|e| mismatch(&format!(" ({e})")))
+        Ok((info.dtype, bytes))
     }
 
     /// A "did you mean" for a missing name: a tensor with the same name but for a prefix

@@ -163,15 +163,30 @@ fn dot_row(
                 QuantFormat::Q4_1 => return unsafe { avx2::dot_q4(w, x, sums, true) },
                 QuantFormat::Q4_0 => return unsafe { avx2::dot_q4(w, x, sums, false) },
                 QuantFormat::Q8_0 => return unsafe { avx2::dot_q8_0(w, x) },
+                QuantFormat::F32 => return unsafe { avx2::dot_f32(w, x) },
+                QuantFormat::F16 => return unsafe { avx2::dot_f16(w, x) },
+                QuantFormat::BF16 => return unsafe { avx2::dot_bf16(w, x) },
                 _ => {}
             }
         }
     }
+    // Dequantize 256 values (or one block, if larger) at a time, then dot.
     let (b, bb) = (format.block(), format.block_bytes());
+    let per = (256 / b).max(1);
+    let (b, bb) = (b * per, bb * per);
     let buf = &mut scratch[..b];
     let mut acc = [0f32; 8];
-    for (blk, xs) in w.chunks_exact(bb).zip(x.chunks_exact(b)) {
-        format.dequantize_block(blk, buf);
+    let whole = x.len() / b * b;
+    let (x_head, x_tail) = x.split_at(whole);
+    let (w_head, w_tail) = w.split_at(whole / format.block() * format.block_bytes());
+    let mut tail_acc = 0f32;
+    if !x_tail.is_empty() {
+        let t = &mut buf[..x_tail.len()];
+        format.dequantize(w_tail, t);
+        tail_acc = t.iter().zip(x_tail).map(|(a, b)| a * b).sum();
+    }
+    for (blk, xs) in w_head.chunks_exact(bb).zip(x_head.chunks_exact(b)) {
+        format.dequantize(blk, buf);
         if b >= 8 {
             for (wc, xc) in buf.chunks_exact(8).zip(xs.chunks_exact(8)) {
                 for l in 0..8 {
@@ -184,7 +199,7 @@ fn dot_row(
             }
         }
     }
-    acc.iter().sum()
+    acc.iter().sum::<f32>() + tail_acc
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -253,6 +268,86 @@ mod avx2 {
             off_acc += off * *sums.get_unchecked(b);
         }
         hsum(acc) + off_acc
+    }
+
+    /// Plain f32 row dot `x`, four accumulators.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
+        let k = x.len();
+        assert!(w.len() >= k * 4, "dot_f32 lengths");
+        let (wp, xp) = (w.as_ptr() as *const f32, x.as_ptr());
+        let mut a = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= k {
+            for (u, acc) in a.iter_mut().enumerate() {
+                let o = i + 8 * u;
+                *acc =
+                    _mm256_fmadd_ps(_mm256_loadu_ps(wp.add(o)), _mm256_loadu_ps(xp.add(o)), *acc);
+            }
+            i += 32;
+        }
+        let mut s = hsum(_mm256_add_ps(
+            _mm256_add_ps(a[0], a[1]),
+            _mm256_add_ps(a[2], a[3]),
+        ));
+        while i < k {
+            s += (wp.add(i)).read_unaligned() * *xp.add(i);
+            i += 1;
+        }
+        s
+    }
+
+    /// f16 row dot `x` (F16C widening), two accumulators.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_f16(w: &[u8], x: &[f32]) -> f32 {
+        let k = x.len();
+        assert!(w.len() >= k * 2, "dot_f16 lengths");
+        let (wp, xp) = (w.as_ptr(), x.as_ptr());
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 16 <= k {
+            let v0 = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(2 * i) as *const __m128i));
+            let v1 = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(2 * i + 16) as *const __m128i));
+            a0 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(xp.add(i)), a0);
+            a1 = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xp.add(i + 8)), a1);
+            i += 16;
+        }
+        let mut s = hsum(_mm256_add_ps(a0, a1));
+        while i < k {
+            s += h(wp.add(2 * i)) * *xp.add(i);
+            i += 1;
+        }
+        s
+    }
+
+    /// bf16 row dot `x` (a bf16 is the high half of an f32), two accumulators.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_bf16(w: &[u8], x: &[f32]) -> f32 {
+        let k = x.len();
+        assert!(w.len() >= k * 2, "dot_bf16 lengths");
+        let (wp, xp) = (w.as_ptr(), x.as_ptr());
+        let widen = |p: *const u8| {
+            let v = _mm_loadu_si128(p as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16))
+        };
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 16 <= k {
+            a0 = _mm256_fmadd_ps(widen(wp.add(2 * i)), _mm256_loadu_ps(xp.add(i)), a0);
+            a1 = _mm256_fmadd_ps(
+                widen(wp.add(2 * i + 16)),
+                _mm256_loadu_ps(xp.add(i + 8)),
+                a1,
+            );
+            i += 16;
+        }
+        let mut s = hsum(_mm256_add_ps(a0, a1));
+        while i < k {
+            let bits = u16::from_le_bytes([*wp.add(2 * i), *wp.add(2 * i + 1)]);
+            s += f32::from_bits((bits as u32) << 16) * *xp.add(i);
+            i += 1;
+        }
+        s
     }
 
     /// Q8_0 row dot `x`.
@@ -335,9 +430,15 @@ mod tests {
 
     #[test]
     fn matches_dequantize_then_matmul() {
-        for format in QuantFormat::ALL {
+        // plain float rows also at lengths that leave vector tails
+        let plain = [QuantFormat::F32, QuantFormat::F16, QuantFormat::BF16];
+        let cases = QuantFormat::ALL
+            .iter()
+            .map(|&f| (f, 512))
+            .chain(plain.iter().flat_map(|&f| [(f, 100), (f, 37)]));
+        for (format, k) in cases {
             for m in [1, 3, 7] {
-                let (n, k) = (70, 512);
+                let n = 70;
                 let w = random_blocks(format, n, k, 7 + m as u64);
                 let mut rng = SplitMix64(m as u64);
                 let x: Vec<f32> = (0..m * k)

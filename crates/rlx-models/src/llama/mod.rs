@@ -1,7 +1,8 @@
-//! The Llama family (SmolLM2, TinyLlama, Llama 3 shapes) from GGUF files: config from the
+//! The Llama family (SmolLM2, TinyLlama, Llama 3 shapes) from GGUF files or from Hugging
+//! Face folders (`config.json` + safetensors + `tokenizer.json`, see [`hf`]): config from the
 //! `llama.*` metadata, weights kept packed (every projection is an [`Op::QuantMatMul`] on
-//! the file's own blocks), graph builders for prefill and decode, and a [`Generator`] that
-//! runs them with a KV cache allocated once per generation.
+//! the file's own blocks: quantized, f16, bf16 or f32), graph builders for prefill and
+//! decode, and a [`Generator`] that runs them with a KV cache allocated once per generation.
 //!
 //! The graph: RMSNorm, Q/K/V projections, RoPE on adjacent pairs (GGUF stores Q and K rows
 //! permuted for llama.cpp's "normal" rope), grouped-query attention, output projection,
@@ -20,7 +21,9 @@
 //! into the cache in place. Shapes are static per generation, so the decode graph compiles
 //! once and every token reuses it.
 
-use rlx_gguf::{GgufError, GgufFile, GgufTokenizer, QuantFormat};
+pub mod hf;
+
+use rlx_gguf::{ChatTokenizer, GgufError, GgufFile, QuantFormat};
 use rlx_ir::{
     BinaryOp, DType, Graph, IrError, NodeId, Op, SplitMix64, Tensor, TensorData, UnaryOp,
 };
@@ -51,6 +54,9 @@ pub struct LlamaConfig {
     pub rope_base: f64,
     /// trained context length
     pub context: usize,
+    /// per-pair RoPE frequency divisors (Llama 3.1 scaling: GGUF `rope_freqs.weight`, or
+    /// computed from `rope_scaling` in `config.json`); None divides by 1
+    pub rope_freq_factors: Option<Vec<f64>>,
 }
 
 /// Errors of loading, building or generating.
@@ -68,6 +74,9 @@ pub enum LlamaError {
     /// The runner (compile or run) failed.
     #[error("running the model: {0}")]
     Run(String),
+    /// A Hugging Face folder's files (weights, tokenizer) are missing or malformed.
+    #[error(transparent)]
+    Files(#[from] crate::error::ModelError),
 }
 
 fn model_err(m: impl Into<String>) -> LlamaError {
@@ -137,6 +146,7 @@ impl LlamaConfig {
                 Some(_) => u("llama.context_length")?,
                 None => 2048,
             },
+            rope_freq_factors: None,
         };
         if cfg.layers == 0 || cfg.ffn == 0 || cfg.vocab == 0 {
             return Err(model_err(format!("empty dimensions in {cfg:?}")));
@@ -147,6 +157,16 @@ impl LlamaConfig {
     /// Query heads per KV head.
     pub fn group(&self) -> usize {
         self.heads / self.kv_heads
+    }
+
+    /// The rotation angle per position of RoPE pair `i`: `base^(-2i/head_dim)`, divided by
+    /// the pair's frequency factor when the model scales RoPE.
+    pub fn inv_freq(&self, i: usize) -> f64 {
+        let f = self.rope_base.powf(-2.0 * i as f64 / self.head_dim as f64);
+        match &self.rope_freq_factors {
+            Some(d) => f / d.get(i).copied().unwrap_or(1.0),
+            None => f,
+        }
     }
 }
 
@@ -163,7 +183,7 @@ pub struct Llama {
     /// hyper-parameters
     pub config: LlamaConfig,
     /// the tokenizer embedded in the file
-    pub tokenizer: GgufTokenizer,
+    pub tokenizer: ChatTokenizer,
     /// every weight by param name; projections as packed `u8` vectors
     pub params: Vec<(String, Arc<Tensor>)>,
     linears: HashMap<String, Linear>,
@@ -210,8 +230,19 @@ impl Llama {
     /// # Errors
     /// Missing tensors, unsupported types, or shapes that disagree with the config.
     pub fn from_gguf(f: &GgufFile) -> Result<Llama, LlamaError> {
-        let config = LlamaConfig::from_gguf(f)?;
-        let tokenizer = GgufTokenizer::from_gguf(f)?;
+        let mut config = LlamaConfig::from_gguf(f)?;
+        if f.tensor("rope_freqs.weight").is_some() {
+            // Llama 3.1 scaling: one frequency divisor per RoPE pair
+            let (shape, v) = f.dequantize("rope_freqs.weight")?;
+            if shape != [config.head_dim / 2] {
+                return Err(model_err(format!(
+                    "rope_freqs.weight has shape {shape:?}, expected [{}]",
+                    config.head_dim / 2
+                )));
+            }
+            config.rope_freq_factors = Some(v.iter().map(|&x| x as f64).collect());
+        }
+        let tokenizer = ChatTokenizer::from_gguf(f)?;
         let c = &config;
         let mut params = Vec::new();
         let mut linears = HashMap::new();
@@ -282,6 +313,39 @@ impl Llama {
             embd: (embd, embd_format),
             weight_bytes,
         })
+    }
+
+    /// Loads a model from a path: a GGUF file, a folder holding a `.gguf` file, or a Hugging
+    /// Face folder (`config.json` + safetensors + `tokenizer.json`).
+    ///
+    /// # Errors
+    /// No such path, nothing loadable in the folder, or the loader's own errors.
+    pub fn open(path: &std::path::Path) -> Result<Llama, LlamaError> {
+        if path.is_dir() {
+            if path.join("config.json").is_file() {
+                return Llama::from_hf_dir(path);
+            }
+            let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| model_err(format!("{}: {e}", path.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+                .collect();
+            found.sort();
+            let Some(file) = found.first() else {
+                return Err(model_err(format!(
+                    "{}: neither a config.json (Hugging Face folder) nor a .gguf file",
+                    path.display()
+                )));
+            };
+            return Llama::from_gguf(&GgufFile::open(file)?);
+        }
+        if !path.exists() {
+            return Err(model_err(format!(
+                "{}: no such file or folder",
+                path.display()
+            )));
+        }
+        Llama::from_gguf(&GgufFile::open(path)?)
     }
 
     /// Bytes of weights one decode step reads: every projection and norm, plus one
@@ -749,7 +813,7 @@ fn rope_tables(c: &LlamaConfig, start: usize, n: usize) -> (Tensor, Tensor) {
     let mut sin = Vec::with_capacity(n * half);
     for p in start..start + n {
         for i in 0..half {
-            let theta = p as f64 * c.rope_base.powf(-2.0 * i as f64 / c.head_dim as f64);
+            let theta = p as f64 * c.inv_freq(i);
             cos.push(theta.cos() as f32);
             sin.push(theta.sin() as f32);
         }
@@ -767,7 +831,7 @@ fn set_rope(c: &LlamaConfig, pos: usize, inputs: &mut HashMap<String, Tensor>) {
     for (name, f) in [("cos", f64::cos as fn(f64) -> f64), ("sin", f64::sin)] {
         if let Some(TensorData::F32(v)) = inputs.get_mut(name).map(|t| t.data_mut()) {
             for (i, x) in v.iter_mut().enumerate().take(half) {
-                let theta = pos as f64 * c.rope_base.powf(-2.0 * i as f64 / c.head_dim as f64);
+                let theta = pos as f64 * c.inv_freq(i);
                 *x = f(theta) as f32;
             }
         }

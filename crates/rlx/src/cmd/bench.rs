@@ -77,8 +77,10 @@ pub fn run(args: Args) -> CmdResult {
 
     let t_load = Instant::now();
     let path = args.model.as_str();
-    let prepared = if path.ends_with(".gguf") {
-        return bench_gguf(path, &args, device);
+    let is_llama_dir = Path::new(path).is_dir()
+        && rlx_models::family(Path::new(path)).ok() == Some(rlx_models::Family::Llama);
+    let prepared = if path.ends_with(".gguf") || is_llama_dir {
+        return bench_llama(path, &args, device);
     } else if path.ends_with(".onnx") {
         prepare_onnx(path, files, &random, &dims)?
     } else {
@@ -165,12 +167,13 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[i]
 }
 
-/// GGUF models (Llama family): compile the prefill and decode graphs (timed apart), then
-/// time greedy decode steps with a KV cache; `--warmup` steps are run and dropped first.
-fn bench_gguf(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult {
+/// Llama-family models (GGUF, or a Hugging Face folder): compile the prefill and decode
+/// graphs (timed apart), then time greedy decode steps with a KV cache; `--warmup` steps are
+/// run and dropped first.
+fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult {
     use rlx_models::llama::{Generator, Llama, Sampling};
     let t_load = Instant::now();
-    let model = Llama::from_gguf(&rlx_gguf::GgufFile::open(path)?)?;
+    let model = Llama::open(Path::new(path))?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let runner =
         super::generate::SessionRunner::new(Session::new(device)?, CompileOptions::default());
@@ -262,6 +265,14 @@ fn prepare_folder(
     let dir = rlx_models::resolve(spec)?;
     match rlx_models::family(&dir)? {
         Family::Bert => {}
+        Family::Llama => {
+            return Err(format!(
+                "{}: a downloaded Llama folder: run `rlx bench {}`",
+                spec,
+                dir.display()
+            )
+            .into())
+        }
     }
     let model = BertModel::load(&dir)?;
     let batch = dims.get("batch").copied().unwrap_or(1);

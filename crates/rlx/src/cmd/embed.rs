@@ -33,6 +33,14 @@ pub fn run(args: Args) -> CmdResult {
     let dir = rlx_models::resolve(&args.model)?;
     match rlx_models::family(&dir)? {
         Family::Bert => {}
+        Family::Llama => {
+            return Err(format!(
+                "{}: a Llama model generates text; use `rlx generate --model {}`",
+                dir.display(),
+                dir.display()
+            )
+            .into())
+        }
     }
     let t0 = Instant::now();
     let model = BertModel::load(&dir)?;

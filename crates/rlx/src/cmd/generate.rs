@@ -1,16 +1,17 @@
-//! `rlx generate PROMPT --model FILE|DIR`: text generation with a Llama-family GGUF model.
+//! `rlx generate PROMPT --model FILE|DIR`: text generation with a Llama-family model (GGUF, or
+//! a Hugging Face folder with safetensors).
 //! Tokens stream to stdout as they are produced; prompt and decode tokens/s go to stderr at
 //! the end (or, with `--json`, one JSON object with text, tokens and timings to stdout).
 
 use super::model::device;
 use super::CmdResult;
-use rlx_gguf::{chat_prompt, GgufFile};
+use rlx_gguf::chat_prompt;
 use rlx_ir::{Graph, Tensor};
 use rlx_models::llama::{Generator, Llama, Runner, Sampling};
 use rlx_runtime::{CompileOptions, CompiledGraph, Session};
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,7 +20,8 @@ use std::time::Instant;
 pub struct Args {
     /// The prompt text.
     prompt: String,
-    /// A GGUF file, or a folder holding one.
+    /// A GGUF file, a folder holding one, or a Hugging Face Llama folder (`config.json`,
+    /// safetensors, `tokenizer.json`).
     #[arg(long)]
     model: PathBuf,
     /// Most tokens to generate.
@@ -89,39 +91,17 @@ impl Runner for SessionRunner {
     }
 }
 
-/// The GGUF file named by `--model`: the path itself, or the only/first `.gguf` in a folder.
-fn gguf_path(p: &Path) -> Result<PathBuf, String> {
-    if p.is_dir() {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(p)
-            .map_err(|e| format!("{}: {e}", p.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
-            .collect();
-        found.sort();
-        found
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("{}: no .gguf file in this folder", p.display()))
-    } else if p.exists() {
-        Ok(p.to_path_buf())
-    } else {
-        Err(format!("{}: no such file or folder", p.display()))
-    }
-}
-
 /// Generates and prints.
 pub fn run(args: Args) -> CmdResult {
     if !(0.0..=1.0).contains(&args.top_p) || args.temperature < 0.0 {
         return Err("--top-p must be in [0, 1] and --temperature >= 0".into());
     }
     let device = device(&args.device)?;
-    let path = gguf_path(&args.model)?;
+    let path = &args.model;
     let t0 = Instant::now();
-    let model = {
-        let file = GgufFile::open(&path)?;
-        Llama::from_gguf(&file)?
-        // the mapping is dropped here: weights live (packed) in the model's params
-    };
+    // GGUF file or folder, or a Hugging Face folder; the file mappings are dropped once
+    // loaded: weights live (packed) in the model's params.
+    let model = Llama::open(path)?;
     let load_s = t0.elapsed().as_secs_f64();
     let text = if args.chat {
         chat_prompt(model.tokenizer.chat_template.as_deref(), &args.prompt)
@@ -204,6 +184,6 @@ pub fn run(args: Args) -> CmdResult {
     Ok(())
 }
 
-fn gen_stop(tok: &rlx_gguf::GgufTokenizer, id: u32) -> bool {
+fn gen_stop(tok: &rlx_gguf::ChatTokenizer, id: u32) -> bool {
     tok.stop_ids.contains(&id)
 }

@@ -46,6 +46,11 @@ pub fn load_folder(spec: &str) -> Result<Loaded, Box<dyn std::error::Error>> {
                 params: m.params,
             })
         }
+        rlx_models::Family::Llama => Err(format!(
+            "{}: a Llama model runs through `rlx generate` (or `rlx bench`), not as one graph",
+            dir.display()
+        )
+        .into()),
     }
 }
 

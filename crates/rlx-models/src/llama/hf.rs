@@ -1,0 +1,565 @@
+//! Llama-family models from a Hugging Face folder: `config.json` (`model_type: "llama"`),
+//! safetensors weights (one file or sharded), `tokenizer.json`, and when present
+//! `tokenizer_config.json` / `generation_config.json` (BOS, stop ids, chat template).
+//!
+//! Projection weights keep their file dtype: f32, f16 or bf16 rows become the packed operand
+//! of an [`rlx_ir::Op::QuantMatMul`] in that format, widened per tile by the GEMM with f32
+//! accumulation, so a bf16 checkpoint runs with bf16 weights in memory. Hugging Face orders
+//! the Q and K projection rows for "rotate half" RoPE (pair `i` with `i + head_dim/2`); the
+//! graph rotates adjacent pairs like GGUF does, so those rows are permuted at load (per
+//! head, `[2, head_dim/2]` becomes `[head_dim/2, 2]`), the permutation llama.cpp's converter
+//! applies. Attention scores are unchanged by permuting Q and K alike.
+
+use super::{model_err, Linear, Llama, LlamaConfig, LlamaError};
+use crate::error::ModelError;
+use crate::weights::Weights;
+use rlx_gguf::{ChatTokenizer, QuantFormat};
+use rlx_ir::{DType, Tensor, TensorData};
+use safetensors::Dtype;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The fields of a Llama `config.json` RLX reads.
+#[derive(Debug, Clone, Deserialize)]
+struct HfLlamaConfig {
+    #[serde(default)]
+    model_type: String,
+    hidden_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    #[serde(default)]
+    num_key_value_heads: Option<usize>,
+    intermediate_size: usize,
+    vocab_size: usize,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f64,
+    #[serde(default = "default_theta")]
+    rope_theta: f64,
+    #[serde(default = "default_context")]
+    max_position_embeddings: usize,
+    #[serde(default)]
+    head_dim: Option<usize>,
+    #[serde(default = "default_act")]
+    hidden_act: String,
+    #[serde(default)]
+    attention_bias: bool,
+    #[serde(default)]
+    mlp_bias: bool,
+    #[serde(default)]
+    rope_scaling: Option<Value>,
+}
+
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_theta() -> f64 {
+    10000.0
+}
+fn default_context() -> usize {
+    2048
+}
+fn default_act() -> String {
+    "silu".into()
+}
+
+impl LlamaConfig {
+    /// Reads a Hugging Face Llama `config.json` (its text; `file` names it in errors).
+    ///
+    /// # Errors
+    /// Not JSON, another `model_type`, missing fields, inconsistent sizes, or features RLX
+    /// does not build (projection biases, an activation other than SiLU, an unknown RoPE
+    /// scaling type).
+    pub fn from_hf_json(text: &str, file: &str) -> Result<LlamaConfig, LlamaError> {
+        let bad = |m: String| model_err(format!("{file}: {m}"));
+        let h: HfLlamaConfig =
+            serde_json::from_str(text).map_err(|e| bad(format!("not a Llama config: {e}")))?;
+        if h.model_type != "llama" {
+            return Err(bad(format!(
+                "model_type `{}` is not supported here (RLX builds `llama`)",
+                h.model_type
+            )));
+        }
+        if h.attention_bias || h.mlp_bias {
+            return Err(bad(
+                "projection biases (attention_bias / mlp_bias) are not supported".into(),
+            ));
+        }
+        if h.hidden_act != "silu" {
+            return Err(bad(format!(
+                "hidden_act `{}` is not supported (Llama uses silu)",
+                h.hidden_act
+            )));
+        }
+        let heads = h.num_attention_heads;
+        let kv_heads = h.num_key_value_heads.unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(bad(format!(
+                "{heads} attention heads are not a multiple of {kv_heads} KV heads"
+            )));
+        }
+        let head_dim = match h.head_dim {
+            Some(d) => d,
+            None if h.hidden_size.is_multiple_of(heads) => h.hidden_size / heads,
+            None => {
+                return Err(bad(format!(
+                    "hidden size {} is not divisible into {heads} heads",
+                    h.hidden_size
+                )))
+            }
+        };
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(bad(format!(
+                "head size {head_dim} is odd; RoPE needs pairs"
+            )));
+        }
+        if h.num_hidden_layers == 0 || h.intermediate_size == 0 || h.vocab_size == 0 {
+            return Err(bad("empty dimensions".into()));
+        }
+        let mut cfg = LlamaConfig {
+            layers: h.num_hidden_layers,
+            hidden: h.hidden_size,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn: h.intermediate_size,
+            vocab: h.vocab_size,
+            eps: h.rms_norm_eps,
+            rope_base: h.rope_theta,
+            context: h.max_position_embeddings,
+            rope_freq_factors: None,
+        };
+        if let Some(s) = h.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+            cfg.rope_freq_factors = rope_scaling_factors(s, &cfg).map_err(bad)?;
+        }
+        Ok(cfg)
+    }
+}
+
+/// Per-pair frequency divisors of a `rope_scaling` object: Llama 3.1's `llama3` type
+/// (long wavelengths slowed by `factor`, short ones kept, a smooth blend between), or None
+/// for `default`.
+fn rope_scaling_factors(s: &Value, c: &LlamaConfig) -> Result<Option<Vec<f64>>, String> {
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    match kind {
+        "default" => Ok(None),
+        "llama3" => {
+            let num = |k: &str| {
+                s.get(k)
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| format!("rope_scaling `llama3` needs a number `{k}`"))
+            };
+            let factor = num("factor")?;
+            let (low, high) = (num("low_freq_factor")?, num("high_freq_factor")?);
+            let old = num("original_max_position_embeddings")?;
+            if factor <= 0.0 || high <= low {
+                return Err(format!(
+                    "rope_scaling: factor {factor}, low/high {low}/{high} are not usable"
+                ));
+            }
+            let (low_wavelen, high_wavelen) = (old / low, old / high);
+            let factors = (0..c.head_dim / 2)
+                .map(|i| {
+                    let f = c.rope_base.powf(-2.0 * i as f64 / c.head_dim as f64);
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    let scaled = if wavelen < high_wavelen {
+                        f
+                    } else if wavelen > low_wavelen {
+                        f / factor
+                    } else {
+                        let smooth = (old / wavelen - low) / (high - low);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    };
+                    f / scaled
+                })
+                .collect();
+            Ok(Some(factors))
+        }
+        other => Err(format!(
+            "rope_scaling type `{other}` is not supported (RLX reads `llama3` and `default`)"
+        )),
+    }
+}
+
+/// The packed-weight format of a safetensors dtype, for projections.
+fn format_of(d: Dtype) -> Option<QuantFormat> {
+    match d {
+        Dtype::F32 => Some(QuantFormat::F32),
+        Dtype::F16 => Some(QuantFormat::F16),
+        Dtype::BF16 => Some(QuantFormat::BF16),
+        _ => None,
+    }
+}
+
+/// Reorders the rows of a `[heads * head_dim, k]` projection from "rotate half" pairing to
+/// adjacent pairs: within each head, row `s * half + j` moves to `2 * j + s`.
+fn permute_rope_rows(bytes: &[u8], heads: usize, head_dim: usize) -> Vec<u8> {
+    let row = bytes.len() / (heads * head_dim);
+    let half = head_dim / 2;
+    let mut out = vec![0u8; bytes.len()];
+    for h in 0..heads {
+        for s in 0..2 {
+            for j in 0..half {
+                let src = (h * head_dim + s * half + j) * row;
+                let dst = (h * head_dim + 2 * j + s) * row;
+                out[dst..dst + row].copy_from_slice(&bytes[src..src + row]);
+            }
+        }
+    }
+    out
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>, LlamaError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let label = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+        path: label.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| model_err(format!("{label}: not JSON: {e}")))
+}
+
+/// Token ids in a config field that holds one id or a list of them.
+fn ids_of(v: Option<&Value>) -> Vec<u32> {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().map(|x| x as u32).into_iter().collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64().map(|x| x as u32))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A special token named in `tokenizer_config.json`: a string or `{"content": ...}`.
+fn token_text(v: Option<&Value>) -> Option<&str> {
+    match v? {
+        Value::String(s) => Some(s),
+        Value::Object(o) => o.get("content").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+/// The tokenizer of a Hugging Face folder, with BOS, stop ids and chat template gathered
+/// from its JSON files.
+///
+/// # Errors
+/// No `tokenizer.json`, or one the `tokenizers` crate cannot read.
+pub fn hf_tokenizer(dir: &Path, config: &Value) -> Result<ChatTokenizer, LlamaError> {
+    let path = dir.join("tokenizer.json");
+    if !path.is_file() {
+        return Err(ModelError::MissingFile {
+            dir: dir.display().to_string(),
+            file: "tokenizer.json".into(),
+            what: "the tokenizer".into(),
+        }
+        .into());
+    }
+    let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| ModelError::Tokenizer {
+        file: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let tc = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
+    let gc = read_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
+    let by_text = |v: Option<&Value>| token_text(v).and_then(|t| inner.token_to_id(t));
+    let bos = ids_of(gc.get("bos_token_id"))
+        .first()
+        .or(ids_of(config.get("bos_token_id")).first())
+        .copied()
+        .or_else(|| by_text(tc.get("bos_token")));
+    let mut eos = ids_of(gc.get("eos_token_id"));
+    for id in ids_of(config.get("eos_token_id"))
+        .into_iter()
+        .chain(by_text(tc.get("eos_token")))
+    {
+        if !eos.contains(&id) {
+            eos.push(id);
+        }
+    }
+    // BOS as the file's post-processor would add it, unless tokenizer_config.json says.
+    let add_bos = match tc.get("add_bos_token").and_then(Value::as_bool) {
+        Some(b) => b,
+        None => match (bos, inner.encode("a", true), inner.encode("a", false)) {
+            (Some(b), Ok(with), Ok(without)) => {
+                with.get_ids().first() == Some(&b) && without.get_ids().first() != Some(&b)
+            }
+            _ => false,
+        },
+    };
+    let chat_template = match tc.get("chat_template") {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(list)) => list
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+            .or(list.first())
+            .and_then(|t| t.get("template"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        _ => None,
+    };
+    let mut stop_ids = eos.clone();
+    for t in ["<|im_end|>", "<|eot_id|>", "<|end_of_text|>"] {
+        if let Some(id) = inner.token_to_id(t) {
+            if !stop_ids.contains(&id) {
+                stop_ids.push(id);
+            }
+        }
+    }
+    let mut tok = ChatTokenizer::from_tokenizer(inner);
+    tok.bos = bos;
+    tok.eos = eos.first().copied();
+    tok.add_bos = add_bos;
+    tok.chat_template = chat_template;
+    tok.stop_ids = stop_ids;
+    Ok(tok)
+}
+
+impl Llama {
+    /// Loads a Llama model from a Hugging Face folder. Projections are copied out of the
+    /// mapping once, in their file dtype (Q/K rows permuted for the graph's RoPE pairing);
+    /// norms become f32.
+    ///
+    /// # Errors
+    /// Missing files or tensors (named, with the expected shape), weights in a dtype other
+    /// than f32/f16/bf16, or a config RLX does not build.
+    pub fn from_hf_dir(dir: &Path) -> Result<Llama, LlamaError> {
+        let cfg_path = dir.join("config.json");
+        let Some(cfg_json) = read_json(&cfg_path)? else {
+            return Err(ModelError::MissingFile {
+                dir: dir.display().to_string(),
+                file: "config.json".into(),
+                what: "the model's hyper-parameters".into(),
+            }
+            .into());
+        };
+        let config =
+            LlamaConfig::from_hf_json(&cfg_json.to_string(), &cfg_path.display().to_string())?;
+        let tied = cfg_json
+            .get("tie_word_embeddings")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let weights = Weights::open_dir(dir)?;
+        let tokenizer = hf_tokenizer(dir, &cfg_json)?;
+        let c = &config;
+        let mut params = Vec::new();
+        let mut linears = HashMap::new();
+        let mut weight_bytes = 0;
+        let mut packed = |hf: &str,
+                          name: &str,
+                          n: usize,
+                          k: usize,
+                          rope_heads: Option<usize>|
+         -> Result<(Arc<Tensor>, QuantFormat), LlamaError> {
+            let (dtype, bytes) = weights.raw(hf, DType::BF16, &[n, k])?;
+            let format = format_of(dtype).ok_or_else(|| {
+                model_err(format!(
+                    "{}: tensor `{hf}` is {dtype:?}; projections must be F32, F16 or BF16",
+                    weights.label()
+                ))
+            })?;
+            let bytes = match rope_heads {
+                Some(h) => permute_rope_rows(bytes, h, c.head_dim),
+                None => bytes.to_vec(),
+            };
+            weight_bytes += bytes.len();
+            let t = Arc::new(
+                Tensor::new(vec![bytes.len()], TensorData::U8(bytes)).expect("length matches"),
+            );
+            linears.insert(name.to_string(), Linear { format, n, k });
+            params.push((name.to_string(), t.clone()));
+            Ok((t, format))
+        };
+        let embd = packed(
+            "model.embed_tokens.weight",
+            "token_embd.weight",
+            c.vocab,
+            c.hidden,
+            None,
+        )?;
+        let head = if !tied && weights.contains("lm_head.weight") {
+            packed("lm_head.weight", "output.weight", c.vocab, c.hidden, None)?;
+            "output.weight".to_string()
+        } else if !tied {
+            // untied but absent: the error names the tensor the config promised
+            return Err(
+                match weights.raw("lm_head.weight", DType::BF16, &[c.vocab, c.hidden]) {
+                    Err(e) => e.into(),
+                    Ok(_) => model_err("lm_head.weight could not be read"),
+                },
+            );
+        } else {
+            "token_embd.weight".to_string()
+        };
+        let (qd, kvd) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        for l in 0..c.layers {
+            let hf = |s: &str| format!("model.layers.{l}.{s}.weight");
+            let ours = |s: &str| format!("blk.{l}.{s}.weight");
+            let a = "self_attn";
+            packed(
+                &hf(&format!("{a}.q_proj")),
+                &ours("attn_q"),
+                qd,
+                c.hidden,
+                Some(c.heads),
+            )?;
+            packed(
+                &hf(&format!("{a}.k_proj")),
+                &ours("attn_k"),
+                kvd,
+                c.hidden,
+                Some(c.kv_heads),
+            )?;
+            packed(
+                &hf(&format!("{a}.v_proj")),
+                &ours("attn_v"),
+                kvd,
+                c.hidden,
+                None,
+            )?;
+            packed(
+                &hf(&format!("{a}.o_proj")),
+                &ours("attn_output"),
+                c.hidden,
+                qd,
+                None,
+            )?;
+            packed(
+                &hf("mlp.gate_proj"),
+                &ours("ffn_gate"),
+                c.ffn,
+                c.hidden,
+                None,
+            )?;
+            packed(&hf("mlp.up_proj"), &ours("ffn_up"), c.ffn, c.hidden, None)?;
+            packed(
+                &hf("mlp.down_proj"),
+                &ours("ffn_down"),
+                c.hidden,
+                c.ffn,
+                None,
+            )?;
+        }
+        let mut norms = vec![(
+            "model.norm.weight".to_string(),
+            "output_norm.weight".to_string(),
+        )];
+        for l in 0..c.layers {
+            let hf = |s: &str| format!("model.layers.{l}.{s}.weight");
+            norms.push((hf("input_layernorm"), format!("blk.{l}.attn_norm.weight")));
+            norms.push((
+                hf("post_attention_layernorm"),
+                format!("blk.{l}.ffn_norm.weight"),
+            ));
+        }
+        for (hf, name) in norms {
+            let t = weights.tensor(&hf, DType::F32, &[c.hidden])?;
+            weight_bytes += c.hidden * 4;
+            params.push((name, Arc::new(t)));
+        }
+        Ok(Llama {
+            config,
+            tokenizer,
+            params,
+            linears,
+            head,
+            embd,
+            weight_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> String {
+        format!(
+            r#"{{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+               "vocab_size": 50, "rms_norm_eps": 1e-5, "rope_theta": 500000.0{extra}}}"#
+        )
+    }
+
+    #[test]
+    fn reads_a_llama_config() {
+        let c = LlamaConfig::from_hf_json(&config(""), "config.json").unwrap();
+        assert_eq!(
+            (c.layers, c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, c.vocab),
+            (2, 64, 4, 2, 16, 96, 50)
+        );
+        assert_eq!(c.eps, 1e-5);
+        assert_eq!(c.rope_base, 500000.0);
+        assert_eq!(c.inv_freq(1), 500000f64.powf(-2.0 / 16.0));
+    }
+
+    #[test]
+    fn llama3_rope_scaling_slows_long_wavelengths_only() {
+        let s = r#", "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}"#;
+        let c = LlamaConfig::from_hf_json(&config(s), "config.json").unwrap();
+        let f = c.rope_freq_factors.as_ref().unwrap();
+        assert_eq!(f.len(), 8);
+        // pair 0: wavelength 2*pi < 8192/4: unscaled
+        assert_eq!(f[0], 1.0);
+        // the last pair: wavelength 2*pi*500000^(14/16) ~ 6.9e5 > 8192: divided by 8
+        assert!((f[7] - 8.0).abs() < 1e-12, "{}", f[7]);
+        // in between, factors rise monotonically from 1 to 8
+        assert!(f.windows(2).all(|w| w[0] <= w[1]));
+        // a pair in the blend region, by the formula written out
+        let (old, low, high, factor) = (8192.0, 1.0, 4.0, 8.0);
+        for (i, &got) in f.iter().enumerate() {
+            let fr = 500000f64.powf(-2.0 * i as f64 / 16.0);
+            let wl = 2.0 * std::f64::consts::PI / fr;
+            if wl >= old / high && wl <= old / low {
+                let sm = (old / wl - low) / (high - low);
+                let want = fr / ((1.0 - sm) * fr / factor + sm * fr);
+                assert!((got - want).abs() < 1e-12);
+            }
+        }
+    }
+
+    #[test]
+    fn unsupported_configs_say_why() {
+        let e = LlamaConfig::from_hf_json(&config(r#", "attention_bias": true"#), "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("attention_bias"), "{e}");
+        let e = LlamaConfig::from_hf_json(&config(r#", "hidden_act": "gelu""#), "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gelu"), "{e}");
+        let e = LlamaConfig::from_hf_json(
+            &config(r#", "rope_scaling": {"type": "yarn", "factor": 4.0}"#),
+            "c.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("yarn"), "{e}");
+        let e = LlamaConfig::from_hf_json(&config("").replace("llama", "mistral"), "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mistral"), "{e}");
+        let e = LlamaConfig::from_hf_json("{", "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.json"), "{e}");
+    }
+
+    #[test]
+    fn rope_rows_move_to_adjacent_pairs() {
+        // 2 heads of head_dim 4, rows of one byte: per head [a0 a1 b0 b1] -> [a0 b0 a1 b1]
+        let rows: Vec<u8> = (0..8).collect();
+        assert_eq!(permute_rope_rows(&rows, 2, 4), vec![0, 2, 1, 3, 4, 6, 5, 7]);
+    }
+}

@@ -1,0 +1,207 @@
+//! Llama from a Hugging Face folder (`config.json` + safetensors + `tokenizer.json`).
+//!
+//! Real weights: `models/smollm2-hf` is SmolLM2-135M-Instruct written as a Hugging Face
+//! folder by `scripts/ref/gguf_to_hf.py` (outside RLX: the `gguf` package dequantizes the
+//! GGUF, Q/K rows go back to Hugging Face's RoPE order, the vocab becomes a `tokenizer.json`).
+//! The values equal the GGUF's, so RLX's greedy continuations from this folder must equal the
+//! numpy reference of the GGUF (`crates/rlx-gguf/tests/fixtures/smollm2_greedy.json`), and
+//! the prompt ids from `tokenizer.json` (through the `tokenizers` crate) must equal the
+//! reference's from-scratch BPE. `scripts/fetch-models.sh` makes the folder; without it the
+//! test says SKIPPED. Error paths use a tiny folder written here.
+
+use rlx_driver::Device;
+use rlx_ir::{Graph, Tensor};
+use rlx_models::llama::{Generator, Llama, Runner, Sampling};
+use rlx_runtime::{CompileOptions, CompiledGraph, Session};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const FIXTURE: &str = include_str!("../../rlx-gguf/tests/fixtures/smollm2_greedy.json");
+
+struct SessionRunner {
+    session: Session,
+    graphs: Vec<CompiledGraph>,
+}
+
+impl Runner for SessionRunner {
+    fn set_param(&mut self, name: &str, value: Arc<Tensor>) {
+        self.session.params().set(name, value);
+    }
+    fn compile(&mut self, graph: &Graph) -> Result<usize, String> {
+        let g = self
+            .session
+            .compile(graph, CompileOptions::default())
+            .map_err(|e| e.to_string())?;
+        self.graphs.push(g);
+        Ok(self.graphs.len() - 1)
+    }
+    fn run(
+        &mut self,
+        handle: usize,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<Vec<(String, Tensor)>, String> {
+        self.graphs[handle].run(inputs).map_err(|e| e.to_string())
+    }
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn hf_folder() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/smollm2-hf");
+    p.join("config.json").is_file().then_some(p)
+}
+
+#[test]
+fn smollm2_hf_folder_greedy_matches_reference() {
+    let Some(dir) = hf_folder() else {
+        rlx_driver::testing::skip(
+            "smollm2_hf_folder_greedy_matches_reference",
+            "models/smollm2-hf not made (run scripts/fetch-models.sh)",
+        );
+        return;
+    };
+    let fixture: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
+    let model = Llama::open(&dir).unwrap();
+    assert_eq!(model.config.kv_heads * 3, model.config.heads, "GQA config");
+    assert_eq!(model.tokenizer.eos, Some(2));
+    assert!(model.tokenizer.chat_template.is_some());
+    let runner = SessionRunner {
+        session: Session::new(Device::Cpu).unwrap(),
+        graphs: Vec::new(),
+    };
+    let mut gen = Generator::new(&model, runner);
+    gen.stop_ids.clear();
+    let n = fixture["new_tokens"].as_u64().unwrap() as usize;
+    for case in fixture["cases"].as_array().unwrap() {
+        let prompt = case["prompt"].as_str().unwrap();
+        let got_prompt = model.tokenizer.encode(prompt).unwrap();
+        assert_eq!(
+            got_prompt,
+            ids(&case["prompt_ids"]),
+            "prompt ids of {prompt:?}"
+        );
+        let stats = gen
+            .generate(&got_prompt, n, &Sampling::default(), |_| {})
+            .unwrap();
+        let text = model.tokenizer.decode(&stats.tokens, false).unwrap();
+        println!("{prompt:?} -> {text:?}");
+        assert_eq!(
+            stats.tokens,
+            ids(&case["greedy_ids"]),
+            "greedy continuation of {prompt:?}: {text:?}"
+        );
+        if prompt == "The capital of France is" {
+            assert!(text.contains("Paris"), "{text:?}");
+        }
+    }
+}
+
+/// A tiny Llama folder: 1 layer, hidden 8, 2 heads, 1 KV head, vocab 6, tied embeddings.
+fn tiny_folder(dir: &Path, skip: Option<&str>, with_tokenizer: bool) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 12,
+            "vocab_size": 6, "tie_word_embeddings": true, "eos_token_id": 1}"#,
+    )
+    .unwrap();
+    let shapes: Vec<(String, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![6, 8]),
+        ("model.norm.weight".into(), vec![8]),
+        ("model.layers.0.input_layernorm.weight".into(), vec![8]),
+        (
+            "model.layers.0.post_attention_layernorm.weight".into(),
+            vec![8],
+        ),
+        ("model.layers.0.self_attn.q_proj.weight".into(), vec![8, 8]),
+        ("model.layers.0.self_attn.k_proj.weight".into(), vec![4, 8]),
+        ("model.layers.0.self_attn.v_proj.weight".into(), vec![4, 8]),
+        ("model.layers.0.self_attn.o_proj.weight".into(), vec![8, 8]),
+        ("model.layers.0.mlp.gate_proj.weight".into(), vec![12, 8]),
+        ("model.layers.0.mlp.up_proj.weight".into(), vec![12, 8]),
+        ("model.layers.0.mlp.down_proj.weight".into(), vec![8, 12]),
+    ];
+    let data: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
+        .into_iter()
+        .filter(|(n, _)| Some(n.as_str()) != skip)
+        .map(|(n, s)| {
+            let count: usize = s.iter().product();
+            let bytes = (0..count)
+                .flat_map(|i| half::bf16::from_f32((i % 7) as f32 * 0.05 - 0.1).to_le_bytes())
+                .collect();
+            (n, s, bytes)
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
+        .iter()
+        .map(|(n, s, b)| {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, s.clone(), b)
+                .unwrap();
+            (n.clone(), v)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    if with_tokenizer {
+        std::fs::write(
+            dir.join("tokenizer.json"),
+            r#"{"version": "1.0", "model": {"type": "WordLevel", "unk_token": "<unk>",
+                "vocab": {"<unk>": 0, "</s>": 1, "a": 2, "b": 3, "c": 4, "d": 5}},
+                "pre_tokenizer": {"type": "Whitespace"}}"#,
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn tiny_bf16_folder_loads_and_generates() {
+    let dir = std::env::temp_dir().join(format!("rlx-llama-hf-ok-{}", std::process::id()));
+    tiny_folder(&dir, None, true);
+    let model = Llama::open(&dir).unwrap();
+    assert_eq!(model.tokenizer.encode("a b c").unwrap(), vec![2, 3, 4]);
+    assert_eq!(model.tokenizer.stop_ids, vec![1]);
+    let runner = SessionRunner {
+        session: Session::new(Device::Cpu).unwrap(),
+        graphs: Vec::new(),
+    };
+    let mut gen = Generator::new(&model, runner);
+    gen.stop_ids.clear();
+    let stats = gen
+        .generate(&[2, 3], 4, &Sampling::default(), |_| {})
+        .unwrap();
+    assert_eq!(stats.tokens.len(), 4);
+    assert!(stats.tokens.iter().all(|&t| t < 6));
+    // bf16 weights stay bf16: two bytes per projection value
+    let q = model
+        .params
+        .iter()
+        .find(|(n, _)| n == "blk.0.attn_q.weight")
+        .unwrap();
+    assert_eq!(q.1.size_bytes(), 8 * 8 * 2);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn missing_tensor_and_tokenizer_are_named() {
+    let dir = std::env::temp_dir().join(format!("rlx-llama-hf-bad-{}", std::process::id()));
+    tiny_folder(&dir, Some("model.layers.0.mlp.up_proj.weight"), true);
+    let e = Llama::open(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("model.layers.0.mlp.up_proj.weight") && e.contains("[12, 8]"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    tiny_folder(&dir, None, false);
+    let e = Llama::open(&dir).unwrap_err().to_string();
+    assert!(e.contains("tokenizer.json"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+    let e = Llama::open(&dir.join("nothing")).unwrap_err().to_string();
+    assert!(e.contains("no such file or folder"), "{e}");
+}
