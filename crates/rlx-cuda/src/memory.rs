@@ -1,19 +1,24 @@
 //! Device memory on rlx-mem: [`CudaProvider`] hands out raw blocks with `cuMemAlloc` and
-//! takes them back with `cuMemFree`; all pooling (TLSF sub-allocation, cached blocks, stats,
+//! takes them back with `cuMemFree`, and implements rlx-mem's virtual-memory calls with the
+//! driver's VMM API (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap` + `cuMemSetAccess`,
+//! `cuMemUnmap`, `cuMemRelease`), so an expandable segment can grow on the device; all pooling (TLSF sub-allocation, cached blocks, stats,
 //! out-of-memory trim and retry) is rlx-mem's [`SubAllocator`]. [`Pinned`] is page-locked
 //! host memory for staging copies.
 
 use crate::device::CudaDevice;
 use crate::CudaError;
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use rlx_mem::{
-    Allocation, AllocatorConfig, Block, BlockProvider, MemError, ProviderStats, Stats, SubAllocator,
+    Allocation, AllocatorConfig, Block, BlockProvider, MemError, PhysicalGranule, ProviderStats,
+    Stats, SubAllocator, VirtualRange,
 };
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Raw device blocks from the driver.
 pub struct CudaProvider {
     stats: ProviderStats,
+    /// the VMM granule, queried on first use (`Some(None)`: the driver has no VMM)
+    granule: OnceLock<Option<usize>>,
 }
 
 impl CudaProvider {
@@ -21,8 +26,31 @@ impl CudaProvider {
     pub fn new() -> CudaProvider {
         CudaProvider {
             stats: ProviderStats::default(),
+            granule: OnceLock::new(),
         }
     }
+}
+
+/// Device-0 memory, pinned (not migratable), no export handle: what `cuMemCreate` allocates.
+fn vmm_prop() -> sys::CUmemAllocationProp {
+    // SAFETY: a plain C struct for which all-zero is a valid value (no handle types, no flags).
+    let mut p: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    p.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = 0;
+    p
+}
+
+fn vmm_fail(requested: usize, call: &str, r: sys::CUresult) -> MemError {
+    MemError::ProviderFailed {
+        device: "cuda:0".into(),
+        requested,
+        reason: format!("{call}: {r:?}"),
+    }
+}
+
+fn vmm_ok(r: sys::CUresult) -> bool {
+    r == sys::CUresult::CUDA_SUCCESS
 }
 
 impl Default for CudaProvider {
@@ -74,6 +102,129 @@ impl BlockProvider for CudaProvider {
 
     fn stats(&self) -> ProviderStats {
         self.stats
+    }
+
+    fn granule_size(&self) -> Option<usize> {
+        *self.granule.get_or_init(|| {
+            let prop = vmm_prop();
+            let mut g = 0usize;
+            // SAFETY: out-pointer to a local; `prop` is a valid allocation description.
+            let r = unsafe {
+                sys::cuMemGetAllocationGranularity(
+                    &mut g,
+                    &prop,
+                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+                )
+            };
+            (vmm_ok(r) && g.is_power_of_two()).then_some(g)
+        })
+    }
+
+    fn reserve_virtual(&mut self, size: usize) -> Result<VirtualRange, MemError> {
+        let g = self.granule_size().ok_or_else(|| {
+            vmm_fail(
+                size,
+                "cuMemGetAllocationGranularity",
+                sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            )
+        })?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: reserves address space only; `ptr` is a local out-pointer.
+        let r = unsafe { sys::cuMemAddressReserve(&mut ptr, size, g, 0, 0) };
+        if !vmm_ok(r) {
+            return Err(vmm_fail(size, "cuMemAddressReserve", r));
+        }
+        self.stats.vm_reserves += 1;
+        Ok(VirtualRange {
+            addr: ptr as usize,
+            size,
+            handle: 0,
+        })
+    }
+
+    fn release_virtual(&mut self, range: VirtualRange) {
+        // SAFETY: the range came from `reserve_virtual` and nothing is mapped in it any more.
+        let _ = unsafe { sys::cuMemAddressFree(range.addr as sys::CUdeviceptr, range.size) };
+        self.stats.vm_releases += 1;
+    }
+
+    fn create_physical(&mut self, size: usize) -> Result<PhysicalGranule, MemError> {
+        let g = self.granule_size().unwrap_or(usize::MAX);
+        if size == 0 || !size.is_multiple_of(g) {
+            return Err(vmm_fail(
+                size,
+                "cuMemCreate (size not a multiple of the granule)",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            ));
+        }
+        let prop = vmm_prop();
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: out-pointer to a local; `prop` describes device-0 memory.
+        let r = unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) };
+        if !vmm_ok(r) {
+            return Err(vmm_fail(size, "cuMemCreate", r));
+        }
+        self.stats.physical_creates += 1;
+        self.stats.live_bytes += size;
+        self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
+        Ok(PhysicalGranule { handle, size })
+    }
+
+    fn release_physical(&mut self, granule: PhysicalGranule) {
+        // SAFETY: the handle came from `create_physical` and is unmapped everywhere.
+        let _ = unsafe { sys::cuMemRelease(granule.handle) };
+        self.stats.physical_releases += 1;
+        self.stats.live_bytes = self.stats.live_bytes.saturating_sub(granule.size);
+    }
+
+    fn map(
+        &mut self,
+        range: &VirtualRange,
+        offset: usize,
+        granules: &[PhysicalGranule],
+    ) -> Result<(), MemError> {
+        let total: usize = granules.iter().map(|g| g.size).sum();
+        let base = range.addr + offset;
+        let mut done = 0usize;
+        for g in granules {
+            // SAFETY: maps a live physical handle at an unmapped, reserved, granule-aligned place.
+            let r =
+                unsafe { sys::cuMemMap((base + done) as sys::CUdeviceptr, g.size, 0, g.handle, 0) };
+            if !vmm_ok(r) {
+                if done > 0 {
+                    // SAFETY: undoes the maps above, which all succeeded.
+                    let _ = unsafe { sys::cuMemUnmap(base as sys::CUdeviceptr, done) };
+                }
+                return Err(vmm_fail(total, "cuMemMap", r));
+            }
+            done += g.size;
+        }
+        let desc = sys::CUmemAccessDesc {
+            location: vmm_prop().location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the span was just mapped; one access descriptor for device 0.
+        let r = unsafe { sys::cuMemSetAccess(base as sys::CUdeviceptr, total, &desc, 1) };
+        if !vmm_ok(r) {
+            // SAFETY: undoes the maps above.
+            let _ = unsafe { sys::cuMemUnmap(base as sys::CUdeviceptr, total) };
+            return Err(vmm_fail(total, "cuMemSetAccess", r));
+        }
+        let unit = self.granule_size().unwrap_or(total.max(1));
+        self.stats.map_calls += 1;
+        self.stats.granules_mapped += (total / unit) as u64;
+        self.stats.mapped_bytes += total;
+        Ok(())
+    }
+
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, size: usize) {
+        // SAFETY: the span was mapped by `map`; kernels using it have finished (the caller's
+        // stream-ordered frees guarantee it).
+        let _ = unsafe { sys::cuMemUnmap((range.addr + offset) as sys::CUdeviceptr, size) };
+        let unit = self.granule_size().unwrap_or(size.max(1));
+        self.stats.unmap_calls += 1;
+        self.stats.granules_unmapped += (size / unit) as u64;
+        self.stats.mapped_bytes = self.stats.mapped_bytes.saturating_sub(size);
     }
 }
 
