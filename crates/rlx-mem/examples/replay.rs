@@ -1,16 +1,21 @@
 //! Replays an allocation trace through the rlx-mem sub-allocator and prints the report.
 //!
-//! `replay TRACE [--json] [--expandable | --blocks] [--granule B] [--max-cached B]
-//!  [--block-size B] [--dedicated-threshold B] [--provider auto|host|counting] [--no-grow] [--runs N]`
+//! `replay TRACE [--json] [--expandable | --blocks] [--granule B|online|peak]
+//!  [--granule-divisor K] [--granule-min B] [--granule-max B] [--max-cached B]
+//!  [--headroom-permille N] [--block-size B] [--dedicated-threshold B]
+//!  [--provider auto|host|counting] [--no-grow] [--runs N]`
 //!
-//! `--expandable` (the default) replays through one expandable segment (physical granules of
-//! `--granule` bytes mapped on demand, at most `--max-cached` bytes of free granules kept
-//! mapped); `--blocks` through growable blocks (`--no-grow`: fixed blocks plus dedicated ones).
+//! `--expandable` (the default) replays through one expandable segment (physical pieces mapped
+//! on demand, at most `--max-cached` bytes of free pieces kept mapped). Pieces are sized online
+//! by default (max(`--granule-min`, held / `--granule-divisor`) rounded down to a power of two,
+//! at most `--granule-max`: 12, 8 MiB, 1 GiB); `--granule B` fixes them at B bytes,
+//! `--granule peak` uses the trace's peak / 100 (an oracle). `--blocks` replays through
+//! growable blocks (`--no-grow`: fixed blocks plus dedicated ones).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rlx_mem::{replay_file, ProviderChoice, ReplayOptions};
+use rlx_mem::{replay_file, GranulePolicy, GranuleRule, ProviderChoice, ReplayOptions};
 
 fn parse_bytes(flag: &str, value: Option<String>) -> Result<usize, String> {
     let value = value.ok_or(format!("{flag} needs a value"))?;
@@ -32,6 +37,15 @@ fn run() -> Result<(), String> {
     let mut opts = ReplayOptions::default();
     let mut json = false;
     let mut path: Option<PathBuf> = None;
+    let GranulePolicy::Proportional {
+        mut divisor,
+        mut min_bytes,
+        mut max_bytes,
+    } = GranulePolicy::online()
+    else {
+        unreachable!("the online policy is proportional")
+    };
+    let mut tuned = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => json = true,
@@ -41,7 +55,29 @@ fn run() -> Result<(), String> {
             }
             "--expandable" => opts.expandable = true,
             "--blocks" => opts.expandable = false,
-            "--granule" => opts.granule = Some(parse_bytes(&arg, args.next())?),
+            "--granule" => match args.next() {
+                Some(v) if v == "online" => {
+                    opts.granule = None;
+                    opts.granule_rule = GranuleRule::Online;
+                }
+                Some(v) if v == "peak" => {
+                    opts.granule = None;
+                    opts.granule_rule = GranuleRule::Peak;
+                }
+                v => opts.granule = Some(parse_bytes(&arg, v)?),
+            },
+            "--granule-divisor" => {
+                divisor = parse_bytes(&arg, args.next())?.max(1);
+                tuned = true;
+            }
+            "--granule-min" => {
+                min_bytes = parse_bytes(&arg, args.next())?;
+                tuned = true;
+            }
+            "--granule-max" => {
+                max_bytes = parse_bytes(&arg, args.next())?;
+                tuned = true;
+            }
             "--headroom-permille" => {
                 opts.headroom_permille = parse_bytes(&arg, args.next())?
                     .try_into()
@@ -70,10 +106,18 @@ fn run() -> Result<(), String> {
             _ => return Err(format!("unexpected argument {arg}")),
         }
     }
+    if tuned && opts.granule_rule == GranuleRule::Online {
+        opts.granule_rule = GranuleRule::Policy(GranulePolicy::Proportional {
+            divisor,
+            min_bytes,
+            max_bytes,
+        });
+    }
     let path = path.ok_or(
-        "usage: replay TRACE [--json] [--expandable | --blocks] [--granule B] [--max-cached B] \
-         [--block-size B] [--dedicated-threshold B] [--provider auto|host|counting] [--no-grow] \
-         [--runs N]",
+        "usage: replay TRACE [--json] [--expandable | --blocks] [--granule B|online|peak] \
+         [--granule-divisor K] [--granule-min B] [--granule-max B] [--max-cached B] \
+         [--headroom-permille N] [--block-size B] [--dedicated-threshold B] \
+         [--provider auto|host|counting] [--no-grow] [--runs N]",
     )?;
     let report = replay_file(&path, &opts).map_err(|err| err.to_string())?;
     if json {

@@ -3,20 +3,31 @@
 //! allocation needs it (CUDA `cuMemAddressReserve` + `cuMemCreate` + `cuMemMap`, as PyTorch's
 //! `expandable_segments`; on the host `mmap(PROT_NONE)` plus `mprotect` / `madvise`).
 //!
-//! Per granule of a segment one state: unmapped, *cached* (mapped, but no live or pending range
-//! overlaps it) or *needed*. An allocation maps the unmapped granules it covers; a free turns
-//! the granules that became wholly free into cached ones. Cached granules stay mapped, so
-//! alloc/free churn over the same addresses costs no provider call; when an allocation needs
-//! granules elsewhere, physical granules come from, in order: the pool of unmapped physical
-//! granules, the cached granule at the highest address (unmapped and mapped again at the new
-//! place, as CUDA remaps a physical handle), and only then a new physical granule from the
-//! provider. Highest address first because ranges are placed low (best fit, lowest address), so
-//! the top of a segment is what the next allocations are least likely to reuse; taking the
-//! least recently freed granule instead needed about twice the map calls on the shared traces.
-//! So the physical memory held never exceeds the most granules ever needed at once, unless the
-//! cache limits below release memory (then it can be less, at the price of more calls).
+//! Physical memory comes in pieces ("granules") of a power-of-two number of the provider's
+//! granules (*units*); a piece of `n` units is always mapped at a multiple of `n` units, so a
+//! segment is a buddy-like mosaic of pieces of mixed sizes. Their size is chosen when they are
+//! created, by the [`GranulePolicy`]: the provider's granule, a fixed size, or (the online
+//! policy) a size that grows with the physical memory already held, so a segment starts with
+//! small pieces and creates larger ones as it grows, without knowing its peak in advance.
+//!
+//! Per unit of a segment: *needed* or not (a live or pending range overlaps it) and the mapped
+//! piece covering it, if any. A piece none of whose units is needed is *cached*: it stays
+//! mapped, so alloc/free churn over the same addresses costs no provider call. An allocation
+//! covers each unmapped unit it needs with a piece: an unmapped one from the pool, else a
+//! cached one unmapped elsewhere (the highest-address one, as CUDA remaps a physical handle),
+//! else a new one from the provider — each time the largest piece whose aligned span around
+//! the unit is entirely unmapped (for the pool and the cache; a new piece is at most the
+//! policy's size). Smaller pieces fill spans built for bigger ones, so a free piece of any
+//! size can be reused. Highest address first because ranges are placed low (best fit, lowest
+//! address), so the top of a segment is what the next allocations are least likely to reuse;
+//! taking the least recently freed piece instead needed about twice the map calls on the
+//! shared traces. So the physical memory held is the most needed at once plus what pieces of
+//! the wrong size leave idle, unless the cache limits below release memory (then it can be
+//! less, at the price of more calls).
 
 use serde::Serialize;
+
+use std::collections::BTreeSet;
 
 use crate::provider::{BlockProvider, PhysicalGranule, VirtualRange};
 use crate::stats::Stats;
@@ -29,17 +40,19 @@ pub struct ExpandableConfig {
     /// Address space reserved per segment. One segment normally serves everything; a request
     /// that fits in no segment gets a new one (at least its own size).
     pub segment_size: usize,
-    /// Mapped granules that no allocation uses are kept mapped up to this many bytes; beyond,
+    /// Mapped pieces that no allocation uses are kept mapped up to this many bytes; beyond,
     /// the highest ones are unmapped into the physical pool.
     pub max_cached_bytes: usize,
-    /// Unmapped physical granules kept for remapping up to this many bytes; beyond, they are
-    /// released to the provider.
+    /// Unmapped physical pieces kept for remapping up to this many bytes; beyond, they are
+    /// released to the provider (largest first).
     pub max_pooled_bytes: usize,
     /// Headroom, in thousandths of the peak bytes in use so far: while the physical memory held
     /// stays below that peak plus the headroom, a missing granule is created new rather than
     /// taken from a cached granule elsewhere (which costs an unmap and a map). 0 always remaps
     /// first, so physical memory never exceeds the most granules needed at once.
     pub headroom_permille: u32,
+    /// Size of the physical pieces created.
+    pub granules: GranulePolicy,
 }
 
 impl Default for ExpandableConfig {
@@ -49,72 +62,259 @@ impl Default for ExpandableConfig {
             max_cached_bytes: usize::MAX,
             max_pooled_bytes: usize::MAX,
             headroom_permille: 0,
+            granules: GranulePolicy::Provider,
         }
     }
 }
 
-const UNMAPPED: u8 = 0;
-const CACHED: u8 = 1;
-const NEEDED: u8 = 2;
+/// How large the physical pieces of an expandable segment are ([`ExpandableConfig::granules`]).
+/// Sizes are powers of two, at least the provider's granule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum GranulePolicy {
+    /// The provider's granule ([`BlockProvider::granule_size`]), CUDA's 2 MiB.
+    Provider,
+    /// Every piece has this size (rounded up to a power of two, at least the provider's granule).
+    Fixed {
+        /// Bytes per piece.
+        bytes: usize,
+    },
+    /// Online: each new piece is the largest power of two not above the physical memory held
+    /// so far divided by `divisor`, clamped to `min_bytes..=max_bytes` (then to a power of two
+    /// of at least the provider's granule). Pieces grow with the segment, so the number of
+    /// creations grows with the logarithm of the peak, not the peak, and the last pieces stay a
+    /// small share of it; no knowledge of the peak is needed.
+    Proportional {
+        /// Held bytes per piece size (12: a new piece is at most 1/12 of what is held).
+        divisor: usize,
+        /// Smallest piece.
+        min_bytes: usize,
+        /// Largest piece.
+        max_bytes: usize,
+    },
+}
 
-/// One virtual range and the state of its granules (vectors grow to the highest granule touched).
+impl GranulePolicy {
+    /// The online policy the trace replay uses by default: held / 12, 8 MiB..1 GiB. On the
+    /// shared llama-8B traces it holds fragmentation to 1.017 / 1.032 with 80 / 58 pieces
+    /// created (`bench/mem.md`); the 8 MiB floor keeps the small early pieces from costing
+    /// more creations than the whole peak (with a 2 MiB floor and held / 16: 179 on
+    /// llama8b-seqvar).
+    pub const fn online() -> Self {
+        GranulePolicy::Proportional {
+            divisor: 12,
+            min_bytes: 8 << 20,
+            max_bytes: 1 << 30,
+        }
+    }
+
+    /// Bytes of the next piece created when `held` bytes are held, for a provider granule of
+    /// `unit` bytes (a power of two).
+    pub fn piece_size(&self, held: usize, unit: usize) -> usize {
+        let bytes = match *self {
+            GranulePolicy::Provider => unit,
+            GranulePolicy::Fixed { bytes } => bytes,
+            GranulePolicy::Proportional {
+                divisor,
+                min_bytes,
+                max_bytes,
+            } => {
+                let share = held / divisor.max(1);
+                let floor = if share == 0 {
+                    0
+                } else {
+                    1 << (usize::BITS - 1 - share.leading_zeros())
+                };
+                floor.min(max_bytes).max(min_bytes)
+            }
+        };
+        bytes
+            .max(unit)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << (usize::BITS - 1))
+    }
+}
+
+impl std::fmt::Display for GranulePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::stats::human_bytes;
+        match *self {
+            GranulePolicy::Provider => write!(f, "provider granule"),
+            GranulePolicy::Fixed { bytes } => write!(f, "fixed {}", human_bytes(bytes)),
+            GranulePolicy::Proportional {
+                divisor,
+                min_bytes,
+                max_bytes,
+            } => write!(
+                f,
+                "online: held/{divisor}, {}..{}",
+                human_bytes(min_bytes),
+                human_bytes(max_bytes)
+            ),
+        }
+    }
+}
+
+/// Number of piece size classes (a piece of class `c` is `2^c` units).
+const CLASSES: usize = 40;
+/// Owner of an unmapped unit.
+const NONE: u32 = u32::MAX;
+/// Owner of a unit about to be mapped by the call in progress.
+const PLANNED: u32 = u32::MAX - 1;
+
+/// A physical piece mapped into a segment.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    granule: PhysicalGranule,
+    class: u8,
+    /// First unit; `usize::MAX` marks a free slot.
+    base: usize,
+    /// Needed units it covers; 0 means cached.
+    busy: u32,
+}
+
+/// One virtual range and the state of its units (vectors grow to the highest unit touched).
 #[derive(Debug)]
 struct Segment {
     range: VirtualRange,
-    state: Vec<u8>,
-    physical: Vec<u64>,
-    /// One bit per cached granule, to find the highest one quickly.
-    cached_bits: Vec<u64>,
-    /// Word of `cached_bits` at or above which no bit is set.
-    cached_top: usize,
-    mapped: usize,
-    cached: usize,
+    /// Units in the range.
+    units: usize,
+    needed: Vec<bool>,
+    /// Per unit: slot in `pieces`, `NONE` or `PLANNED`.
+    owner: Vec<u32>,
+    pieces: Vec<Piece>,
+    free_slots: Vec<u32>,
+    /// Per class: first units of the cached pieces.
+    cached: Vec<BTreeSet<usize>>,
+    mapped_units: usize,
+    cached_units: usize,
 }
 
 impl Segment {
-    fn new(range: VirtualRange) -> Self {
+    fn new(range: VirtualRange, shift: u32) -> Self {
         Segment {
+            units: range.size >> shift,
             range,
-            state: Vec::new(),
-            physical: Vec::new(),
-            cached_bits: Vec::new(),
-            cached_top: 0,
-            mapped: 0,
-            cached: 0,
+            needed: Vec::new(),
+            owner: Vec::new(),
+            pieces: Vec::new(),
+            free_slots: Vec::new(),
+            cached: vec![BTreeSet::new(); CLASSES],
+            mapped_units: 0,
+            cached_units: 0,
         }
     }
 
-    fn cover(&mut self, granules: usize) {
-        if self.state.len() < granules {
-            self.state.resize(granules, UNMAPPED);
-            self.physical.resize(granules, 0);
-            self.cached_bits.resize(granules.div_ceil(64), 0);
+    fn cover(&mut self, units: usize) {
+        if self.needed.len() < units {
+            self.needed.resize(units, false);
+            self.owner.resize(units, NONE);
         }
     }
 
-    fn set_cached(&mut self, g: usize) {
-        self.state[g] = CACHED;
-        self.cached += 1;
-        self.cached_bits[g / 64] |= 1 << (g % 64);
-        self.cached_top = self.cached_top.max(g / 64 + 1);
+    fn owner_of(&self, unit: usize) -> u32 {
+        self.owner.get(unit).copied().unwrap_or(NONE)
     }
 
-    /// Takes granule `g` out of the cached set; its new state is up to the caller.
-    fn clear_cached(&mut self, g: usize) {
-        self.cached -= 1;
-        self.cached_bits[g / 64] &= !(1 << (g % 64));
-    }
-
-    /// The cached granule at the highest address.
-    fn highest_cached(&mut self) -> Option<usize> {
-        while self.cached_top > 0 {
-            let word = self.cached_bits[self.cached_top - 1];
-            if word != 0 {
-                return Some((self.cached_top - 1) * 64 + 63 - word.leading_zeros() as usize);
+    /// Largest class `c <= limit` whose aligned span of `2^c` units around `unit` (unmapped
+    /// itself) is unmapped and inside the range.
+    fn free_class_at(&self, unit: usize, limit: usize) -> usize {
+        let mut class = 0;
+        while class < limit {
+            let half = 1usize << class;
+            let base = unit & !(2 * half - 1);
+            if base + 2 * half > self.units {
+                break;
             }
-            self.cached_top -= 1;
+            let sibling = (unit & !(half - 1)) ^ half;
+            if (sibling..sibling + half).any(|u| self.owner_of(u) != NONE) {
+                break;
+            }
+            class += 1;
         }
-        None
+        class
+    }
+
+    /// A unit became needed: its piece (if any) is busy.
+    fn need(&mut self, unit: usize) -> bool {
+        self.needed[unit] = true;
+        let slot = self.owner[unit];
+        if slot >= PLANNED {
+            return false;
+        }
+        let piece = &mut self.pieces[slot as usize];
+        piece.busy += 1;
+        if piece.busy == 1 {
+            self.cached[piece.class as usize].remove(&piece.base);
+            self.cached_units -= 1 << piece.class;
+        }
+        true
+    }
+
+    /// A unit is no longer needed: its piece may become cached.
+    fn release(&mut self, unit: usize) {
+        self.needed[unit] = false;
+        let slot = self.owner[unit];
+        if slot >= PLANNED {
+            return;
+        }
+        let piece = &mut self.pieces[slot as usize];
+        piece.busy -= 1;
+        if piece.busy == 0 {
+            self.cached[piece.class as usize].insert(piece.base);
+            self.cached_units += 1 << piece.class;
+        }
+    }
+
+    /// Records `granule` as mapped at `base` (its units were `PLANNED`).
+    fn install(&mut self, base: usize, granule: PhysicalGranule, class: u8) {
+        let n = 1usize << class;
+        let busy = self.needed[base..base + n].iter().filter(|&&b| b).count() as u32;
+        let piece = Piece {
+            granule,
+            class,
+            base,
+            busy,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.pieces[slot as usize] = piece;
+                slot
+            }
+            None => {
+                self.pieces.push(piece);
+                (self.pieces.len() - 1) as u32
+            }
+        };
+        self.owner[base..base + n].fill(slot);
+        self.mapped_units += n;
+        if busy == 0 {
+            self.cached[class as usize].insert(base);
+            self.cached_units += n;
+        }
+    }
+
+    /// Forgets the (cached, already taken out of `cached`) piece at `base`; returns it.
+    fn uninstall(&mut self, base: usize) -> (PhysicalGranule, u8) {
+        let slot = self.owner[base];
+        let piece = self.pieces[slot as usize];
+        debug_assert_eq!((piece.base, piece.busy), (base, 0));
+        let n = 1usize << piece.class;
+        self.owner[base..base + n].fill(NONE);
+        self.pieces[slot as usize].base = usize::MAX;
+        self.free_slots.push(slot);
+        self.mapped_units -= n;
+        (piece.granule, piece.class)
+    }
+
+    /// Takes the cached piece ending highest out of the cached sets; returns its first unit.
+    fn take_highest_cached(&mut self) -> Option<usize> {
+        let (class, base) = (0..CLASSES)
+            .filter_map(|c| self.cached[c].last().map(|&b| (c, b)))
+            .max_by_key(|&(c, b)| b + (1 << c))?;
+        self.cached[class].remove(&base);
+        self.cached_units -= 1 << class;
+        Some(base)
     }
 }
 
@@ -125,44 +325,99 @@ pub(crate) struct VmCounters {
     pub releases: u64,
     pub map_calls: u64,
     pub unmap_calls: u64,
+    /// Physical pieces mapped / unmapped (of any size).
     pub granules_mapped: u64,
     pub granules_unmapped: u64,
     pub mapped_bytes: usize,
     pub peak_mapped_bytes: usize,
 }
 
-/// The segments of one sub-allocator and its pool of unmapped physical granules.
+/// The segments of one sub-allocator and its pool of unmapped physical pieces.
 #[derive(Debug)]
 pub(crate) struct Expandable {
     config: ExpandableConfig,
-    granule: usize,
+    unit: usize,
     shift: u32,
     segments: Vec<Option<Segment>>,
-    pool: Vec<PhysicalGranule>,
+    /// Unmapped physical pieces by class.
+    pool: Vec<Vec<PhysicalGranule>>,
+    pooled_bytes: usize,
+    /// Physical bytes held (created and not released).
+    held: usize,
+    /// Pieces created by class.
+    created: Vec<u64>,
+    plan: Vec<(usize, PhysicalGranule, u8)>,
     scratch: Vec<PhysicalGranule>,
-    victims: Vec<usize>,
+    bases: Vec<usize>,
     counters: VmCounters,
 }
 
+/// Unmaps the pieces of `seg` starting at `bases` (taken out of the cached sets already), one
+/// call per run of adjacent pieces, and pushes them to `pool`.
+fn unmap_bases(
+    provider: &mut dyn BlockProvider,
+    counters: &mut VmCounters,
+    shift: u32,
+    seg: &mut Segment,
+    bases: &mut [usize],
+    pool: &mut [Vec<PhysicalGranule>],
+    pooled_bytes: &mut usize,
+) {
+    bases.sort_unstable();
+    let mut i = 0;
+    while i < bases.len() {
+        let start = bases[i];
+        let mut end = start;
+        while i < bases.len() && bases[i] == end {
+            let (granule, class) = seg.uninstall(end);
+            end += 1 << class;
+            counters.granules_unmapped += 1;
+            counters.mapped_bytes -= granule.size;
+            *pooled_bytes += granule.size;
+            pool[class as usize].push(granule);
+            i += 1;
+        }
+        provider.unmap(&seg.range, start << shift, (end - start) << shift);
+        counters.unmap_calls += 1;
+    }
+}
+
 impl Expandable {
-    /// The mode over a provider whose granule ([`BlockProvider::granule_size`]) is `granule`.
-    pub fn new(config: ExpandableConfig, granule: usize) -> Self {
-        debug_assert!(granule.is_power_of_two());
+    /// The mode over a provider whose granule ([`BlockProvider::granule_size`]) is `unit`.
+    pub fn new(config: ExpandableConfig, unit: usize) -> Self {
+        debug_assert!(unit.is_power_of_two());
         Expandable {
             config,
-            granule,
-            shift: granule.trailing_zeros(),
+            unit,
+            shift: unit.trailing_zeros(),
             segments: Vec::new(),
-            pool: Vec::new(),
+            pool: vec![Vec::new(); CLASSES],
+            pooled_bytes: 0,
+            held: 0,
+            created: vec![0; CLASSES],
+            plan: Vec::new(),
             scratch: Vec::new(),
-            victims: Vec::new(),
+            bases: Vec::new(),
             counters: VmCounters::default(),
         }
     }
 
-    /// Granule in effect (the provider's).
+    /// The provider's granule: the unit every piece is a power-of-two multiple of.
     pub fn granule(&self) -> usize {
-        self.granule
+        self.unit
+    }
+
+    /// The piece-size policy in effect.
+    pub fn policy(&self) -> GranulePolicy {
+        self.config.granules
+    }
+
+    /// Pieces created so far, by size in bytes (ascending), sizes never created left out.
+    pub fn created_sizes(&self) -> Vec<(usize, u64)> {
+        (0..CLASSES)
+            .filter(|&c| self.created[c] > 0)
+            .map(|c| (self.unit << c, self.created[c]))
+            .collect()
     }
 
     /// Calls and bytes so far.
@@ -171,15 +426,16 @@ impl Expandable {
     }
 
     /// Reserves a new segment of at least `min_size` bytes (and at least `segment_size`),
-    /// granule aligned; the caller adds it to the TLSF and registers it with [`Expandable::insert`].
+    /// aligned to the largest piece the policy may create; the caller adds it to the TLSF and
+    /// registers it with [`Expandable::insert`].
     pub fn reserve(
         &mut self,
         provider: &mut dyn BlockProvider,
         min_size: usize,
     ) -> Result<VirtualRange, MemError> {
-        let size = crate::align::round_size(min_size.max(self.config.segment_size), self.granule)?;
+        let size = crate::align::round_size(min_size.max(self.config.segment_size), self.unit)?;
         let range = provider.reserve_virtual(size)?;
-        if range.addr % self.granule != 0 || range.size % self.granule != 0 {
+        if range.addr % self.unit != 0 || range.size % self.unit != 0 {
             let requested = range.size;
             provider.release_virtual(range);
             return Err(MemError::ProviderFailed {
@@ -197,7 +453,7 @@ impl Expandable {
         if self.segments.len() <= idx {
             self.segments.resize_with(idx + 1, || None);
         }
-        self.segments[idx] = Some(Segment::new(range));
+        self.segments[idx] = Some(Segment::new(range, self.shift));
     }
 
     fn span(&self, seg: &Segment, addr: usize, size: usize) -> (usize, usize) {
@@ -205,11 +461,11 @@ impl Expandable {
         (off >> self.shift, (off + size.max(1) - 1) >> self.shift)
     }
 
-    /// Makes `[addr, addr + size)` of region `region` mapped, pulling physical granules from the
-    /// pool, then from the highest cached granules, then from the provider.
+    /// Makes `[addr, addr + size)` of region `region` mapped, pulling physical pieces from the
+    /// pool, then from the highest cached pieces, then from the provider.
     ///
-    /// On error some granules of the range may be mapped and marked needed; the caller frees
-    /// the range through [`Expandable::on_free`], which makes them cached again.
+    /// On error some units of the range may be mapped and marked needed; the caller frees
+    /// the range through [`Expandable::on_free`], which makes their pieces cached again.
     pub fn on_alloc(
         &mut self,
         provider: &mut dyn BlockProvider,
@@ -237,195 +493,219 @@ impl Expandable {
     ) -> Result<(), MemError> {
         let (first, last) = self.span(seg, addr, size);
         seg.cover(last + 1);
-        let mut missing = 0;
-        for g in first..=last {
-            match seg.state[g] {
-                CACHED => {
-                    seg.clear_cached(g);
-                    seg.state[g] = NEEDED;
-                }
-                UNMAPPED => missing += 1,
-                _ => {}
+        let mut missing = false;
+        for u in first..=last {
+            if seg.needed[u] {
+                missing |= seg.owner[u] == NONE;
+            } else {
+                missing |= !seg.need(u);
             }
         }
-        if missing == 0 {
+        if !missing {
             return Ok(());
         }
-        let mut handles = std::mem::take(&mut self.scratch);
-        handles.clear();
         let budget = stats
             .peak_bytes_in_use
             .max(stats.bytes_in_use + size)
             .saturating_mul(1000 + self.config.headroom_permille as usize)
             / 1000;
-        let acquired = self.acquire(provider, stats, seg, region, missing, budget, &mut handles);
-        if let Err(err) = acquired {
-            self.pool.append(&mut handles);
-            self.scratch = handles;
-            return Err(err);
-        }
-        let mut used = 0;
-        let mut g = first;
+        let mut plan = std::mem::take(&mut self.plan);
+        plan.clear();
         let mut result = Ok(());
-        while g <= last {
-            if seg.state[g] != UNMAPPED {
-                g += 1;
+        let mut u = first;
+        while u <= last {
+            if seg.owner[u] != NONE {
+                u += 1;
                 continue;
             }
-            let start = g;
-            while g <= last && seg.state[g] == UNMAPPED {
-                g += 1;
+            match self.pick(provider, stats, seg, region, (u, last), budget) {
+                Ok((class, granule)) => {
+                    let n = 1usize << class;
+                    let base = u & !(n - 1);
+                    seg.cover(base + n);
+                    seg.owner[base..base + n].fill(PLANNED);
+                    plan.push((base, granule, class));
+                    u = base + n;
+                }
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
             }
-            let run = g - start;
-            let chunk = &handles[used..used + run];
-            if let Err(err) = provider.map(&seg.range, start << self.shift, chunk) {
+        }
+        // Map the plan, one call per run of adjacent pieces.
+        let mut i = 0;
+        let mut handles = std::mem::take(&mut self.scratch);
+        while result.is_ok() && i < plan.len() {
+            handles.clear();
+            let start = plan[i].0;
+            let mut end = start;
+            let mut j = i;
+            while j < plan.len() && plan[j].0 == end {
+                end += 1 << plan[j].2;
+                handles.push(plan[j].1);
+                j += 1;
+            }
+            if let Err(err) = provider.map(&seg.range, start << self.shift, &handles) {
                 result = Err(err);
                 break;
             }
-            for (k, h) in chunk.iter().enumerate() {
-                seg.state[start + k] = NEEDED;
-                seg.physical[start + k] = h.handle;
+            for &(base, granule, class) in &plan[i..j] {
+                seg.install(base, granule, class);
+                self.counters.mapped_bytes += granule.size;
             }
-            used += run;
-            seg.mapped += run;
             self.counters.map_calls += 1;
-            self.counters.granules_mapped += run as u64;
-            self.counters.mapped_bytes += run * self.granule;
+            self.counters.granules_mapped += (j - i) as u64;
+            i = j;
+        }
+        // What was not mapped goes back to the pool.
+        for &(base, granule, class) in &plan[i..] {
+            seg.owner[base..base + (1 << class)].fill(NONE);
+            self.pooled_bytes += granule.size;
+            self.pool[class as usize].push(granule);
         }
         self.counters.peak_mapped_bytes = self
             .counters
             .peak_mapped_bytes
             .max(self.counters.mapped_bytes);
-        self.pool.extend_from_slice(&handles[used..]);
         self.scratch = handles;
+        self.plan = plan;
         result
     }
 
-    /// Fills `out` with `count` unmapped physical granules: pooled ones, new ones while the
-    /// physical memory held stays within `budget` bytes, cached ones unmapped elsewhere, and
-    /// new ones again when nothing is cached.
+    /// A physical piece for unmapped unit `u` (of a span ending at unit `last`) and its class:
+    /// the largest pooled piece that fits around `u`, else (when holding one more piece would
+    /// pass `budget` bytes) the largest cached piece that fits, unmapped where it was, else a
+    /// new piece of the policy's size (or less, if that would not fit around `u` or the
+    /// provider refuses it: halved down to one unit before the error is returned).
     #[allow(clippy::too_many_arguments)]
-    fn acquire(
+    fn pick(
         &mut self,
         provider: &mut dyn BlockProvider,
         stats: &mut Stats,
         seg: &mut Segment,
         region: RegionId,
-        count: usize,
+        (u, last): (usize, usize),
         budget: usize,
-        out: &mut Vec<PhysicalGranule>,
-    ) -> Result<(), MemError> {
-        while out.len() < count {
-            if let Some(h) = self.pool.pop() {
-                out.push(h);
-                continue;
+    ) -> Result<(u8, PhysicalGranule), MemError> {
+        let target = (self.config.granules.piece_size(self.held, self.unit) >> self.shift)
+            .trailing_zeros() as usize;
+        let top_free = (0..CLASSES)
+            .rev()
+            .find(|&c| {
+                !self.pool[c].is_empty()
+                    || !seg.cached[c].is_empty()
+                    || self
+                        .segments
+                        .iter()
+                        .flatten()
+                        .any(|s| !s.cached[c].is_empty())
+            })
+            .unwrap_or(0);
+        let fit = seg.free_class_at(u, target.max(top_free).min(CLASSES - 1));
+        for c in (0..=fit).rev() {
+            if let Some(granule) = self.pool[c].pop() {
+                self.pooled_bytes -= granule.size;
+                return Ok((c as u8, granule));
             }
-            let held = (self.counters.creates - self.counters.releases) as usize;
-            let within = (held + 1) * self.granule <= budget;
-            if !within && self.steal(provider, seg, region, count - out.len(), out) {
-                continue;
-            }
-            let h = provider.create_physical()?;
-            self.counters.creates += 1;
-            stats.on_reserve(self.granule);
-            out.push(h);
         }
-        Ok(())
+        let create = target.min(fit);
+        if self.held + (self.unit << create) > budget {
+            // With one piece size, take what the rest of the span needs at once (one unmap call
+            // per run). With mixed sizes one at a time: pieces taken ahead wait in the pool and
+            // sat idle where the span then needed other sizes (llama8b-flash-seqvar: 1.042
+            // instead of 1.032).
+            let single = !matches!(self.config.granules, GranulePolicy::Proportional { .. });
+            for c in (0..=fit).rev() {
+                // Pieces of one size sit aligned, so a block is unmapped iff its first unit is.
+                let want = if single {
+                    let n = 1usize << c;
+                    (u & !(n - 1)..=last)
+                        .step_by(n)
+                        .filter(|&b| seg.owner_of(b) == NONE)
+                        .count()
+                } else {
+                    1
+                };
+                if self.steal(provider, seg, region, c, want) {
+                    let granule = self.pool[c].pop().expect("stolen pieces are pooled");
+                    self.pooled_bytes -= granule.size;
+                    return Ok((c as u8, granule));
+                }
+            }
+        }
+        // A device too full for the policy's piece may still have room for a smaller one.
+        let mut create = create;
+        loop {
+            let bytes = self.unit << create;
+            match provider.create_physical(bytes) {
+                Ok(granule) => {
+                    self.counters.creates += 1;
+                    self.created[create] += 1;
+                    self.held += bytes;
+                    stats.on_reserve(bytes);
+                    return Ok((create as u8, granule));
+                }
+                Err(err) if create == 0 => return Err(err),
+                Err(_) => create -= 1,
+            }
+        }
     }
 
-    /// Unmaps up to `want` of the highest cached granules (of `seg`, the segment
-    /// being mapped, else of another one) and pushes their physical granules to `out`.
+    /// Unmaps up to `want` of the highest cached pieces of class `class` (of `seg`, the segment
+    /// being mapped, else of another one) into the pool. Whether there was one.
     fn steal(
         &mut self,
         provider: &mut dyn BlockProvider,
         seg: &mut Segment,
         region: RegionId,
+        class: usize,
         want: usize,
-        out: &mut Vec<PhysicalGranule>,
     ) -> bool {
-        let mut victims = std::mem::take(&mut self.victims);
-        let done = if seg.cached > 0 {
-            Self::unmap_highest(
-                provider,
-                &mut self.counters,
-                self.shift,
-                seg,
-                want,
-                &mut victims,
-                out,
-            );
-            true
+        let Expandable {
+            segments,
+            pool,
+            pooled_bytes,
+            counters,
+            bases,
+            shift,
+            ..
+        } = self;
+        let victim = if !seg.cached[class].is_empty() {
+            seg
         } else {
-            let other = self
-                .segments
+            match segments
                 .iter_mut()
                 .enumerate()
                 .filter(|(idx, _)| *idx != region as usize)
-                .find_map(|(_, s)| s.as_mut().filter(|s| s.cached > 0));
-            match other {
-                Some(other) => {
-                    Self::unmap_highest(
-                        provider,
-                        &mut self.counters,
-                        self.shift,
-                        other,
-                        want,
-                        &mut victims,
-                        out,
-                    );
-                    true
-                }
-                None => false,
+                .find_map(|(_, s)| s.as_mut().filter(|s| !s.cached[class].is_empty()))
+            {
+                Some(other) => other,
+                None => return false,
             }
         };
-        self.victims = victims;
-        done
-    }
-
-    /// Unmaps up to `want` of the highest cached granules of `seg`, one call per run of
-    /// consecutive granules, and pushes their physical granules to `out`.
-    fn unmap_highest(
-        provider: &mut dyn BlockProvider,
-        counters: &mut VmCounters,
-        shift: u32,
-        seg: &mut Segment,
-        want: usize,
-        victims: &mut Vec<usize>,
-        out: &mut Vec<PhysicalGranule>,
-    ) {
-        victims.clear();
-        while victims.len() < want {
-            let Some(g) = seg.highest_cached() else {
+        bases.clear();
+        while bases.len() < want.max(1) {
+            let Some(base) = victim.cached[class].pop_last() else {
                 break;
             };
-            seg.clear_cached(g);
-            seg.state[g] = UNMAPPED;
-            victims.push(g);
+            victim.cached_units -= 1 << class;
+            bases.push(base);
         }
-        victims.sort_unstable();
-        let mut i = 0;
-        while i < victims.len() {
-            let start = victims[i];
-            let mut run = 1;
-            while i + run < victims.len() && victims[i + run] == start + run {
-                run += 1;
-            }
-            provider.unmap(&seg.range, start << shift, run);
-            for g in start..start + run {
-                seg.state[g] = UNMAPPED;
-                out.push(PhysicalGranule {
-                    handle: seg.physical[g],
-                });
-            }
-            seg.mapped -= run;
-            counters.unmap_calls += 1;
-            counters.granules_unmapped += run as u64;
-            counters.mapped_bytes -= run << shift;
-            i += run;
-        }
+        unmap_bases(
+            provider,
+            counters,
+            *shift,
+            victim,
+            bases,
+            pool,
+            pooled_bytes,
+        );
+        true
     }
 
-    /// Marks the granules a free made wholly free as cached, then applies the cache limits.
+    /// Marks the units a free made wholly free as not needed (their pieces may become cached),
+    /// then applies the cache limits.
     pub fn on_free(&mut self, provider: &mut dyn BlockProvider, stats: &mut Stats, freed: Freed) {
         let Some(seg) = self.segments[freed.region as usize].as_mut() else {
             return;
@@ -438,59 +718,53 @@ impl Expandable {
                 (off + freed.size.max(1) - 1) >> self.shift,
             )
         };
-        let lo = (freed.merged_addr - base).div_ceil(self.granule).max(first);
+        let lo = (freed.merged_addr - base).div_ceil(self.unit).max(first);
         let end = (freed.merged_addr + freed.merged_size - base) >> self.shift;
-        let hi = end.min(last + 1).min(seg.state.len());
-        for g in lo..hi {
-            if seg.state[g] == NEEDED {
-                seg.set_cached(g);
+        let hi = end.min(last + 1).min(seg.needed.len());
+        for u in lo..hi {
+            if seg.needed[u] {
+                seg.release(u);
             }
         }
         self.enforce_limits(provider, stats);
     }
 
-    fn cached_bytes(&self) -> usize {
-        self.segments
-            .iter()
-            .flatten()
-            .map(|s| s.cached)
-            .sum::<usize>()
-            * self.granule
-    }
-
-    /// Unmaps cached granules beyond `max_cached_bytes` and releases pooled ones beyond
-    /// `max_pooled_bytes`.
+    /// Unmaps cached pieces beyond `max_cached_bytes` (highest first) and releases pooled ones
+    /// beyond `max_pooled_bytes` (largest first).
     fn enforce_limits(&mut self, provider: &mut dyn BlockProvider, stats: &mut Stats) {
         if self.config.max_cached_bytes != usize::MAX {
-            let mut over = self
-                .cached_bytes()
-                .saturating_sub(self.config.max_cached_bytes)
-                .div_ceil(self.granule);
-            let mut pool = std::mem::take(&mut self.pool);
-            let mut victims = std::mem::take(&mut self.victims);
-            for seg in self.segments.iter_mut().flatten() {
-                if over == 0 {
-                    break;
+            let Expandable {
+                segments,
+                pool,
+                pooled_bytes,
+                counters,
+                bases,
+                shift,
+                ..
+            } = self;
+            let mut cached: usize = segments
+                .iter()
+                .flatten()
+                .map(|s| s.cached_units << *shift)
+                .sum();
+            for seg in segments.iter_mut().flatten() {
+                bases.clear();
+                while cached > self.config.max_cached_bytes {
+                    let Some(base) = seg.take_highest_cached() else {
+                        break;
+                    };
+                    cached -= seg.pieces[seg.owner[base] as usize].granule.size;
+                    bases.push(base);
                 }
-                let before = pool.len();
-                Self::unmap_highest(
-                    provider,
-                    &mut self.counters,
-                    self.shift,
-                    seg,
-                    over,
-                    &mut victims,
-                    &mut pool,
-                );
-                over -= pool.len() - before;
+                unmap_bases(provider, counters, *shift, seg, bases, pool, pooled_bytes);
             }
-            self.pool = pool;
-            self.victims = victims;
         }
-        let keep = self.config.max_pooled_bytes / self.granule;
-        while self.pool.len() > keep {
-            let h = self.pool.pop().expect("pool is longer than keep");
-            self.release_physical(provider, stats, h);
+        let mut class = CLASSES;
+        while self.pooled_bytes > self.config.max_pooled_bytes && class > 0 {
+            match self.pool[class - 1].pop() {
+                Some(granule) => self.release_physical(provider, stats, granule),
+                None => class -= 1,
+            }
         }
     }
 
@@ -498,33 +772,41 @@ impl Expandable {
         &mut self,
         provider: &mut dyn BlockProvider,
         stats: &mut Stats,
-        h: PhysicalGranule,
+        granule: PhysicalGranule,
     ) {
-        provider.release_physical(h);
+        let bytes = granule.size;
+        provider.release_physical(granule);
         self.counters.releases += 1;
-        stats.on_unreserve(self.granule);
+        self.pooled_bytes -= bytes;
+        self.held -= bytes;
+        stats.on_unreserve(bytes);
     }
 
-    /// Unmaps every cached granule and releases every pooled one. Returns the bytes released.
+    /// Unmaps every cached piece and releases every pooled one. Returns the bytes released.
     pub fn trim(&mut self, provider: &mut dyn BlockProvider, stats: &mut Stats) -> usize {
-        let mut pool = std::mem::take(&mut self.pool);
-        let mut victims = std::mem::take(&mut self.victims);
-        for seg in self.segments.iter_mut().flatten() {
-            let all = seg.cached;
-            Self::unmap_highest(
-                provider,
-                &mut self.counters,
-                self.shift,
-                seg,
-                all,
-                &mut victims,
-                &mut pool,
-            );
+        {
+            let Expandable {
+                segments,
+                pool,
+                pooled_bytes,
+                counters,
+                bases,
+                shift,
+                ..
+            } = self;
+            for seg in segments.iter_mut().flatten() {
+                bases.clear();
+                while let Some(base) = seg.take_highest_cached() {
+                    bases.push(base);
+                }
+                unmap_bases(provider, counters, *shift, seg, bases, pool, pooled_bytes);
+            }
         }
-        self.victims = victims;
-        let released = pool.len() * self.granule;
-        for h in pool {
-            self.release_physical(provider, stats, h);
+        let released = self.pooled_bytes;
+        for class in 0..CLASSES {
+            while let Some(granule) = self.pool[class].pop() {
+                self.release_physical(provider, stats, granule);
+            }
         }
         released
     }
@@ -542,74 +824,116 @@ impl Expandable {
         self.segments
             .get(region as usize)
             .and_then(Option::as_ref)
-            .is_some_and(|s| s.mapped == 0)
+            .is_some_and(|s| s.mapped_units == 0)
     }
 
     /// Gives back the virtual range of an unmapped segment.
     pub fn release_segment(&mut self, provider: &mut dyn BlockProvider, region: RegionId) {
         if let Some(seg) = self.segments[region as usize].take() {
-            debug_assert_eq!(seg.mapped, 0);
+            debug_assert_eq!(seg.mapped_units, 0);
             provider.release_virtual(seg.range);
         }
     }
 
     /// Unmaps and releases everything, live allocations or not (the allocator is dropped).
     pub fn release_all(&mut self, provider: &mut dyn BlockProvider) {
-        for seg in self.segments.iter_mut().filter_map(Option::take) {
-            let mut g = 0;
-            while g < seg.state.len() {
-                if seg.state[g] == UNMAPPED {
-                    g += 1;
-                    continue;
-                }
-                let start = g;
-                while g < seg.state.len() && seg.state[g] != UNMAPPED {
-                    g += 1;
-                }
-                provider.unmap(&seg.range, start << self.shift, g - start);
-                for k in start..g {
-                    self.pool.push(PhysicalGranule {
-                        handle: seg.physical[k],
-                    });
-                }
-            }
+        let mut counters = self.counters;
+        for mut seg in self.segments.iter_mut().filter_map(Option::take) {
+            let mut bases: Vec<usize> = seg
+                .pieces
+                .iter_mut()
+                .filter(|p| p.base != usize::MAX)
+                .map(|p| {
+                    p.busy = 0;
+                    p.base
+                })
+                .collect();
+            unmap_bases(
+                provider,
+                &mut counters,
+                self.shift,
+                &mut seg,
+                &mut bases,
+                &mut self.pool,
+                &mut self.pooled_bytes,
+            );
             provider.release_virtual(seg.range);
         }
-        for h in std::mem::take(&mut self.pool) {
-            provider.release_physical(h);
+        for class in 0..CLASSES {
+            for granule in std::mem::take(&mut self.pool[class]) {
+                provider.release_physical(granule);
+            }
         }
+        self.pooled_bytes = 0;
     }
 
-    /// Checks the granule states against the busy ranges of the TLSF; used by tests.
+    /// Checks the unit and piece states against the busy ranges of the TLSF; used by tests.
     #[cfg(test)]
     pub fn check(&self, busy: &[(usize, usize)]) {
+        let mut held = self.pooled_bytes;
+        let pooled: usize = self.pool.iter().flatten().map(|g| g.size).sum();
+        assert_eq!(pooled, self.pooled_bytes);
+        for (c, pieces) in self.pool.iter().enumerate() {
+            assert!(pieces.iter().all(|g| g.size == self.unit << c));
+        }
+        let mut mapped_bytes = 0;
         for seg in self.segments.iter().flatten() {
             let base = seg.range.addr;
             let end = base + seg.range.size;
-            let mut needed = vec![false; seg.state.len()];
+            let mut needed = vec![false; seg.needed.len()];
             for &(addr, size) in busy.iter().filter(|&&(a, _)| a >= base && a < end) {
                 let (first, last) = self.span(seg, addr, size);
                 for flag in &mut needed[first..=last] {
                     *flag = true;
                 }
             }
-            let mut cached = 0;
-            let mut mapped = 0;
-            for (g, &state) in seg.state.iter().enumerate() {
-                assert_eq!(state == NEEDED, needed[g], "granule {g} state {state}");
-                cached += usize::from(state == CACHED);
-                mapped += usize::from(state != UNMAPPED);
+            assert_eq!(needed, seg.needed, "needed units");
+            let (mut mapped, mut cached) = (0, 0);
+            for (slot, piece) in seg.pieces.iter().enumerate() {
+                if piece.base == usize::MAX {
+                    assert!(seg.free_slots.contains(&(slot as u32)));
+                    continue;
+                }
+                let n = 1usize << piece.class;
+                assert_eq!(piece.base % n, 0, "piece aligned to its size");
+                assert_eq!(piece.granule.size, self.unit << piece.class);
+                assert!(piece.base + n <= seg.units);
+                assert!(seg.owner[piece.base..piece.base + n]
+                    .iter()
+                    .all(|&o| o == slot as u32));
+                let busy = seg.needed[piece.base..piece.base + n]
+                    .iter()
+                    .filter(|&&b| b)
+                    .count();
+                assert_eq!(piece.busy as usize, busy, "busy units of a piece");
+                assert_eq!(
+                    seg.cached[piece.class as usize].contains(&piece.base),
+                    busy == 0,
+                    "cached iff no unit needed"
+                );
+                mapped += n;
+                cached += if busy == 0 { n } else { 0 };
+                held += piece.granule.size;
+                mapped_bytes += piece.granule.size;
             }
-            assert_eq!((cached, mapped), (seg.cached, seg.mapped));
-            let walk: usize = seg
-                .cached_bits
-                .iter()
-                .map(|w| w.count_ones() as usize)
-                .sum();
-            assert!(seg.cached_bits[seg.cached_top.min(seg.cached_bits.len())..]
-                .iter()
-                .all(|&w| w == 0));
-            assert_eq!(walk, cached, "the cached bits mark every cached granule");
+            let owned = seg.owner.iter().filter(|&&o| o != NONE).count();
+            assert_eq!(owned, mapped, "no unit left planned or stale");
+            for (u, &flag) in seg.needed.iter().enumerate() {
+                assert!(!flag || seg.owner[u] != NONE, "needed unit {u} unmapped");
+            }
+            let in_sets: usize = (0..CLASSES).map(|c| seg.cached[c].len() << c).sum();
+            assert_eq!(
+                (mapped, cached, in_sets),
+                (seg.mapped_units, seg.cached_units, cached)
+            );
         }
+        assert_eq!(mapped_bytes, self.counters.mapped_bytes);
+        assert_eq!(held, self.held, "held = mapped + pooled");
+        let created: usize = self
+            .created_sizes()
+            .iter()
+            .map(|&(s, n)| s * n as usize)
+            .sum();
+        assert!(created >= self.held);
     }
 }

@@ -39,7 +39,7 @@ pub mod weights;
 pub use align::align_up;
 pub use arena::LinearArena;
 pub use error::MemError;
-pub use expandable::ExpandableConfig;
+pub use expandable::{ExpandableConfig, GranulePolicy};
 pub use planner::{plan, verify_plan, MemPlan, PlanRequest};
 pub use pool::{Allocation, AllocatorConfig, SubAllocator};
 pub use provider::{
@@ -47,8 +47,8 @@ pub use provider::{
     TestProvider, VirtualRange,
 };
 pub use replay::{
-    default_block_size, default_granule, replay_file, replay_system, replay_trace, ProviderChoice,
-    ReplayOptions, ReplayReport,
+    default_block_size, default_granule, replay_file, replay_system, replay_trace, replay_trace_on,
+    GranuleRule, ProviderChoice, ReplayOptions, ReplayReport,
 };
 pub use staging::{StagingRing, StagingSlot};
 pub use stats::{human_bytes, Stats};

@@ -146,9 +146,23 @@ impl SubAllocator {
         self.vm.is_some()
     }
 
-    /// Granule of the expandable mode, `None` in block mode.
+    /// Granule of the expandable mode (the provider's; pieces are power-of-two multiples of
+    /// it), `None` in block mode.
     pub fn granule_size(&self) -> Option<usize> {
         self.vm.as_ref().map(Expandable::granule)
+    }
+
+    /// Expandable mode: the piece-size policy in effect.
+    pub fn granule_policy(&self) -> Option<crate::GranulePolicy> {
+        self.vm.as_ref().map(Expandable::policy)
+    }
+
+    /// Expandable mode: physical pieces created so far, as (bytes, count) by ascending size.
+    pub fn granules_created(&self) -> Vec<(usize, u64)> {
+        self.vm
+            .as_ref()
+            .map(Expandable::created_sizes)
+            .unwrap_or_default()
     }
 
     /// Sets what answers whether stream work has completed (events, fences, a fake timeline).

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::expandable::ExpandableConfig;
+use crate::expandable::{ExpandableConfig, GranulePolicy};
 use crate::pool::{Allocation, AllocatorConfig, SubAllocator};
 use crate::provider::{BlockProvider, CountingProvider, HostProvider};
 use crate::stats::human_bytes;
@@ -27,6 +27,20 @@ pub enum ProviderChoice {
     Host,
     /// The counting provider: fake addresses, for traces larger than RAM.
     Counting,
+}
+
+/// How an expandable replay sizes its physical pieces when no fixed granule is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GranuleRule {
+    /// Online (the default): [`GranulePolicy::online`] over the provider's 2 MiB granules;
+    /// pieces grow with the memory held, nothing about the trace is known in advance.
+    #[default]
+    Online,
+    /// Any piece policy over the provider's 2 MiB granules.
+    Policy(GranulePolicy),
+    /// One granule from the trace's own peak ([`default_granule`]): an oracle a live runtime
+    /// does not have, kept for comparison.
+    Peak,
 }
 
 /// Knobs of a replay; the defaults are what `rlx mem replay` uses.
@@ -48,9 +62,11 @@ pub struct ReplayOptions {
     /// blocks. A block option (`block_size`, `dedicated_threshold`, `grow_in_place: false`)
     /// selects block mode even when this is set, so callers that only knew blocks keep them.
     pub expandable: bool,
-    /// Physical granule of the expandable mode; `None` picks one from the trace's scale
-    /// ([`default_granule`]).
+    /// Fixed physical granule of the expandable mode (every piece this size); `None` follows
+    /// `granule_rule`.
     pub granule: Option<usize>,
+    /// Expandable mode without a fixed `granule`: how pieces are sized.
+    pub granule_rule: GranuleRule,
     /// Expandable mode: most bytes of free granules kept mapped; `None` keeps all (no limit).
     pub max_cached_bytes: Option<usize>,
     /// Expandable mode: [`ExpandableConfig::headroom_permille`].
@@ -68,6 +84,7 @@ impl Default for ReplayOptions {
             compare_system: true,
             expandable: true,
             granule: None,
+            granule_rule: GranuleRule::Online,
             max_cached_bytes: None,
             headroom_permille: 0,
         }
@@ -83,8 +100,14 @@ pub struct ReplayReport {
     pub provider: String,
     /// `expandable` (virtual segment, granules mapped on demand) or `blocks`.
     pub mode: String,
-    /// Physical granule of the expandable mode.
+    /// Expandable mode: the provider's granule (every physical piece is a power-of-two
+    /// multiple of it; with a fixed granule, that size).
     pub granule: Option<usize>,
+    /// Expandable mode: how pieces were sized (`online: held/12, 8 MiB..1 GiB`, `provider
+    /// granule`, ...).
+    pub granule_policy: Option<String>,
+    /// Expandable mode: physical pieces created, as (bytes, count) by ascending size.
+    pub granules_created: Vec<(usize, u64)>,
     /// Alloc and free events replayed.
     pub events: usize,
     /// Pool block size used.
@@ -107,15 +130,15 @@ pub struct ReplayReport {
     pub provider_grows: u64,
     /// Blocks returned to the provider during the replay.
     pub provider_frees: u64,
-    /// Expandable mode: physical granules created.
+    /// Expandable mode: physical pieces created (of any size).
     pub physical_creates: u64,
     /// Expandable mode: physical granules released during the replay.
     pub physical_releases: u64,
-    /// Expandable mode: map calls (each maps a run of consecutive granules).
+    /// Expandable mode: map calls (each maps a run of adjacent pieces).
     pub map_calls: u64,
-    /// Expandable mode: granules mapped by those calls.
+    /// Expandable mode: pieces mapped by those calls.
     pub granules_mapped: u64,
-    /// Expandable mode: unmap calls (one granule each).
+    /// Expandable mode: unmap calls (each unmaps a run of adjacent pieces).
     pub unmap_calls: u64,
     /// Expandable mode: most bytes mapped at once.
     pub peak_mapped_bytes: usize,
@@ -138,12 +161,22 @@ impl fmt::Display for ReplayReport {
             .map_or("none".to_string(), human_bytes);
         writeln!(f, "trace          {} ({} events)", self.trace, self.events)?;
         match self.granule {
-            Some(granule) => writeln!(
-                f,
-                "allocator      {} provider, expandable segment, granule {}",
-                self.provider,
-                human_bytes(granule)
-            )?,
+            Some(granule) => {
+                let created: Vec<String> = self
+                    .granules_created
+                    .iter()
+                    .map(|&(size, n)| format!("{n} x {}", human_bytes(size)))
+                    .collect();
+                writeln!(
+                    f,
+                    "allocator      {} provider, expandable segment, granule {}, pieces {} \
+                     (created: {})",
+                    self.provider,
+                    human_bytes(granule),
+                    self.granule_policy.as_deref().unwrap_or("provider granule"),
+                    created.join(", ")
+                )?
+            }
             None => writeln!(
                 f,
                 "allocator      {} provider, blocks of {}, dedicated above {}",
@@ -213,10 +246,10 @@ pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayReport, Tr
     replay_trace(&trace, opts)
 }
 
-/// The granule an expandable replay uses by default: the smallest power of two of at least 1/100
-/// of the trace's peak (so about 100 physical granules hold the peak), 2 MiB..1 GiB. CUDA's own
-/// granularity (2 MiB) would need one physical allocation per 2 MiB (1,311 on
-/// llama8b-seqvar); a runtime would size it from its expected working set the same way.
+/// The peak-based granule ([`GranuleRule::Peak`], the default before the online policy): the
+/// smallest power of two of at least 1/100 of the trace's peak (so about 100 physical granules
+/// hold the peak), 2 MiB..1 GiB. It needs the peak in advance, which a live runtime does not
+/// know; [`GranulePolicy::online`] gets there without it.
 pub fn default_granule(peak_live_bytes: usize) -> usize {
     (peak_live_bytes / 100)
         .next_power_of_two()
@@ -273,6 +306,28 @@ fn expandable(opts: &ReplayOptions) -> bool {
 /// # Errors
 /// [`TraceError::Mem`] when the allocator fails (the provider ran out of memory).
 pub fn replay_trace(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport, TraceError> {
+    let granule = match (opts.granule, opts.granule_rule) {
+        (Some(g), _) => Some(g),
+        (None, GranuleRule::Peak) => Some(default_granule(trace.peak_live_bytes)),
+        // The provider's own granule (2 MiB); the policy sizes the pieces.
+        (None, _) => None,
+    }
+    .filter(|_| opts.expandable);
+    let make = || make_provider(opts.provider, trace.peak_live_bytes, granule);
+    replay_trace_on(trace, opts, &make)
+}
+
+/// [`replay_trace`] over providers `make` creates (one per replay): a device's own provider,
+/// for instance, to replay a trace on real device memory. The provider's granule is used as
+/// is (`opts.granule` and the peak rule only size the host and counting providers).
+///
+/// # Errors
+/// [`TraceError::Mem`] when the allocator fails (the provider ran out of memory).
+pub fn replay_trace_on(
+    trace: &Trace,
+    opts: &ReplayOptions,
+    make: &dyn Fn() -> Box<dyn BlockProvider>,
+) -> Result<ReplayReport, TraceError> {
     let config = AllocatorConfig {
         block_size: opts
             .block_size
@@ -282,15 +337,21 @@ pub fn replay_trace(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport,
         expandable: expandable(opts).then(|| ExpandableConfig {
             max_cached_bytes: opts.max_cached_bytes.unwrap_or(usize::MAX),
             headroom_permille: opts.headroom_permille,
+            granules: match (opts.granule, opts.granule_rule) {
+                (None, GranuleRule::Online) => GranulePolicy::online(),
+                (None, GranuleRule::Policy(policy)) => policy,
+                // The provider's granule is the fixed (or peak-based) size itself.
+                (Some(_), _) | (None, GranuleRule::Peak) => GranulePolicy::Provider,
+            },
             ..ExpandableConfig::default()
         }),
         ..AllocatorConfig::default()
     };
     let runs = opts.runs.max(1);
-    let first = replay_once(trace, &config, opts)?;
+    let first = replay_once(trace, &config, make())?;
     let mut times = vec![first.ns_per_event];
     for _ in 1..runs {
-        times.push(replay_once(trace, &config, opts)?.ns_per_event);
+        times.push(replay_once(trace, &config, make())?.ns_per_event);
     }
     let ns_per_event = median(times);
     let stats = first.stats;
@@ -306,6 +367,8 @@ pub fn replay_trace(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport,
         }
         .to_string(),
         granule: first.granule,
+        granule_policy: first.policy.map(|p| p.to_string()),
+        granules_created: first.created,
         events: trace.events.len(),
         block_size: first.block_size,
         dedicated_threshold: (threshold != usize::MAX).then_some(threshold),
@@ -341,18 +404,15 @@ struct Run {
     block_size: usize,
     dedicated_threshold: usize,
     granule: Option<usize>,
+    policy: Option<GranulePolicy>,
+    created: Vec<(usize, u64)>,
 }
 
 fn replay_once(
     trace: &Trace,
     config: &AllocatorConfig,
-    opts: &ReplayOptions,
+    provider: Box<dyn BlockProvider>,
 ) -> Result<Run, TraceError> {
-    let granule = opts.expandable.then(|| {
-        opts.granule
-            .unwrap_or_else(|| default_granule(trace.peak_live_bytes))
-    });
-    let provider = make_provider(opts.provider, trace.peak_live_bytes, granule);
     let mut allocator = SubAllocator::new(provider, config.clone());
     let mut live: Vec<Option<Allocation>> = Vec::new();
     live.resize_with(trace.slots, || None);
@@ -371,6 +431,7 @@ fn replay_once(
     }
     let elapsed = start.elapsed().as_nanos() as f64;
     let stats = allocator.stats();
+    let created = allocator.granules_created();
     for allocation in live.into_iter().flatten() {
         allocator.free(allocation)?;
     }
@@ -381,6 +442,8 @@ fn replay_once(
         block_size: allocator.config().block_size,
         dedicated_threshold: allocator.dedicated_threshold(),
         granule: allocator.granule_size(),
+        policy: allocator.granule_policy(),
+        created,
     })
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::expandable::ExpandableConfig;
+use crate::expandable::{ExpandableConfig, GranulePolicy};
 use crate::provider::TestProvider;
 use crate::stream::FakeTimeline;
 
@@ -573,6 +573,126 @@ fn expandable_out_of_memory_trims_retries_and_stays_usable() {
 }
 
 #[test]
+fn online_piece_sizes_grow_with_what_is_held() {
+    let online = GranulePolicy::online();
+    let mib = 1usize << 20;
+    assert_eq!(online.piece_size(0, 2 * mib), 8 * mib, "the floor");
+    assert_eq!(online.piece_size(191 * mib, 2 * mib), 8 * mib);
+    assert_eq!(online.piece_size(192 * mib, 2 * mib), 16 * mib, "held / 12");
+    assert_eq!(online.piece_size(800 * mib, 2 * mib), 64 * mib);
+    assert_eq!(online.piece_size(2600 * mib, 2 * mib), 128 * mib);
+    assert_eq!(online.piece_size(1 << 40, 2 * mib), 1 << 30, "the ceiling");
+    // Never below the provider's granule, always a power of two.
+    assert_eq!(online.piece_size(0, 32 * mib), 32 * mib);
+    assert_eq!(
+        GranulePolicy::Provider.piece_size(1 << 30, 2 * mib),
+        2 * mib
+    );
+    let fixed = GranulePolicy::Fixed { bytes: 3 * mib };
+    assert_eq!(fixed.piece_size(0, 2 * mib), 4 * mib);
+    assert_eq!(online.to_string(), "online: held/12, 8.00 MiB..1.00 GiB");
+}
+
+/// Doubling pieces (held / 1, `G..8G`) over 64 KiB granules.
+fn doubling() -> ExpandableConfig {
+    ExpandableConfig {
+        granules: GranulePolicy::Proportional {
+            divisor: 1,
+            min_bytes: G,
+            max_bytes: 8 * G,
+        },
+        ..small_segments()
+    }
+}
+
+#[test]
+fn online_pieces_grow_and_smaller_cached_pieces_fill_larger_spans() {
+    let probe = TestProvider::new().with_granule(Some(G));
+    let mut alloc = expandable(&probe, doubling());
+    let a = alloc.alloc(G, 256).unwrap();
+    let b = alloc.alloc(G, 256).unwrap();
+    let pin = alloc.alloc(2 * G, 256).unwrap();
+    let d = alloc.alloc(4 * G, 256).unwrap();
+    // Each piece as large as what was held before it (and as fits aligned around the unit).
+    assert_eq!(
+        alloc.granules_created(),
+        vec![(G, 2), (2 * G, 1), (4 * G, 1)]
+    );
+    assert_eq!(alloc.stats().bytes_reserved, 8 * G);
+    let mut live = vec![a, b, pin, d];
+    check_expandable(&alloc, &probe, &live);
+    // Free the two unit pieces at the bottom and the 4G piece: a 3G request above `pin`
+    // reuses the cached 4G piece in place (no call).
+    alloc.free(live.remove(3)).unwrap();
+    alloc.free(live.remove(0)).unwrap();
+    alloc.free(live.remove(0)).unwrap();
+    let calls = (alloc.stats().map_calls, alloc.stats().unmap_calls);
+    live.push(alloc.alloc(3 * G, 256).unwrap());
+    assert_eq!((alloc.stats().map_calls, alloc.stats().unmap_calls), calls);
+    // A 6G request lands right above it (units 7..12; unit 7 is in the busy 4G piece). The
+    // policy's piece is 8G, more than the request needs beyond what is held, so for units 8
+    // and 12 the cached unit pieces at the bottom are moved (one unmap each); units 9 and
+    // 10..11 get new pieces of the largest size that fits aligned next to them (1G, 2G)
+    // while held memory stays within what is in use. All adjacent: one map call.
+    live.push(alloc.alloc(6 * G, 256).unwrap());
+    let stats = alloc.stats();
+    assert_eq!(stats.unmap_calls, calls.1 + 2);
+    assert_eq!(
+        stats.map_calls,
+        calls.0 + 1,
+        "adjacent pieces: one map call"
+    );
+    assert_eq!(
+        alloc.granules_created(),
+        vec![(G, 3), (2 * G, 2), (4 * G, 1)]
+    );
+    assert_eq!(stats.bytes_reserved, 11 * G);
+    assert_eq!(stats.bytes_in_use, 11 * G);
+    check_expandable(&alloc, &probe, &live);
+    for a in live.drain(..) {
+        alloc.free(a).unwrap();
+    }
+    assert_eq!(alloc.trim(), 11 * G);
+    check_expandable(&alloc, &probe, &live);
+    drop(alloc);
+    assert_eq!(probe.stats().live_bytes, 0);
+    assert_eq!(probe.bad_vm_calls(), 0);
+}
+
+#[test]
+fn online_pieces_shrink_to_fit_the_capacity_before_out_of_memory() {
+    let cap = 6 * G;
+    let probe = TestProvider::with_capacity(cap).with_granule(Some(G));
+    let mut alloc = expandable(&probe, doubling());
+    let mut live = vec![
+        alloc.alloc(G, 256).unwrap(),
+        alloc.alloc(G, 256).unwrap(),
+        alloc.alloc(2 * G, 256).unwrap(),
+    ];
+    assert_eq!(alloc.stats().bytes_reserved, 4 * G);
+    // The policy asks for a 4G piece; the device has 2G left: a 2G piece is created instead.
+    live.push(alloc.alloc(2 * G, 256).unwrap());
+    assert_eq!(alloc.granules_created(), vec![(G, 2), (2 * G, 2)]);
+    assert_eq!(probe.stats().live_bytes, cap);
+    check_expandable(&alloc, &probe, &live);
+    // Now nothing fits: out of memory with the sizes, nothing half-mapped, still usable.
+    match alloc.alloc(G, 256) {
+        Err(MemError::OutOfMemory {
+            requested,
+            in_use,
+            capacity,
+            ..
+        }) => assert_eq!((requested, in_use, capacity), (G, 6 * G, Some(cap))),
+        other => panic!("expected out of memory, got {other:?}"),
+    }
+    check_expandable(&alloc, &probe, &live);
+    alloc.free(live.remove(0)).unwrap();
+    live.push(alloc.alloc(G, 256).unwrap());
+    assert_eq!(probe.stats().live_bytes, cap);
+    check_expandable(&alloc, &probe, &live);
+}
+
+#[test]
 fn expandable_falls_back_to_blocks_without_virtual_memory() {
     let probe = TestProvider::new().with_granule(None);
     let mut alloc = SubAllocator::new(
@@ -643,6 +763,23 @@ mod properties {
         ]
     }
 
+    /// Piece policies: the provider's granule, fixed multiples, and online ones (divisor 1
+    /// doubles the piece with everything held; pieces up to the whole 32-granule segment).
+    fn policy() -> impl Strategy<Value = GranulePolicy> {
+        prop_oneof![
+            Just(GranulePolicy::Provider),
+            (0u32..4).prop_map(|k| GranulePolicy::Fixed { bytes: G << k }),
+            (1usize..24, 0u32..3, 2u32..7).prop_map(|(divisor, lo, hi)| {
+                GranulePolicy::Proportional {
+                    divisor,
+                    min_bytes: G << lo,
+                    max_bytes: G << hi,
+                }
+            }),
+            Just(GranulePolicy::online()),
+        ]
+    }
+
     /// Runs `ops`, checking after each step: live ranges disjoint, aligned and (expandable)
     /// mapped; stats consistent with the provider; out of memory reported with the sizes and
     /// leaving the allocator usable. At the end everything goes back to zero.
@@ -654,6 +791,7 @@ mod properties {
             match op {
                 Op::Alloc { size, align_log } => {
                     let align = 1usize << align_log;
+                    let injected = probe.pending_failures() > 0;
                     match alloc.alloc(size, align) {
                         Ok(a) => {
                             assert_eq!(a.addr() % align, 0);
@@ -671,6 +809,15 @@ mod properties {
                             assert_eq!((requested, reported), (size, in_use));
                             assert!(reserved >= in_use);
                             assert_eq!(capacity, probe.capacity());
+                            if expandable && !injected {
+                                // Only a full device: with what the failed attempt pooled
+                                // given back, less room than the granules the request spans
+                                // (pieces of the policy's size shrink before giving up).
+                                let cap = capacity.expect("no failure without a cap");
+                                alloc.trim();
+                                let room = cap - probe.stats().live_bytes;
+                                assert!(room < (size.div_ceil(G) + 1) * G, "room {room} left");
+                            }
                         }
                         Err(other) => panic!("unexpected error {other}"),
                     }
@@ -735,6 +882,7 @@ mod properties {
             cached in prop::option::of(0usize..6),
             pooled in prop::option::of(0usize..6),
             headroom in 0u32..200,
+            granules in policy(),
         ) {
             let probe = match cap_granules {
                 Some(n) => TestProvider::with_capacity(n * G),
@@ -747,6 +895,7 @@ mod properties {
                 max_cached_bytes: cached.map_or(usize::MAX, |n| n * G),
                 max_pooled_bytes: pooled.map_or(usize::MAX, |n| n * G),
                 headroom_permille: headroom,
+                granules,
             };
             run(expandable(&probe, cfg), &probe, ops);
         }

@@ -111,16 +111,27 @@ impl BlockProvider for CountingProvider {
         self.stats.vm_releases += 1;
     }
 
-    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
-        self.stats.on_create(self.granule);
+    fn create_physical(&mut self, size: usize) -> Result<PhysicalGranule, MemError> {
+        if size == 0 || size % self.granule != 0 {
+            return Err(MemError::ProviderFailed {
+                device: "counting".to_string(),
+                requested: size,
+                reason: format!(
+                    "physical size not a multiple of the granule {}",
+                    self.granule
+                ),
+            });
+        }
+        self.stats.on_create(size);
         self.next_physical += 1;
         Ok(PhysicalGranule {
             handle: self.next_physical,
+            size,
         })
     }
 
-    fn release_physical(&mut self, _granule: PhysicalGranule) {
-        self.stats.on_release_physical(self.granule);
+    fn release_physical(&mut self, granule: PhysicalGranule) {
+        self.stats.on_release_physical(granule.size);
     }
 
     fn map(
@@ -129,12 +140,13 @@ impl BlockProvider for CountingProvider {
         _offset: usize,
         granules: &[PhysicalGranule],
     ) -> Result<(), MemError> {
-        self.stats.on_map(granules.len(), self.granule);
+        let bytes = granules.iter().map(|g| g.size).sum();
+        self.stats.on_map(bytes / self.granule, bytes);
         Ok(())
     }
 
-    fn unmap(&mut self, _range: &VirtualRange, _offset: usize, count: usize) {
-        self.stats.on_unmap(count, self.granule);
+    fn unmap(&mut self, _range: &VirtualRange, _offset: usize, size: usize) {
+        self.stats.on_unmap(size / self.granule, size);
     }
 }
 
@@ -179,21 +191,31 @@ mod tests {
         let range = provider.reserve_virtual(10 * g + 1).unwrap();
         assert_eq!((range.addr % g, range.size), (0, 11 * g));
         let granules: Vec<_> = (0..3)
-            .map(|_| provider.create_physical().unwrap())
+            .map(|_| provider.create_physical(g).unwrap())
             .collect();
         assert_ne!(granules[0], granules[1]);
+        assert!(
+            provider.create_physical(g + 1).is_err(),
+            "not a granule multiple"
+        );
         provider.map(&range, 2 * g, &granules).unwrap();
         let stats = provider.stats();
         assert_eq!((stats.physical_creates, stats.map_calls), (3, 1));
         assert_eq!((stats.live_bytes, stats.mapped_bytes), (3 * g, 3 * g));
-        provider.unmap(&range, 2 * g, 3);
+        provider.unmap(&range, 2 * g, 3 * g);
+        // Physical memory of several granules maps and unmaps as one piece.
+        let big = provider.create_physical(4 * g).unwrap();
+        provider.map(&range, 4 * g, &[big]).unwrap();
+        assert_eq!(provider.stats().mapped_bytes, 4 * g);
+        provider.unmap(&range, 4 * g, 4 * g);
+        provider.release_physical(big);
         for granule in granules {
             provider.release_physical(granule);
         }
         provider.release_virtual(range);
         let stats = provider.stats();
         assert_eq!((stats.live_bytes, stats.mapped_bytes), (0, 0));
-        assert_eq!((stats.unmap_calls, stats.granules_unmapped), (1, 3));
+        assert_eq!((stats.unmap_calls, stats.granules_unmapped), (2, 7));
         assert_eq!((stats.vm_reserves, stats.vm_releases), (1, 1));
     }
 }

@@ -193,20 +193,28 @@ impl BlockProvider for HostProvider {
         vm::release(range.addr, range.size);
     }
 
-    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
+    fn create_physical(&mut self, size: usize) -> Result<PhysicalGranule, MemError> {
         if !vm::SUPPORTED {
-            return Err(super::vm_unsupported("host", self.granule));
+            return Err(super::vm_unsupported("host", size));
         }
-        self.check_room(self.granule)?;
-        self.stats.on_create(self.granule);
+        if size == 0 || size % self.granule != 0 {
+            let reason = format!(
+                "physical size not a multiple of the granule {}",
+                self.granule
+            );
+            return Err(self.refuse(size, reason));
+        }
+        self.check_room(size)?;
+        self.stats.on_create(size);
         self.next_physical += 1;
         Ok(PhysicalGranule {
             handle: self.next_physical,
+            size,
         })
     }
 
-    fn release_physical(&mut self, _granule: PhysicalGranule) {
-        self.stats.on_release_physical(self.granule);
+    fn release_physical(&mut self, granule: PhysicalGranule) {
+        self.stats.on_release_physical(granule.size);
     }
 
     fn map(
@@ -215,20 +223,19 @@ impl BlockProvider for HostProvider {
         offset: usize,
         granules: &[PhysicalGranule],
     ) -> Result<(), MemError> {
-        let bytes = granules.len() * self.granule;
+        let bytes: usize = granules.iter().map(|g| g.size).sum();
         if offset % self.granule != 0 || offset + bytes > range.size {
             return Err(self.refuse(bytes, format!("map outside the range at offset {offset}")));
         }
         vm::protect(range.addr + offset, bytes, true)
             .map_err(|reason| self.refuse(bytes, reason))?;
-        self.stats.on_map(granules.len(), self.granule);
+        self.stats.on_map(bytes / self.granule, bytes);
         Ok(())
     }
 
-    fn unmap(&mut self, range: &VirtualRange, offset: usize, count: usize) {
-        let bytes = count * self.granule;
-        vm::decommit(range.addr + offset, bytes);
-        self.stats.on_unmap(count, self.granule);
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, size: usize) {
+        vm::decommit(range.addr + offset, size);
+        self.stats.on_unmap(size / self.granule, size);
     }
 }
 
@@ -477,17 +484,23 @@ mod tests {
         assert_eq!(g, 64 << 10);
         let range = provider.reserve_virtual(8 * g).unwrap();
         assert_eq!((range.addr % g, range.size), (0, 8 * g));
-        let granules: Vec<_> = (0..3)
-            .map(|_| provider.create_physical().unwrap())
-            .collect();
         assert!(
-            provider.create_physical().is_err(),
-            "capacity counts physical granules"
+            provider.create_physical(g + 4096).is_err(),
+            "not a granule multiple"
         );
-        provider.map(&range, 2 * g, &granules[..2]).unwrap();
-        provider.map(&range, 7 * g, &granules[2..]).unwrap();
+        // One piece of two granules and one of one granule: the capacity is then used up.
+        let granules = vec![
+            provider.create_physical(2 * g).unwrap(),
+            provider.create_physical(g).unwrap(),
+        ];
         assert!(
-            provider.map(&range, 8 * g, &granules[2..]).is_err(),
+            provider.create_physical(g).is_err(),
+            "capacity counts physical bytes"
+        );
+        provider.map(&range, 2 * g, &granules[..1]).unwrap();
+        provider.map(&range, 7 * g, &granules[1..]).unwrap();
+        assert!(
+            provider.map(&range, 8 * g, &granules[1..]).is_err(),
             "outside the range"
         );
         let mapped = Block {
@@ -498,14 +511,15 @@ mod tests {
             handle: 0,
         };
         write_pattern(&mapped, 3);
-        provider.unmap(&range, 2 * g, 2);
+        provider.unmap(&range, 2 * g, 2 * g);
         // Mapped again, the pages are fresh: the old contents were given back.
-        provider.map(&range, 2 * g, &granules[..2]).unwrap();
+        provider.map(&range, 2 * g, &granules[..1]).unwrap();
         // SAFETY: the granule was just mapped readable.
         let first = unsafe { *((range.addr + 2 * g + 5) as *const u8) };
         assert_eq!(first, 0);
-        provider.unmap(&range, 2 * g, 2);
-        provider.unmap(&range, 7 * g, 1);
+        assert_eq!(provider.stats().mapped_bytes, 3 * g);
+        provider.unmap(&range, 2 * g, 2 * g);
+        provider.unmap(&range, 7 * g, g);
         for granule in granules {
             provider.release_physical(granule);
         }
@@ -514,7 +528,7 @@ mod tests {
         assert_eq!((stats.live_bytes, stats.mapped_bytes), (0, 0));
         assert_eq!(
             (stats.map_calls, stats.unmap_calls, stats.physical_creates),
-            (3, 3, 3)
+            (3, 3, 2)
         );
     }
 

@@ -50,12 +50,15 @@ pub struct VirtualRange {
     pub handle: u64,
 }
 
-/// One granule of physical memory from [`BlockProvider::create_physical`]; it can be mapped at
-/// one place at a time and must be unmapped before it is released.
+/// One piece of physical memory from [`BlockProvider::create_physical`] (a whole number of the
+/// provider's granules); it can be mapped at one place at a time and must be unmapped before it
+/// is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PhysicalGranule {
     /// Provider-private handle (a CUDA allocation handle, or a counter).
     pub handle: u64,
+    /// Bytes of physical memory (a multiple of [`BlockProvider::granule_size`]).
+    pub size: usize,
 }
 
 /// What a provider has done so far, for tests and reports.
@@ -77,17 +80,17 @@ pub struct ProviderStats {
     pub vm_reserves: u64,
     /// Virtual ranges released.
     pub vm_releases: u64,
-    /// Physical granules created (each is counted in `live_bytes` while it exists).
+    /// Physical granules created, of any size (each is counted in `live_bytes` while it exists).
     pub physical_creates: u64,
     /// Physical granules released.
     pub physical_releases: u64,
     /// Successful map calls (each maps a run of consecutive granules).
     pub map_calls: u64,
-    /// Granules mapped by those calls.
+    /// Granules mapped by those calls, counted in [`BlockProvider::granule_size`] units.
     pub granules_mapped: u64,
     /// Unmap calls (each unmaps a run of consecutive granules).
     pub unmap_calls: u64,
-    /// Granules unmapped by those calls.
+    /// Granules unmapped by those calls, counted in [`BlockProvider::granule_size`] units.
     pub granules_unmapped: u64,
     /// Bytes currently mapped into virtual ranges.
     pub mapped_bytes: usize,
@@ -113,27 +116,27 @@ impl ProviderStats {
         self.live_bytes -= size;
     }
 
-    pub(crate) fn on_create(&mut self, granule: usize) {
+    pub(crate) fn on_create(&mut self, bytes: usize) {
         self.physical_creates += 1;
-        self.live_bytes += granule;
+        self.live_bytes += bytes;
         self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
     }
 
-    pub(crate) fn on_release_physical(&mut self, granule: usize) {
+    pub(crate) fn on_release_physical(&mut self, bytes: usize) {
         self.physical_releases += 1;
-        self.live_bytes -= granule;
+        self.live_bytes -= bytes;
     }
 
-    pub(crate) fn on_map(&mut self, granules: usize, granule: usize) {
+    pub(crate) fn on_map(&mut self, granules: usize, bytes: usize) {
         self.map_calls += 1;
         self.granules_mapped += granules as u64;
-        self.mapped_bytes += granules * granule;
+        self.mapped_bytes += bytes;
     }
 
-    pub(crate) fn on_unmap(&mut self, granules: usize, granule: usize) {
+    pub(crate) fn on_unmap(&mut self, granules: usize, bytes: usize) {
         self.unmap_calls += 1;
         self.granules_unmapped += granules as u64;
-        self.mapped_bytes -= granules * granule;
+        self.mapped_bytes -= bytes;
     }
 }
 
@@ -200,15 +203,14 @@ pub trait BlockProvider: Send {
         let _ = range;
     }
 
-    /// Creates one granule of physical memory (counted against the capacity).
+    /// Creates `size` bytes of physical memory, a non-zero multiple of the granule (CUDA
+    /// `cuMemCreate`), counted against the capacity.
     ///
     /// # Errors
-    /// [`MemError::ProviderFailed`] when unsupported or the device is full.
-    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
-        Err(vm_unsupported(
-            self.name(),
-            self.granule_size().unwrap_or(0),
-        ))
+    /// [`MemError::ProviderFailed`] when unsupported, `size` is not a multiple of the granule,
+    /// or the device is full.
+    fn create_physical(&mut self, size: usize) -> Result<PhysicalGranule, MemError> {
+        Err(vm_unsupported(self.name(), size))
     }
 
     /// Releases an unmapped physical granule.
@@ -216,8 +218,9 @@ pub trait BlockProvider: Send {
         let _ = granule;
     }
 
-    /// Maps `granules` one after the other at `offset` bytes (granule aligned) into `range`;
-    /// the place must be unmapped, the granules not mapped elsewhere. One call per run.
+    /// Maps `granules` one after the other from `offset` bytes (granule aligned) into `range`
+    /// (each at the offset where the previous one ends); the place must be unmapped, the
+    /// granules not mapped elsewhere. One call per run.
     ///
     /// # Errors
     /// [`MemError::ProviderFailed`] when unsupported or the device refuses; nothing is mapped then.
@@ -230,14 +233,15 @@ pub trait BlockProvider: Send {
         let _ = (range, offset);
         Err(vm_unsupported(
             self.name(),
-            granules.len() * self.granule_size().unwrap_or(0),
+            granules.iter().map(|g| g.size).sum(),
         ))
     }
 
-    /// Unmaps `count` granules at `offset` bytes into `range` (their memory is no longer
-    /// reachable there; the physical granules stay alive until released).
-    fn unmap(&mut self, range: &VirtualRange, offset: usize, count: usize) {
-        let _ = (range, offset, count);
+    /// Unmaps the `size` bytes at `offset` into `range`: whole physical granules mapped by
+    /// [`BlockProvider::map`] (their memory is no longer reachable there; the physical granules
+    /// stay alive until released).
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, size: usize) {
+        let _ = (range, offset, size);
     }
 }
 
@@ -269,8 +273,8 @@ impl BlockProvider for Box<dyn BlockProvider> {
     fn release_virtual(&mut self, range: VirtualRange) {
         (**self).release_virtual(range)
     }
-    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
-        (**self).create_physical()
+    fn create_physical(&mut self, size: usize) -> Result<PhysicalGranule, MemError> {
+        (**self).create_physical(size)
     }
     fn release_physical(&mut self, granule: PhysicalGranule) {
         (**self).release_physical(granule)
@@ -283,7 +287,7 @@ impl BlockProvider for Box<dyn BlockProvider> {
     ) -> Result<(), MemError> {
         (**self).map(range, offset, granules)
     }
-    fn unmap(&mut self, range: &VirtualRange, offset: usize, count: usize) {
-        (**self).unmap(range, offset, count)
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, size: usize) {
+        (**self).unmap(range, offset, size)
     }
 }

@@ -33,10 +33,10 @@ struct TestState {
     ranges: HashMap<u64, (usize, usize)>,
     /// Mapped granules by (range handle, granule index): the physical handle there.
     mapped: HashMap<(u64, usize), u64>,
-    /// Live physical granules.
-    physical: HashSet<u64>,
-    /// Physical granules currently mapped somewhere.
-    physical_mapped: HashSet<u64>,
+    /// Live physical granules: their sizes in bytes.
+    physical: HashMap<u64, usize>,
+    /// Physical granules currently mapped somewhere: (range handle, first granule index).
+    physical_mapped: HashMap<u64, (u64, usize)>,
     bad_vm_calls: u64,
 }
 
@@ -62,8 +62,8 @@ impl TestProvider {
                 next_handle: 1,
                 ranges: HashMap::new(),
                 mapped: HashMap::new(),
-                physical: HashSet::new(),
-                physical_mapped: HashSet::new(),
+                physical: HashMap::new(),
+                physical_mapped: HashMap::new(),
                 bad_vm_calls: 0,
             })),
         }
@@ -119,14 +119,23 @@ impl TestProvider {
         self.state().fail_creates = n;
     }
 
+    /// Injected failures not yet used up (allocs, grows, maps and creations together).
+    pub fn pending_failures(&self) -> usize {
+        let state = self.state();
+        state.fail_allocs + state.fail_grows + state.fail_maps + state.fail_creates
+    }
+
     /// Virtual-memory calls that broke the rules: mapping over a mapped granule or outside the
-    /// range, mapping a granule twice, unmapping what is not mapped, releasing a mapped granule
-    /// or a range that still has mappings, unknown handles.
+    /// range, mapping a granule twice, mapping physical memory of a power-of-two size at an
+    /// offset that is not a multiple of that size (stricter than CUDA, which only asks for the
+    /// granule: the allocator promises it), unmapping what is not mapped or only part of a
+    /// mapped physical granule, releasing a mapped granule or a range that still has mappings,
+    /// unknown handles or sizes.
     pub fn bad_vm_calls(&self) -> u64 {
         self.state().bad_vm_calls
     }
 
-    /// Granules mapped right now, over all ranges.
+    /// Granules (of the provider's granule size) mapped right now, over all ranges.
     pub fn mapped_granules(&self) -> usize {
         self.state().mapped.len()
     }
@@ -287,33 +296,36 @@ impl BlockProvider for TestProvider {
         state.stats.vm_releases += 1;
     }
 
-    fn create_physical(&mut self) -> Result<PhysicalGranule, MemError> {
+    fn create_physical(&mut self, size: usize) -> Result<PhysicalGranule, MemError> {
         let mut state = self.state();
         let Some(granule) = state.vm else {
-            return Err(super::vm_unsupported("test", 0));
+            return Err(super::vm_unsupported("test", size));
         };
+        if size == 0 || size % granule != 0 {
+            return Err(state.refuse(size, "physical size not a multiple of the granule"));
+        }
         if state.fail_creates > 0 {
             state.fail_creates -= 1;
-            return Err(state.refuse(granule, "injected failure"));
+            return Err(state.refuse(size, "injected failure"));
         }
-        state.check_room(granule)?;
+        state.check_room(size)?;
         let handle = state.next_handle;
         state.next_handle += 1;
-        state.physical.insert(handle);
-        state.stats.on_create(granule);
-        Ok(PhysicalGranule { handle })
+        state.physical.insert(handle, size);
+        state.stats.on_create(size);
+        Ok(PhysicalGranule { handle, size })
     }
 
     fn release_physical(&mut self, granule: PhysicalGranule) {
         let mut state = self.state();
-        let size = state.vm.unwrap_or(0);
-        if !state.physical.remove(&granule.handle)
-            || state.physical_mapped.contains(&granule.handle)
+        if state.physical.get(&granule.handle) != Some(&granule.size)
+            || state.physical_mapped.contains_key(&granule.handle)
         {
             state.bad_vm_calls += 1;
             return;
         }
-        state.stats.on_release_physical(size);
+        state.physical.remove(&granule.handle);
+        state.stats.on_release_physical(granule.size);
     }
 
     fn map(
@@ -323,55 +335,79 @@ impl BlockProvider for TestProvider {
         granules: &[PhysicalGranule],
     ) -> Result<(), MemError> {
         let mut state = self.state();
-        let Some(size) = state.vm else {
+        let Some(unit) = state.vm else {
             return Err(super::vm_unsupported("test", 0));
         };
+        let bytes: usize = granules.iter().map(|g| g.size).sum();
         if state.fail_maps > 0 {
             state.fail_maps -= 1;
-            return Err(state.refuse(granules.len() * size, "injected map failure"));
+            return Err(state.refuse(bytes, "injected map failure"));
         }
-        let first = offset / size;
-        let valid = offset % size == 0
+        let mut valid = offset % unit == 0
             && !granules.is_empty()
             && state.ranges.get(&range.handle) == Some(&(range.addr, range.size))
-            && offset + granules.len() * size <= range.size
-            && (0..granules.len()).all(|i| !state.mapped.contains_key(&(range.handle, first + i)))
-            && granules.iter().all(|g| {
-                state.physical.contains(&g.handle) && !state.physical_mapped.contains(&g.handle)
-            })
+            && offset + bytes <= range.size
             && granules.iter().collect::<HashSet<_>>().len() == granules.len();
+        let mut at = offset;
+        for g in granules {
+            valid = valid
+                && state.physical.get(&g.handle) == Some(&g.size)
+                && !state.physical_mapped.contains_key(&g.handle)
+                && (!g.size.is_power_of_two() || at % g.size == 0)
+                && (at / unit..(at + g.size) / unit)
+                    .all(|i| !state.mapped.contains_key(&(range.handle, i)));
+            at += g.size;
+        }
         if !valid {
             state.bad_vm_calls += 1;
-            return Err(state.refuse(granules.len() * size, "invalid map call"));
+            return Err(state.refuse(bytes, "invalid map call"));
         }
-        for (i, g) in granules.iter().enumerate() {
-            state.mapped.insert((range.handle, first + i), g.handle);
-            state.physical_mapped.insert(g.handle);
+        let mut at = offset;
+        for g in granules {
+            for i in at / unit..(at + g.size) / unit {
+                state.mapped.insert((range.handle, i), g.handle);
+            }
+            state
+                .physical_mapped
+                .insert(g.handle, (range.handle, at / unit));
+            at += g.size;
         }
-        state.stats.on_map(granules.len(), size);
+        state.stats.on_map(bytes / unit, bytes);
         Ok(())
     }
 
-    fn unmap(&mut self, range: &VirtualRange, offset: usize, count: usize) {
+    fn unmap(&mut self, range: &VirtualRange, offset: usize, size: usize) {
         let mut state = self.state();
-        let Some(size) = state.vm else {
+        let Some(unit) = state.vm else {
             state.bad_vm_calls += 1;
             return;
         };
-        let first = offset / size;
-        let mut bad = offset % size != 0 || count == 0;
-        for g in first..first + count {
-            match state.mapped.remove(&(range.handle, g)) {
-                Some(handle) => {
-                    state.physical_mapped.remove(&handle);
-                }
-                None => bad = true,
+        let mut bad = offset % unit != 0 || size == 0 || size % unit != 0;
+        let (first, end) = (offset / unit, (offset + size) / unit);
+        let mut i = first;
+        let mut removed = 0;
+        while !bad && i < end {
+            // Each physical piece must start here and end inside the unmapped bytes.
+            let Some(&handle) = state.mapped.get(&(range.handle, i)) else {
+                bad = true;
+                break;
+            };
+            let pieces = state.physical[&handle] / unit;
+            if state.physical_mapped.get(&handle) != Some(&(range.handle, i)) || i + pieces > end {
+                bad = true;
+                break;
             }
+            for k in i..i + pieces {
+                state.mapped.remove(&(range.handle, k));
+            }
+            state.physical_mapped.remove(&handle);
+            removed += pieces * unit;
+            i += pieces;
         }
-        if bad {
+        if bad || removed != size {
             state.bad_vm_calls += 1;
         }
-        state.stats.on_unmap(count, size);
+        state.stats.on_unmap(removed / unit, removed);
     }
 }
 
@@ -421,12 +457,16 @@ mod tests {
         let mut provider = probe.clone();
         let g = provider.granule_size().unwrap();
         let range = provider.reserve_virtual(10 * g).unwrap();
-        let a = provider.create_physical().unwrap();
-        let b = provider.create_physical().unwrap();
+        let a = provider.create_physical(g).unwrap();
+        let b = provider.create_physical(g).unwrap();
         probe.fail_next_creates(1);
-        assert!(provider.create_physical().is_err(), "injected");
-        let c = provider.create_physical().unwrap();
-        assert!(provider.create_physical().is_err(), "capacity reached");
+        assert!(provider.create_physical(g).is_err(), "injected");
+        assert!(
+            provider.create_physical(g / 2).is_err(),
+            "not a granule multiple"
+        );
+        let c = provider.create_physical(g).unwrap();
+        assert!(provider.create_physical(g).is_err(), "capacity reached");
         assert_eq!(probe.stats().live_bytes, 3 * g);
         probe.fail_next_maps(1);
         assert!(provider.map(&range, 0, &[a, b]).is_err(), "injected");
@@ -440,23 +480,44 @@ mod tests {
         assert!(provider.map(&range, 0, &[a]).is_err());
         assert_eq!(probe.bad_vm_calls(), 2);
         provider.map(&range, 9 * g, &[c]).unwrap();
-        provider.unmap(&range, 4 * g, 2);
-        provider.unmap(&range, 9 * g, 1);
+        provider.unmap(&range, 4 * g, 2 * g);
+        provider.unmap(&range, 9 * g, g);
         assert_eq!(probe.stats().mapped_bytes, 0);
         for granule in [a, b, c] {
             provider.release_physical(granule);
         }
-        provider.release_virtual(range);
         assert_eq!(probe.bad_vm_calls(), 2);
+        // Physical memory of several granules: mapped at a multiple of its size, unmapped whole.
+        probe.set_capacity(None);
+        let big = provider.create_physical(4 * g).unwrap();
+        assert!(provider.map(&range, 2 * g, &[big]).is_err(), "misaligned");
+        assert_eq!(probe.bad_vm_calls(), 3);
+        let small = provider.create_physical(g).unwrap();
+        provider.map(&range, 3 * g, &[small, big]).unwrap();
+        assert!(probe.is_mapped(range.addr + 3 * g, 5 * g));
+        assert_eq!(probe.mapped_granules(), 5);
+        provider.unmap(&range, 5 * g, g);
+        assert_eq!(probe.bad_vm_calls(), 4, "part of a piece");
+        provider.unmap(&range, 3 * g, 5 * g);
+        assert_eq!(probe.mapped_granules(), 0);
+        provider.release_physical(PhysicalGranule {
+            handle: big.handle,
+            size: g,
+        });
+        assert_eq!(probe.bad_vm_calls(), 5, "wrong size");
+        provider.release_physical(big);
+        provider.release_physical(small);
+        provider.release_virtual(range);
+        assert_eq!(probe.bad_vm_calls(), 5);
         let stats = probe.stats();
         assert_eq!(
             (stats.live_bytes, stats.map_calls, stats.unmap_calls),
-            (0, 2, 2)
+            (0, 3, 4)
         );
         // Without virtual memory every call is refused.
         let mut plain = TestProvider::new().with_granule(None);
         assert!(plain.granule_size().is_none());
         assert!(plain.reserve_virtual(1 << 20).is_err());
-        assert!(plain.create_physical().is_err());
+        assert!(plain.create_physical(1 << 20).is_err());
     }
 }

@@ -72,10 +72,19 @@ fn synthetic_trace_replays_over_both_providers() {
         assert!(report.speedup_vs_system.is_some_and(|r| r > 0.0));
         assert_eq!(report.runs, 3);
         assert_eq!(report.mode, "expandable", "the default mode");
+        // Online pieces over the provider's 2 MiB granule, whatever the trace's peak.
+        assert_eq!(report.granule, Some(2 << 20));
         assert_eq!(
-            report.granule,
-            Some(default_granule(report.peak_live_bytes))
+            report.granule_policy.as_deref(),
+            Some("online: held/12, 8.00 MiB..1.00 GiB")
         );
+        let created: u64 = report.granules_created.iter().map(|&(_, n)| n).sum();
+        assert_eq!(created, report.physical_creates);
+        assert!(report
+            .granules_created
+            .iter()
+            .all(|&(size, _)| size >= 8 << 20));
+        assert!(report.peak_reserved_bytes >= 8 << 20);
         let text = report.to_string();
         assert!(
             text.contains("fragmentation") && text.contains("ns/event"),
@@ -127,6 +136,10 @@ fn synthetic_trace_replays_over_both_providers() {
         report.provider_block_allocs + report.physical_creates
     );
     assert!(report.map_calls >= 1 && report.granules_mapped >= report.physical_creates);
+    assert_eq!(
+        report.granules_created,
+        vec![(1 << 20, report.physical_creates)]
+    );
     let text = report.to_string();
     assert!(
         text.contains("expandable segment") && text.contains("map calls"),
@@ -174,8 +187,9 @@ fn shared_trace(name: &str) -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
-/// The shared transformer traces, when present: the default (expandable) mode meets the
-/// fragmentation and provider-allocation targets on both; block mode keeps its old bounds.
+/// The shared transformer traces, when present: the default (expandable, online pieces) mode
+/// meets the fragmentation and provider-allocation targets on both; block mode keeps its old
+/// bounds.
 #[test]
 fn shared_traces_meet_targets() {
     for (name, blocks_bound) in [
@@ -198,6 +212,14 @@ fn shared_traces_meet_targets() {
             };
             let report = replay_trace(&trace, &opts).unwrap();
             println!("{report}");
+            if expandable {
+                // Online: nothing about the trace is known; pieces of several sizes.
+                assert!(report
+                    .granule_policy
+                    .as_deref()
+                    .is_some_and(|p| p.starts_with("online")));
+                assert!(report.granules_created.len() >= 2, "{report}");
+            }
             let bound = if expandable { 1.05 } else { blocks_bound };
             assert!(report.fragmentation <= bound, "{report}");
             assert!(report.fragmentation >= 1.0, "{report}");

@@ -25,8 +25,8 @@ pub struct ReplayArgs {
     /// a virtual range with physical granules mapped on demand).
     #[arg(long)]
     blocks: bool,
-    /// Physical granule of the expandable segment, in bytes (default: the trace's peak / 100
-    /// rounded up to a power of two, at least 2 MiB).
+    /// A fixed physical granule for the expandable segment, in bytes (default: the online
+    /// policy, pieces of the memory held / 12 rounded to a power of two, 8 MiB..1 GiB).
     #[arg(long)]
     granule: Option<usize>,
     /// Print one JSON object.
