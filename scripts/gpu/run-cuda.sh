@@ -23,6 +23,7 @@ run bench_micro 150 .gpu/bench_micro
 run torch_micro 120 python3 .gpu/encoder_torch.py --no-encoder --gemm --copy
 run bench_encoder 150 .gpu/bench_encoder --dump /tmp/rlx-encoder
 [ -x .gpu/rlx ] && run demo 60 .gpu/rlx run --device cuda
+ls .gpu/traces/*.jsonl.gz >/dev/null 2>&1 && run replay_cuda 300 .gpu/replay_cuda .gpu/traces/*.jsonl.gz
 run torch_encoder 300 python3 .gpu/encoder_torch.py --weights /tmp/rlx-encoder
-grep -hE '^(rlx|device|alloc|encoder|torch)' "$out"/bench_*.log "$out"/torch_*.log > "$out/bench.txt" 2>/dev/null
+grep -hE '^(rlx|device|alloc|encoder|torch|cuda replay)' "$out"/bench_*.log "$out"/torch_*.log "$out"/replay_*.log > "$out/bench.txt" 2>/dev/null
 cat "$out/bench.txt"

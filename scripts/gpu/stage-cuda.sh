@@ -17,8 +17,11 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
         print(m["executable"])' | while read -r exe; do cp "$exe" .gpu/tests/; done
 cargo build --release -p rlx-cuda --examples
-cp "$target/release/examples/bench_encoder" "$target/release/examples/bench_micro" .gpu/
+cp "$target/release/examples/bench_encoder" "$target/release/examples/bench_micro" \
+  "$target/release/examples/replay_cuda" .gpu/
+# the allocation traces replay_cuda replays on the device
+if [ -d ../shared/traces ]; then mkdir -p .gpu/traces && cp ../shared/traces/*.jsonl.gz .gpu/traces/; fi
 if [ -x "$target/release/rlx" ] && [ "${RLX_STAGE_CLI:-0}" = 1 ]; then cp "$target/release/rlx" .gpu/; fi
 cp scripts/bench/encoder_torch.py scripts/gpu/run-cuda.sh .gpu/
-strip .gpu/tests/* .gpu/bench_* .gpu/rlx 2>/dev/null || true
+strip .gpu/tests/* .gpu/bench_* .gpu/replay_cuda .gpu/rlx 2>/dev/null || true
 du -sh .gpu; ls -la .gpu .gpu/tests
