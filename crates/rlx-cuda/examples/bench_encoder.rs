@@ -5,7 +5,9 @@
 //!
 //! `cargo run --release -p rlx-cuda --example bench_encoder -- --batches 1,32,256
 //! --iters 100 --warmup 20 [--dump DIR] [--profile]`. `--profile` times every step of a run
-//! alone and prints the first layer's. `--dump` writes the weights, the batch-1 input and
+//! alone and prints the first layer's, then attention's total and which path ran it
+//! (`RLX_CUDA_FLASH=0` turns the tensor-core flash kernel off, `RLX_CUDA_ATTN_GEMM=1`
+//! forces the GEMM form). `--dump` writes the weights, the batch-1 input and
 //! RLX's batch-1 output as raw little-endian files plus `manifest.txt`, so
 //! `scripts/bench/encoder_torch.py --weights DIR` runs PyTorch on the same numbers.
 
@@ -160,7 +162,11 @@ fn dump(dir: &str, m: &Model, input: &Tensor, out: &Tensor) -> std::io::Result<(
 fn print_plan(batch: usize) {
     let m = encoder(batch);
     let program = lower_for_cuda(&m.graph).expect("lowers");
-    let plan = rlx_cuda::plan::plan(&program, &rlx_cuda::codegen::Target::h200()).expect("plans");
+    let target = rlx_cuda::codegen::Target {
+        flash_attention: rlx_cuda::codegen::Target::flash_from_env(),
+        ..rlx_cuda::codegen::Target::h200()
+    };
+    let plan = rlx_cuda::plan::plan(&program, &target).expect("plans");
     for step in &plan.steps {
         match step {
             rlx_cuda::plan::Step::Kernel(k) => println!(
@@ -261,6 +267,26 @@ fn main() {
                     for (label, ms) in steps.iter().take(steps.len() / LAYERS + 2) {
                         println!("  {ms:8.4} ms  {label}");
                     }
+                    // Attention of all layers: the flash kernel, or the GEMM form's three
+                    // steps, or the CUDA-core fused kernel.
+                    let attention: f64 = steps
+                        .iter()
+                        .filter(|(l, _)| l.contains("attention"))
+                        .map(|s| s.1)
+                        .sum();
+                    let path = if steps.iter().any(|(l, _)| l.starts_with("rlx_flash_mma_")) {
+                        "tensor-core flash"
+                    } else if steps
+                        .iter()
+                        .any(|(l, _)| l.starts_with("rlx_attn_softmax_"))
+                    {
+                        "GEMM form"
+                    } else {
+                        "fused CUDA-core"
+                    };
+                    println!(
+                        "profile batch={batch}: attention ({path}) {attention:.4} ms over {LAYERS} layers"
+                    );
                 }
                 Err(e) => println!("profile batch={batch}: FAILED: {e}"),
             }

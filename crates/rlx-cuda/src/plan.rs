@@ -179,7 +179,9 @@ fn plan_library(
     Ok(())
 }
 
-/// Plans attention (GEMM form or the fused kernel) through the layouts of its views; steps
+/// Plans attention through the layouts of its views: the tensor-core flash kernel where it
+/// applies (f16/bf16 on sm_80+, unless `RLX_CUDA_FLASH=0` or `RLX_CUDA_ATTN_GEMM=1`), else
+/// the GEMM form for large half-precision problems, else the CUDA-core fused kernel. Steps
 /// that replace copies say so in their labels, which profiles print.
 fn plan_attention(
     k: &LibraryKernel,
@@ -191,7 +193,11 @@ fn plan_attention(
 ) -> Result<(), String> {
     let layouts = views.map_or_else(|| Layouts::packed(ctx), |v| v.layouts(ctx));
     let first = plan.steps.len();
-    if !crate::plan_gemm::attention(k, ctx, mask, scale, &layouts, plan)? {
+    let gemm_forced = std::env::var("RLX_CUDA_ATTN_GEMM").is_ok_and(|v| v == "1");
+    if !gemm_forced && codegen::attention::flash_applies(ctx, &layouts) {
+        let kernel = codegen::attention::flash_mma(ctx, mask, scale, &layouts)?;
+        plan.steps.push(Step::Kernel(kernel));
+    } else if !crate::plan_gemm::attention(k, ctx, mask, scale, &layouts, plan)? {
         let kernel = codegen::attention::emit(ctx, mask, scale, &layouts)?;
         plan.steps.push(Step::Kernel(kernel));
     }

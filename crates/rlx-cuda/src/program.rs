@@ -26,6 +26,9 @@ pub struct CudaOptions {
     /// run two-level batched GEMMs as pointer-array GEMMs when cuBLASLt can
     /// (`RLX_CUDA_PTR_ARRAY=0` turns it off: one call per outer batch)
     pub pointer_arrays: bool,
+    /// f16/bf16 attention as the tensor-core flash kernel on sm_80 and newer
+    /// (`RLX_CUDA_FLASH=0` turns it off: the GEMM form or the older fused kernel)
+    pub flash_attention: bool,
 }
 
 impl Default for CudaOptions {
@@ -34,6 +37,7 @@ impl Default for CudaOptions {
             tf32: false,
             graphs: std::env::var("RLX_CUDA_GRAPHS").map_or(true, |v| v != "0"),
             pointer_arrays: std::env::var("RLX_CUDA_PTR_ARRAY").map_or(true, |v| v != "0"),
+            flash_attention: Target::flash_from_env(),
         }
     }
 }
@@ -111,6 +115,7 @@ impl CudaProgram {
             arch: f.arch(),
             sm_count: f.sm_count,
             max_shared: f.max_shared_per_block,
+            flash_attention: Target::flash_from_env(),
         })
     }
 
@@ -128,7 +133,10 @@ impl CudaProgram {
         let device = CudaDevice::get()?;
         let mem = DeviceMemory::get()?;
         device.bind()?;
-        let target = Self::target()?;
+        let target = Target {
+            flash_attention: options.flash_attention,
+            ..Self::target()?
+        };
         let plan = plan(&program, &target)?;
         let mut stats = CompileStats {
             launches: plan.steps.len(),

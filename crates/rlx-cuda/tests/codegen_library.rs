@@ -7,7 +7,7 @@ mod support;
 use rlx_cuda::codegen::Target;
 use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
-use support::cases::{head_split_cases, library_cases, Case};
+use support::cases::{flash_cases, head_split_cases, library_cases, Case};
 use support::{compile_check, lower_for_cuda};
 
 fn plan_case(name: &str) -> Plan {
@@ -16,13 +16,37 @@ fn plan_case(name: &str) -> Plan {
 
 /// The lowered program of case `name` and its plan.
 fn plan_with_program(cases: Vec<Case>, name: &str) -> (rlx_ir::kernel::KernelProgram, Plan) {
+    plan_for(cases, name, &Target::h200())
+}
+
+/// The lowered program of case `name` and its plan for `target`.
+fn plan_for(
+    cases: Vec<Case>,
+    name: &str,
+    target: &Target,
+) -> (rlx_ir::kernel::KernelProgram, Plan) {
     let case = cases
         .into_iter()
         .find(|c| c.name == name)
         .expect("known case");
     let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let p = plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{name}: {e}\n{program}"));
+    let p = plan(&program, target).unwrap_or_else(|e| panic!("{name}: {e}\n{program}"));
     (program, p)
+}
+
+/// An H200 with tensor-core flash attention turned off (`RLX_CUDA_FLASH=0`).
+fn no_flash() -> Target {
+    Target {
+        flash_attention: false,
+        ..Target::h200()
+    }
+}
+
+/// The generated flash attention kernels of a plan.
+fn flash_kernels(p: &Plan) -> Vec<&rlx_cuda::codegen::EmittedKernel> {
+    p.kernels()
+        .filter(|k| k.function.starts_with("rlx_flash_mma_"))
+        .collect()
 }
 
 /// Labels of the planned steps.
@@ -130,7 +154,8 @@ fn attention_is_one_kernel_with_shared_memory_per_tile() {
 #[test]
 fn large_half_attention_runs_as_two_gemms_around_a_softmax() {
     for mask in ["none", "causal", "additive"] {
-        let p = plan_case(&format!("attention_gemm_{mask}_f16"));
+        let name = format!("attention_gemm_{mask}_f16");
+        let p = plan_for(library_cases(), &name, &no_flash()).1;
         let g = gemms(&p);
         assert_eq!((g.len(), p.kernels().count()), (2, 1), "{mask}");
         assert!(g[0].trans_b && (g[0].alpha - 0.2).abs() < 1e-12);
@@ -141,6 +166,106 @@ fn large_half_attention_runs_as_two_gemms_around_a_softmax() {
     // f32 keeps the fused kernel.
     let p = plan_case("attention_gemm_none_f32");
     assert_eq!((gemms(&p).len(), p.kernels().count()), (0, 1));
+}
+
+#[test]
+fn half_attention_on_sm80_and_newer_is_one_tensor_core_flash_kernel() {
+    for mask in ["none", "causal", "additive"] {
+        for dt in ["f16", "bf16"] {
+            let name = format!("head_split_gemm_{mask}_{dt}");
+            let p = plan_for(head_split_cases(), &name, &Target::h200()).1;
+            let f = flash_kernels(&p);
+            assert_eq!(
+                gemms(&p).len(),
+                1,
+                "{name}: only the projection: {:?}",
+                labels(&p)
+            );
+            assert_eq!(f.len(), 1, "{name}: {:?}", labels(&p));
+            assert!(p.scratch.is_empty(), "{name}: no score matrix in memory");
+            assert!(f[0].label.contains("tensor-core flash"), "{}", f[0].label);
+            assert!(f[0].source.contains(&format!("rlx_mma_{dt}(")));
+        }
+    }
+    // The value head size 24 is no multiple of 16: the GEMM form stays.
+    let p = plan_case("attention_gemm_none_f16");
+    assert_eq!((gemms(&p).len(), flash_kernels(&p).len()), (2, 0));
+    // Older GPUs, f32, head size 256 and the switch keep the other paths.
+    let sm75 = Target {
+        arch: "sm_75".into(),
+        ..Target::h200()
+    };
+    for (name, target) in [
+        ("attention_gemm_none_f16", sm75),
+        ("attention_gemm_none_f16", no_flash()),
+        ("attention_gemm_none_f32", Target::h200()),
+        ("attention_none_d256_f16", Target::h200()),
+    ] {
+        let p = plan_for(library_cases(), name, &target).1;
+        assert!(flash_kernels(&p).is_empty(), "{name} on {target:?}");
+    }
+    // Head sizes 32 and 48 (multiples of 16) take it, with the explicit scale folded into
+    // base 2.
+    let p = plan_case("attention_causal_d48_f16");
+    let f = flash_kernels(&p);
+    assert_eq!(f.len(), 1);
+    assert!(f[0]
+        .source
+        .contains(&format!("{:?}f", (0.3 * std::f64::consts::LOG2_E) as f32)));
+    assert_eq!(flash_kernels(&plan_case("attention_none_d32_f16")).len(), 1);
+}
+
+#[test]
+fn flash_attention_kernels_compile_with_nvrtc() {
+    let mut kernels = Vec::new();
+    for case in flash_cases() {
+        let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let p = plan(&program, &Target::h200())
+            .unwrap_or_else(|e| panic!("{}: {e}\n{program}", case.name));
+        let f = flash_kernels(&p);
+        assert_eq!(f.len(), 1, "{}: {:?}", case.name, labels(&p));
+        assert_eq!(p.steps.len(), 1, "{}: {:?}", case.name, labels(&p));
+        kernels.extend(f.into_iter().cloned());
+    }
+    println!("{} kernels", kernels.len());
+    compile_check("flash_attention_kernels_compile_with_nvrtc", &kernels);
+}
+
+#[test]
+fn flash_attention_tiles_follow_the_problem() {
+    let flash = |name: &str| {
+        let p = plan_for(flash_cases(), name, &Target::h200()).1;
+        flash_kernels(&p)[0].clone()
+    };
+    // 24 matrices of 300 queries: 5 blocks of 64 queries would leave SMs idle, 10 blocks
+    // of 32 do not.
+    let k = flash("flash_none_d64_s300_bh24_f16");
+    assert_eq!((k.launch.grid[0], k.launch.block), (24 * 10, 64));
+    // Head-split [8, 128, 8, 32] operands read in place: rows 256 elements apart, 16-byte
+    // aligned, so K and V tiles still load with cp.async; the result is written in pairs.
+    let p = plan_for(
+        head_split_cases(),
+        "head_split_gemm_none_f16",
+        &Target::h200(),
+    )
+    .1;
+    let k = flash_kernels(&p)[0].clone();
+    assert_eq!((k.launch.grid[0], k.launch.block), (64 * 4, 64));
+    assert!(k.source.contains("rlx_cp_async16(") && k.source.contains("* 256"));
+    assert!(k.source.contains("*(unsigned*)(out + "), "{}", k.source);
+    // One matrix: one warp per 16 queries, as many blocks as possible.
+    let k = flash("flash_none_d128_s300_bh1_bf16");
+    assert_eq!((k.launch.grid[0], k.launch.block), (19, 32));
+    assert!(k.source.contains("rlx_mma_bf16") && !k.source.contains("rlx_mma_f16"));
+    // Two 64-key tiles of K and V (d = 128, rows padded to 136), double-buffered.
+    assert_eq!(k.launch.shared_bytes, 2 * 64 * (136 + 136) * 2);
+    // Packed 16-byte-aligned rows load with cp.async; a single query is one warp.
+    assert!(k.source.contains("rlx_cp_async16("));
+    let k = flash("flash_decode_sk300_f16");
+    assert_eq!((k.launch.grid[0], k.launch.block), (8, 32));
+    // Causal blocks stop at their last visible key tile.
+    let k = flash("flash_causal_sq17_sk40_f16");
+    assert!(k.source.contains("kvis"), "{}", k.source);
 }
 
 #[test]
@@ -167,7 +292,7 @@ fn head_split_attention_kernels_compile_with_nvrtc() {
 #[test]
 fn head_split_attention_reads_and_writes_in_place() {
     for mask in ["none", "causal", "additive"] {
-        for dt in ["f32", "f16"] {
+        for dt in ["f32", "f16", "bf16"] {
             let name = format!("head_split_small_{mask}_{dt}");
             let (program, p) = plan_with_program(head_split_cases(), &name);
             assert_eq!(loops_named(&program, "transpose"), 4, "{name}:\n{program}");
@@ -197,7 +322,7 @@ fn head_split_attention_reads_and_writes_in_place() {
 fn head_split_gemm_attention_walks_heads_as_a_second_batch_level() {
     for mask in ["none", "causal", "additive"] {
         let name = format!("head_split_gemm_{mask}_f16");
-        let (program, p) = plan_with_program(head_split_cases(), &name);
+        let (program, p) = plan_for(head_split_cases(), &name, &no_flash());
         let g = gemms(&p);
         assert_eq!(
             g.len(),

@@ -12,7 +12,7 @@ use rlx_cuda::{CudaOptions, CudaProgram};
 use rlx_ir::{DType, Graph, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
-use support::cases::{head_split_cases, library_cases};
+use support::cases::{flash_cases, head_split_cases, library_cases};
 use support::{lower_for_cuda, rel_l2, tolerance};
 
 fn device_ready(test: &str) -> bool {
@@ -158,6 +158,21 @@ fn weights_upload_once_and_again_when_replaced() {
     assert!(program.uses_graph(), "runs replay a CUDA graph");
 }
 
+/// True when the compiled program runs attention as the tensor-core flash kernel.
+fn runs_flash(p: &CudaProgram) -> bool {
+    p.plan()
+        .kernels()
+        .any(|k| k.function.starts_with("rlx_flash_mma_"))
+}
+
+/// Whether this device takes the tensor-core flash kernel (sm_80 and newer).
+fn flash_device() -> bool {
+    CudaProgram::target()
+        .ok()
+        .and_then(|t| t.compute_capability())
+        .is_some_and(|cc| cc >= 80)
+}
+
 #[test]
 fn head_split_attention_matches_the_interpreter() {
     if !device_ready("head_split_attention_matches_the_interpreter") {
@@ -166,30 +181,68 @@ fn head_split_attention_matches_the_interpreter() {
     let cases = head_split_cases();
     let mut failures = Vec::new();
     for c in &cases {
-        // Pointer-array GEMMs where cuBLASLt offers them, then the per-outer-batch loop.
-        for pointer_arrays in [true, false] {
+        // The tensor-core flash kernel (f16/bf16 on sm_80+); then, with it off, pointer-array
+        // GEMMs where cuBLASLt offers them and the per-outer-batch loop (or the fused kernel).
+        let mut variants = vec![(true, true), (false, true)];
+        if c.name.contains("gemm") {
+            variants.push((false, false));
+        }
+        for (flash_attention, pointer_arrays) in variants {
             let options = CudaOptions {
                 pointer_arrays,
+                flash_attention,
                 ..CudaOptions::default()
             };
-            let name = format!("{} (pointer_arrays={pointer_arrays})", c.name);
+            let name = format!(
+                "{} (flash={flash_attention}, pointer_arrays={pointer_arrays})",
+                c.name
+            );
             match check_with(&name, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
                 Ok(p) => {
                     let batchings: Vec<_> = p.batchings().into_iter().flatten().collect();
                     println!(
-                        "{name}: ok, {} steps, GEMM batchings {batchings:?}",
-                        p.stats.launches
+                        "{name}: ok, {} steps, flash {}, GEMM batchings {batchings:?}",
+                        p.stats.launches,
+                        runs_flash(&p)
                     );
                 }
                 Err(e) => failures.push(e),
-            }
-            if !c.name.contains("gemm") {
-                break;
             }
         }
     }
     println!(
         "{} head-split cases, {} failures",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn flash_attention_matches_the_interpreter() {
+    if !device_ready("flash_attention_matches_the_interpreter") {
+        return;
+    }
+    let want_flash = flash_device();
+    let options = CudaOptions {
+        flash_attention: true,
+        ..CudaOptions::default()
+    };
+    let cases = flash_cases();
+    let mut failures = Vec::new();
+    for c in &cases {
+        match check_with(&c.name, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
+            Ok(p) if runs_flash(&p) != want_flash => failures.push(format!(
+                "{}: flash kernel used: {}, expected {want_flash}",
+                c.name,
+                runs_flash(&p)
+            )),
+            Ok(_) => println!("{}: ok", c.name),
+            Err(e) => failures.push(e),
+        }
+    }
+    println!(
+        "{} flash cases (tensor cores: {want_flash}), {} failures",
         cases.len(),
         failures.len()
     );

@@ -94,7 +94,7 @@ fn expandable_suballocator_on_the_device() {
     let mut live = Vec::new();
     let mut rng = rlx_ir::SplitMix64(5);
     for step in 0..300u32 {
-        if live.len() > 12 || (!live.is_empty() && rng.next_u64() % 3 == 0) {
+        if live.len() > 12 || (!live.is_empty() && rng.next_u64().is_multiple_of(3)) {
             let i = (rng.next_u64() as usize) % live.len();
             let (a, seed): (rlx_mem::Allocation, u8) = live.swap_remove(i);
             check(a.addr(), a.size().min(1 << 16), seed);

@@ -5,12 +5,17 @@
 //! columns. Head sizes up to 256; causal or additive masks; explicit or default scale.
 //! Q, K, V and the result are addressed through [`Layouts`], so the planner can point them at
 //! a `[batch, seq, heads, dim]` buffer in place of a transposed copy.
+//!
+//! [`flash_mma`] is the same algorithm on tensor cores (`mma.sync` m16n8k16, f16/bf16 on
+//! sm_80+, head sizes multiples of 16 up to 128), which planning prefers where it applies;
+//! [`emit`] remains for f32, other head sizes and older GPUs, and [`gemm_softmax`] is the
+//! softmax of the GEMM form (`plan_gemm::attention`).
 
 use super::dtype::{load, storage, store};
 use super::index::{contiguous, coords};
 use super::store::{numel, LibCtx};
 use super::{finish, ArgRef, EmittedKernel, Launch};
-use rlx_ir::AttnMask;
+use rlx_ir::{AttnMask, DType};
 
 /// Keys per tile: one per lane.
 const KT: usize = 32;
@@ -286,6 +291,400 @@ pub fn emit(
     };
     Ok(finish(&ctx.kernel.name, "attention", text, launch, args))
 }
+
+/// Largest head size (of q/k and of v) the tensor-core kernel [`flash_mma`] takes; head
+/// sizes must also be multiples of 16.
+pub const FLASH_MAX_HEAD: usize = 128;
+
+/// True when [`flash_mma`] runs this attention: enabled in the target, sm_80 or newer, f16 or
+/// bf16 operands, q/k and v head sizes multiples of 16 up to [`FLASH_MAX_HEAD`], and a
+/// result either in its own buffer or without a fused epilogue.
+pub fn flash_applies(ctx: &LibCtx, layouts: &Layouts) -> bool {
+    let (dtype, q) = &ctx.inputs[0];
+    let (_, v) = &ctx.inputs[2];
+    let head_ok = |h: usize| h.is_multiple_of(16) && (16..=FLASH_MAX_HEAD).contains(&h);
+    ctx.target.flash_attention
+        && ctx.target.compute_capability().is_some_and(|cc| cc >= 80)
+        && matches!(dtype, DType::F16 | DType::BF16)
+        && q.len() >= 2
+        && head_ok(q[q.len() - 1])
+        && head_ok(v[v.len() - 1])
+        && (ctx.kernel.epilogue.is_none() || layouts.out == Layouts::packed(ctx).out)
+        && flash_tiles(ctx).shared_bytes <= ctx.target.max_shared
+}
+
+/// The tiling of [`flash_mma`] for one problem.
+struct FlashTiles {
+    /// warps per block, 16 query rows each
+    warps: usize,
+    /// keys per shared-memory tile (a multiple of 16)
+    bk: usize,
+    /// dynamic shared memory: two K tiles and two V tiles
+    shared_bytes: usize,
+}
+
+fn flash_tiles(ctx: &LibCtx) -> FlashTiles {
+    let q = &ctx.inputs[0].1;
+    let r = q.len();
+    let (sq, d) = (q[r - 2], q[r - 1]);
+    let sk = ctx.inputs[1].1[r - 2];
+    let dv = ctx.inputs[2].1[r - 1];
+    let out = &ctx.result.1;
+    let batch = numel(&out[..out.len() - 2]);
+    // 64 queries per block, fewer when that leaves SMs idle (small batches) or rows empty.
+    let mut warps = sq.div_ceil(16).clamp(1, 4);
+    while warps > 1 && batch * sq.div_ceil(16 * warps) < ctx.target.sm_count as usize {
+        warps /= 2;
+    }
+    let bk = sk.div_ceil(16).clamp(1, 4) * 16;
+    FlashTiles {
+        warps,
+        bk,
+        shared_bytes: 2 * bk * ((d + 8) + (dv + 8)) * 2,
+    }
+}
+
+/// True when 16-byte chunks of 8 consecutive elements along a row start 16-byte aligned in
+/// every batch and row (buffers themselves are 256-byte aligned).
+fn vectorizable(l: &Layout, chunk: isize) -> bool {
+    l.col == 1
+        && l.offset as isize % chunk == 0
+        && l.row % chunk == 0
+        && l.batch.iter().all(|b| b % chunk == 0)
+}
+
+/// Emits scaled dot-product attention on tensor cores (sm_80+, f16/bf16 operands, f32
+/// accumulation), FlashAttention-2 style: a block is `warps` warps of 16 query rows each, for
+/// one (batch, head) matrix; key/value tiles of `bk` rows are double-buffered in shared memory
+/// (`cp.async` when rows are 16-byte aligned, plain loads otherwise; rows past `sk`
+/// zero-filled), `S = Q Kᵀ` and `O += P V` run as `mma.sync.m16n8k16`, and the softmax is
+/// online (running max and sum per row in registers, base-2 exponentials with the scale
+/// folded in), so neither S nor P ever reaches memory. Masks none / causal (key tiles past a
+/// block's last visible key are skipped) / additive (broadcast as in [`emit`]); a row whose
+/// keys are all masked yields zeros, as the interpreter defines. Q, K, V and the result go
+/// through `layouts`.
+///
+/// Fragment layouts relied on (PTX ISA, `mma.m16n8k16` with 16-bit A/B, f32 C/D; lane
+/// `t`, `g = t / 4`, `tq = t % 4`; a `.b32` register holds two 16-bit values, the lower
+/// column/k index in the low half):
+/// - A (16x16, row-major; Q or P): `a0` = (row g, cols 2tq, 2tq+1), `a1` = (row g+8, same
+///   cols), `a2` = (row g, cols 2tq+8, +9), `a3` = (row g+8, cols 2tq+8, +9).
+/// - B (16x8, k x n, "col"; Kᵀ or V): `b0` = (k 2tq, 2tq+1; col g), `b1` = (k 2tq+8, +9;
+///   col g). For Kᵀ that is K[key g][dims 2tq, +1], which `ldmatrix` (no `.trans`) yields
+///   from K rows; for V it is V[keys 2tq, +1][col g], which `ldmatrix.trans` yields from V
+///   rows.
+/// - C/D (16x8 f32): `c0, c1` = (row g, cols 2tq, 2tq+1), `c2, c3` = (row g+8, same cols).
+///   The S accumulators of key columns 16kc..16kc+15 (two n-tiles) are therefore exactly
+///   the A fragment of P for k-chunk kc after packing pairs: no shuffles.
+///
+/// # Errors
+/// The problem is outside what [`flash_applies`] accepts, or an epilogue node no rule
+/// accepts.
+pub fn flash_mma(
+    ctx: &LibCtx,
+    mask: AttnMask,
+    scale: Option<f64>,
+    layouts: &Layouts,
+) -> Result<EmittedKernel, String> {
+    if !flash_applies(ctx, layouts) {
+        return Err(
+            "tensor-core attention needs sm_80+, f16/bf16 and head sizes 16..=128 in steps of 16"
+                .into(),
+        );
+    }
+    let (dtype, q) = &ctx.inputs[0];
+    let r = q.len();
+    let (sq, d) = (q[r - 2], q[r - 1]);
+    let sk = ctx.inputs[1].1[r - 2];
+    let dv = ctx.inputs[2].1[r - 1];
+    let out = &ctx.result.1;
+    let out_batch = &out[..out.len() - 2];
+    let batch = numel(out_batch);
+    let ty = if *dtype == DType::BF16 { "bf16" } else { "f16" };
+    let tiles = flash_tiles(ctx);
+    let (warps, bk) = (tiles.warps, tiles.bk);
+    let bq = 16 * warps;
+    let threads = 32 * warps;
+    let q_tiles = sq.div_ceil(bq);
+    let n_kt = sk.div_ceil(bk);
+    let (kld, vld) = (d + 8, dv + 8);
+    let log2e = std::f64::consts::LOG2_E;
+    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let ity = "long long";
+
+    let mut batch_code = coords("bi", "bc", out_batch, ity)
+        + &layouts.q.batch_offset("qo")
+        + &layouts.k.batch_offset("ko")
+        + &layouts.v.batch_offset("vo")
+        + &layouts.out.batch_offset("oo");
+    let mask_code = match mask {
+        AttnMask::None => String::new(),
+        AttnMask::Causal => format!("if (j > i + {}) x = ninf;\n", sk as isize - sq as isize),
+        AttnMask::Additive => {
+            let (mdt, ms) = &ctx.inputs[3];
+            batch_code += "const long long mo = 0";
+            for (i, x) in batch_strides(ms, out_batch).iter().enumerate() {
+                if *x != 0 {
+                    batch_code += &format!(" + bc{i} * {x}");
+                }
+            }
+            batch_code += ";\n";
+            let mr = ms.len();
+            let si = if mr >= 2 && ms[mr - 2] != 1 {
+                ms[mr - 1]
+            } else {
+                0
+            };
+            let sj = usize::from(mr >= 1 && ms[mr - 1] != 1);
+            format!(
+                "if (i < {sq} && j < {sk}) x += {:?}f * {};\n",
+                log2e as f32,
+                load(*mdt, &format!("in3[mo + (long long)i * {si} + j * {sj}]"))
+            )
+        }
+    };
+    let key_guard = if !sk.is_multiple_of(bk) {
+        format!("if (j >= {sk}) x = ninf;\n")
+    } else {
+        String::new()
+    };
+    let n_kt_code = if mask == AttnMask::Causal {
+        // Keys past the last visible key of the block's last row are never loaded.
+        format!(
+            "const int kvis = min(q0 + {bq}, {sq}) + ({sk} - {sq});\n\
+             const int n_kt = kvis <= 0 ? 0 : min({n_kt}, (kvis + {bk} - 1) / {bk});\n",
+            sk = sk as isize,
+            sq = sq as isize,
+        )
+    } else {
+        format!("const int n_kt = {n_kt};\n")
+    };
+    // One operand tile (K or V: `bk` rows of `w` elements) into shared memory rows of `ld`.
+    let load_tile = |l: &Layout, input: &str, base: &str, dst: &str, w: usize, ld: usize| {
+        if vectorizable(l, 8) {
+            let at = l.at(base, "j", "c");
+            format!(
+                "for (int t = tid; t < {bk} * {chunks}; t += {threads}) {{\n\
+                 const int rr = t / {chunks}, c = (t % {chunks}) * 8, j = kt * {bk} + rr;\n\
+                 rlx_cp_async16({dst} + rr * {ld} + c, {input} + (j < {sk} ? {at} : 0), j < {sk} ? 16 : 0);\n}}\n",
+                chunks = w / 8,
+            )
+        } else {
+            let at = l.at(base, "j", "c");
+            format!(
+                "for (int t = tid; t < {bk} * {w}; t += {threads}) {{\n\
+                 const int rr = t / {w}, c = t % {w}, j = kt * {bk} + rr;\n\
+                 {dst}[rr * {ld} + c] = j < {sk} ? {input}[{at}] : (unsigned short)0;\n}}\n"
+            )
+        }
+    };
+    let load_k = load_tile(&layouts.k, "in1", "ko", "kb", d, kld);
+    let load_v = load_tile(&layouts.v, "in2", "vo", "vb", dv, vld);
+
+    let packed = Layouts::packed(ctx);
+    let store_pair = if layouts.out == packed.out && ctx.epilogue.is_some() {
+        let one = ctx
+            .store("((long long)bi * {sq} + i) * {dv} + c", "val", ity)?
+            .replace("{sq}", &sq.to_string())
+            .replace("{dv}", &dv.to_string());
+        format!(
+            "{{ const int c = c0; const float val = v0;\n{one}}}\n\
+             {{ const int c = c0 + 1; const float val = v1;\n{one}}}\n"
+        )
+    } else if ctx.epilogue.is_some() {
+        return Err("a fused epilogue needs the result in its own buffer".into());
+    } else if vectorizable(&layouts.out, 2) {
+        format!(
+            "*(unsigned*)(out + {}) = rlx_pack_{ty}(v0, v1);\n",
+            layouts.out.at("oo", "i", "c0")
+        )
+    } else {
+        let st = |v: &str| store(ctx.result.0, v);
+        format!(
+            "out[{}] = {};\nout[{}] = {};\n",
+            layouts.out.at("oo", "i", "c0"),
+            st("v0"),
+            layouts.out.at("oo", "i", "c0 + 1"),
+            st("v1"),
+        )
+    };
+
+    let mut args = ctx.args();
+    for (i, l) in [&layouts.q, &layouts.k, &layouts.v].into_iter().enumerate() {
+        args[i] = l.arg;
+    }
+    args[ctx.kernel.inputs.len()] = layouts.out.arg;
+
+    let text = FLASH_TEMPLATE
+        .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
+        .replace("@BATCH@", &batch_code)
+        .replace("@QAT@", &layouts.q.at("qo", "row", "c"))
+        .replace("@NKT@", &n_kt_code)
+        .replace("@LOADK@", &load_k)
+        .replace("@LOADV@", &load_v)
+        .replace("@GUARD@", &key_guard)
+        .replace("@MASK@", &mask_code)
+        .replace("@STORE@", &store_pair)
+        .replace("@SCALE@", &format!("{:?}f", (scale * log2e) as f32))
+        .replace("@T@", &threads.to_string())
+        .replace("@QT@", &q_tiles.to_string())
+        .replace("@BQ@", &bq.to_string())
+        .replace("@BK@", &bk.to_string())
+        .replace("@KLD@", &kld.to_string())
+        .replace("@VLD@", &vld.to_string())
+        .replace("@DC@", &(d / 16).to_string())
+        .replace("@KNT@", &(bk / 8).to_string())
+        .replace("@DVT@", &(dv / 8).to_string())
+        .replace("@SQ@", &sq.to_string())
+        .replace("@TY@", ty);
+    let launch = Launch {
+        grid: [(batch * q_tiles).clamp(1, i32::MAX as usize) as u32, 1],
+        block: threads as u32,
+        shared_bytes: tiles.shared_bytes as u32,
+    };
+    let mut k = finish(&ctx.kernel.name, "flash_mma", text, launch, args);
+    k.label += &format!(
+        " [tensor-core flash {ty} d{d}/{dv}: {bq}q x {bk}k tiles, {warps} warps, {}]",
+        match mask {
+            AttnMask::None => "no mask",
+            AttnMask::Causal => "causal",
+            AttnMask::Additive => "additive mask",
+        }
+    );
+    Ok(k)
+}
+
+/// The tensor-core flash kernel with `@NAME@` holes that [`flash_mma`] fills. Shared memory:
+/// `Ks[2][BK][KLD]`, then `Vs[2][BK][VLD]` (16-bit elements; rows padded by 8 elements, so
+/// the eight 16-byte row reads of an `ldmatrix` phase hit distinct banks).
+const FLASH_TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@) RLX_FN(@PARAMS@) {
+extern __shared__ __align__(16) unsigned short rlx_fsmem[];
+const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+const int g = lane >> 2, tq = lane & 3;
+const float ninf = __int_as_float(0xff800000);
+const long long bi = blockIdx.x / @QT@;
+const int q0 = (int)(blockIdx.x % @QT@) * @BQ@;
+@BATCH@const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+// Q as A fragments, loaded once (rows past sq are zeros).
+unsigned qa[@DC@][4];
+{
+auto qe = [&](int row, int c) -> unsigned { return row < @SQ@ ? (unsigned)in0[@QAT@] : 0u; };
+#pragma unroll
+for (int kc = 0; kc < @DC@; ++kc) {
+const int c = kc * 16 + 2 * tq;
+qa[kc][0] = qe(r0, c) | (qe(r0, c + 1) << 16);
+qa[kc][1] = qe(r1, c) | (qe(r1, c + 1) << 16);
+qa[kc][2] = qe(r0, c + 8) | (qe(r0, c + 9) << 16);
+qa[kc][3] = qe(r1, c + 8) | (qe(r1, c + 9) << 16);
+}
+}
+float o[@DVT@][4];
+#pragma unroll
+for (int n = 0; n < @DVT@; ++n) { o[n][0] = 0.0f; o[n][1] = 0.0f; o[n][2] = 0.0f; o[n][3] = 0.0f; }
+// Running max (log2 domain) and this lane's share of the running sum, rows r0 and r1.
+float m0 = ninf, m1 = ninf, l0 = 0.0f, l1 = 0.0f;
+@NKT@auto load_tile = [&](int kt, int buf) {
+unsigned short* kb = rlx_fsmem + buf * (@BK@ * @KLD@);
+unsigned short* vb = rlx_fsmem + 2 * (@BK@ * @KLD@) + buf * (@BK@ * @VLD@);
+@LOADK@@LOADV@};
+if (n_kt > 0) load_tile(0, 0);
+rlx_cp_async_commit();
+for (int kt = 0; kt < n_kt; ++kt) {
+if (kt + 1 < n_kt) load_tile(kt + 1, (kt + 1) & 1);
+rlx_cp_async_commit();
+rlx_cp_async_wait1();
+__syncthreads();
+const unsigned short* kb = rlx_fsmem + (kt & 1) * (@BK@ * @KLD@);
+const unsigned short* vb = rlx_fsmem + 2 * (@BK@ * @KLD@) + (kt & 1) * (@BK@ * @VLD@);
+// S = Q K^T: per 16 keys one ldmatrix.x4 gives B fragments of two n-tiles (keys +0..7 and
+// +8..15; matrices: keys lo/dims lo, keys lo/dims hi, keys hi/dims lo, keys hi/dims hi).
+float s[@KNT@][4];
+#pragma unroll
+for (int n = 0; n < @KNT@; ++n) { s[n][0] = 0.0f; s[n][1] = 0.0f; s[n][2] = 0.0f; s[n][3] = 0.0f; }
+#pragma unroll
+for (int kc = 0; kc < @DC@; ++kc) {
+#pragma unroll
+for (int np = 0; np < @KNT@ / 2; ++np) {
+unsigned b[4];
+rlx_ldmatrix_x4(b, kb + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * @KLD@ + kc * 16 + (((lane >> 3) & 1) << 3));
+rlx_mma_@TY@(s[2 * np], qa[kc], b[0], b[1]);
+rlx_mma_@TY@(s[2 * np + 1], qa[kc], b[2], b[3]);
+}
+}
+#pragma unroll
+for (int n = 0; n < @KNT@; ++n) {
+#pragma unroll
+for (int e = 0; e < 4; ++e) {
+const int j = kt * @BK@ + n * 8 + 2 * tq + (e & 1);
+const int i = e < 2 ? r0 : r1;
+(void)i;
+float x = s[n][e] * @SCALE@;
+@GUARD@@MASK@s[n][e] = x;
+}
+}
+// Online softmax: the four lanes of a quad share rows r0 and r1.
+float mx0 = ninf, mx1 = ninf;
+#pragma unroll
+for (int n = 0; n < @KNT@; ++n) { mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1])); mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3])); }
+mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+// A row with no visible key yet keeps p = 0 and alpha = 0 instead of NaN.
+const float mu0 = mn0 == ninf ? 0.0f : mn0, mu1 = mn1 == ninf ? 0.0f : mn1;
+const float a0 = rlx_ex2(m0 - mu0), a1 = rlx_ex2(m1 - mu1);
+m0 = mn0;
+m1 = mn1;
+float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+for (int n = 0; n < @KNT@; ++n) {
+s[n][0] = rlx_ex2(s[n][0] - mu0);
+s[n][1] = rlx_ex2(s[n][1] - mu0);
+s[n][2] = rlx_ex2(s[n][2] - mu1);
+s[n][3] = rlx_ex2(s[n][3] - mu1);
+rs0 += s[n][0] + s[n][1];
+rs1 += s[n][2] + s[n][3];
+}
+l0 = l0 * a0 + rs0;
+l1 = l1 * a1 + rs1;
+#pragma unroll
+for (int n = 0; n < @DVT@; ++n) { o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; o[n][3] *= a1; }
+// O += P V: P's A fragment of keys 16kc.. is S of n-tiles 2kc and 2kc+1; ldmatrix.trans of
+// V rows gives B fragments of two 8-column n-tiles (matrices: keys lo/cols lo, keys hi/cols
+// lo, keys lo/cols hi, keys hi/cols hi).
+#pragma unroll
+for (int kc = 0; kc < @KNT@ / 2; ++kc) {
+unsigned pa[4];
+pa[0] = rlx_pack_@TY@(s[2 * kc][0], s[2 * kc][1]);
+pa[1] = rlx_pack_@TY@(s[2 * kc][2], s[2 * kc][3]);
+pa[2] = rlx_pack_@TY@(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+pa[3] = rlx_pack_@TY@(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+#pragma unroll
+for (int vp = 0; vp < @DVT@ / 2; ++vp) {
+unsigned b[4];
+rlx_ldmatrix_x4_trans(b, vb + (kc * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * @VLD@ + vp * 16 + ((lane >> 4) << 3));
+rlx_mma_@TY@(o[2 * vp], pa, b[0], b[1]);
+rlx_mma_@TY@(o[2 * vp + 1], pa, b[2], b[3]);
+}
+}
+__syncthreads();
+}
+l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+for (int n = 0; n < @DVT@; ++n) {
+const int c0 = n * 8 + 2 * tq;
+if (r0 < @SQ@) { const int i = r0; const float v0 = o[n][0] * inv0, v1 = o[n][1] * inv0;
+@STORE@}
+if (r1 < @SQ@) { const int i = r1; const float v0 = o[n][2] * inv1, v1 = o[n][3] * inv1;
+@STORE@}
+}
+}
+"#;
 
 /// Emits the softmax of the GEMM form of attention: `scores` holds `batch * sq` rows of `sk`
 /// scaled scores (dtype of Q) and is overwritten with probabilities, with the mask applied

@@ -47,6 +47,9 @@ pub struct Target {
     pub sm_count: u32,
     /// shared memory per block with opt-in, in bytes
     pub max_shared: usize,
+    /// f16/bf16 attention runs as the tensor-core flash kernel on sm_80 and newer
+    /// ([`attention::flash_mma`]); false keeps the older paths (`RLX_CUDA_FLASH=0`)
+    pub flash_attention: bool,
 }
 
 impl Target {
@@ -57,7 +60,26 @@ impl Target {
             arch: "sm_90".into(),
             sm_count: 132,
             max_shared: 227 * 1024,
+            flash_attention: true,
         }
+    }
+
+    /// The compute capability as `10 * major + minor` (`sm_90` → 90), None when `arch` is
+    /// not of that form.
+    pub fn compute_capability(&self) -> Option<u32> {
+        let digits: String = self
+            .arch
+            .strip_prefix("sm_")?
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    }
+
+    /// Whether the environment leaves tensor-core flash attention on: true unless
+    /// `RLX_CUDA_FLASH=0`.
+    pub fn flash_from_env() -> bool {
+        std::env::var("RLX_CUDA_FLASH").map_or(true, |v| v != "0")
     }
 }
 

@@ -42,3 +42,23 @@ template <typename T> __device__ T rlx_block_max(T v) {
   __syncthreads();
   return sh[0];
 }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// Tensor-core helpers of the flash attention kernel (sm_80 and newer), inline PTX only.
+RLX_DEVICE unsigned rlx_smem_u32(const void* p) { unsigned long long a; asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p)); return (unsigned)a; }
+// 16 bytes global -> shared, asynchronously; `bytes` < 16 zero-fills the rest (0: all zeros).
+RLX_DEVICE void rlx_cp_async16(void* dst, const void* src, int bytes) { asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(rlx_smem_u32(dst)), "l"(src), "r"(bytes) : "memory"); }
+RLX_DEVICE void rlx_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+RLX_DEVICE void rlx_cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Without .trans
+// lane t gets row t/4, elements 2(t%4) and +1 of each matrix; with .trans, element (row
+// 2(t%4) and +1, column t/4).
+RLX_DEVICE void rlx_ldmatrix_x4(unsigned* r, const void* p) { asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rlx_smem_u32(p))); }
+RLX_DEVICE void rlx_ldmatrix_x4_trans(unsigned* r, const void* p) { asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rlx_smem_u32(p))); }
+// D = A B + D, m16n8k16, f32 accumulators (see codegen/attention.rs for the fragments).
+RLX_DEVICE void rlx_mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) { asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)); }
+RLX_DEVICE void rlx_mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) { asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)); }
+// Two floats rounded to a packed pair: `lo` in bits 0..15 (the lower column), `hi` above.
+RLX_DEVICE unsigned rlx_pack_f16(float lo, float hi) { unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+RLX_DEVICE unsigned rlx_pack_bf16(float lo, float hi) { unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+RLX_DEVICE float rlx_ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+#endif

@@ -60,6 +60,16 @@ impl Builder {
         self.case.graph.input(&name, dtype, Shape::of(shape))
     }
 
+    /// An input with the given values.
+    pub fn input_values(&mut self, dtype: DType, shape: &[usize], vals: &[f64]) -> NodeId {
+        let name = format!("x{}", self.case.inputs.len());
+        self.case.inputs.insert(
+            name.clone(),
+            Tensor::from_f64(dtype, shape, vals).expect("sizes match"),
+        );
+        self.case.graph.input(&name, dtype, Shape::of(shape))
+    }
+
     /// A random weight.
     pub fn param(&mut self, dtype: DType, shape: &[usize]) -> NodeId {
         self.seed += 1;
@@ -316,7 +326,7 @@ pub fn library_cases() -> Vec<Case> {
 /// additive; f32 and f16; a small size (fused kernel) and one where f16 takes the GEMM form.
 pub fn head_split_cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    for dt in [DType::F32, DType::F16] {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
         for (size, batch, seq, heads, dim) in [("small", 2, 10, 3, 16), ("gemm", 8, 128, 8, 32)] {
             for mask in ["none", "causal", "additive"] {
                 let name = format!("head_split_{size}_{mask}_{dt}");
@@ -370,5 +380,108 @@ pub fn head_split_cases() -> Vec<Case> {
     b.g().output("attention", y);
     let y = b.g().transpose(y, &[0, 2, 1, 3]).unwrap();
     cases.push(b.done(y));
+    cases
+}
+
+/// Attention the tensor-core flash kernel takes (f16 and bf16, sm_80+): head sizes 32, 64
+/// and 128; sequences of 1, 17, 128 and 300 (ragged key and query tiles); 1 and 24
+/// (batch x heads) matrices; no mask, causal and additive masks; default and explicit
+/// scales. Then the corners: causal with fewer queries than keys, a decode-like step (one
+/// query against 300 keys with a key-padding mask of zeros and -inf), a fully masked query
+/// row (zeros, as the interpreter defines), a key-padding mask broadcast over rows, k/v
+/// broadcast over heads, a value head size other than the query's, and a fused epilogue.
+pub fn flash_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dt in [DType::F16, DType::BF16] {
+        for mask in ["none", "causal", "additive"] {
+            for (d, seq, batch, heads, scale) in [
+                (32, 1, 2, 12, None),
+                (32, 17, 2, 12, None),
+                (64, 128, 1, 1, Some(0.5)),
+                (128, 300, 1, 1, None),
+                (64, 300, 2, 12, Some(0.2)),
+                (128, 17, 2, 12, Some(1.0)),
+            ] {
+                let name = format!("flash_{mask}_d{d}_s{seq}_bh{}_{dt}", batch * heads);
+                let mut b = Builder::new(&name, dt);
+                let shape = [batch, heads, seq, d];
+                let q = b.input(dt, &shape);
+                let k = b.input(dt, &shape);
+                let v = b.input(dt, &shape);
+                let m = (mask == "additive").then(|| b.input(dt, &[batch, 1, seq, seq]));
+                let y = b
+                    .g()
+                    .attention(q, k, v, m, mask == "causal", scale)
+                    .unwrap();
+                cases.push(b.done(y));
+            }
+        }
+        // Causal with sq < sk: query i sees keys j <= i + 23.
+        let mut b = Builder::new(&format!("flash_causal_sq17_sk40_{dt}"), dt);
+        let q = b.input(dt, &[2, 3, 17, 32]);
+        let k = b.input(dt, &[2, 3, 40, 32]);
+        let v = b.input(dt, &[2, 3, 40, 32]);
+        let y = b.g().attention(q, k, v, None, true, None).unwrap();
+        cases.push(b.done(y));
+        // Decode: one new query per head against a 300-row cache of which 213 are filled.
+        let mut b = Builder::new(&format!("flash_decode_sk300_{dt}"), dt);
+        let q = b.input(dt, &[1, 8, 1, 64]);
+        let k = b.input(dt, &[1, 8, 300, 64]);
+        let v = b.input(dt, &[1, 8, 300, 64]);
+        let vals: Vec<f64> = (0..300)
+            .map(|j| if j < 213 { 0.0 } else { f64::NEG_INFINITY })
+            .collect();
+        let m = b.input_values(dt, &[1, 1, 1, 300], &vals);
+        let y = b.g().attention(q, k, v, Some(m), false, None).unwrap();
+        cases.push(b.done(y));
+        // Query row 3 of every matrix sees no key at all; rows 0..2 see some.
+        let mut b = Builder::new(&format!("flash_masked_row_{dt}"), dt);
+        let q = b.input(dt, &[2, 2, 9, 16]);
+        let k = b.input(dt, &[2, 2, 20, 16]);
+        let v = b.input(dt, &[2, 2, 20, 16]);
+        let vals: Vec<f64> = (0..9 * 20)
+            .map(|e| match (e / 20, e % 20) {
+                (3, _) => f64::NEG_INFINITY,
+                (i, j) if j > 2 * i + 1 => -1e4,
+                (i, j) => 0.1 * (i as f64) - 0.05 * (j as f64),
+            })
+            .collect();
+        let m = b.input_values(dt, &[9, 20], &vals);
+        let y = b.g().attention(q, k, v, Some(m), false, None).unwrap();
+        cases.push(b.done(y));
+        // A BERT key-padding mask [batch, 1, 1, sk] broadcast over heads and rows.
+        let mut b = Builder::new(&format!("flash_padding_mask_{dt}"), dt);
+        let q = b.input(dt, &[2, 4, 17, 32]);
+        let k = b.input(dt, &[2, 4, 17, 32]);
+        let v = b.input(dt, &[2, 4, 17, 32]);
+        let vals: Vec<f64> = (0..2 * 17)
+            .map(|e| {
+                if e % 17 < 11 + 6 * (e / 17) {
+                    0.0
+                } else {
+                    -1e4
+                }
+            })
+            .collect();
+        let m = b.input_values(dt, &[2, 1, 1, 17], &vals);
+        let y = b.g().attention(q, k, v, Some(m), false, None).unwrap();
+        cases.push(b.done(y));
+        // K and V shared by every head (stride-0 batch dim); v's head size 32, q/k's 64.
+        let mut b = Builder::new(&format!("flash_shared_kv_dv32_{dt}"), dt);
+        let q = b.input(dt, &[2, 3, 20, 64]);
+        let k = b.input(dt, &[2, 1, 33, 64]);
+        let v = b.input(dt, &[2, 1, 33, 32]);
+        let y = b.g().attention(q, k, v, None, false, Some(0.3)).unwrap();
+        cases.push(b.done(y));
+        // An elementwise epilogue (x2 then tanh) fused into the kernel's store.
+        let mut b = Builder::new(&format!("flash_epilogue_{dt}"), dt);
+        let q = b.input(dt, &[2, 3, 21, 32]);
+        let k = b.input(dt, &[2, 3, 21, 32]);
+        let v = b.input(dt, &[2, 3, 21, 32]);
+        let y = b.g().attention(q, k, v, None, true, None).unwrap();
+        let y = b.g().add(y, y).unwrap();
+        let y = b.g().unary(UnaryOp::Tanh, y).unwrap();
+        cases.push(b.done(y));
+    }
     cases
 }
