@@ -7,7 +7,8 @@
 //! --iters 100 --warmup 20 [--dump DIR] [--profile]`. `--profile` times every step of a run
 //! alone and prints the first layer's, then attention's total and which path ran it
 //! (`RLX_CUDA_FLASH=0` turns the tensor-core flash kernel off, `RLX_CUDA_ATTN_GEMM=1`
-//! forces the GEMM form). `--dump` writes the weights, the batch-1 input and
+//! forces the GEMM form; `RLX_CUDA_MERGE_GEMM=0` runs q, k, v as three GEMMs instead of one
+//! `gemm matmul_3+matmul_9+matmul_15`). `--dump` writes the weights, the batch-1 input and
 //! RLX's batch-1 output as raw little-endian files plus `manifest.txt`, so
 //! `scripts/bench/encoder_torch.py --weights DIR` runs PyTorch on the same numbers.
 

@@ -17,6 +17,7 @@ pub mod memory;
 pub mod nvrtc;
 pub mod plan;
 mod plan_gemm;
+pub mod plan_merge;
 pub mod plan_views;
 pub mod probe;
 mod program;

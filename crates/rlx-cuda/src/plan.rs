@@ -27,6 +27,8 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// bytes of each scratch region (`ArgRef::Scratch(i)`)
     pub scratch: Vec<usize>,
+    /// buffers built from params or constants (`ArgRef::Derived(i)`): merged GEMM weights
+    pub derived: Vec<crate::plan_merge::Derived>,
 }
 
 impl Plan {
@@ -69,11 +71,36 @@ pub fn root(program: &KernelProgram, mut b: BufferId) -> BufferId {
 /// [`CudaError::Unsupported`] listing every kernel that cannot be lowered, with op, dtypes
 /// and shapes.
 pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError> {
+    plan_with(program, target, crate::plan_merge::enabled())
+}
+
+/// [`plan`] with sibling GEMMs merged (`merge`, see [`crate::plan_merge`]) or not,
+/// whatever `RLX_CUDA_MERGE_GEMM` says.
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Result<Plan, CudaError> {
     let mut plan = Plan::default();
     let mut problems = Vec::new();
-    let views = crate::plan_views::attention_views(program);
+    let mut views = crate::plan_views::attention_views(program);
+    let merges = if merge {
+        crate::plan_merge::find(program, &views)
+    } else {
+        crate::plan_merge::Merges::default()
+    };
+    let mut merged = crate::plan_merge::prepare(program, &merges, &mut views, &mut plan)
+        .into_iter()
+        .map(Some)
+        .collect::<Vec<_>>();
     for (i, kernel) in program.kernels.iter().enumerate() {
         if views.elided[i] {
+            continue;
+        }
+        if let Some(first) = merges.at(i) {
+            // A merged GEMM runs where its first member did; later members run in it.
+            if let Some(step) = first.and_then(|g| merged[g].take()) {
+                plan.steps.push(step);
+            }
             continue;
         }
         let r = match kernel {

@@ -26,6 +26,9 @@ pub struct StridedView {
     pub offset: usize,
     /// element stride per dim of the operand as attention sees it
     pub strides: Vec<isize>,
+    /// where the view is actually read when not `buffer` itself: the output of a merged
+    /// GEMM (`plan_merge`) that replaces `buffer`'s writer
+    pub target: Option<ArgRef>,
 }
 
 /// What one attention kernel reads and writes in place, and the copies that replaces.
@@ -46,7 +49,8 @@ impl AttentionViews {
         let out = &ctx.result.1;
         let ob = &out[..out.len() - 2];
         let strided = |v: &StridedView, shape: &[usize]| {
-            Layout::strided(ArgRef::Buffer(v.buffer), v.offset, shape, &v.strides, ob)
+            let arg = v.target.unwrap_or(ArgRef::Buffer(v.buffer));
+            Layout::strided(arg, v.offset, shape, &v.strides, ob)
         };
         for (i, slot) in [&mut l.q, &mut l.k, &mut l.v].into_iter().enumerate() {
             if let Some(v) = &self.inputs[i] {
@@ -96,13 +100,13 @@ pub fn attention_views(program: &KernelProgram) -> Views {
 
 /// Who reads and writes each root buffer: (kernel index, buffer as named, operand slot;
 /// `usize::MAX` for an epilogue input).
-struct Uses {
+pub(crate) struct Uses {
     reads: HashMap<BufferId, Vec<(usize, BufferId, usize)>>,
     writes: HashMap<BufferId, Vec<usize>>,
 }
 
 impl Uses {
-    fn of(program: &KernelProgram) -> Uses {
+    pub(crate) fn of(program: &KernelProgram) -> Uses {
         let mut uses = Uses {
             reads: HashMap::new(),
             writes: HashMap::new(),
@@ -135,23 +139,23 @@ impl Uses {
         uses
     }
 
-    fn reads(&self, root: BufferId) -> &[(usize, BufferId, usize)] {
+    pub(crate) fn reads(&self, root: BufferId) -> &[(usize, BufferId, usize)] {
         self.reads.get(&root).map_or(&[], Vec::as_slice)
     }
 
-    fn writes(&self, root: BufferId) -> &[usize] {
+    pub(crate) fn writes(&self, root: BufferId) -> &[usize] {
         self.writes.get(&root).map_or(&[], Vec::as_slice)
     }
 
     /// True when a kernel strictly between `from` and `to` writes `root`.
-    fn written_between(&self, root: BufferId, from: usize, to: usize) -> bool {
+    pub(crate) fn written_between(&self, root: BufferId, from: usize, to: usize) -> bool {
         self.writes(root).iter().any(|&w| w > from && w < to)
     }
 }
 
 /// The source view of a loop kernel that only copies one input (no arithmetic, no cast, no
 /// reduction), or None.
-fn pure_copy(copy: &LoopKernel) -> Option<&rlx_ir::kernel::KernelInput> {
+pub(crate) fn pure_copy(copy: &LoopKernel) -> Option<&rlx_ir::kernel::KernelInput> {
     let single = copy.inputs.len() == 1
         && copy.reduce.is_none()
         && copy.reduce_shape.is_empty()
@@ -159,11 +163,11 @@ fn pure_copy(copy: &LoopKernel) -> Option<&rlx_ir::kernel::KernelInput> {
     single.then(|| &copy.inputs[0])
 }
 
-fn is_output(program: &KernelProgram, r: BufferId) -> bool {
+pub(crate) fn is_output(program: &KernelProgram, r: BufferId) -> bool {
     program.outputs.iter().any(|(_, b)| root(program, *b) == r)
 }
 
-fn static_shape(program: &KernelProgram, b: BufferId) -> Option<Vec<usize>> {
+pub(crate) fn static_shape(program: &KernelProgram, b: BufferId) -> Option<Vec<usize>> {
     program.buffers[b].ty.shape.as_static()
 }
 
@@ -209,6 +213,7 @@ fn elide_input_copy(
         buffer: src.buffer,
         offset: src.view.offset,
         strides: src.view.strides.clone(),
+        target: None,
     };
     for &(ai, _, slot) in readers {
         let entry = views.attention.entry(ai).or_default();
@@ -266,6 +271,7 @@ fn elide_output_copy(
         buffer: copy.output,
         offset: 0,
         strides,
+        target: None,
     });
     entry.replaces.push(copy.name.clone());
 }

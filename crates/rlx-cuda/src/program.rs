@@ -7,7 +7,7 @@ use crate::blas::{Blas, PreparedGemm};
 use crate::codegen::{program_source, ArgRef, Target};
 use crate::device::{CudaDevice, Function, Graph, Module};
 use crate::memory::{DeviceBuffer, DeviceMemory, Pinned, ALIGN};
-use crate::plan::{plan, root, Plan, Step};
+use crate::plan::{root, Plan, Step};
 use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
@@ -29,6 +29,9 @@ pub struct CudaOptions {
     /// f16/bf16 attention as the tensor-core flash kernel on sm_80 and newer
     /// (`RLX_CUDA_FLASH=0` turns it off: the GEMM form or the older fused kernel)
     pub flash_attention: bool,
+    /// sibling GEMMs reading the same input run as one GEMM over concatenated weights
+    /// (`RLX_CUDA_MERGE_GEMM=0` turns it off)
+    pub merge_gemms: bool,
 }
 
 impl Default for CudaOptions {
@@ -38,6 +41,7 @@ impl Default for CudaOptions {
             graphs: std::env::var("RLX_CUDA_GRAPHS").map_or(true, |v| v != "0"),
             pointer_arrays: std::env::var("RLX_CUDA_PTR_ARRAY").map_or(true, |v| v != "0"),
             flash_attention: Target::flash_from_env(),
+            merge_gemms: crate::plan_merge::enabled(),
         }
     }
 }
@@ -65,6 +69,24 @@ enum Home {
     Constant(usize),
 }
 
+/// Where a derived buffer's source comes from.
+enum Source {
+    /// a session weight, by name (and its program buffer, for binding checks)
+    Param(String, usize),
+    /// a graph constant's bytes
+    Constant(Vec<u8>),
+}
+
+/// A buffer built from params or constants (`ArgRef::Derived`), rebuilt on the host and
+/// uploaded again whenever one of its params is bound to a different tensor.
+struct DerivedHome {
+    spec: crate::plan_merge::Derived,
+    buffer: DeviceBuffer,
+    sources: Vec<Source>,
+    /// the param tensors last uploaded, per source (None for constants)
+    uploaded: Mutex<Option<Vec<Option<Arc<Tensor>>>>>,
+}
+
 struct RunState {
     graph: Option<Graph>,
     graphs_ok: bool,
@@ -90,6 +112,7 @@ pub struct CudaProgram {
     inputs: Vec<(String, usize, DeviceBuffer, usize)>,
     constants: Vec<DeviceBuffer>,
     params: Vec<(String, usize, Arc<WeightSlot>)>,
+    derived: Vec<DerivedHome>,
     outputs: Vec<(String, usize, usize)>,
     state: Mutex<RunState>,
     /// compile facts
@@ -137,7 +160,7 @@ impl CudaProgram {
             flash_attention: options.flash_attention,
             ..Self::target()?
         };
-        let plan = plan(&program, &target)?;
+        let plan = crate::plan::plan_with(&program, &target, options.merge_gemms)?;
         let mut stats = CompileStats {
             launches: plan.steps.len(),
             ..CompileStats::default()
@@ -203,6 +226,7 @@ impl CudaProgram {
                 let slot = match *r {
                     ArgRef::Buffer(b) => root(&program, b),
                     ArgRef::Scratch(i) => n_buf + i,
+                    ArgRef::Derived(_) => continue,
                 };
                 let l = life[slot].get_or_insert((s, s));
                 l.1 = s;
@@ -246,9 +270,25 @@ impl CudaProgram {
                 homes[*slot] = Some(Home::Arena(*off));
             }
         }
+        // Params read only through derived buffers (merged GEMM weights) need no slot.
+        let mut read: Vec<bool> = vec![false; n_buf];
+        for r in touches.iter().flatten() {
+            if let ArgRef::Buffer(b) = *r {
+                read[root(&program, b)] = true;
+            }
+        }
+        for (_, b) in &program.outputs {
+            read[root(&program, *b)] = true;
+        }
+        let derived_only: std::collections::HashSet<usize> = plan
+            .derived
+            .iter()
+            .flat_map(|d| d.sources.iter().map(|s| root(&program, s.0)))
+            .filter(|&b| !read[b])
+            .collect();
         let (mut inputs, mut constants, mut params) = (Vec::new(), Vec::new(), Vec::new());
         for (b, buf) in program.buffers.iter().enumerate() {
-            if buf.alias_of.is_some() {
+            if buf.alias_of.is_some() || derived_only.contains(&b) {
                 continue;
             }
             let bytes = bytes_of(&program, b);
@@ -274,6 +314,36 @@ impl CudaProgram {
                     }
                 }
             }
+        }
+        let mut derived = Vec::with_capacity(plan.derived.len());
+        for spec in &plan.derived {
+            let mut sources = Vec::with_capacity(spec.sources.len());
+            for &(b, _) in &spec.sources {
+                let r = root(&program, b);
+                sources.push(match &program.buffers[r].kind {
+                    BufferKind::Param(name) => Source::Param(name.clone(), r),
+                    BufferKind::Constant(t) => Source::Constant(tensor_bytes(t).to_vec()),
+                    _ => {
+                        return Err(CudaError::Invalid(format!(
+                            "derived buffer from buffer {b}, not a param or constant"
+                        )))
+                    }
+                });
+            }
+            let home = DerivedHome {
+                spec: spec.clone(),
+                buffer: mem.alloc(spec.bytes().max(1))?,
+                sources,
+                uploaded: Mutex::new(None),
+            };
+            if home
+                .sources
+                .iter()
+                .all(|s| matches!(s, Source::Constant(_)))
+            {
+                home.upload(&device, &[])?;
+            }
+            derived.push(home);
         }
         device.sync()?;
         let outputs: Vec<(String, usize, usize)> = program
@@ -305,6 +375,7 @@ impl CudaProgram {
             inputs,
             constants,
             params,
+            derived,
             outputs,
             state: Mutex::new(state),
             stats,
@@ -378,6 +449,7 @@ impl CudaProgram {
                 Some(Home::Constant(i)) => self.constants[*i].ptr(),
                 None => 0,
             },
+            ArgRef::Derived(i) => self.derived[i].buffer.ptr(),
         }
     }
 
@@ -528,6 +600,9 @@ impl CudaProgram {
                 }
             }
         }
+        for d in &self.derived {
+            d.bind(&self.device, &self.program, weights)?;
+        }
         let mut off = 0;
         for (name, b, _, bytes) in &self.inputs {
             let t = inputs.get(name).ok_or_else(|| CudaError::Binding {
@@ -572,6 +647,67 @@ impl CudaProgram {
             off += bytes;
         }
         Ok(out)
+    }
+}
+
+impl DerivedHome {
+    /// Checks this buffer's params in `weights` and uploads the concatenation again when
+    /// one of them is a different tensor than last time.
+    fn bind(
+        &self,
+        device: &CudaDevice,
+        program: &KernelProgram,
+        weights: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<(), CudaError> {
+        let mut bound = Vec::with_capacity(self.sources.len());
+        for s in &self.sources {
+            bound.push(match s {
+                Source::Param(name, b) => {
+                    let t = weights.get(name).ok_or_else(|| CudaError::Binding {
+                        what: "param",
+                        name: name.clone(),
+                        message: "not set".into(),
+                    })?;
+                    check(program, *b, t, "param", name)?;
+                    Some(t.clone())
+                }
+                Source::Constant(_) => None,
+            });
+        }
+        let mut last = self.uploaded.lock().unwrap_or_else(|e| e.into_inner());
+        let same = last.as_ref().is_some_and(|l| {
+            l.iter().zip(&bound).all(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            })
+        });
+        if same {
+            return Ok(());
+        }
+        *last = None;
+        self.upload(device, &bound)?;
+        *last = Some(bound);
+        Ok(())
+    }
+
+    /// Uploads the concatenation of the sources (`bound`: the param tensors, per source).
+    fn upload(&self, device: &CudaDevice, bound: &[Option<Arc<Tensor>>]) -> Result<(), CudaError> {
+        let parts: Vec<&[u8]> = self
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match s {
+                Source::Constant(bytes) => bytes.as_slice(),
+                Source::Param(..) => bound
+                    .get(i)
+                    .and_then(|t| t.as_deref())
+                    .map_or(&[][..], tensor_bytes),
+            })
+            .collect();
+        let bytes = self.spec.concat(&parts);
+        device.upload(self.buffer.ptr(), &bytes)?;
+        device.sync()
     }
 }
 

@@ -90,6 +90,9 @@ pub enum ArgRef {
     Buffer(BufferId),
     /// a scratch region planned with the arena (index into the step's scratch list)
     Scratch(usize),
+    /// a buffer built from params or constants (index into `Plan::derived`), such as the
+    /// concatenated weights of a merged GEMM
+    Derived(usize),
 }
 
 /// Launch geometry.

@@ -485,3 +485,102 @@ pub fn flash_cases() -> Vec<Case> {
     }
     cases
 }
+
+/// Sibling projections of one hidden state into head-split q, k and v, as encoders do:
+/// three matmuls sharing A (with or without bias), each read by attention only through the
+/// head-split transposes, so the CUDA planner runs them as one GEMM over concatenated
+/// weights. f32, f16 and bf16; a small size (fused or flash kernel) and one large enough for
+/// f16 to take the GEMM form when the flash kernel is off. Weights are `w0..`: q, k, v
+/// weight (then bias) in that order.
+pub fn merge_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for (size, batch, seq, heads, dim) in [("small", 2, 10, 3, 16), ("gemm", 8, 128, 8, 32)] {
+            for bias in [true, false] {
+                let name = format!("merge_qkv_{size}_bias{bias}_{dt}");
+                let mut b = Builder::new(&name, dt);
+                let hidden = heads * dim;
+                let x = b.input(dt, &[batch, seq, hidden]);
+                let split = |b: &mut Builder, t: NodeId| {
+                    let t = b
+                        .g()
+                        .reshape(t, Shape::of(&[batch, seq, heads, dim]))
+                        .unwrap();
+                    b.g().transpose(t, &[0, 2, 1, 3]).unwrap()
+                };
+                let proj = |b: &mut Builder| {
+                    let w = b.param(dt, &[hidden, hidden]);
+                    let mut y = b.g().matmul(x, w).unwrap();
+                    if bias {
+                        let c = b.param(dt, &[hidden]);
+                        y = b.g().add(y, c).unwrap();
+                    }
+                    split(b, y)
+                };
+                let (q, k, v) = (proj(&mut b), proj(&mut b), proj(&mut b));
+                let scale = (dt == DType::F32).then_some(0.25);
+                let y = b.g().attention(q, k, v, None, false, scale).unwrap();
+                let y = b.g().transpose(y, &[0, 2, 1, 3]).unwrap();
+                let y = b.g().reshape(y, Shape::of(&[batch, seq, hidden])).unwrap();
+                cases.push(b.done(y));
+            }
+        }
+    }
+    cases
+}
+
+/// Sibling projections that must NOT be merged, each by name: `second_reader` (q's
+/// projection is also a graph output), `different_a` (k projects another input),
+/// `computed_weight` (v's weight is computed in the graph, not a param), `residual` (k's
+/// epilogue adds a residual besides the bias). f16, small.
+pub fn merge_refused_cases() -> Vec<Case> {
+    let dt = DType::F16;
+    let (batch, seq, heads, dim) = (2, 10, 3, 16);
+    let hidden = heads * dim;
+    let mut cases = Vec::new();
+    for what in [
+        "second_reader",
+        "different_a",
+        "computed_weight",
+        "residual",
+    ] {
+        let mut b = Builder::new(&format!("merge_refused_{what}"), dt);
+        let x = b.input(dt, &[batch, seq, hidden]);
+        let x2 = b.input(dt, &[batch, seq, hidden]);
+        let split = |b: &mut Builder, t: NodeId| {
+            let t = b
+                .g()
+                .reshape(t, Shape::of(&[batch, seq, heads, dim]))
+                .unwrap();
+            b.g().transpose(t, &[0, 2, 1, 3]).unwrap()
+        };
+        let mut projs = Vec::new();
+        for i in 0..3 {
+            let a = if what == "different_a" && i == 1 {
+                x2
+            } else {
+                x
+            };
+            let mut w = b.param(dt, &[hidden, hidden]);
+            if what == "computed_weight" && i == 2 {
+                w = b.g().unary(UnaryOp::Neg, w).unwrap();
+            }
+            let c = b.param(dt, &[hidden]);
+            let y = b.g().matmul(a, w).unwrap();
+            let mut y = b.g().add(y, c).unwrap();
+            if what == "residual" && i == 1 {
+                y = b.g().add(y, x2).unwrap();
+            }
+            if what == "second_reader" && i == 0 {
+                b.g().output("q_projection", y);
+            }
+            projs.push(split(&mut b, y));
+        }
+        let y = b
+            .g()
+            .attention(projs[0], projs[1], projs[2], None, false, None)
+            .unwrap();
+        cases.push(b.done(y));
+    }
+    cases
+}
