@@ -92,7 +92,7 @@ pub fn import(
         if scope.contains_key(&name) {
             continue; // an initializer gives it a value (IR < 4 style)
         }
-        let ty = value_type(input, &name).map_err(|reason| OnnxError::Unsupported {
+        let ty = value_type(input, &name, &opts.dims).map_err(|reason| OnnxError::Unsupported {
             file: file.to_string(),
             nodes: vec![UnsupportedNode {
                 node: format!("graph input `{name}`"),
@@ -275,8 +275,12 @@ fn map_nodes(
 }
 
 /// The IR type of a graph input: dynamic dims become symbols (named by the model, or
-/// `NAME_dI` when it leaves them unnamed).
-fn value_type(v: &ValueInfoProto, name: &str) -> Result<TensorType, String> {
+/// `NAME_dI` when it leaves them unnamed), or the size `bound` gives that name.
+fn value_type(
+    v: &ValueInfoProto,
+    name: &str,
+    bound: &HashMap<String, usize>,
+) -> Result<TensorType, String> {
     let Some(ty) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
         return Err("has no type".into());
     };
@@ -303,8 +307,17 @@ fn value_type(v: &ValueInfoProto, name: &str) -> Result<TensorType, String> {
         dims.push(match &d.value {
             Some(D::DimValue(n)) if *n >= 0 => Dim::Static(*n as usize),
             Some(D::DimValue(n)) => return Err(format!("dim {i} is negative ({n})")),
-            Some(D::DimParam(p)) if !p.is_empty() => Dim::sym(p),
-            _ => Dim::sym(&format!("{name}_d{i}")),
+            Some(D::DimParam(p)) if !p.is_empty() => match bound.get(p.as_str()) {
+                Some(&n) => Dim::Static(n),
+                None => Dim::sym(p),
+            },
+            _ => {
+                let sym = format!("{name}_d{i}");
+                match bound.get(&sym) {
+                    Some(&n) => Dim::Static(n),
+                    None => Dim::sym(&sym),
+                }
+            }
         });
     }
     let shape = Shape(dims);

@@ -39,6 +39,11 @@ pub struct ImportOptions {
     /// it from that input; every other use stays a run-time input. Frozen inputs are listed
     /// in [`OnnxModel::frozen_inputs`].
     pub known_inputs: HashMap<String, Tensor>,
+    /// Sizes for symbolic dims of the graph inputs, by the name the model gives them
+    /// (`batch`, `sequence`, ...; unnamed dims are `INPUT_dI`): bound at import, so ops that
+    /// need static shapes (CumSum, Range lengths, ...) import, and every shape is checked
+    /// once. Dims not named here stay symbolic.
+    pub dims: HashMap<String, usize>,
 }
 
 /// An imported model.

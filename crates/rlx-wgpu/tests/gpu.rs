@@ -9,6 +9,8 @@
 //! `RLX_DIFF_GRAPHS` sets how many random graphs (default 30 here: lavapipe and llvmpipe
 //! run on the CPU); `RLX_DIFF_SEED` the first.
 
+// shared with rlx-cuda's suites; each suite runs the subset its backend serves
+#[allow(dead_code)]
 #[path = "../../rlx-cuda/tests/support/cases.rs"]
 mod cases;
 

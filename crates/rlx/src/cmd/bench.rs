@@ -2,7 +2,7 @@
 //! MODEL is an ONNX file, a model folder (BERT family; `hf:<name>` downloads one) or a
 //! GGUF file. `--profile` adds the time per kernel, summed per kind (CPU).
 
-use super::model::{device, load_onnx};
+use super::model::{device, load_onnx_with};
 use super::{npy, CmdResult};
 use rlx_ir::{Dim, Graph, Tensor, TensorType};
 use rlx_models::{BertModel, Family};
@@ -239,7 +239,7 @@ fn prepare_onnx(
     random: &[String],
     dims: &HashMap<String, usize>,
 ) -> Result<Prepared, Box<dyn std::error::Error>> {
-    let model = load_onnx(path, &files)?;
+    let model = load_onnx_with(path, &files, dims)?;
     let declared = declared_inputs(&model.graph);
     for (i, name) in random.iter().enumerate() {
         let ty = declared

@@ -60,8 +60,18 @@ pub fn load_onnx(
     path: &str,
     known: &HashMap<String, Tensor>,
 ) -> Result<Loaded, Box<dyn std::error::Error>> {
+    load_onnx_with(path, known, &HashMap::new())
+}
+
+/// [`load_onnx`] with symbolic input dims bound to sizes at import (`--dim NAME=N`).
+pub fn load_onnx_with(
+    path: &str,
+    known: &HashMap<String, Tensor>,
+    dims: &HashMap<String, usize>,
+) -> Result<Loaded, Box<dyn std::error::Error>> {
     let opts = rlx_onnx::ImportOptions {
         known_inputs: known.clone(),
+        dims: dims.clone(),
     };
     let m = rlx_onnx::load(path, &opts)?;
     Ok(Loaded {

@@ -160,6 +160,7 @@ pub fn run_case(dir: &Path, device_name: &str) -> Result<Outcome, String> {
         let expected = load_set(&numbered(set, "output_")?, &out_names)?;
         let opts = ImportOptions {
             known_inputs: inputs.iter().cloned().collect(),
+            ..ImportOptions::default()
         };
         let model = rlx_onnx::load(&model_path, &opts).map_err(|e: OnnxError| e.to_string())?;
         let session = Session::new(device).map_err(|e| e.to_string())?;
