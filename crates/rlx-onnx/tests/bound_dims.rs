@@ -49,7 +49,13 @@ fn a_bound_dim_lets_cumsum_import_and_compute() {
         &HashMap::new(),
     )
     .unwrap();
-    let got = out.iter().find(|(n, _)| n == "y").unwrap().1.as_f32().unwrap();
+    let got = out
+        .iter()
+        .find(|(n, _)| n == "y")
+        .unwrap()
+        .1
+        .as_f32()
+        .unwrap();
     let mut want = [0f64; 6];
     for r in 0..2 {
         let mut acc = 0f64;
