@@ -8,7 +8,8 @@
 //! alone and prints the first layer's, then attention's total and which path ran it
 //! (`RLX_CUDA_FLASH=0` turns the tensor-core flash kernel off, `RLX_CUDA_ATTN_GEMM=1`
 //! forces the GEMM form; `RLX_CUDA_MERGE_GEMM=0` runs q, k, v as three GEMMs instead of one
-//! `gemm matmul_3+matmul_9+matmul_15`). `--dump` writes the weights, the batch-1 input and
+//! `gemm matmul_3+matmul_9+matmul_15`; `RLX_CUDA_AUTOTUNE=0` keeps cuBLASLt's first heuristic
+//! algorithm per GEMM instead of timing up to eight at compile, `tune_ms`). `--dump` writes the weights, the batch-1 input and
 //! RLX's batch-1 output as raw little-endian files plus `manifest.txt`, so
 //! `scripts/bench/encoder_torch.py --weights DIR` runs PyTorch on the same numbers.
 
@@ -247,7 +248,7 @@ fn main() {
         let mut dev = program.time_steps(iters).unwrap_or_default();
         let finite = out[0].1.to_f64_vec().iter().all(|v| v.is_finite());
         println!(
-            "encoder batch={batch} fp16 device_median_ms={:.4} device_p90_ms={:.4} run_median_ms={:.4} launches={} functions={} compile_ms={:.1} nvrtc_ms={:.1} cached={} cuda_graph={} arena_mib={:.1} finite={finite}",
+            "encoder batch={batch} fp16 device_median_ms={:.4} device_p90_ms={:.4} run_median_ms={:.4} launches={} functions={} compile_ms={:.1} nvrtc_ms={:.1} tune_ms={:.1} tuned_gemms={} cached={} cuda_graph={} arena_mib={:.1} finite={finite}",
             quantile(&mut dev, 0.5),
             quantile(&mut dev, 0.9),
             quantile(&mut e2e, 0.5),
@@ -255,6 +256,8 @@ fn main() {
             program.stats.functions,
             compile_ms,
             program.stats.nvrtc_ms,
+            program.stats.tune_ms,
+            program.stats.tuned_gemms,
             program.stats.cached,
             program.uses_graph(),
             program.stats.arena_bytes as f64 / (1 << 20) as f64,

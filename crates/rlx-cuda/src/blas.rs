@@ -1,13 +1,16 @@
 //! cuBLASLt execution of [`GemmSpec`]s. Row-major `C = A * B` runs as the column-major
 //! `C^T = B^T * A^T`, so no operand is transposed or copied. Descriptors, layouts and the
-//! heuristic's algorithm are prepared once at compile time; a run only calls `cublasLtMatmul`
-//! (capturable into a CUDA graph). f16/bf16 run on tensor cores with f32 accumulation; f32
+//! heuristic's algorithm are prepared once at compile time (with autotuning, the fastest of up
+//! to eight heuristic candidates timed on the device, [`Blas::tune`]); a run only calls
+//! `cublasLtMatmul` (capturable into a CUDA graph). f16/bf16 run on tensor cores with f32 accumulation; f32
 //! uses TF32 tensor cores only when the caller opts in. Operands with two batch levels (attention
 //! reading `[batch, seq, heads, dim]` in place) run as one pointer-array GEMM, or as a loop of
 //! strided-batched calls when cuBLASLt offers no pointer-array algorithm.
 
+use crate::device::CudaDevice;
 use crate::gemm::{Activation, GemmSpec, Operand};
 use crate::memory::{DeviceBuffer, DeviceMemory};
+use crate::tune::{algo_cache, fastest, TuneKey, MAX_CANDIDATES, ROUNDS, TIMED, WARMUP};
 use crate::CudaError;
 use cudarc::cublaslt::{result, sys};
 use rlx_ir::DType;
@@ -259,15 +262,10 @@ impl Blas {
         self.heuristic(spec, desc, layouts)
     }
 
-    /// The heuristic's first algorithm for prepared layouts, told the workspace size and how
-    /// aligned each operand's matrices are (offsets and strides may leave fewer than the
-    /// 256 bytes it assumes by default).
-    fn heuristic(
-        &self,
-        spec: &GemmSpec,
-        desc: sys::cublasLtMatmulDesc_t,
-        layouts: &[sys::cublasLtMatrixLayout_t; 3],
-    ) -> Result<sys::cublasLtMatmulAlgo_t, CudaError> {
+    /// A matmul preference telling the heuristic the workspace size and how aligned each
+    /// operand's matrices are (offsets and strides may leave fewer than the 256 bytes it
+    /// assumes by default). The caller destroys it.
+    fn preference(&self, spec: &GemmSpec) -> Result<sys::cublasLtMatmulPreference_t, CudaError> {
         use sys::cublasLtMatmulPreferenceAttributes_t as P;
         let pref = result::create_matmul_pref()
             .map_err(|e| blas_err("cublasLtMatmulPreferenceCreate", spec, e))?;
@@ -291,8 +289,8 @@ impl Blas {
                 spec.c.alignment(size),
             ),
         ];
-        // SAFETY: valid preference and descriptor; attribute sizes match their C types.
-        let heuristic = unsafe {
+        // SAFETY: valid preference; attribute sizes match their C types.
+        let set = unsafe {
             align
                 .iter()
                 .try_for_each(|(attr, a)| {
@@ -311,23 +309,173 @@ impl Blas {
                         8,
                     )
                 })
-                .and_then(|_| {
-                    result::get_matmul_algo_heuristic(
-                        self.handle,
-                        desc,
-                        layouts[0],
-                        layouts[1],
-                        layouts[2],
-                        layouts[2],
-                        pref,
-                    )
-                })
+        };
+        match set {
+            Ok(()) => Ok(pref),
+            Err(e) => {
+                // SAFETY: created above, destroyed once.
+                let _ = unsafe { result::destroy_matmul_pref(pref) };
+                Err(blas_err("cublasLtMatmulPreferenceSetAttribute", spec, e))
+            }
+        }
+    }
+
+    /// The heuristic's first algorithm for prepared layouts (see [`Blas::preference`]).
+    fn heuristic(
+        &self,
+        spec: &GemmSpec,
+        desc: sys::cublasLtMatmulDesc_t,
+        layouts: &[sys::cublasLtMatrixLayout_t; 3],
+    ) -> Result<sys::cublasLtMatmulAlgo_t, CudaError> {
+        let pref = self.preference(spec)?;
+        // SAFETY: valid handle, preference, descriptor and layouts.
+        let heuristic = unsafe {
+            result::get_matmul_algo_heuristic(
+                self.handle,
+                desc,
+                layouts[0],
+                layouts[1],
+                layouts[2],
+                layouts[2],
+                pref,
+            )
         };
         // SAFETY: created above, destroyed once.
         let _ = unsafe { result::destroy_matmul_pref(pref) };
         Ok(heuristic
             .map_err(|e| blas_err("cublasLtMatmulAlgoGetHeuristic", spec, e))?
             .algo)
+    }
+
+    /// Algorithms worth timing for a prepared GEMM: its current one first, then up to
+    /// `max - 1` more of the heuristic's list for the same descriptor and layouts (hence the
+    /// same compute and scale types), within the workspace, and, for f16/bf16, only
+    /// split-K variants that reduce in the f32 compute type (no reduction in the 16-bit
+    /// output type or in place in the output).
+    pub fn candidates(
+        &self,
+        g: &PreparedGemm,
+        max: usize,
+    ) -> Result<Vec<sys::cublasLtMatmulAlgo_t>, CudaError> {
+        let spec = &g.spec;
+        let mut out: Vec<sys::cublasLtMatmulAlgo_t> = g.algo.into_iter().collect();
+        let pref = self.preference(spec)?;
+        let mut results: Vec<sys::cublasLtMatmulHeuristicResult_t> = Vec::with_capacity(max);
+        let mut count: i32 = 0;
+        // SAFETY: valid handle, preference, descriptor and layouts; the array holds `max`
+        // results and the call writes at most that many.
+        let status = unsafe {
+            sys::cublasLtMatmulAlgoGetHeuristic(
+                self.handle,
+                g.desc,
+                g.layouts[0],
+                g.layouts[1],
+                g.layouts[2],
+                g.layouts[2],
+                pref,
+                max as i32,
+                results.as_mut_ptr(),
+                &mut count,
+            )
+        };
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { result::destroy_matmul_pref(pref) };
+        if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Ok(out);
+        }
+        // SAFETY: the call initialized `count` (at most `max`) results.
+        unsafe { results.set_len((count.max(0) as usize).min(max)) };
+        let half = matches!(spec.dtype, DType::F16 | DType::BF16);
+        for r in results {
+            if out.len() >= max {
+                break;
+            }
+            if r.state != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                || r.workspaceSize > WORKSPACE_BYTES
+                || out.iter().any(|a| a.data == r.algo.data)
+                || (half && !f32_reduction(&r.algo))
+            {
+                continue;
+            }
+            out.push(r.algo);
+        }
+        Ok(out)
+    }
+
+    /// Times each of [`Blas::candidates`] on the operands `p` (the program's own buffers;
+    /// timing is data-independent) and keeps the fastest in `g`; a candidate that fails to
+    /// run is skipped, and when all fail `g` keeps its algorithm. Choices are cached per
+    /// process by [`TuneKey`], so identical GEMMs are timed once. Returns whether this call
+    /// timed anything (false on a cache hit).
+    ///
+    /// # Errors
+    /// A device failure after timing (a candidate broke the context).
+    pub fn tune(
+        &self,
+        g: &mut PreparedGemm,
+        p: &GemmPointers,
+        device: &CudaDevice,
+        tf32: bool,
+    ) -> Result<bool, CudaError> {
+        let key = TuneKey::new(&g.spec, tf32, g.batching);
+        let cache = algo_cache();
+        if let Some(data) = cache.get(&key) {
+            g.algo = Some(sys::cublasLtMatmulAlgo_t { data });
+            return Ok(false);
+        }
+        let original = g.algo;
+        let candidates = self.candidates(g, MAX_CANDIDATES)?;
+        let chosen = if candidates.len() > 1 {
+            fastest(candidates.len(), ROUNDS, |i| {
+                g.algo = Some(candidates[i]);
+                self.time(g, p, device).ok()
+            })
+            .map(|(i, _)| candidates[i])
+        } else {
+            None
+        };
+        g.algo = chosen.or(original);
+        device.sync()?;
+        if let Some(a) = g.algo {
+            cache.insert(key, a.data);
+        }
+        Ok(true)
+    }
+
+    /// Milliseconds per launch of `g` as it stands: [`WARMUP`] eager launches, then
+    /// [`TIMED`] launches captured as one CUDA graph, replayed once untimed and once between
+    /// two events (eagerly between the events when capture fails).
+    fn time(
+        &self,
+        g: &PreparedGemm,
+        p: &GemmPointers,
+        device: &CudaDevice,
+    ) -> Result<f64, CudaError> {
+        let stream = device.stream();
+        for _ in 0..WARMUP {
+            self.run(g, p, stream)?;
+        }
+        device.sync()?;
+        device.begin_capture()?;
+        let enqueued = (0..TIMED).try_for_each(|_| self.run(g, p, stream));
+        let captured = device.end_capture();
+        enqueued?;
+        let (start, end) = match captured {
+            Ok(graph) => {
+                device.replay(&graph)?;
+                let start = device.record()?;
+                device.replay(&graph)?;
+                (start, device.record()?)
+            }
+            Err(_) => {
+                let start = device.record()?;
+                for _ in 0..TIMED {
+                    self.run(g, p, stream)?;
+                }
+                (start, device.record()?)
+            }
+        };
+        Ok(device.elapsed_ms(&start, &end)? as f64 / TIMED as f64)
     }
 
     /// Enqueues `g` on `stream` with resolved device pointers (element offsets already
@@ -438,6 +586,37 @@ impl Blas {
     }
 }
 
+/// True when `algo` does not split K, or reduces its K splits in the compute type (f32):
+/// the split-K variants safe for 16-bit outputs.
+fn f32_reduction(algo: &sys::cublasLtMatmulAlgo_t) -> bool {
+    use sys::cublasLtMatmulAlgoConfigAttributes_t as C;
+    let get = |attr: C| -> Option<u32> {
+        let mut v: u32 = 0;
+        let mut written = 0usize;
+        // SAFETY: a valid algorithm struct; both attributes are 4-byte values.
+        let status = unsafe {
+            sys::cublasLtMatmulAlgoConfigGetAttribute(
+                algo,
+                attr,
+                &mut v as *mut u32 as *mut c_void,
+                4,
+                &mut written,
+            )
+        };
+        (status == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS && written == 4).then_some(v)
+    };
+    match get(C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) {
+        Some(0 | 1) => true,
+        Some(_) => {
+            get(C::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)
+                == Some(
+                    sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32,
+                )
+        }
+        None => false,
+    }
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         // SAFETY: created once, destroyed once.
@@ -463,7 +642,7 @@ pub struct GemmPointers {
 }
 
 /// How a prepared GEMM walks its batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Batching {
     /// one call, one stride per operand (or no batches)
     Strided,

@@ -46,7 +46,7 @@ impl Operand {
 }
 
 /// An activation cuBLASLt applies after the bias.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Activation {
     /// none
     None,

@@ -21,6 +21,7 @@ pub mod plan_merge;
 pub mod plan_views;
 pub mod probe;
 mod program;
+pub mod tune;
 pub mod weights;
 
 pub use error::CudaError;

@@ -32,6 +32,10 @@ pub struct CudaOptions {
     /// sibling GEMMs reading the same input run as one GEMM over concatenated weights
     /// (`RLX_CUDA_MERGE_GEMM=0` turns it off)
     pub merge_gemms: bool,
+    /// time up to eight of cuBLASLt's heuristic algorithms per GEMM at compile and keep the
+    /// fastest (cached per process by problem; `RLX_CUDA_AUTOTUNE=0` turns it off: the
+    /// heuristic's first choice)
+    pub autotune: bool,
 }
 
 impl Default for CudaOptions {
@@ -42,6 +46,7 @@ impl Default for CudaOptions {
             pointer_arrays: std::env::var("RLX_CUDA_PTR_ARRAY").map_or(true, |v| v != "0"),
             flash_attention: Target::flash_from_env(),
             merge_gemms: crate::plan_merge::enabled(),
+            autotune: crate::tune::enabled_from_env(),
         }
     }
 }
@@ -59,6 +64,11 @@ pub struct CompileStats {
     pub cached: bool,
     /// bytes of the planned arena
     pub arena_bytes: usize,
+    /// milliseconds spent timing GEMM algorithms (0 with autotuning off, or when every GEMM
+    /// was tuned before in this process)
+    pub tune_ms: f64,
+    /// GEMM problems timed by this compile (cache misses)
+    pub tuned_gemms: usize,
 }
 
 /// Where a program buffer lives on the device.
@@ -381,7 +391,55 @@ impl CudaProgram {
             stats,
         };
         compiled.upload_pointer_tables(&mem)?;
+        if options.autotune {
+            compiled.autotune(options.tf32)?;
+        }
         Ok(compiled)
+    }
+
+    /// Times cuBLASLt's candidate algorithms for every GEMM step on the program's own
+    /// buffers and keeps the fastest (see [`Blas::tune`]). Only GEMMs writing the arena are
+    /// timed (running one writes its result; inputs, weights and constants must keep their
+    /// contents); the others keep the heuristic's first choice. Strided, pointer-array and
+    /// per-outer-batch GEMMs are all tuned, each as it runs.
+    fn autotune(&mut self, tf32: bool) -> Result<(), CudaError> {
+        let Some(blas) = self.blas.take() else {
+            return Ok(());
+        };
+        let start = Instant::now();
+        let mut tuned = 0;
+        let mut result = Ok(());
+        for i in 0..self.plan.steps.len() {
+            let Some(ptrs) = self.gemm_pointers(i) else {
+                continue;
+            };
+            let writes_arena = match &self.plan.steps[i] {
+                Step::Gemm(g) => match g.c.arg {
+                    ArgRef::Scratch(_) => true,
+                    ArgRef::Buffer(b) => {
+                        matches!(self.homes[root(&self.program, b)], Some(Home::Arena(_)))
+                    }
+                    ArgRef::Derived(_) => false,
+                },
+                Step::Kernel(_) => false,
+            };
+            let Some(g) = self.gemms[i].as_mut().filter(|_| writes_arena) else {
+                continue;
+            };
+            match blas.tune(g, &ptrs, &self.device, tf32) {
+                Ok(timed) => tuned += usize::from(timed),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.blas = Some(blas);
+        if tuned > 0 {
+            self.stats.tune_ms = start.elapsed().as_secs_f64() * 1e3;
+        }
+        self.stats.tuned_gemms = tuned;
+        result
     }
 
     /// Uploads the matrix-pointer table of every pointer-array GEMM (addresses are fixed once
@@ -472,7 +530,7 @@ impl CudaProgram {
                     &format!("{} ({})", k.function, k.label),
                 )
             }
-            Step::Gemm(g) => {
+            Step::Gemm(_) => {
                 let prepared = self.gemms[i]
                     .as_ref()
                     .ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
@@ -480,20 +538,33 @@ impl CudaProgram {
                     .blas
                     .as_ref()
                     .ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
-                let size = g.dtype.size_bytes() as u64;
-                let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
-                let ptrs = crate::blas::GemmPointers {
-                    a: at(&g.a),
-                    b: at(&g.b),
-                    c: at(&g.c),
-                    bias: g.bias.map(|b| self.addr(b)),
-                    // Read like the output: same offset, same layout.
-                    residual: g.residual.map(|r| self.addr(r) + g.c.offset as u64 * size),
-                    arrays: self.pointer_tables[i].as_ref().map(|t| t.ptr()),
-                };
+                let ptrs = self
+                    .gemm_pointers(i)
+                    .ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
                 blas.run(prepared, &ptrs, self.device.stream())
             }
         }
+    }
+
+    /// The device addresses GEMM step `i` runs on (None for kernel steps).
+    fn gemm_pointers(&self, i: usize) -> Option<crate::blas::GemmPointers> {
+        let Step::Gemm(g) = &self.plan.steps[i] else {
+            return None;
+        };
+        let size = g.dtype.size_bytes() as u64;
+        let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
+        Some(crate::blas::GemmPointers {
+            a: at(&g.a),
+            b: at(&g.b),
+            c: at(&g.c),
+            bias: g.bias.map(|b| self.addr(b)),
+            // Read like the output: same offset, same layout.
+            residual: g.residual.map(|r| self.addr(r) + g.c.offset as u64 * size),
+            arrays: self
+                .pointer_tables
+                .get(i)
+                .and_then(|t| t.as_ref().map(|t| t.ptr())),
+        })
     }
 
     /// Times every step on its own (launched eagerly between two events, so launch gaps

@@ -7,7 +7,8 @@ mod support;
 use rlx_cuda::codegen::Target;
 use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
-use support::cases::{flash_cases, head_split_cases, library_cases, Case};
+use rlx_ir::{DType, Op, UnaryOp};
+use support::cases::{flash_cases, head_split_cases, library_cases, Builder, Case};
 use support::{compile_check, lower_for_cuda};
 
 fn plan_case(name: &str) -> Plan {
@@ -367,4 +368,131 @@ fn copies_with_a_second_reader_are_kept() {
     assert_eq!(transposes, 2, "{l:?}\n{program}");
     let attention = l.iter().find(|l| l.starts_with("attention")).unwrap();
     assert_eq!(attention.matches("transpose").count(), 2, "{attention}");
+}
+
+/// Layer norm (with a `tanh` epilogue and a cast-to-f32 epilogue) and RMS norm over
+/// `[rows, len]` rows.
+fn norm_cases(dt: DType, rows: usize, len: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut b = Builder::new(&format!("ln_{dt}_{len}"), dt);
+    let x = b.input(dt, &[rows, len]);
+    let s = b.param(dt, &[len]);
+    let sh = b.param(dt, &[len]);
+    let y = b.g().layer_norm(x, s, sh, 1e-12).unwrap();
+    cases.push(b.done(y));
+    let mut b = Builder::new(&format!("ln_tanh_{dt}_{len}"), dt);
+    let x = b.input(dt, &[rows, len]);
+    let s = b.param(dt, &[len]);
+    let sh = b.param(dt, &[len]);
+    let y = b.g().layer_norm(x, s, sh, 1e-5).unwrap();
+    let y = b.g().unary(UnaryOp::Tanh, y).unwrap();
+    cases.push(b.done(y));
+    let mut b = Builder::new(&format!("ln_cast_{dt}_{len}"), dt);
+    let x = b.input(dt, &[rows, len]);
+    let s = b.param(dt, &[len]);
+    let sh = b.param(dt, &[1]);
+    let y = b.g().layer_norm(x, s, sh, 1e-5).unwrap();
+    let y = b.g().push(Op::Cast(DType::F32), &[y], None).unwrap();
+    cases.push(b.done(y));
+    let mut b = Builder::new(&format!("rms_{dt}_{len}"), dt);
+    let x = b.input(dt, &[rows, len]);
+    let s = b.param(dt, &[len]);
+    let y = b.g().rms_norm(x, s, 1e-6).unwrap();
+    cases.push(b.done(y));
+    cases
+}
+
+/// Norm rows up to 4096 elements are held in registers and move as vectors of up to 16
+/// bytes; rows of 4097 keep the general path. Every variant compiles.
+#[test]
+fn norm_rows_in_registers_compile_with_nvrtc() {
+    let mut kernels = Vec::new();
+    for dt in [DType::F16, DType::BF16, DType::F32] {
+        for len in [384, 1536, 100, 4097] {
+            for case in norm_cases(dt, 300, len) {
+                let name = case.name.clone();
+                let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let p = plan(&program, &Target::h200())
+                    .unwrap_or_else(|e| panic!("{name}: {e}\n{program}"));
+                let norm: Vec<_> = p
+                    .kernels()
+                    .filter(|k| {
+                        k.function.starts_with("rlx_layer_norm_")
+                            || k.function.starts_with("rlx_rms_norm_")
+                    })
+                    .collect();
+                assert_eq!(norm.len(), 1, "{name}: {:?}", labels(&p));
+                let s = &norm[0].source;
+                assert_eq!(
+                    s.contains("// rows in registers"),
+                    len != 4097,
+                    "{name}: {s}"
+                );
+                // 16-byte vectors: 4 floats or 8 halves.
+                let (sixteen, width) = if dt == DType::F32 {
+                    ("float4", 4)
+                } else {
+                    ("uint4", 8)
+                };
+                assert_eq!(s.contains(sixteen), len % width == 0, "{name}: {s}");
+                kernels.extend(p.kernels().cloned());
+            }
+        }
+    }
+    println!("{} kernels", kernels.len());
+    compile_check("norm_rows_in_registers_compile_with_nvrtc", &kernels);
+}
+
+/// One MiniLM-shaped encoder FFN block in f16 (hidden 384, FFN 1536, 256 rows): the exact
+/// GELU epilogue after the first GEMM moves 16-byte vectors two per thread, and the layer
+/// norm holds each row in registers, 16 lanes per row with 16-byte vectors.
+#[test]
+fn encoder_ffn_kernels_take_the_wide_paths() {
+    let dt = DType::F16;
+    let mut b = Builder::new("encoder_ffn_f16", dt);
+    let x = b.input(dt, &[2, 128, 384]);
+    let w1 = b.param(dt, &[384, 1536]);
+    let b1 = b.param(dt, &[1536]);
+    let w2 = b.param(dt, &[1536, 384]);
+    let b2 = b.param(dt, &[384]);
+    let g = b.param(dt, &[384]);
+    let beta = b.param(dt, &[384]);
+    let f = b.g().matmul(x, w1).unwrap();
+    let f = b.g().add(f, b1).unwrap();
+    let f = b.g().unary(UnaryOp::Gelu, f).unwrap();
+    let f = b.g().matmul(f, w2).unwrap();
+    let f = b.g().add(f, b2).unwrap();
+    let r = b.g().add(f, x).unwrap();
+    let y = b.g().layer_norm(r, g, beta, 1e-12).unwrap();
+    let case = b.done(y);
+    let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{e}"));
+    let p = plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{e}\n{program}"));
+    let gelu: Vec<_> = p.kernels().filter(|k| k.source.contains("erff(")).collect();
+    assert_eq!(gelu.len(), 1, "{:?}", labels(&p));
+    let s = &gelu[0].source;
+    assert!(
+        gelu[0].function.starts_with("rlx_ew_"),
+        "{}",
+        gelu[0].function
+    );
+    assert!(
+        s.contains("reinterpret_cast<const uint4*>") && s.contains("v1 = v0 + 256"),
+        "{s}"
+    );
+    let ln: Vec<_> = p
+        .kernels()
+        .filter(|k| k.function.starts_with("rlx_layer_norm_"))
+        .collect();
+    assert_eq!(ln.len(), 1, "{:?}", labels(&p));
+    assert!(
+        ln[0]
+            .source
+            .contains("// rows in registers: 16 lanes per row, 8-wide vectors, 3 per lane"),
+        "{}",
+        ln[0].source
+    );
+    // 256 rows, 16 rows per block of 256 threads.
+    assert_eq!(ln[0].launch.grid[0], 16);
+    let kernels: Vec<_> = p.kernels().cloned().collect();
+    compile_check("encoder_ffn_kernels_take_the_wide_paths", &kernels);
 }

@@ -247,15 +247,17 @@ fn contiguous_f32_chains_use_float4() {
         "{}",
         h.source
     );
-    let b = emit(&chain(4096, 0, DType::BF16));
+    // (An offset of 4 halves is not 16-byte aligned: the 8-byte path stays.)
+    let b = emit(&chain(4096, 4, DType::BF16));
     assert!(b.source.contains("make_ushort4(rlx_f32_to_bf16(e0_3)"));
-    // A row repeated over the outer dim (a bias) reads vector idx % (inner / 4).
+    // A row repeated over the outer dim (a bias) reads vector idx % (inner / 4); rows of
+    // 92 halves are no multiple of 8, so the 8-byte path stays.
     let bias_gelu = kernel(
         "bias_gelu",
-        &[64, 96],
+        &[64, 92],
         &[],
         vec![
-            input(0, DType::F16, vec![96, 1]),
+            input(0, DType::F16, vec![92, 1]),
             input(1, DType::F16, vec![0, 1]),
         ],
         vec![
@@ -270,9 +272,94 @@ fn contiguous_f32_chains_use_float4() {
     let row = emit(&bias_gelu);
     assert!(
         row.source
-            .contains("reinterpret_cast<const ushort4*>(in1 + 0)[idx % 24]"),
+            .contains("reinterpret_cast<const ushort4*>(in1 + 0)[idx % 23]"),
         "{}",
         row.source
     );
     compile_check("contiguous_f32_chains_use_float4", &[k, h, b, row]);
+}
+
+/// `gelu(x + bias)` over `[rows, cols]` with the bias row broadcast: the FFN epilogue.
+fn bias_gelu(dtype: DType, rows: usize, cols: usize) -> rlx_ir::kernel::LoopKernel {
+    kernel(
+        "bias_gelu",
+        &[rows, cols],
+        &[],
+        vec![
+            input(0, dtype, vec![cols as isize, 1]),
+            input(1, dtype, vec![0, 1]),
+        ],
+        vec![
+            node(Expr::Load(0), dtype),
+            node(Expr::Load(1), dtype),
+            node(Expr::Binary(BinaryOp::Add, 0, 1), dtype),
+            node(Expr::Unary(UnaryOp::Gelu, 2), dtype),
+        ],
+        None,
+        3,
+    )
+}
+
+/// f16/bf16 chains over rows that are multiples of 8 move 16-byte `uint4` vectors, two
+/// per thread, the bias row read as vector `v % (cols / 8)` and erf evaluated in f32; rows
+/// of 100 halves keep the 8-byte path, rows of 4097 the scalar one, f32 keeps `float4`.
+#[test]
+fn half_chains_move_sixteen_bytes_two_vectors_per_thread() {
+    let mut ks = Vec::new();
+    for dt in [DType::F16, DType::BF16, DType::F32] {
+        for cols in [384, 1536, 100, 4097] {
+            for restrict in [true, false] {
+                let k = loops::emit(&bias_gelu(dt, 64, cols), &Target::h200(), restrict)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let s = &k.source;
+                let wide = dt != DType::F32 && cols % 8 == 0;
+                assert_eq!(s.contains("uint4"), wide, "{dt} {cols}: {s}");
+                assert!(s.contains("erff("), "{dt} {cols}: {s}");
+                if wide {
+                    let n8 = 64 * cols / 8;
+                    assert!(
+                        s.contains(&format!("v0 < {n8}")) && s.contains("v1 = v0 + 256"),
+                        "{s}"
+                    );
+                    assert!(
+                        s.contains(&format!(
+                            "reinterpret_cast<const uint4*>(in1 + 0 + (v0 % {}) * 8)",
+                            cols / 8
+                        )),
+                        "{s}"
+                    );
+                    assert!(s.contains("*reinterpret_cast<uint4*>(out + v1 * 8) = "));
+                    assert_eq!(k.launch.grid[0] as usize, n8.div_ceil(512), "{dt} {cols}");
+                    // Every load comes before the first store (the kernel may run in place).
+                    let last_load = s.rfind("reinterpret_cast<const").unwrap();
+                    let first_store = s.find("*reinterpret_cast<uint4*>(out").unwrap();
+                    assert!(last_load < first_store, "{s}");
+                }
+                if cols == 100 {
+                    assert_eq!(s.contains("ushort4"), dt != DType::F32, "{s}");
+                    assert_eq!(s.contains("float4"), dt == DType::F32, "{s}");
+                }
+                if cols == 4097 {
+                    assert!(!s.contains("ushort4") && !s.contains("float4"), "{s}");
+                }
+                ks.push(k);
+            }
+        }
+    }
+    // Mixed dtypes: an f32 bias read as two float4 per vector, the result stored as f16.
+    let mut mixed = bias_gelu(DType::F16, 64, 384);
+    mixed.inputs[1].dtype = DType::F32;
+    mixed.body[1].dtype = DType::F32;
+    mixed.body.insert(2, node(Expr::Cast(1), DType::F16));
+    mixed.body[3] = node(Expr::Binary(BinaryOp::Add, 0, 2), DType::F16);
+    mixed.body[4] = node(Expr::Unary(UnaryOp::Gelu, 3), DType::F16);
+    mixed.result = 4;
+    let m = emit(&mixed);
+    assert!(
+        m.source.contains("const float4 a0_1_1 = ") && m.source.contains("uint4"),
+        "{}",
+        m.source
+    );
+    ks.push(m);
+    compile_check("half_chains_move_sixteen_bytes_two_vectors_per_thread", &ks);
 }

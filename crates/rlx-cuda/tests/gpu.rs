@@ -12,7 +12,7 @@ use rlx_cuda::{CudaOptions, CudaProgram};
 use rlx_ir::{DType, Graph, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
-use support::cases::{flash_cases, head_split_cases, library_cases, merge_cases};
+use support::cases::{flash_cases, head_split_cases, library_cases, merge_cases, wide_path_cases};
 use support::{lower_for_cuda, rel_l2, tolerance};
 
 fn device_ready(test: &str) -> bool {
@@ -90,6 +90,24 @@ fn every_library_op_matches_the_interpreter() {
         .filter_map(|c| check(&c.name, &c.graph, &c.inputs, &c.params, c.dtype).err())
         .collect();
     println!("{} library cases, {} failures", cases.len(), failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn wide_norm_and_elementwise_paths_match_the_interpreter() {
+    if !device_ready("wide_norm_and_elementwise_paths_match_the_interpreter") {
+        return;
+    }
+    let cases = wide_path_cases();
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| check(&c.name, &c.graph, &c.inputs, &c.params, c.dtype).err())
+        .collect();
+    println!(
+        "{} wide-path cases, {} failures",
+        cases.len(),
+        failures.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -368,5 +386,96 @@ fn merged_sibling_gemms_match_the_interpreter_and_follow_rebound_weights() {
         }
     }
     println!("{} merge cases, {} failures", cases.len(), failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn autotuned_gemms_match_the_heuristic_choice() {
+    if !device_ready("autotuned_gemms_match_the_heuristic_choice") {
+        return;
+    }
+    // Shapes no other test uses, so this process has not tuned them yet (the choice is
+    // cached per process by problem). Two GEMMs: bias + relu, then bias + residual.
+    let mut failures = Vec::new();
+    for dt in [DType::F16, DType::BF16, DType::F32] {
+        let mut b = support::cases::Builder::new(&format!("autotune_{dt}"), dt);
+        let x = b.input(dt, &[3, 96, 200]);
+        let w1 = b.param(dt, &[200, 328]);
+        let b1 = b.param(dt, &[328]);
+        let w2 = b.param(dt, &[328, 136]);
+        let b2 = b.param(dt, &[136]);
+        let r = b.input(dt, &[3, 96, 136]);
+        let g = b.g();
+        let h = g.matmul(x, w1).unwrap();
+        let h = g.add(h, b1).unwrap();
+        let h = g.relu(h).unwrap();
+        let y = g.matmul(h, w2).unwrap();
+        let y = g.add(y, b2).unwrap();
+        let y = g.add(r, y).unwrap();
+        let c = b.done(y);
+        let on = CudaOptions {
+            autotune: true,
+            ..CudaOptions::default()
+        };
+        let off = CudaOptions {
+            autotune: false,
+            ..CudaOptions::default()
+        };
+        let tuned = match check_with(&c.name, &c.graph, &c.inputs, &c.params, dt, &on) {
+            Ok(p) => p,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        let plain = match check_with(&c.name, &c.graph, &c.inputs, &c.params, dt, &off) {
+            Ok(p) => p,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        println!(
+            "{}: tune_ms {:.2} over {} GEMMs (off: {:.2}, {})",
+            c.name,
+            tuned.stats.tune_ms,
+            tuned.stats.tuned_gemms,
+            plain.stats.tune_ms,
+            plain.stats.tuned_gemms
+        );
+        if tuned.stats.tune_ms <= 0.0 || tuned.stats.tuned_gemms != 2 {
+            failures.push(format!(
+                "{}: autotune on timed {} GEMMs in {} ms, want 2 in > 0 ms",
+                c.name, tuned.stats.tuned_gemms, tuned.stats.tune_ms
+            ));
+        }
+        if plain.stats.tune_ms != 0.0 || plain.stats.tuned_gemms != 0 {
+            failures.push(format!("{}: autotune off still timed GEMMs", c.name));
+        }
+        match (
+            tuned.run(&c.inputs, &c.params),
+            plain.run(&c.inputs, &c.params),
+        ) {
+            (Ok(a), Ok(p)) => {
+                let err = rel_l2(&a[0].1, &p[0].1);
+                if err.is_nan() || err > tolerance(dt, false) {
+                    failures.push(format!(
+                        "{}: tuned vs heuristic relative L2 {err:e}",
+                        c.name
+                    ));
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => failures.push(format!("{}: {e}", c.name)),
+        }
+        // The same problem compiled again comes from the cache: nothing timed.
+        match CudaProgram::compile(lower_for_cuda(&c.graph).unwrap(), &WeightCache::new(), &on) {
+            Ok(p) if p.stats.tuned_gemms != 0 => failures.push(format!(
+                "{}: recompiling timed {} GEMMs again",
+                c.name, p.stats.tuned_gemms
+            )),
+            Ok(_) => {}
+            Err(e) => failures.push(format!("{}: recompile: {e}", c.name)),
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -1,6 +1,8 @@
 //! Fused loop nests ([`LoopKernel`]) to CUDA C.
 //!
-//! Elementwise kernels run one thread per output element in a grid-stride loop. Reductions
+//! Elementwise kernels run one thread per output element in a grid-stride loop; contiguous
+//! (or row-broadcast) f16/bf16 chains move 16-byte vectors of 8 elements, two per thread
+//! ([`elementwise_wide`]), other f32/f16/bf16 chains 4-wide vectors. Reductions
 //! pick a shape by size: a thread per output row when rows are short, a warp per row for
 //! medium rows, a block per row for long ones; partial results combine with warp shuffles
 //! (and shared memory across warps). The prologue runs per reduction point, the epilogue
@@ -11,6 +13,7 @@ use super::dtype::{compute, storage, store};
 use super::expr::emit_nodes;
 use super::index::{coords, index_type, offset, IndexSpace};
 use super::reduce::{combine, finish as finish_reduce, identity};
+use super::vector::{elem_bytes, Wide};
 use super::{finish, grid_for, params, ArgRef, EmittedKernel, Launch, Target};
 use rlx_ir::kernel::LoopKernel;
 use rlx_ir::DType;
@@ -86,6 +89,13 @@ pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKe
     let mut args: Vec<ArgRef> = k.inputs.iter().map(|i| ArgRef::Buffer(i.buffer)).collect();
     args.push(ArgRef::Buffer(k.output));
     match &k.reduce {
+        None if wide_reads(k, &outer).is_some() => {
+            let reads = wide_reads(k, &outer).unwrap_or_default();
+            let text = elementwise_wide(k, &outer, &reads, ity, &ps)?;
+            let per_block = BLOCK as usize * WIDE_PER_THREAD;
+            let launch = Launch::linear(grid_for(n / WIDE, per_block), BLOCK);
+            Ok(finish(&k.name, "ew", text, launch, args))
+        }
         None if vec4_reads(k, &outer).is_some() => {
             let reads = vec4_reads(k, &outer).unwrap_or_default();
             let text = elementwise_vec4(k, &outer, &reads, ity, &ps)?;
@@ -248,6 +258,141 @@ fn elementwise_vec4(
         lane(1),
         lane(2),
         lane(3)
+    ))
+}
+
+/// Elements per vector of the wide path: 8 halves, 16 bytes.
+const WIDE: usize = 8;
+/// Vectors per thread (per grid-stride pass) of the wide path.
+const WIDE_PER_THREAD: usize = 2;
+
+/// How each input is read when the kernel can run [`elementwise_wide`]: the conditions of
+/// [`vec4_reads`] with 8-element vectors (inner dim, point count and view offsets multiples
+/// of 8), for kernels storing f16/bf16 (inputs may be f32, f16 or bf16).
+fn wide_reads(k: &LoopKernel, outer: &IndexSpace) -> Option<Vec<VecRead>> {
+    if !matches!(k.out_dtype(), DType::F16 | DType::BF16)
+        || k.inputs.iter().any(|i| elem_bytes(i.dtype).is_none())
+    {
+        return None;
+    }
+    let n = k.numel();
+    let dims = &outer.dims;
+    let shape_ok = match dims.len() {
+        1 => true,
+        2 => dims[1].is_multiple_of(WIDE),
+        _ => false,
+    };
+    if k.reduce.is_some() || !shape_ok || !n.is_multiple_of(WIDE) || n < 1024 {
+        return None;
+    }
+    let inner = *dims.last()? as isize;
+    k.inputs
+        .iter()
+        .zip(&outer.strides)
+        .map(|(i, s)| {
+            let aligned = i.view.offset.is_multiple_of(WIDE);
+            match s.as_slice() {
+                [0] | [0, 0] => Some(VecRead::Scalar),
+                [1] if aligned => Some(VecRead::Full),
+                [o, 1] if *o == inner && aligned => Some(VecRead::Full),
+                [0, 1] if aligned => Some(VecRead::Row),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Two 8-element vectors per thread per pass (`uint4` for f16/bf16, two `float4` for f32
+/// inputs), vector `v` and `v + 256` of the block's span so that each load of a warp is
+/// contiguous: every load of both vectors is issued before any arithmetic, and the stores
+/// come last (the output may be an input, in place).
+fn elementwise_wide(
+    k: &LoopKernel,
+    outer: &IndexSpace,
+    reads: &[VecRead],
+    ity: &str,
+    ps: &str,
+) -> Result<String, String> {
+    let n8 = k.numel() / WIDE;
+    let inner8 = outer.dims.last().copied().unwrap_or(WIDE) / WIDE;
+    let need = k.needed(&[k.result]);
+    let out_dt = k.out_dtype();
+    let ow = Wide::new(out_dt, WIDE).ok_or("no 8-wide vector for the output dtype")?;
+    let mut loads = String::new();
+    let mut body = String::new();
+    let mut stores = String::new();
+    for u in 0..WIDE_PER_THREAD {
+        let guard = if u == 0 {
+            String::new()
+        } else {
+            format!("if (h{u}) ")
+        };
+        for (i, inp) in k.inputs.iter().enumerate() {
+            let at = match reads[i] {
+                VecRead::Scalar => continue,
+                VecRead::Full => format!("v{u} * {WIDE}"),
+                VecRead::Row => format!("(v{u} % {inner8}) * {WIDE}"),
+            };
+            let w = Wide::new(inp.dtype, WIDE).ok_or("no 8-wide vector for an input dtype")?;
+            let var = format!("a{u}_{i}");
+            let ct = w.chunk_type();
+            let text = w.load(
+                &var,
+                &format!("in{i}"),
+                &format!("{} + {at}", inp.view.offset),
+            );
+            if u == 0 {
+                loads += &text;
+            } else {
+                // Declared zero, loaded when the vector exists.
+                let chunks = text.lines().count();
+                for c in 0..chunks {
+                    loads += &format!("{ct} {var}_{c} = {{}};\n");
+                }
+                loads += &format!(
+                    "{guard}{{\n\
+                     {}}}\n",
+                    text.replace(&format!("const {ct} "), "")
+                );
+            }
+        }
+        let mut outs = Vec::new();
+        for l in 0..WIDE {
+            let elem = |i: usize| {
+                if reads[i] == VecRead::Scalar {
+                    (format!("in{i}[{}]", k.inputs[i].view.offset), false)
+                } else {
+                    let w = Wide::new(k.inputs[i].dtype, WIDE).expect("checked above");
+                    (w.elem(&format!("a{u}_{i}"), l), false)
+                }
+            };
+            body += &emit_nodes(k, &need, &format!("e{u}_{l}_"), &elem, None)?;
+            outs.push(store(out_dt, &format!("e{u}_{l}_{}", k.result)));
+        }
+        let st = ow.store("out", &format!("v{u} * {WIDE}"), &outs);
+        stores += &if u == 0 {
+            st
+        } else {
+            format!(
+                "{guard}{{\n\
+                 {st}}}\n"
+            )
+        };
+    }
+    let span = BLOCK as usize * WIDE_PER_THREAD;
+    let mut heads = String::new();
+    for u in 1..WIDE_PER_THREAD {
+        heads += &format!(
+            "const {ity} v{u} = v0 + {};\n\
+             const bool h{u} = v{u} < {n8};\n",
+            u * BLOCK as usize
+        );
+    }
+    Ok(format!(
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n\
+         for ({ity} v0 = ({ity})blockIdx.x * {span} + threadIdx.x; v0 < {n8}; \
+         v0 += ({ity})gridDim.x * {span}) {{\n\
+         {heads}{loads}{body}{stores}}}\n}}\n"
     ))
 }
 

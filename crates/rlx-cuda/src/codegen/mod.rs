@@ -9,7 +9,8 @@
 //!
 //! Files follow the op families they lower: scalar rules in `unary`, `binary`, `reduce`,
 //! `dtype`; fused loop nests in `loops` (with `expr` and `index`); library kernels in
-//! `softmax`, `norm`, `gather`, `movement`, `pool`, `argreduce`, `attention`, `conv`.
+//! `softmax`, `norm`, `gather`, `movement`, `pool`, `argreduce`, `attention`, `conv`; wide
+//! (up to 16-byte) vector moves of f32/f16/bf16 in `vector`.
 
 pub mod argreduce;
 pub mod attention;
@@ -28,6 +29,7 @@ pub mod reduce;
 pub mod softmax;
 pub mod store;
 pub mod unary;
+pub mod vector;
 
 pub use expr::EpilogueCtx;
 pub use index::IndexSpace;

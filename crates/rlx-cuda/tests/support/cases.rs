@@ -109,6 +109,53 @@ fn op(b: &mut Builder, op: Op, ins: &[NodeId]) -> NodeId {
 }
 
 /// Every library op family, in f32 and (where it matters) f16/bf16.
+/// Shapes that take the register-resident norms (rows in registers, 16-byte vectors) and the
+/// 16-byte elementwise path: 300 rows leave a partial block and a partly filled warp; rows of
+/// 100 and 1032 columns leave odd vector counts; an f32 cast epilogue changes the store type.
+pub fn wide_path_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for cols in [384, 1536, 100] {
+            let mut b = Builder::new(&format!("wide_layer_norm_{cols}_{dt}"), dt);
+            let x = b.input(dt, &[300, cols]);
+            let s = b.param(dt, &[cols]);
+            let sh = b.param(dt, &[cols]);
+            let y = b.g().layer_norm(x, s, sh, 1e-5).unwrap();
+            let y = if cols == 384 {
+                b.g().unary(UnaryOp::Tanh, y).unwrap()
+            } else {
+                y
+            };
+            cases.push(b.done(y));
+            let mut b = Builder::new(&format!("wide_rms_norm_{cols}_{dt}"), dt);
+            let x = b.input(dt, &[300, cols]);
+            let s = b.param(dt, &[cols]);
+            let y = b.g().rms_norm(x, s, 1e-6).unwrap();
+            cases.push(b.done(y));
+        }
+        if dt != DType::F32 {
+            let mut b = Builder::new(&format!("wide_layer_norm_cast_f32_{dt}"), dt);
+            let x = b.input(dt, &[300, 384]);
+            let s = b.param(dt, &[384]);
+            let sh = b.param(dt, &[384]);
+            let y = b.g().layer_norm(x, s, sh, 1e-5).unwrap();
+            let y = b.g().cast(y, DType::F32).unwrap();
+            cases.push(b.done(y));
+        }
+        for n in [1536, 1032] {
+            let mut b = Builder::new(&format!("wide_gelu_bias_{n}_{dt}"), dt);
+            let x = b.input(dt, &[64, 256]);
+            let w = b.param(dt, &[256, n]);
+            let bias = b.param(dt, &[n]);
+            let y = b.g().matmul(x, w).unwrap();
+            let y = b.g().add(y, bias).unwrap();
+            let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+            cases.push(b.done(y));
+        }
+    }
+    cases
+}
+
 pub fn library_cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for dt in [DType::F32, DType::F16] {
