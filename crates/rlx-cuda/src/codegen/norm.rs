@@ -78,7 +78,7 @@ pub fn emit(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<EmittedK
                 lane = g.lane(),
                 gs = g.size,
                 rsum = g.reduce("sum"),
-                eps = literal(*dtype, eps),
+                eps = eps_literal(*dtype, eps),
             ),
             format!(
                 "({x} - mean) * rstd * {} + {}",
@@ -95,7 +95,7 @@ pub fn emit(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<EmittedK
                 lane = g.lane(),
                 gs = g.size,
                 rsum = g.reduce("sum"),
-                eps = literal(*dtype, eps),
+                eps = eps_literal(*dtype, eps),
             ),
             format!("{x} * rstd * {}", load(*dtype, &format!("in1[{}]", param_off[0]))),
         )
@@ -214,7 +214,7 @@ fn register_rows(
     let xin = Wide::new(dtype, w).ok_or("no vector moves for the input dtype")?;
     let out_dt = ctx.out_dtype();
     let out_wide = Wide::new(out_dt, w);
-    let eps = literal(dtype, eps);
+    let eps = eps_literal(dtype, eps);
     let held = |v: usize| format!("x{v}");
     // The lanes of a vector: `ok{v}` says whether it lies in the row.
     let valid = |v: usize| {
@@ -365,6 +365,17 @@ fn register_rows(
     Ok(finish(&ctx.kernel.name, family, text, launch, ctx.args()))
 }
 
+/// eps in the type the norm computes in (f32 for f16/bf16/f32, f64 for f64), not rounded to
+/// the tensor's dtype: a 1e-12 eps would be 0 in f16 and a constant row would divide by zero.
+fn eps_literal(dtype: rlx_ir::DType, eps: f64) -> String {
+    let compute = if dtype == rlx_ir::DType::F64 {
+        rlx_ir::DType::F64
+    } else {
+        rlx_ir::DType::F32
+    };
+    literal(compute, eps)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +383,13 @@ mod tests {
     fn pick(dtype: DType, rows: usize, len: usize) -> Option<RegisterRows> {
         let sp = IndexSpace::merge(&[len], &[vec![1], vec![1], vec![1]]);
         RegisterRows::pick(dtype, &[dtype, dtype], &sp, rows, len, &Target::h200())
+    }
+
+    #[test]
+    fn eps_is_not_rounded_to_a_half_dtype() {
+        assert_eq!(eps_literal(DType::F16, 1e-12), literal(DType::F32, 1e-12));
+        assert_ne!(eps_literal(DType::F16, 1e-12), literal(DType::F16, 1e-12));
+        assert_eq!(eps_literal(DType::F64, 1e-12), literal(DType::F64, 1e-12));
     }
 
     #[test]

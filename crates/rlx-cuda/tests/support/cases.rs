@@ -133,6 +133,14 @@ pub fn wide_path_cases() -> Vec<Case> {
             let y = b.g().rms_norm(x, s, 1e-6).unwrap();
             cases.push(b.done(y));
         }
+        // Constant rows with BERT's eps 1e-12: zero variance, so the output is beta; an eps
+        // rounded to the half dtype (0) would divide by zero.
+        let mut b = Builder::new(&format!("wide_layer_norm_constant_rows_{dt}"), dt);
+        let x = b.input_values(dt, &[32, 384], &[0.5; 32 * 384]);
+        let s = b.param(dt, &[384]);
+        let sh = b.param(dt, &[384]);
+        let y = b.g().layer_norm(x, s, sh, 1e-12).unwrap();
+        cases.push(b.done(y));
         if dt != DType::F32 {
             let mut b = Builder::new(&format!("wide_layer_norm_cast_f32_{dt}"), dt);
             let x = b.input(dt, &[300, 384]);
