@@ -84,7 +84,7 @@ impl BlockProvider for CudaProvider {
         let raw = unsafe { result::malloc_sync((size + extra).max(1)) }
             .map_err(|e| fail(format!("cuMemAlloc: {e:?}")))?;
         let addr = (raw as usize).div_ceil(align) * align;
-        self.stats.on_alloc_public(size);
+        self.stats.on_alloc(size);
         Ok(Block {
             addr,
             size,
@@ -97,7 +97,7 @@ impl BlockProvider for CudaProvider {
     fn free(&mut self, block: Block) {
         // SAFETY: the block came from `alloc` and is freed once.
         let _ = unsafe { result::free_sync(block.handle) };
-        self.stats.on_free_public(block.size);
+        self.stats.on_free(block.size);
     }
 
     fn stats(&self) -> ProviderStats {
@@ -164,17 +164,14 @@ impl BlockProvider for CudaProvider {
         if !vmm_ok(r) {
             return Err(vmm_fail(size, "cuMemCreate", r));
         }
-        self.stats.physical_creates += 1;
-        self.stats.live_bytes += size;
-        self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
+        self.stats.on_create(size);
         Ok(PhysicalGranule { handle, size })
     }
 
     fn release_physical(&mut self, granule: PhysicalGranule) {
         // SAFETY: the handle came from `create_physical` and is unmapped everywhere.
         let _ = unsafe { sys::cuMemRelease(granule.handle) };
-        self.stats.physical_releases += 1;
-        self.stats.live_bytes = self.stats.live_bytes.saturating_sub(granule.size);
+        self.stats.on_release_physical(granule.size);
     }
 
     fn map(
@@ -211,9 +208,7 @@ impl BlockProvider for CudaProvider {
             return Err(vmm_fail(total, "cuMemSetAccess", r));
         }
         let unit = self.granule_size().unwrap_or(total.max(1));
-        self.stats.map_calls += 1;
-        self.stats.granules_mapped += (total / unit) as u64;
-        self.stats.mapped_bytes += total;
+        self.stats.on_map(total / unit, total);
         Ok(())
     }
 
@@ -222,30 +217,7 @@ impl BlockProvider for CudaProvider {
         // stream-ordered frees guarantee it).
         let _ = unsafe { sys::cuMemUnmap((range.addr + offset) as sys::CUdeviceptr, size) };
         let unit = self.granule_size().unwrap_or(size.max(1));
-        self.stats.unmap_calls += 1;
-        self.stats.granules_unmapped += (size / unit) as u64;
-        self.stats.mapped_bytes = self.stats.mapped_bytes.saturating_sub(size);
-    }
-}
-
-/// Counter updates for providers outside rlx-mem.
-trait StatsExt {
-    fn on_alloc_public(&mut self, size: usize);
-    fn on_free_public(&mut self, size: usize);
-}
-
-impl StatsExt for ProviderStats {
-    fn on_alloc_public(&mut self, size: usize) {
-        self.allocs += 1;
-        self.live_blocks += 1;
-        self.live_bytes += size;
-        self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
-    }
-
-    fn on_free_public(&mut self, size: usize) {
-        self.frees += 1;
-        self.live_blocks = self.live_blocks.saturating_sub(1);
-        self.live_bytes = self.live_bytes.saturating_sub(size);
+        self.stats.on_unmap(size / unit, size);
     }
 }
 

@@ -97,43 +97,50 @@ pub struct ProviderStats {
 }
 
 impl ProviderStats {
-    pub(crate) fn on_alloc(&mut self, size: usize) {
+    /// Records a block handed out. Providers outside this crate call these too.
+    pub fn on_alloc(&mut self, size: usize) {
         self.allocs += 1;
         self.live_blocks += 1;
         self.live_bytes += size;
         self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
     }
 
-    pub(crate) fn on_grow(&mut self, extra: usize) {
+    /// Records a block grown in place by `extra` bytes. Providers outside this crate call these too.
+    pub fn on_grow(&mut self, extra: usize) {
         self.grows += 1;
         self.live_bytes += extra;
         self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
     }
 
-    pub(crate) fn on_free(&mut self, size: usize) {
+    /// Records a block given back. Providers outside this crate call these too.
+    pub fn on_free(&mut self, size: usize) {
         self.frees += 1;
         self.live_blocks -= 1;
         self.live_bytes -= size;
     }
 
-    pub(crate) fn on_create(&mut self, bytes: usize) {
+    /// Records a physical granule created. Providers outside this crate call these too.
+    pub fn on_create(&mut self, bytes: usize) {
         self.physical_creates += 1;
         self.live_bytes += bytes;
         self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
     }
 
-    pub(crate) fn on_release_physical(&mut self, bytes: usize) {
+    /// Records a physical granule released. Providers outside this crate call these too.
+    pub fn on_release_physical(&mut self, bytes: usize) {
         self.physical_releases += 1;
         self.live_bytes -= bytes;
     }
 
-    pub(crate) fn on_map(&mut self, granules: usize, bytes: usize) {
+    /// Records one map call of `granules` granules (`bytes` in all). Providers outside this crate call these too.
+    pub fn on_map(&mut self, granules: usize, bytes: usize) {
         self.map_calls += 1;
         self.granules_mapped += granules as u64;
         self.mapped_bytes += bytes;
     }
 
-    pub(crate) fn on_unmap(&mut self, granules: usize, bytes: usize) {
+    /// Records one unmap call of `granules` granules (`bytes` in all). Providers outside this crate call these too.
+    pub fn on_unmap(&mut self, granules: usize, bytes: usize) {
         self.unmap_calls += 1;
         self.granules_unmapped += granules as u64;
         self.mapped_bytes -= bytes;
