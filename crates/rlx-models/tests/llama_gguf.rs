@@ -10,14 +10,12 @@
 //!
 //! Needs the model file (`scripts/fetch-models.sh`); says SKIPPED without it.
 
-use rlx_driver::Device;
+mod support;
+
 use rlx_gguf::GgufFile;
-use rlx_ir::{Graph, Tensor};
-use rlx_models::llama::{Generator, Llama, Runner, Sampling};
-use rlx_runtime::{CompileOptions, CompiledGraph, Session};
-use std::collections::HashMap;
+use rlx_models::llama::{Generator, Llama, Sampling};
 use std::path::PathBuf;
-use std::sync::Arc;
+use support::{ids, SessionRunner};
 
 const FIXTURE: &str = include_str!("../../rlx-gguf/tests/fixtures/smollm2_greedy.json");
 
@@ -25,40 +23,6 @@ fn model_path() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let p = root.join("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
     p.exists().then_some(p)
-}
-
-struct SessionRunner {
-    session: Session,
-    graphs: Vec<CompiledGraph>,
-}
-
-impl Runner for SessionRunner {
-    fn set_param(&mut self, name: &str, value: Arc<Tensor>) {
-        self.session.params().set(name, value);
-    }
-    fn compile(&mut self, graph: &Graph) -> Result<usize, String> {
-        let g = self
-            .session
-            .compile(graph, CompileOptions::default())
-            .map_err(|e| e.to_string())?;
-        self.graphs.push(g);
-        Ok(self.graphs.len() - 1)
-    }
-    fn run(
-        &mut self,
-        handle: usize,
-        inputs: &HashMap<String, Tensor>,
-    ) -> Result<Vec<(String, Tensor)>, String> {
-        self.graphs[handle].run(inputs).map_err(|e| e.to_string())
-    }
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 #[test]
@@ -94,10 +58,7 @@ fn smollm2_greedy_matches_reference() {
 
     let model = Llama::from_gguf(&file).unwrap();
     drop(file);
-    let runner = SessionRunner {
-        session: Session::new(Device::Cpu).unwrap(),
-        graphs: Vec::new(),
-    };
+    let runner = SessionRunner::cpu();
     let mut gen = Generator::new(&model, runner);
     gen.stop_ids.clear();
     let n = fixture["new_tokens"].as_u64().unwrap() as usize;

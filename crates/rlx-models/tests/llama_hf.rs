@@ -9,49 +9,13 @@
 //! reference's from-scratch BPE. `scripts/fetch-models.sh` makes the folder; without it the
 //! test says SKIPPED. Error paths use a tiny folder written here.
 
-use rlx_driver::Device;
-use rlx_ir::{Graph, Tensor};
-use rlx_models::llama::{Generator, Llama, Runner, Sampling};
-use rlx_runtime::{CompileOptions, CompiledGraph, Session};
-use std::collections::HashMap;
+mod support;
+
+use rlx_models::llama::{Generator, Llama, Sampling};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use support::{ids, SessionRunner};
 
 const FIXTURE: &str = include_str!("../../rlx-gguf/tests/fixtures/smollm2_greedy.json");
-
-struct SessionRunner {
-    session: Session,
-    graphs: Vec<CompiledGraph>,
-}
-
-impl Runner for SessionRunner {
-    fn set_param(&mut self, name: &str, value: Arc<Tensor>) {
-        self.session.params().set(name, value);
-    }
-    fn compile(&mut self, graph: &Graph) -> Result<usize, String> {
-        let g = self
-            .session
-            .compile(graph, CompileOptions::default())
-            .map_err(|e| e.to_string())?;
-        self.graphs.push(g);
-        Ok(self.graphs.len() - 1)
-    }
-    fn run(
-        &mut self,
-        handle: usize,
-        inputs: &HashMap<String, Tensor>,
-    ) -> Result<Vec<(String, Tensor)>, String> {
-        self.graphs[handle].run(inputs).map_err(|e| e.to_string())
-    }
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
 
 fn hf_folder() -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/smollm2-hf");
@@ -72,10 +36,7 @@ fn smollm2_hf_folder_greedy_matches_reference() {
     assert_eq!(model.config.kv_heads * 3, model.config.heads, "GQA config");
     assert_eq!(model.tokenizer.eos, Some(2));
     assert!(model.tokenizer.chat_template.is_some());
-    let runner = SessionRunner {
-        session: Session::new(Device::Cpu).unwrap(),
-        graphs: Vec::new(),
-    };
+    let runner = SessionRunner::cpu();
     let mut gen = Generator::new(&model, runner);
     gen.stop_ids.clear();
     let n = fixture["new_tokens"].as_u64().unwrap() as usize;
@@ -167,10 +128,7 @@ fn tiny_bf16_folder_loads_and_generates() {
     let model = Llama::open(&dir).unwrap();
     assert_eq!(model.tokenizer.encode("a b c").unwrap(), vec![2, 3, 4]);
     assert_eq!(model.tokenizer.stop_ids, vec![1]);
-    let runner = SessionRunner {
-        session: Session::new(Device::Cpu).unwrap(),
-        graphs: Vec::new(),
-    };
+    let runner = SessionRunner::cpu();
     let mut gen = Generator::new(&model, runner);
     gen.stop_ids.clear();
     let stats = gen
