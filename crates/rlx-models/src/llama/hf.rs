@@ -73,9 +73,19 @@ impl LlamaConfig {
     /// does not build (projection biases, an activation other than SiLU, an unknown RoPE
     /// scaling type).
     pub fn from_hf_json(text: &str, file: &str) -> Result<LlamaConfig, LlamaError> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| model_err(format!("{file}: not a Llama config: {e}")))?;
+        LlamaConfig::from_hf_value(&v, file)
+    }
+
+    /// [`LlamaConfig::from_hf_json`] over an already parsed `config.json`.
+    ///
+    /// # Errors
+    /// As [`LlamaConfig::from_hf_json`].
+    pub fn from_hf_value(v: &Value, file: &str) -> Result<LlamaConfig, LlamaError> {
         let bad = |m: String| model_err(format!("{file}: {m}"));
-        let h: HfLlamaConfig =
-            serde_json::from_str(text).map_err(|e| bad(format!("not a Llama config: {e}")))?;
+        let h =
+            HfLlamaConfig::deserialize(v).map_err(|e| bad(format!("not a Llama config: {e}")))?;
         if h.model_type != "llama" {
             return Err(bad(format!(
                 "model_type `{}` is not supported here (RLX builds `llama`)",
@@ -342,8 +352,7 @@ impl Llama {
             }
             .into());
         };
-        let config =
-            LlamaConfig::from_hf_json(&cfg_json.to_string(), &cfg_path.display().to_string())?;
+        let config = LlamaConfig::from_hf_value(&cfg_json, &cfg_path.display().to_string())?;
         let tied = cfg_json
             .get("tie_word_embeddings")
             .and_then(Value::as_bool)
