@@ -248,7 +248,7 @@ fn main() {
         let mut dev = program.time_steps(iters).unwrap_or_default();
         let finite = out[0].1.to_f64_vec().iter().all(|v| v.is_finite());
         println!(
-            "encoder batch={batch} fp16 device_median_ms={:.4} device_p90_ms={:.4} run_median_ms={:.4} launches={} functions={} compile_ms={:.1} nvrtc_ms={:.1} tune_ms={:.1} tuned_gemms={} cached={} cuda_graph={} arena_mib={:.1} finite={finite}",
+            "encoder batch={batch} fp16 device_median_ms={:.4} device_p90_ms={:.4} run_median_ms={:.4} launches={} functions={} compile_ms={:.1} nvrtc_ms={:.1} tune_ms={:.1} tuned_gemms={} fused_gemms={} cached={} cuda_graph={} arena_mib={:.1} finite={finite}",
             quantile(&mut dev, 0.5),
             quantile(&mut dev, 0.9),
             quantile(&mut e2e, 0.5),
@@ -258,6 +258,7 @@ fn main() {
             program.stats.nvrtc_ms,
             program.stats.tune_ms,
             program.stats.tuned_gemms,
+            program.stats.fused_gemms,
             program.stats.cached,
             program.uses_graph(),
             program.stats.arena_bytes as f64 / (1 << 20) as f64,

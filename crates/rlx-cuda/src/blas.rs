@@ -442,9 +442,7 @@ impl Blas {
         Ok(true)
     }
 
-    /// Milliseconds per launch of `g` as it stands: [`WARMUP`] eager launches, then
-    /// [`TIMED`] launches captured as one CUDA graph, replayed once untimed and once between
-    /// two events (eagerly between the events when capture fails).
+    /// Milliseconds per launch of `g` as it stands (see [`CudaDevice::time_enqueued`]).
     fn time(
         &self,
         g: &PreparedGemm,
@@ -452,30 +450,7 @@ impl Blas {
         device: &CudaDevice,
     ) -> Result<f64, CudaError> {
         let stream = device.stream();
-        for _ in 0..WARMUP {
-            self.run(g, p, stream)?;
-        }
-        device.sync()?;
-        device.begin_capture()?;
-        let enqueued = (0..TIMED).try_for_each(|_| self.run(g, p, stream));
-        let captured = device.end_capture();
-        enqueued?;
-        let (start, end) = match captured {
-            Ok(graph) => {
-                device.replay(&graph)?;
-                let start = device.record()?;
-                device.replay(&graph)?;
-                (start, device.record()?)
-            }
-            Err(_) => {
-                let start = device.record()?;
-                for _ in 0..TIMED {
-                    self.run(g, p, stream)?;
-                }
-                (start, device.record()?)
-            }
-        };
-        Ok(device.elapsed_ms(&start, &end)? as f64 / TIMED as f64)
+        device.time_enqueued(WARMUP, TIMED, || self.run(g, p, stream))
     }
 
     /// Enqueues `g` on `stream` with resolved device pointers (element offsets already

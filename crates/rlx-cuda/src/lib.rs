@@ -25,4 +25,4 @@ pub mod tune;
 pub mod weights;
 
 pub use error::CudaError;
-pub use program::{CompileStats, CudaOptions, CudaProgram};
+pub use program::{CompileStats, CudaOptions, CudaProgram, FusedGemm};

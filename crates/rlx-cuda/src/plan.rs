@@ -29,6 +29,22 @@ pub struct Plan {
     pub scratch: Vec<usize>,
     /// buffers built from params or constants (`ArgRef::Derived(i)`): merged GEMM weights
     pub derived: Vec<crate::plan_merge::Derived>,
+    /// fused kernels that may replace a GEMM step and its epilogue step, chosen by timing
+    pub choices: Vec<Choice>,
+}
+
+/// A measured alternative: one kernel that does what a GEMM step and the epilogue kernel
+/// right after it do together (a tensor-core GEMM storing through the epilogue), emitted in
+/// several tilings. Which runs (the two steps, or one of the tilings) is decided at compile
+/// by timing them on the device; without timing the two steps run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// index of the GEMM step
+    pub gemm: usize,
+    /// index of the epilogue step (`gemm + 1`)
+    pub epilogue: usize,
+    /// the fused kernel in each tiling (same arguments)
+    pub fused: Vec<EmittedKernel>,
 }
 
 impl Plan {
@@ -40,9 +56,18 @@ impl Plan {
         })
     }
 
-    /// The buffers and scratches each step touches.
+    /// Every generated kernel: the steps' and the fused alternatives of [`Plan::choices`]
+    /// (all of them go into the program's module).
+    pub fn all_kernels(&self) -> impl Iterator<Item = &EmittedKernel> {
+        self.kernels()
+            .chain(self.choices.iter().flat_map(|c| c.fused.iter()))
+    }
+
+    /// The buffers and scratches each step touches. A fused alternative counts at its GEMM
+    /// step, so whatever it reads or writes is live there whichever way the step runs.
     pub fn touches(&self) -> Vec<Vec<ArgRef>> {
-        self.steps
+        let mut touches: Vec<Vec<ArgRef>> = self
+            .steps
             .iter()
             .map(|s| match s {
                 Step::Kernel(k) => k.args.clone(),
@@ -53,7 +78,13 @@ impl Plan {
                     v
                 }
             })
-            .collect()
+            .collect();
+        for c in &self.choices {
+            for k in &c.fused {
+                touches[c.gemm].extend(k.args.iter().copied());
+            }
+        }
+        touches
     }
 }
 

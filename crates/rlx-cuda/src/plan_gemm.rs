@@ -4,10 +4,11 @@
 //! generated kernel, in place when the dtype allows.
 
 use crate::codegen::attention::{Layout, Layouts};
+use crate::codegen::gemm_mma::{self, MmaGemm};
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{conv, index::contiguous, loops, ArgRef};
 use crate::gemm::{Activation, GemmSpec, Operand};
-use crate::plan::{fused_epilogue, operand, root, scratch, Plan, Step};
+use crate::plan::{fused_epilogue, operand, root, scratch, Choice, Plan, Step};
 use rlx_ir::kernel::{KernelProgram, LibraryKernel};
 use rlx_ir::{AttnMask, Conv2dParams, DType};
 
@@ -93,10 +94,16 @@ pub fn matmul(
     let a_off = batch_offsets(&a[..ra - 2], ob, m * kk);
     let b_off = batch_offsets(&b[..rb - 2], ob, kk * n);
     let batch = numel(ob);
-    if numel(&b[..rb - 2]) == 1 && affine(&a_off) == Some(m * kk) {
+    if numel(&b[..rb - 2]) == 1 && (batch == 1 || affine(&a_off) == Some(m * kk)) {
         // A shared right operand: all batches are one tall GEMM.
         plan.steps
             .push(Step::Gemm(spec(m * batch, 1, (0, 0), (0, 0), (0, 0))));
+        if let Some(step) = epilogue {
+            let gemm = plan.steps.len() - 1;
+            plan.steps.push(step);
+            fused_choice(program, k, ctx, (m * batch, n, kk), gemm, plan);
+        }
+        return Ok(());
     } else if let (Some(sa), Some(sb)) = (affine(&a_off), affine(&b_off)) {
         plan.steps
             .push(Step::Gemm(spec(m, batch, (0, sa), (0, sb), (0, m * n))));
@@ -115,6 +122,47 @@ pub fn matmul(
         plan.steps.push(step);
     }
     Ok(())
+}
+
+/// Offers the tensor-core GEMM with the epilogue fused into its store
+/// ([`gemm_mma`]) as an alternative to GEMM step `gemm` plus the epilogue step after it, in
+/// every tiling that applies. Skipped when the epilogue does not fuse into a library kernel
+/// or reads the result's own buffer through another input.
+fn fused_choice(
+    program: &KernelProgram,
+    k: &LibraryKernel,
+    ctx: &LibCtx,
+    (m, n, kk): (usize, usize, usize),
+    gemm: usize,
+    plan: &mut Plan,
+) {
+    let Some(e) = &ctx.epilogue else { return };
+    let out = root(program, k.output);
+    if e.args().iter().any(|a| match *a {
+        ArgRef::Buffer(b) => root(program, b) == out,
+        _ => true,
+    }) {
+        return;
+    }
+    let g = MmaGemm {
+        m,
+        n,
+        k: kk,
+        a: (ArgRef::Buffer(k.inputs[0]), 0, kk),
+        b: (ArgRef::Buffer(k.inputs[1]), 0, n),
+    };
+    let fused: Vec<_> = gemm_mma::MMA_TILES
+        .iter()
+        .filter(|t| gemm_mma::applies(ctx, &g, t))
+        .filter_map(|t| gemm_mma::emit(ctx, &g, t).ok())
+        .collect();
+    if !fused.is_empty() {
+        plan.choices.push(Choice {
+            gemm,
+            epilogue: gemm + 1,
+            fused,
+        });
+    }
 }
 
 /// Where a GEMM writes and the epilogue step that follows it, if any: no epilogue or a

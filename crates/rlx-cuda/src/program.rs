@@ -36,6 +36,48 @@ pub struct CudaOptions {
     /// fastest (cached per process by problem; `RLX_CUDA_AUTOTUNE=0` turns it off: the
     /// heuristic's first choice)
     pub autotune: bool,
+    /// GEMMs whose epilogue cuBLASLt cannot fuse may run as RLX's tensor-core GEMM with the
+    /// epilogue in its store ([`crate::plan::Choice`]); `RLX_CUDA_FUSED_GEMM=0` turns it off
+    pub fused_gemm: FusedGemm,
+}
+
+/// When a [`crate::plan::Choice`] runs its fused kernel instead of cuBLASLt plus the
+/// epilogue kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FusedGemm {
+    /// never (`RLX_CUDA_FUSED_GEMM=0`)
+    Off,
+    /// when timing both at compile says it is faster (needs autotuning; the default)
+    Timed,
+    /// always, in tiling `i` of those that apply (the last one when fewer apply); for tests
+    /// and A/B runs (`RLX_CUDA_FUSED_GEMM=force` is `Force(0)`, `force:N` is `Force(N)`)
+    Force(usize),
+}
+
+impl FusedGemm {
+    /// What `RLX_CUDA_FUSED_GEMM` says (unset or unrecognised: [`FusedGemm::Timed`]).
+    pub fn from_env() -> FusedGemm {
+        match std::env::var("RLX_CUDA_FUSED_GEMM").as_deref() {
+            Ok("0") => FusedGemm::Off,
+            Ok("force") => FusedGemm::Force(0),
+            Ok(v) => v
+                .strip_prefix("force:")
+                .and_then(|n| n.parse().ok())
+                .map_or(FusedGemm::Timed, FusedGemm::Force),
+            Err(_) => FusedGemm::Timed,
+        }
+    }
+}
+
+/// How a step runs once fused alternatives are decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// as planned
+    Step,
+    /// as tiling `.1` of choice `.0`
+    Fused(usize, usize),
+    /// not at all (done by the fused kernel at the GEMM step)
+    Skip,
 }
 
 impl Default for CudaOptions {
@@ -47,6 +89,7 @@ impl Default for CudaOptions {
             flash_attention: Target::flash_from_env(),
             merge_gemms: crate::plan_merge::enabled(),
             autotune: crate::tune::enabled_from_env(),
+            fused_gemm: FusedGemm::from_env(),
         }
     }
 }
@@ -69,6 +112,8 @@ pub struct CompileStats {
     pub tune_ms: f64,
     /// GEMM problems timed by this compile (cache misses)
     pub tuned_gemms: usize,
+    /// GEMM + epilogue pairs running as one fused tensor-core kernel
+    pub fused_gemms: usize,
 }
 
 /// Where a program buffer lives on the device.
@@ -112,6 +157,10 @@ pub struct CudaProgram {
     source: String,
     _module: Option<Module>,
     functions: Vec<Option<Function>>,
+    /// per plan choice, the function of each fused tiling
+    choice_functions: Vec<Vec<Function>>,
+    /// per step, how it runs
+    route: Vec<Route>,
     gemms: Vec<Option<PreparedGemm>>,
     /// per step, the device table of a pointer-array GEMM
     pointer_tables: Vec<Option<DeviceBuffer>>,
@@ -175,8 +224,8 @@ impl CudaProgram {
             launches: plan.steps.len(),
             ..CompileStats::default()
         };
-        let source = program_source(plan.kernels());
-        let module = if plan.kernels().next().is_some() {
+        let source = program_source(plan.all_kernels());
+        let module = if plan.all_kernels().next().is_some() {
             let start = Instant::now();
             let cubin = crate::nvrtc::compile_cached("rlx_program", &source, &target.arch)?;
             stats.cached = cubin.cached;
@@ -216,6 +265,18 @@ impl CudaProgram {
                     gemms.push(Some(b.prepare(g, options.tf32, options.pointer_arrays)?));
                 }
             }
+        }
+        let mut choice_functions = Vec::with_capacity(plan.choices.len());
+        for c in &plan.choices {
+            let m = module
+                .as_ref()
+                .ok_or_else(|| CudaError::Invalid("kernels without a module".into()))?;
+            let fs = c
+                .fused
+                .iter()
+                .map(|k| m.function(&k.function, k.launch.shared_bytes))
+                .collect::<Result<Vec<_>, _>>()?;
+            choice_functions.push(fs);
         }
         stats.functions = names.len();
         // A GEMM that loops over its outer batches launches once per outer batch.
@@ -376,6 +437,8 @@ impl CudaProgram {
             source,
             _module: module,
             functions,
+            choice_functions,
+            route: vec![Route::Step; n_steps],
             gemms,
             pointer_tables: Vec::new(),
             blas,
@@ -394,7 +457,127 @@ impl CudaProgram {
         if options.autotune {
             compiled.autotune(options.tf32)?;
         }
+        compiled.choose_fused(options)?;
         Ok(compiled)
+    }
+
+    /// Decides each [`crate::plan::Choice`]: forced, timed against cuBLASLt plus the
+    /// epilogue kernel (when autotuning; decisions cached per process by the fused kernel's
+    /// content hash, which names the problem and epilogue), or left to the planned steps.
+    fn choose_fused(&mut self, options: &CudaOptions) -> Result<(), CudaError> {
+        static DECIDED: std::sync::OnceLock<Mutex<HashMap<String, Option<usize>>>> =
+            std::sync::OnceLock::new();
+        let start = Instant::now();
+        let mut timed = 0;
+        for ci in 0..self.plan.choices.len() {
+            let c = &self.plan.choices[ci];
+            let last = c.fused.len() - 1;
+            let pick = match options.fused_gemm {
+                FusedGemm::Off => None,
+                FusedGemm::Force(t) => Some(t.min(last)),
+                FusedGemm::Timed if !options.autotune => None,
+                FusedGemm::Timed => {
+                    let key = c.fused[0].function.clone();
+                    let cache = DECIDED.get_or_init(|| Mutex::new(HashMap::new()));
+                    let known = cache
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(&key)
+                        .copied();
+                    match known {
+                        Some(p) => p,
+                        None if !self.writes_arena_only(ci) => None,
+                        None => {
+                            timed += 1;
+                            let p = self.time_choice(ci)?;
+                            cache
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .insert(key, p);
+                            p
+                        }
+                    }
+                }
+            };
+            if let Some(t) = pick {
+                let c = &self.plan.choices[ci];
+                self.route[c.gemm] = Route::Fused(ci, t);
+                self.route[c.epilogue] = Route::Skip;
+                self.stats.fused_gemms += 1;
+                self.stats.launches -= 1;
+            }
+        }
+        if timed > 0 {
+            self.stats.tune_ms += start.elapsed().as_secs_f64() * 1e3;
+        }
+        Ok(())
+    }
+
+    /// True when both ways of running choice `ci` write only arena memory (so they can be
+    /// run for timing without changing inputs, weights or constants).
+    fn writes_arena_only(&self, ci: usize) -> bool {
+        let c = &self.plan.choices[ci];
+        let in_arena = |a: ArgRef| match a {
+            ArgRef::Scratch(_) => true,
+            ArgRef::Buffer(b) => matches!(self.homes[root(&self.program, b)], Some(Home::Arena(_))),
+            ArgRef::Derived(_) => false,
+        };
+        let gemm_out = match &self.plan.steps[c.gemm] {
+            Step::Gemm(g) => in_arena(g.c.arg),
+            Step::Kernel(_) => false,
+        };
+        let epi_out = match &self.plan.steps[c.epilogue] {
+            Step::Kernel(k) => k.args.last().is_some_and(|&a| in_arena(a)) && in_arena(k.args[0]),
+            Step::Gemm(_) => false,
+        };
+        // fused kernels take operands a, b, then the output, then epilogue inputs
+        let fused_out = c.fused.iter().all(|k| in_arena(k.args[2]));
+        gemm_out && epi_out && fused_out
+    }
+
+    /// Times choice `ci`: the GEMM step plus its epilogue step against each fused tiling,
+    /// round-robin ([`crate::tune::fastest`]); Some(tiling) when a fused one is faster.
+    fn time_choice(&self, ci: usize) -> Result<Option<usize>, CudaError> {
+        let c = &self.plan.choices[ci];
+        let mut failure = None;
+        let best = crate::tune::fastest(c.fused.len() + 1, crate::tune::ROUNDS, |i| {
+            let r = self
+                .device
+                .time_enqueued(crate::tune::WARMUP, crate::tune::TIMED, || {
+                    if i == 0 {
+                        self.enqueue_planned(c.gemm)?;
+                        self.enqueue_planned(c.epilogue)
+                    } else {
+                        self.launch_fused(ci, i - 1)
+                    }
+                });
+            match r {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    if i == 0 {
+                        failure = Some(e);
+                    }
+                    None
+                }
+            }
+        });
+        self.device.sync()?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(best.and_then(|(i, _)| i.checked_sub(1)))
+    }
+
+    /// Launches tiling `t` of choice `ci`.
+    fn launch_fused(&self, ci: usize, t: usize) -> Result<(), CudaError> {
+        let k = &self.plan.choices[ci].fused[t];
+        let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
+        self.device.launch(
+            &self.choice_functions[ci][t],
+            &k.launch,
+            &args,
+            &format!("{} ({})", k.function, k.label),
+        )
     }
 
     /// Times cuBLASLt's candidate algorithms for every GEMM step on the program's own
@@ -516,8 +699,17 @@ impl CudaProgram {
         (0..self.plan.steps.len()).try_for_each(|i| self.enqueue_step(i))
     }
 
-    /// Enqueues step `i`.
+    /// Enqueues step `i` as its route says.
     fn enqueue_step(&self, i: usize) -> Result<(), CudaError> {
+        match self.route[i] {
+            Route::Step => self.enqueue_planned(i),
+            Route::Fused(c, t) => self.launch_fused(c, t),
+            Route::Skip => Ok(()),
+        }
+    }
+
+    /// Enqueues step `i` as planned.
+    fn enqueue_planned(&self, i: usize) -> Result<(), CudaError> {
         match &self.plan.steps[i] {
             Step::Kernel(k) => {
                 let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
@@ -578,6 +770,9 @@ impl CudaProgram {
         self.device.bind()?;
         let mut out = Vec::with_capacity(self.plan.steps.len());
         for (i, step) in self.plan.steps.iter().enumerate() {
+            if self.route[i] == Route::Skip {
+                continue;
+            }
             let mut times = Vec::with_capacity(iters.max(1));
             for _ in 0..iters.max(1) {
                 let start = self.device.record()?;
@@ -586,9 +781,13 @@ impl CudaProgram {
                 times.push(self.device.elapsed_ms(&start, &end)? as f64);
             }
             times.sort_by(f64::total_cmp);
-            let label = match step {
-                Step::Kernel(k) => format!("{} ({})", k.function, k.label),
-                Step::Gemm(g) => {
+            let label = match (step, self.route[i]) {
+                (_, Route::Fused(c, t)) => {
+                    let k = &self.plan.choices[c].fused[t];
+                    format!("{} ({})", k.function, k.label)
+                }
+                (Step::Kernel(k), _) => format!("{} ({})", k.function, k.label),
+                (Step::Gemm(g), _) => {
                     let batching = self.gemms[i].as_ref().map(|p| p.batching);
                     format!(
                         "gemm {} [m{} n{} k{} b{}x{}{}] {batching:?}",

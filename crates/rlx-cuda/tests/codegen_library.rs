@@ -8,7 +8,9 @@ use rlx_cuda::codegen::Target;
 use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
 use rlx_ir::{DType, Op, UnaryOp};
-use support::cases::{flash_cases, head_split_cases, library_cases, Builder, Case};
+use support::cases::{
+    flash_cases, fused_gemm_cases, head_split_cases, library_cases, Builder, Case,
+};
 use support::{compile_check, lower_for_cuda};
 
 fn plan_case(name: &str) -> Plan {
@@ -86,7 +88,7 @@ fn every_library_kernel_compiles_with_nvrtc() {
             .map_err(|e| e.to_string())
             .and_then(|p| plan(&p, &Target::h200()).map_err(|e| e.to_string()))
         {
-            Ok(p) => kernels.extend(p.kernels().cloned()),
+            Ok(p) => kernels.extend(p.all_kernels().cloned()),
             Err(e) => failures.push(format!("{}: {e}", case.name)),
         }
     }
@@ -469,6 +471,9 @@ fn encoder_ffn_kernels_take_the_wide_paths() {
     let p = plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{e}\n{program}"));
     let gelu: Vec<_> = p.kernels().filter(|k| k.source.contains("erff(")).collect();
     assert_eq!(gelu.len(), 1, "{:?}", labels(&p));
+    if std::env::var("RLX_SHOW_FUSED").is_ok() {
+        println!("{}", p.choices[0].fused[0].source);
+    }
     let s = &gelu[0].source;
     assert!(
         gelu[0].function.starts_with("rlx_ew_"),
@@ -495,4 +500,56 @@ fn encoder_ffn_kernels_take_the_wide_paths() {
     assert_eq!(ln[0].launch.grid[0], 16);
     let kernels: Vec<_> = p.kernels().cloned().collect();
     compile_check("encoder_ffn_kernels_take_the_wide_paths", &kernels);
+}
+
+#[test]
+fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
+    let mut kernels = Vec::new();
+    for case in fused_gemm_cases() {
+        let (_, p) = plan_with_program(fused_gemm_cases(), &case.name);
+        assert_eq!(p.choices.len(), 1, "{}", case.name);
+        let c = &p.choices[0];
+        assert!(matches!(p.steps[c.gemm], Step::Gemm(_)), "{}", case.name);
+        assert!(
+            matches!(p.steps[c.epilogue], Step::Kernel(_)),
+            "{}",
+            case.name
+        );
+        assert_eq!(c.fused.len(), 4, "{}: every tiling applies", case.name);
+        // operands a and b, the output, then the epilogue kernel's extra inputs
+        let Step::Kernel(epi) = &p.steps[c.epilogue] else {
+            unreachable!()
+        };
+        for k in &c.fused {
+            assert!(k.function.starts_with("rlx_gemm_mma_"), "{}", k.function);
+            assert_eq!(k.args.len(), epi.args.len() + 1, "{}", case.name);
+            assert_eq!(k.args[2], *epi.args.last().unwrap(), "{}", case.name);
+        }
+        kernels.extend(p.all_kernels().cloned());
+    }
+    // f32, and a k that is not a multiple of 8, keep cuBLASLt plus the epilogue kernel only
+    for (dt, k) in [(DType::F32, 64), (DType::F16, 20)] {
+        let mut b = Builder::new(&format!("no_fused_{dt}_{k}"), dt);
+        let x = b.input(dt, &[16, k]);
+        let w = b.param(dt, &[k, 64]);
+        let y = b.g().matmul(x, w).unwrap();
+        let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+        let case = b.done(y);
+        let name = case.name.clone();
+        let (_, p) = plan_with_program(vec![case], &name);
+        assert!(p.choices.is_empty(), "{name}");
+    }
+    // a bias + tanh-GELU epilogue fuses into cuBLASLt: nothing to choose
+    let mut b = Builder::new("cublaslt_fuses", DType::F16);
+    let x = b.input(DType::F16, &[16, 64]);
+    let w = b.param(DType::F16, &[64, 64]);
+    let y = b.g().matmul(x, w).unwrap();
+    let y = b.g().unary(UnaryOp::GeluTanh, y).unwrap();
+    let (_, p) = plan_with_program(vec![b.done(y)], "cublaslt_fuses");
+    assert!(p.choices.is_empty());
+    println!("{} fused GEMM kernels", kernels.len());
+    compile_check(
+        "gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel",
+        &kernels,
+    );
 }

@@ -8,11 +8,13 @@ mod support;
 
 use rlx_cpu::random_graph::random_graph;
 use rlx_cuda::weights::WeightCache;
-use rlx_cuda::{CudaOptions, CudaProgram};
+use rlx_cuda::{CudaOptions, CudaProgram, FusedGemm};
 use rlx_ir::{DType, Graph, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
-use support::cases::{flash_cases, head_split_cases, library_cases, merge_cases, wide_path_cases};
+use support::cases::{
+    flash_cases, fused_gemm_cases, head_split_cases, library_cases, merge_cases, wide_path_cases,
+};
 use support::{lower_for_cuda, rel_l2, tolerance};
 
 fn device_ready(test: &str) -> bool {
@@ -477,5 +479,60 @@ fn autotuned_gemms_match_the_heuristic_choice() {
             Err(e) => failures.push(format!("{}: recompile: {e}", c.name)),
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn fused_tensor_core_gemms_match_the_interpreter_in_every_tiling() {
+    if !device_ready("fused_tensor_core_gemms_match_the_interpreter_in_every_tiling") {
+        return;
+    }
+    let sm80 = rlx_cuda::CudaProgram::target()
+        .ok()
+        .and_then(|t| t.compute_capability())
+        .is_some_and(|cc| cc >= 80);
+    let cases = fused_gemm_cases();
+    let mut failures = Vec::new();
+    let mut chosen = 0;
+    for c in &cases {
+        let modes = [
+            FusedGemm::Off,
+            FusedGemm::Force(0),
+            FusedGemm::Force(1),
+            FusedGemm::Force(2),
+            FusedGemm::Force(3),
+            FusedGemm::Timed,
+        ];
+        for mode in modes {
+            let options = CudaOptions {
+                fused_gemm: mode,
+                autotune: true,
+                ..CudaOptions::default()
+            };
+            let label = format!("{} {mode:?}", c.name);
+            match check_with(&label, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
+                Ok(p) => {
+                    let fused = p.stats.fused_gemms;
+                    let want = match mode {
+                        FusedGemm::Off => Some(0),
+                        FusedGemm::Force(_) => Some(usize::from(sm80)),
+                        FusedGemm::Timed => None,
+                    };
+                    if mode == FusedGemm::Timed {
+                        chosen += fused;
+                    }
+                    if want.is_some_and(|w| w != fused) {
+                        failures.push(format!("{label}: {fused} fused GEMMs, want {want:?}"));
+                    }
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    println!(
+        "{} fused-GEMM cases x 6 modes, timing chose the fused kernel in {chosen}, {} failures",
+        cases.len(),
+        failures.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -19,6 +19,7 @@ pub mod conv;
 pub mod dtype;
 mod expr;
 pub mod gather;
+pub mod gemm_mma;
 mod group;
 pub mod index;
 pub mod loops;

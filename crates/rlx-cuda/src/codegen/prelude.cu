@@ -49,6 +49,8 @@ RLX_DEVICE unsigned rlx_smem_u32(const void* p) { unsigned long long a; asm("cvt
 RLX_DEVICE void rlx_cp_async16(void* dst, const void* src, int bytes) { asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(rlx_smem_u32(dst)), "l"(src), "r"(bytes) : "memory"); }
 RLX_DEVICE void rlx_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 RLX_DEVICE void rlx_cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+// Waits until at most N committed groups are still in flight.
+template <int N> RLX_DEVICE void rlx_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Without .trans
 // lane t gets row t/4, elements 2(t%4) and +1 of each matrix; with .trans, element (row
 // 2(t%4) and +1, column t/4).

@@ -639,3 +639,48 @@ pub fn merge_refused_cases() -> Vec<Case> {
     }
     cases
 }
+
+/// Matmuls whose epilogue cuBLASLt cannot fuse, so the plan offers the tensor-core GEMM with
+/// the epilogue in its store (`plan::Choice`): f16 and bf16; rows from 1 to 300 (partial
+/// tiles), `k` of 24 (a partial 32-deep k tile) to 384, `n` of 40 (a partial column tile) to
+/// 1536; epilogues bias + exact GELU (the encoder's FFN), SiLU, exact GELU cast to f32, and a
+/// scaled result plus a residual.
+pub fn fused_gemm_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dt in [DType::F16, DType::BF16] {
+        for (batch, m, k, n) in [
+            (1, 1, 32, 64),
+            (2, 50, 24, 40),
+            (1, 300, 96, 136),
+            (2, 128, 384, 1536),
+        ] {
+            for epi in ["bias_gelu", "silu", "gelu_f32", "scale_residual"] {
+                let name = format!("fused_gemm_{epi}_{batch}x{m}x{k}x{n}_{dt}");
+                let mut b = Builder::new(&name, dt);
+                let x = b.input(dt, &[batch, m, k]);
+                let w = b.param(dt, &[k, n]);
+                let y = b.g().matmul(x, w).unwrap();
+                let y = match epi {
+                    "bias_gelu" => {
+                        let bias = b.param(dt, &[n]);
+                        let y = b.g().add(y, bias).unwrap();
+                        b.g().unary(UnaryOp::Gelu, y).unwrap()
+                    }
+                    "silu" => b.g().unary(UnaryOp::Silu, y).unwrap(),
+                    "gelu_f32" => {
+                        let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+                        b.g().cast(y, DType::F32).unwrap()
+                    }
+                    _ => {
+                        let half = b.input_values(dt, &[1], &[0.5]);
+                        let r = b.input(dt, &[batch, m, n]);
+                        let y = b.g().mul(y, half).unwrap();
+                        b.g().add(y, r).unwrap()
+                    }
+                };
+                cases.push(b.done(y));
+            }
+        }
+    }
+    cases
+}

@@ -1,0 +1,290 @@
+//! A tensor-core GEMM with the library kernel's elementwise epilogue fused into its store:
+//! `out = epilogue(A · B)` for row-major f16/bf16 `A [m x k]` and `B [k x n]` (a matmul
+//! folded into one tall GEMM), f32 accumulation, sm_80 and newer. cuBLASLt fuses only bias,
+//! residual, relu and tanh-GELU; anything else (exact GELU, SiLU, a cast, a scale) costs it a
+//! second pass over the result, which this kernel saves. Whether it beats cuBLASLt plus that
+//! pass is measured at compile time (`CudaProgram`'s autotuning), so it is emitted as a
+//! candidate in several tilings ([`MMA_TILES`]), never imposed.
+//!
+//! The kernel: a block computes a `bm x bn` tile with `warps_m x warps_n` warps; `k` advances
+//! in steps of 32 through a `stages`-deep ring of shared-memory tiles filled by `cp.async`
+//! (16-byte chunks, zero-filled past `m`, `n` and `k`); rows are padded by 8 elements so the
+//! eight 16-byte rows of an `ldmatrix` phase fall in distinct banks. A fragments come from
+//! `ldmatrix.x4` of A rows, B fragments from `ldmatrix.x4.trans` of B rows, products from
+//! `mma.sync.m16n8k16` (fragment layouts as documented in [`super::attention::flash_mma`]).
+//! Each accumulator goes through [`LibCtx::store`], so the epilogue is the same kernel-IR
+//! expression every other library kernel applies.
+
+use super::store::LibCtx;
+use super::{finish, ArgRef, EmittedKernel, Launch};
+use rlx_ir::DType;
+
+/// One tiling of the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaTile {
+    /// rows of C per block
+    pub bm: usize,
+    /// columns of C per block
+    pub bn: usize,
+    /// warps along rows
+    pub warps_m: usize,
+    /// warps along columns
+    pub warps_n: usize,
+    /// shared-memory pipeline depth (k tiles in flight)
+    pub stages: usize,
+}
+
+/// k per shared-memory tile.
+const BK: usize = 32;
+/// Row padding in elements (16 bytes).
+const PAD: usize = 8;
+
+impl MmaTile {
+    /// Threads per block.
+    pub fn threads(&self) -> usize {
+        32 * self.warps_m * self.warps_n
+    }
+
+    /// Dynamic shared memory in bytes.
+    pub fn shared_bytes(&self) -> usize {
+        self.stages * (self.bm * (BK + PAD) + BK * (self.bn + PAD)) * 2
+    }
+
+    /// Rows and columns of C per warp.
+    fn warp_tile(&self) -> (usize, usize) {
+        (self.bm / self.warps_m, self.bn / self.warps_n)
+    }
+}
+
+/// The tilings emitted as candidates: large tiles for tall GEMMs, small ones so a GEMM of a
+/// few hundred rows still fills the device.
+pub const MMA_TILES: [MmaTile; 4] = [
+    MmaTile {
+        bm: 128,
+        bn: 128,
+        warps_m: 2,
+        warps_n: 4,
+        stages: 3,
+    },
+    MmaTile {
+        bm: 128,
+        bn: 64,
+        warps_m: 2,
+        warps_n: 2,
+        stages: 4,
+    },
+    MmaTile {
+        bm: 64,
+        bn: 128,
+        warps_m: 2,
+        warps_n: 2,
+        stages: 4,
+    },
+    MmaTile {
+        bm: 64,
+        bn: 64,
+        warps_m: 2,
+        warps_n: 2,
+        stages: 4,
+    },
+];
+
+/// The GEMM problem: operands as (argument, element offset, row stride).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaGemm {
+    /// rows of A and C
+    pub m: usize,
+    /// columns of B and C
+    pub n: usize,
+    /// inner dim
+    pub k: usize,
+    /// A: argument, element offset, row stride
+    pub a: (ArgRef, usize, usize),
+    /// B: argument, element offset, row stride
+    pub b: (ArgRef, usize, usize),
+}
+
+/// True when the kernel can run this problem in this tiling: sm_80+, f16/bf16 operands and
+/// result, 16-byte aligned rows and offsets (`k`, `n`, strides and offsets multiples of 8
+/// elements), a grid within limits and shared memory within the device's.
+pub fn applies(ctx: &LibCtx, g: &MmaGemm, tile: &MmaTile) -> bool {
+    let dtype = ctx.inputs[0].0;
+    let eight = |x: usize| x.is_multiple_of(8);
+    ctx.target.compute_capability().is_some_and(|cc| cc >= 80)
+        && matches!(dtype, DType::F16 | DType::BF16)
+        && ctx.inputs.iter().all(|(d, _)| *d == dtype)
+        && ctx.result.0 == dtype
+        && g.m > 0
+        && [g.n, g.k, g.a.1, g.a.2, g.b.1, g.b.2]
+            .into_iter()
+            .all(eight)
+        && g.n > 0
+        && g.k > 0
+        && g.m.div_ceil(tile.bm) <= 65_535
+        && tile.shared_bytes() <= ctx.target.max_shared
+}
+
+/// Emits the fused GEMM for `g` in `tile`; `ctx` supplies operand types and the epilogue.
+///
+/// # Errors
+/// The problem is outside [`applies`], or an epilogue node no rule accepts.
+pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &MmaTile) -> Result<EmittedKernel, String> {
+    if !applies(ctx, g, tile) {
+        return Err(format!(
+            "no tensor-core GEMM for m{} n{} k{} in {}x{} tiles",
+            g.m, g.n, g.k, tile.bm, tile.bn
+        ));
+    }
+    let ty = if ctx.inputs[0].0 == DType::BF16 {
+        "bf16"
+    } else {
+        "f16"
+    };
+    let (wtm, wtn) = tile.warp_tile();
+    let threads = tile.threads();
+    let a_chunks = tile.bm * BK / 8;
+    let b_chunks = BK * tile.bn / 8;
+    let store = ctx.store("lin", "val", "long long")?;
+    let text = TEMPLATE
+        .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
+        .replace("@STORE@", &store)
+        .replace("@T@", &threads.to_string())
+        .replace("@M@", &g.m.to_string())
+        .replace("@N@", &g.n.to_string())
+        .replace("@K@", &g.k.to_string())
+        .replace("@AOFF@", &g.a.1.to_string())
+        .replace("@LDA@", &g.a.2.to_string())
+        .replace("@BOFF@", &g.b.1.to_string())
+        .replace("@LDB@", &g.b.2.to_string())
+        .replace("@BM@", &tile.bm.to_string())
+        .replace("@BN@", &tile.bn.to_string())
+        .replace("@WN@", &tile.warps_n.to_string())
+        .replace("@WTM@", &wtm.to_string())
+        .replace("@WTN@", &wtn.to_string())
+        .replace("@MT@", &(wtm / 16).to_string())
+        .replace("@NT@", &(wtn / 8).to_string())
+        .replace("@S@", &tile.stages.to_string())
+        .replace("@ALD@", &(BK + PAD).to_string())
+        .replace("@BLD@", &(tile.bn + PAD).to_string())
+        .replace("@ACH@", &a_chunks.div_ceil(threads).to_string())
+        .replace("@ACHN@", &a_chunks.to_string())
+        .replace("@BCH@", &b_chunks.div_ceil(threads).to_string())
+        .replace("@BCHN@", &b_chunks.to_string())
+        .replace("@BROW@", &(tile.bn / 8).to_string())
+        .replace("@TY@", ty);
+    let mut args = ctx.args();
+    args[0] = g.a.0;
+    args[1] = g.b.0;
+    let launch = Launch {
+        grid: [g.n.div_ceil(tile.bn) as u32, g.m.div_ceil(tile.bm) as u32],
+        block: threads as u32,
+        shared_bytes: tile.shared_bytes() as u32,
+    };
+    let mut k = finish(&ctx.kernel.name, "gemm_mma", text, launch, args);
+    k.label += &format!(
+        " [tensor-core GEMM {ty} m{} n{} k{}: {}x{} tiles, {} warps, {} stages, fused epilogue]",
+        g.m,
+        g.n,
+        g.k,
+        tile.bm,
+        tile.bn,
+        tile.warps_m * tile.warps_n,
+        tile.stages
+    );
+    Ok(k)
+}
+
+/// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage: `As[BM][ALD]`
+/// then `Bs[32][BLD]` (16-bit elements).
+const TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@) RLX_FN(@PARAMS@) {
+extern __shared__ __align__(16) unsigned short rlx_gsmem[];
+const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+const int g = lane >> 2, tq = lane & 3;
+const int wm = warp / @WN@, wn = warp % @WN@;
+const int bm0 = blockIdx.y * @BM@, bn0 = blockIdx.x * @BN@;
+const unsigned short* A = (const unsigned short*)in0 + @AOFF@;
+const unsigned short* B = (const unsigned short*)in1 + @BOFF@;
+const int stage = @BM@ * @ALD@ + 32 * @BLD@;
+auto load = [&](int kt, int s) {
+unsigned short* as = rlx_gsmem + s * stage;
+unsigned short* bs = as + @BM@ * @ALD@;
+const int k0 = kt * 32;
+#pragma unroll
+for (int i = 0; i < @ACH@; ++i) {
+const int t = tid + i * @T@;
+if (@ACHN@ % @T@ == 0 || t < @ACHN@) {
+const int r = t >> 2, c = (t & 3) * 8;
+const int gr = bm0 + r, gk = k0 + c;
+const bool ok = gr < @M@ && gk < @K@;
+rlx_cp_async16(as + r * @ALD@ + c, A + (ok ? (long long)gr * @LDA@ + gk : 0), ok ? 16 : 0);
+}
+}
+#pragma unroll
+for (int i = 0; i < @BCH@; ++i) {
+const int t = tid + i * @T@;
+if (@BCHN@ % @T@ == 0 || t < @BCHN@) {
+const int r = t / @BROW@, c = (t % @BROW@) * 8;
+const int gk = k0 + r, gn = bn0 + c;
+const bool ok = gk < @K@ && gn < @N@;
+rlx_cp_async16(bs + r * @BLD@ + c, B + (ok ? (long long)gk * @LDB@ + gn : 0), ok ? 16 : 0);
+}
+}
+};
+const int KT = (@K@ + 31) / 32;
+#pragma unroll
+for (int s = 0; s < @S@ - 1; ++s) {
+if (s < KT) load(s, s);
+rlx_cp_async_commit();
+}
+float acc[@MT@][@NT@][4];
+#pragma unroll
+for (int i = 0; i < @MT@; ++i)
+#pragma unroll
+for (int j = 0; j < @NT@; ++j) { acc[i][j][0] = 0.0f; acc[i][j][1] = 0.0f; acc[i][j][2] = 0.0f; acc[i][j][3] = 0.0f; }
+for (int kt = 0; kt < KT; ++kt) {
+rlx_cp_async_wait<@S@ - 2>();
+__syncthreads();
+{
+const int nk = kt + @S@ - 1;
+if (nk < KT) load(nk, nk % @S@);
+rlx_cp_async_commit();
+}
+const unsigned short* as = rlx_gsmem + (kt % @S@) * stage;
+const unsigned short* bs = as + @BM@ * @ALD@;
+#pragma unroll
+for (int kk = 0; kk < 2; ++kk) {
+unsigned a[@MT@][4];
+unsigned b[@NT@][2];
+#pragma unroll
+for (int i = 0; i < @MT@; ++i)
+rlx_ldmatrix_x4(a[i], as + (wm * @WTM@ + i * 16 + (lane & 15)) * @ALD@ + kk * 16 + ((lane >> 4) << 3));
+#pragma unroll
+for (int j = 0; j < @NT@ / 2; ++j) {
+unsigned r[4];
+rlx_ldmatrix_x4_trans(r, bs + (kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * @BLD@ + wn * @WTN@ + j * 16 + ((lane >> 4) << 3));
+b[2 * j][0] = r[0]; b[2 * j][1] = r[1]; b[2 * j + 1][0] = r[2]; b[2 * j + 1][1] = r[3];
+}
+#pragma unroll
+for (int i = 0; i < @MT@; ++i)
+#pragma unroll
+for (int j = 0; j < @NT@; ++j) rlx_mma_@TY@(acc[i][j], a[i], b[j][0], b[j][1]);
+}
+}
+#pragma unroll
+for (int i = 0; i < @MT@; ++i)
+#pragma unroll
+for (int j = 0; j < @NT@; ++j)
+#pragma unroll
+for (int h = 0; h < 2; ++h) {
+const int row = bm0 + wm * @WTM@ + i * 16 + g + h * 8;
+const int col = bn0 + wn * @WTN@ + j * 8 + 2 * tq;
+if (row < @M@ && col < @N@) {
+#pragma unroll
+for (int e = 0; e < 2; ++e) {
+const long long lin = (long long)row * @N@ + col + e;
+const float val = acc[i][j][2 * h + e];
+@STORE@}
+}
+}
+}
+"#;
