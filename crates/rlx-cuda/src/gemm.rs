@@ -193,3 +193,83 @@ pub fn match_gemm_epilogue(e: &LoopKernel, dtype: DType, n: usize) -> Option<Gem
     }
     Some(out)
 }
+
+/// Splits the bias off an epilogue cuBLASLt cannot fuse whole: when the epilogue adds a bias
+/// along the last dim to the result (`x + bias` in the result dtype, each load read only
+/// there), cuBLASLt adds the bias (for free) and the rest runs as the epilogue kernel, that
+/// sum now reading the GEMM's result directly (`gelu(x + b)` becomes a GEMM with bias, then
+/// `gelu(x)`). Returns the bias buffer and the rest of the epilogue.
+pub fn split_bias(e: &LoopKernel, dtype: DType, n: usize) -> Option<(usize, LoopKernel)> {
+    let first = e.inputs.first()?;
+    if e.reduce.is_some()
+        || e.shape.last() != Some(&n)
+        || first.dtype != dtype
+        || first.view.offset != 0
+        || first.view.strides != rlx_ir::kernel::row_major(&e.shape)
+    {
+        return None;
+    }
+    let last = e.shape.len() - 1;
+    let loads = |i: usize| {
+        e.body
+            .iter()
+            .filter(|b| matches!(b.expr, Expr::Load(j) if j == i))
+            .count()
+    };
+    let mut uses = vec![0usize; e.body.len()];
+    for node in &e.body {
+        for o in node.expr.operands() {
+            uses[o] += 1;
+        }
+    }
+    uses[e.result] += 1;
+    for (id, node) in e.body.iter().enumerate() {
+        let Expr::Binary(BinaryOp::Add, a, b) = node.expr else {
+            continue;
+        };
+        let (x, bias, j) = match (&e.body[a].expr, &e.body[b].expr) {
+            (Expr::Load(0), Expr::Load(j)) => (a, b, *j),
+            (Expr::Load(j), Expr::Load(0)) => (b, a, *j),
+            _ => continue,
+        };
+        let v = &e.inputs[j].view;
+        let along_last = j != 0
+            && v.offset == 0
+            && v.strides
+                .iter()
+                .enumerate()
+                .all(|(d, &s)| if d == last { s == 1 } else { s == 0 });
+        if !along_last
+            || e.inputs[j].dtype != dtype
+            || node.dtype != dtype
+            || uses[x] != 1
+            || uses[bias] != 1
+            || loads(0) != 1
+            || loads(j) != 1
+            || id == e.result
+        {
+            continue;
+        }
+        let mut rest = e.clone();
+        for n in rest.body.iter_mut() {
+            n.expr = match n.expr.clone() {
+                Expr::Unary(op, o) if o == id => Expr::Unary(op, x),
+                Expr::Binary(op, l, r) => {
+                    Expr::Binary(op, if l == id { x } else { l }, if r == id { x } else { r })
+                }
+                Expr::Where(c, l, r) => Expr::Where(
+                    if c == id { x } else { c },
+                    if l == id { x } else { l },
+                    if r == id { x } else { r },
+                ),
+                Expr::Cast(o) if o == id => Expr::Cast(x),
+                other => other,
+            };
+        }
+        // The sum and the bias load are dead now; keep the node numbering.
+        rest.body[id].expr = Expr::Const(0.0);
+        rest.body[bias].expr = Expr::Const(0.0);
+        return Some((e.inputs[j].buffer, rest));
+    }
+    None
+}

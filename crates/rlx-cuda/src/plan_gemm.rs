@@ -7,7 +7,7 @@ use crate::codegen::attention::{Layout, Layouts};
 use crate::codegen::gemm_mma::{self, MmaGemm};
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{conv, index::contiguous, loops, ArgRef};
-use crate::gemm::{Activation, GemmSpec, Operand};
+use crate::gemm::{split_bias, Activation, GemmSpec, Operand};
 use crate::plan::{fused_epilogue, operand, root, scratch, Choice, Plan, Step};
 use rlx_ir::kernel::{KernelProgram, LibraryKernel};
 use rlx_ir::{AttnMask, Conv2dParams, DType};
@@ -68,9 +68,10 @@ pub fn matmul(
     let (m, kk, n) = (a[ra - 2], a[ra - 1], b[rb - 1]);
     let out = &ctx.result.1;
     let ob = &out[..out.len() - 2];
-    let (target, epilogue) = gemm_target(program, k, ctx, n, plan)?;
-    let (bias_arg, residual, activation) =
-        fused_epilogue(k, ctx, n).unwrap_or((None, None, Activation::None));
+    let (target, epilogue, split) = gemm_target(program, k, ctx, n, plan)?;
+    let (bias_arg, residual, activation) = fused_epilogue(k, ctx, n)
+        .or(split.map(|b| (Some(ArgRef::Buffer(b)), None, Activation::None)))
+        .unwrap_or((None, None, Activation::None));
     let spec =
         |m: usize, batch: usize, ao: (usize, usize), bo: (usize, usize), co: (usize, usize)| {
             GemmSpec {
@@ -165,7 +166,8 @@ fn fused_choice(
     }
 }
 
-/// Where a GEMM writes and the epilogue step that follows it, if any: no epilogue or a
+/// Where a GEMM writes, the epilogue step that follows it, if any, and the bias cuBLASLt
+/// adds when one was split off that epilogue ([`split_bias`]): no epilogue or a
 /// cuBLASLt-fused one write the output; a same-dtype epilogue runs in place over the
 /// output; otherwise the GEMM writes a scratch the epilogue reads.
 fn gemm_target(
@@ -174,15 +176,21 @@ fn gemm_target(
     ctx: &LibCtx,
     n: usize,
     plan: &mut Plan,
-) -> Result<(ArgRef, Option<Step>), String> {
+) -> Result<(ArgRef, Option<Step>, Option<usize>), String> {
     let out = ArgRef::Buffer(k.output);
     let Some(e) = &k.epilogue else {
-        return Ok((out, None));
+        return Ok((out, None, None));
     };
     if fused_epilogue(k, ctx, n).is_some() {
-        return Ok((out, None));
+        return Ok((out, None, None));
     }
-    let mut e = e.clone();
+    let (mut e, bias) = match split_bias_enabled()
+        .then(|| split_bias(e, ctx.result.0, n))
+        .flatten()
+    {
+        Some((bias, rest)) => (rest, Some(bias)),
+        None => (e.clone(), None),
+    };
     let in_place = e.out_dtype() == ctx.result.0;
     let src = if in_place {
         out
@@ -198,7 +206,13 @@ fn gemm_target(
             .any(|i| root(program, i.buffer) == root(program, k.output));
     let mut emitted = loops::emit(&e, ctx.target, restrict)?;
     emitted.args[0] = src;
-    Ok((src, Some(Step::Kernel(emitted))))
+    Ok((src, Some(Step::Kernel(emitted)), bias))
+}
+
+/// Whether biases are split off epilogues cuBLASLt cannot fuse whole (`RLX_CUDA_SPLIT_BIAS=0`
+/// turns it off).
+fn split_bias_enabled() -> bool {
+    std::env::var("RLX_CUDA_SPLIT_BIAS").map_or(true, |v| v != "0")
 }
 
 /// Plans a convolution.

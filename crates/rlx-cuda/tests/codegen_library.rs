@@ -469,12 +469,16 @@ fn encoder_ffn_kernels_take_the_wide_paths() {
     let case = b.done(y);
     let program = lower_for_cuda(&case.graph).unwrap_or_else(|e| panic!("{e}"));
     let p = plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{e}\n{program}"));
-    let gelu: Vec<_> = p.kernels().filter(|k| k.source.contains("erff(")).collect();
+    let gelu: Vec<_> = p
+        .kernels()
+        .filter(|k| k.source.contains("rlx_erf_fast("))
+        .collect();
     assert_eq!(gelu.len(), 1, "{:?}", labels(&p));
-    if std::env::var("RLX_SHOW_FUSED").is_ok() {
-        println!("{}", p.choices[0].fused[0].source);
-    }
     let s = &gelu[0].source;
+    // the bias is split off into cuBLASLt's epilogue: the GELU kernel reads the result only
+    let ffn1 = gemms(&p)[0];
+    assert!(ffn1.bias.is_some() && ffn1.activation == Activation::None);
+    assert!(!s.contains("in1["), "{s}");
     assert!(
         gelu[0].function.starts_with("rlx_ew_"),
         "{}",
@@ -525,7 +529,13 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
             assert_eq!(k.args.len(), epi.args.len() + 1, "{}", case.name);
             assert_eq!(k.args[2], *epi.args.last().unwrap(), "{}", case.name);
         }
-        kernels.extend(p.all_kernels().cloned());
+        // every tiling of one epilogue, one tiling of the others (NVRTC time)
+        if case.name.contains("bias_gelu") {
+            kernels.extend(p.all_kernels().cloned());
+        } else {
+            kernels.extend(p.kernels().cloned());
+            kernels.push(c.fused[0].clone());
+        }
     }
     // f32, and a k that is not a multiple of 8, keep cuBLASLt plus the epilogue kernel only
     for (dt, k) in [(DType::F32, 64), (DType::F16, 20)] {

@@ -12,8 +12,10 @@
 //! eight 16-byte rows of an `ldmatrix` phase fall in distinct banks. A fragments come from
 //! `ldmatrix.x4` of A rows, B fragments from `ldmatrix.x4.trans` of B rows, products from
 //! `mma.sync.m16n8k16` (fragment layouts as documented in [`super::attention::flash_mma`]).
-//! Each accumulator goes through [`LibCtx::store`], so the epilogue is the same kernel-IR
-//! expression every other library kernel applies.
+//! The finished tile is staged through shared memory as f32, then every element goes
+//! through [`LibCtx::store`] in a loop over row segments (coalesced stores, and the epilogue
+//! appears once in the code), so the epilogue is the same kernel-IR expression every other
+//! library kernel applies.
 
 use super::store::LibCtx;
 use super::{finish, ArgRef, EmittedKernel, Launch};
@@ -45,9 +47,11 @@ impl MmaTile {
         32 * self.warps_m * self.warps_n
     }
 
-    /// Dynamic shared memory in bytes.
+    /// Dynamic shared memory in bytes: the pipeline's stages, or the f32 result tile the
+    /// epilogue reads (the same memory, reused), whichever is larger.
     pub fn shared_bytes(&self) -> usize {
-        self.stages * (self.bm * (BK + PAD) + BK * (self.bn + PAD)) * 2
+        let pipeline = self.stages * (self.bm * (BK + PAD) + BK * (self.bn + PAD)) * 2;
+        pipeline.max(self.bm * (self.bn + PAD) * 4)
     }
 
     /// Rows and columns of C per warp.
@@ -166,6 +170,7 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &MmaTile) -> Result<EmittedKernel, 
         .replace("@S@", &tile.stages.to_string())
         .replace("@ALD@", &(BK + PAD).to_string())
         .replace("@BLD@", &(tile.bn + PAD).to_string())
+        .replace("@CLD@", &(tile.bn + PAD).to_string())
         .replace("@ACH@", &a_chunks.div_ceil(threads).to_string())
         .replace("@ACHN@", &a_chunks.to_string())
         .replace("@BCH@", &b_chunks.div_ceil(threads).to_string())
@@ -270,19 +275,28 @@ for (int i = 0; i < @MT@; ++i)
 for (int j = 0; j < @NT@; ++j) rlx_mma_@TY@(acc[i][j], a[i], b[j][0], b[j][1]);
 }
 }
+// The tile goes through shared memory (f32, rows of CLD) so the epilogue is written once
+// and each warp stores whole row segments.
+rlx_cp_async_wait<0>();
+__syncthreads();
+float* cs = reinterpret_cast<float*>(rlx_gsmem);
 #pragma unroll
 for (int i = 0; i < @MT@; ++i)
 #pragma unroll
 for (int j = 0; j < @NT@; ++j)
 #pragma unroll
-for (int h = 0; h < 2; ++h) {
-const int row = bm0 + wm * @WTM@ + i * 16 + g + h * 8;
-const int col = bn0 + wn * @WTN@ + j * 8 + 2 * tq;
+for (int h = 0; h < 2; ++h)
+*reinterpret_cast<float2*>(cs + (wm * @WTM@ + i * 16 + g + h * 8) * @CLD@ + wn * @WTN@ + j * 8 + 2 * tq) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+__syncthreads();
+#pragma unroll 2
+for (int idx = tid; idx < @BM@ * @BN@ / 2; idx += @T@) {
+const int r = idx / (@BN@ / 2), c = (idx % (@BN@ / 2)) * 2;
+const int row = bm0 + r, col = bn0 + c;
 if (row < @M@ && col < @N@) {
 #pragma unroll
 for (int e = 0; e < 2; ++e) {
 const long long lin = (long long)row * @N@ + col + e;
-const float val = acc[i][j][2 * h + e];
+const float val = cs[r * @CLD@ + c + e];
 @STORE@}
 }
 }
