@@ -7,7 +7,7 @@ use crate::codegen::attention::{Layout, Layouts};
 use crate::codegen::gemm_mma::{self, MmaGemm};
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{conv, index::contiguous, loops, ArgRef};
-use crate::gemm::{split_bias, Activation, GemmSpec, Operand};
+use crate::gemm::{Activation, GemmSpec, Operand};
 use crate::plan::{fused_epilogue, operand, root, scratch, Choice, Plan, Step};
 use rlx_ir::kernel::{KernelProgram, LibraryKernel};
 use rlx_ir::{AttnMask, Conv2dParams, DType};
@@ -68,10 +68,9 @@ pub fn matmul(
     let (m, kk, n) = (a[ra - 2], a[ra - 1], b[rb - 1]);
     let out = &ctx.result.1;
     let ob = &out[..out.len() - 2];
-    let (target, epilogue, split) = gemm_target(program, k, ctx, n, plan)?;
-    let (bias_arg, residual, activation) = fused_epilogue(k, ctx, n)
-        .or(split.map(|b| (Some(ArgRef::Buffer(b)), None, Activation::None)))
-        .unwrap_or((None, None, Activation::None));
+    let (target, epilogue) = gemm_target(program, k, ctx, n, plan)?;
+    let (bias_arg, residual, activation) =
+        fused_epilogue(k, ctx, n).unwrap_or((None, None, Activation::None));
     let spec =
         |m: usize, batch: usize, ao: (usize, usize), bo: (usize, usize), co: (usize, usize)| {
             GemmSpec {
@@ -127,8 +126,9 @@ pub fn matmul(
 
 /// Offers the tensor-core GEMM with the epilogue fused into its store
 /// ([`gemm_mma`]) as an alternative to GEMM step `gemm` plus the epilogue step after it, in
-/// every tiling that applies. Skipped when the epilogue does not fuse into a library kernel
-/// or reads the result's own buffer through another input.
+/// every tiling that applies. Skipped when the epilogue does not fuse into a library kernel,
+/// reads the result's own buffer through another input, or the result is larger than
+/// [`gemm_mma::max_output`] (where cuBLASLt's kernels win by far).
 fn fused_choice(
     program: &KernelProgram,
     k: &LibraryKernel,
@@ -138,6 +138,9 @@ fn fused_choice(
     plan: &mut Plan,
 ) {
     let Some(e) = &ctx.epilogue else { return };
+    if m * n > gemm_mma::max_output() {
+        return;
+    }
     let out = root(program, k.output);
     if e.args().iter().any(|a| match *a {
         ArgRef::Buffer(b) => root(program, b) == out,
@@ -166,8 +169,7 @@ fn fused_choice(
     }
 }
 
-/// Where a GEMM writes, the epilogue step that follows it, if any, and the bias cuBLASLt
-/// adds when one was split off that epilogue ([`split_bias`]): no epilogue or a
+/// Where a GEMM writes and the epilogue step that follows it, if any: no epilogue or a
 /// cuBLASLt-fused one write the output; a same-dtype epilogue runs in place over the
 /// output; otherwise the GEMM writes a scratch the epilogue reads.
 fn gemm_target(
@@ -176,21 +178,15 @@ fn gemm_target(
     ctx: &LibCtx,
     n: usize,
     plan: &mut Plan,
-) -> Result<(ArgRef, Option<Step>, Option<usize>), String> {
+) -> Result<(ArgRef, Option<Step>), String> {
     let out = ArgRef::Buffer(k.output);
     let Some(e) = &k.epilogue else {
-        return Ok((out, None, None));
+        return Ok((out, None));
     };
     if fused_epilogue(k, ctx, n).is_some() {
-        return Ok((out, None, None));
+        return Ok((out, None));
     }
-    let (mut e, bias) = match split_bias_enabled()
-        .then(|| split_bias(e, ctx.result.0, n))
-        .flatten()
-    {
-        Some((bias, rest)) => (rest, Some(bias)),
-        None => (e.clone(), None),
-    };
+    let mut e = e.clone();
     let in_place = e.out_dtype() == ctx.result.0;
     let src = if in_place {
         out
@@ -206,13 +202,7 @@ fn gemm_target(
             .any(|i| root(program, i.buffer) == root(program, k.output));
     let mut emitted = loops::emit(&e, ctx.target, restrict)?;
     emitted.args[0] = src;
-    Ok((src, Some(Step::Kernel(emitted)), bias))
-}
-
-/// Whether biases are split off epilogues cuBLASLt cannot fuse whole (`RLX_CUDA_SPLIT_BIAS=0`
-/// turns it off).
-fn split_bias_enabled() -> bool {
-    std::env::var("RLX_CUDA_SPLIT_BIAS").map_or(true, |v| v != "0")
+    Ok((src, Some(Step::Kernel(emitted))))
 }
 
 /// Plans a convolution.

@@ -198,6 +198,7 @@ impl CudaProgram {
             sm_count: f.sm_count,
             max_shared: f.max_shared_per_block,
             flash_attention: Target::flash_from_env(),
+            flash_warps: Target::flash_warps_from_env(),
         })
     }
 

@@ -475,10 +475,8 @@ fn encoder_ffn_kernels_take_the_wide_paths() {
         .collect();
     assert_eq!(gelu.len(), 1, "{:?}", labels(&p));
     let s = &gelu[0].source;
-    // the bias is split off into cuBLASLt's epilogue: the GELU kernel reads the result only
-    let ffn1 = gemms(&p)[0];
-    assert!(ffn1.bias.is_some() && ffn1.activation == Activation::None);
-    assert!(!s.contains("in1["), "{s}");
+    // too large a result for the fused tensor-core GEMM: nothing to choose
+    assert!(p.choices.is_empty());
     assert!(
         gelu[0].function.starts_with("rlx_ew_"),
         "{}",

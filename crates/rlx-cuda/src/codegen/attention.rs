@@ -331,8 +331,9 @@ fn flash_tiles(ctx: &LibCtx) -> FlashTiles {
     let dv = ctx.inputs[2].1[r - 1];
     let out = &ctx.result.1;
     let batch = numel(&out[..out.len() - 2]);
-    // 64 queries per block, fewer when that leaves SMs idle (small batches) or rows empty.
-    let mut warps = sq.div_ceil(16).clamp(1, 4);
+    // Up to 128 queries per block (so K and V are read once for up to 128 queries), fewer
+    // when that leaves SMs idle (small batches) or rows empty.
+    let mut warps = sq.div_ceil(16).clamp(1, ctx.target.flash_warps.max(1));
     while warps > 1 && batch * sq.div_ceil(16 * warps) < ctx.target.sm_count as usize {
         warps /= 2;
     }

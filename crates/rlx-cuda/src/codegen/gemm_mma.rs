@@ -47,6 +47,13 @@ impl MmaTile {
         32 * self.warps_m * self.warps_n
     }
 
+    /// Blocks per SM the registers must allow (`__launch_bounds__`' second argument): 512
+    /// threads' worth, so a thread keeps at most 128 registers and an SM runs 16 warps or
+    /// more (one 8-warp block per SM cannot hide the `mma.sync` and load latencies).
+    fn min_blocks(&self) -> usize {
+        (512 / self.threads()).max(1)
+    }
+
     /// Dynamic shared memory in bytes: the pipeline's stages, or the f32 result tile the
     /// epilogue reads (the same memory, reused), whichever is larger.
     pub fn shared_bytes(&self) -> usize {
@@ -58,6 +65,21 @@ impl MmaTile {
     fn warp_tile(&self) -> (usize, usize) {
         (self.bm / self.warps_m, self.bn / self.warps_n)
     }
+}
+
+/// Largest result (`m * n` elements) the kernel is offered for. Measured on an H200
+/// (2026-11-30): for the encoder's FFN GEMM with exact GELU, m 32768 n 1536 k 384, it takes
+/// 0.29 ms against 0.065 + 0.058 for cuBLASLt and the epilogue kernel (about 135 TFLOP/s,
+/// `mma.sync` without Hopper's `wgmma`), and at m 128 it takes 13 µs against about 6; it wins
+/// on small problems, where one launch less counts.
+pub const MAX_OUTPUT: usize = 1 << 16;
+
+/// [`MAX_OUTPUT`], or what `RLX_CUDA_FUSED_GEMM_MAX` says (elements; for A/B runs).
+pub fn max_output() -> usize {
+    std::env::var("RLX_CUDA_FUSED_GEMM_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MAX_OUTPUT)
 }
 
 /// The tilings emitted as candidates: large tiles for tall GEMMs, small ones so a GEMM of a
@@ -153,6 +175,7 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &MmaTile) -> Result<EmittedKernel, 
         .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
         .replace("@STORE@", &store)
         .replace("@T@", &threads.to_string())
+        .replace("@MINB@", &tile.min_blocks().to_string())
         .replace("@M@", &g.m.to_string())
         .replace("@N@", &g.n.to_string())
         .replace("@K@", &g.k.to_string())
@@ -201,7 +224,7 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &MmaTile) -> Result<EmittedKernel, 
 
 /// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage: `As[BM][ALD]`
 /// then `Bs[32][BLD]` (16-bit elements).
-const TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@) RLX_FN(@PARAMS@) {
+const TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@, @MINB@) RLX_FN(@PARAMS@) {
 extern __shared__ __align__(16) unsigned short rlx_gsmem[];
 const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 const int g = lane >> 2, tq = lane & 3;

@@ -53,6 +53,9 @@ pub struct Target {
     /// f16/bf16 attention runs as the tensor-core flash kernel on sm_80 and newer
     /// ([`attention::flash_mma`]); false keeps the older paths (`RLX_CUDA_FLASH=0`)
     pub flash_attention: bool,
+    /// most warps (16 query rows each) per flash-attention block: 8, or what
+    /// `RLX_CUDA_FLASH_WARPS` says (1, 2, 4 or 8)
+    pub flash_warps: usize,
 }
 
 impl Target {
@@ -64,6 +67,7 @@ impl Target {
             sm_count: 132,
             max_shared: 227 * 1024,
             flash_attention: true,
+            flash_warps: Target::flash_warps_from_env(),
         }
     }
 
@@ -77,6 +81,16 @@ impl Target {
             .take_while(char::is_ascii_digit)
             .collect();
         digits.parse().ok()
+    }
+
+    /// The flash kernel's most warps per block: `RLX_CUDA_FLASH_WARPS` when it is 1, 2, 4 or
+    /// 8, else 8.
+    pub fn flash_warps_from_env() -> usize {
+        std::env::var("RLX_CUDA_FLASH_WARPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|w: &usize| [1, 2, 4, 8].contains(w))
+            .unwrap_or(8)
     }
 
     /// Whether the environment leaves tensor-core flash attention on: true unless
