@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 /// Algorithms asked of the heuristic per GEMM.
-pub const MAX_CANDIDATES: usize = 8;
+pub const MAX_CANDIDATES: usize = 32;
 /// Untimed launches before timing a candidate (also proves it runs).
 pub const WARMUP: usize = 3;
 /// Launches per timed sample (captured as one CUDA graph, so launch gaps do not count).

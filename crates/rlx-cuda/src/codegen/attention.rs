@@ -331,8 +331,8 @@ fn flash_tiles(ctx: &LibCtx) -> FlashTiles {
     let dv = ctx.inputs[2].1[r - 1];
     let out = &ctx.result.1;
     let batch = numel(&out[..out.len() - 2]);
-    // Up to 128 queries per block (so K and V are read once for up to 128 queries), fewer
-    // when that leaves SMs idle (small batches) or rows empty.
+    // Up to `flash_warps` x 16 queries per block (64 by default), fewer when that leaves SMs
+    // idle (small batches) or rows empty.
     let mut warps = sq.div_ceil(16).clamp(1, ctx.target.flash_warps.max(1));
     while warps > 1 && batch * sq.div_ceil(16 * warps) < ctx.target.sm_count as usize {
         warps /= 2;
@@ -528,6 +528,7 @@ pub fn flash_mma(
         .replace("@STORE@", &store_pair)
         .replace("@SCALE@", &format!("{:?}f", (scale * log2e) as f32))
         .replace("@T@", &threads.to_string())
+        .replace("@MINB@", &ctx.target.flash_min_blocks.max(1).to_string())
         .replace("@QT@", &q_tiles.to_string())
         .replace("@BQ@", &bq.to_string())
         .replace("@BK@", &bk.to_string())
@@ -558,7 +559,7 @@ pub fn flash_mma(
 /// The tensor-core flash kernel with `@NAME@` holes that [`flash_mma`] fills. Shared memory:
 /// `Ks[2][BK][KLD]`, then `Vs[2][BK][VLD]` (16-bit elements; rows padded by 8 elements, so
 /// the eight 16-byte row reads of an `ldmatrix` phase hit distinct banks).
-const FLASH_TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@) RLX_FN(@PARAMS@) {
+const FLASH_TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@, @MINB@) RLX_FN(@PARAMS@) {
 extern __shared__ __align__(16) unsigned short rlx_fsmem[];
 const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 const int g = lane >> 2, tq = lane & 3;
