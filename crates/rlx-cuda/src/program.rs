@@ -199,7 +199,6 @@ impl CudaProgram {
             max_shared: f.max_shared_per_block,
             flash_attention: Target::flash_from_env(),
             flash_warps: Target::flash_warps_from_env(),
-            flash_min_blocks: Target::flash_min_blocks_from_env(),
         })
     }
 

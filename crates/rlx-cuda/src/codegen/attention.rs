@@ -528,7 +528,6 @@ pub fn flash_mma(
         .replace("@STORE@", &store_pair)
         .replace("@SCALE@", &format!("{:?}f", (scale * log2e) as f32))
         .replace("@T@", &threads.to_string())
-        .replace("@MINB@", &ctx.target.flash_min_blocks.max(1).to_string())
         .replace("@QT@", &q_tiles.to_string())
         .replace("@BQ@", &bq.to_string())
         .replace("@BK@", &bk.to_string())
@@ -559,7 +558,7 @@ pub fn flash_mma(
 /// The tensor-core flash kernel with `@NAME@` holes that [`flash_mma`] fills. Shared memory:
 /// `Ks[2][BK][KLD]`, then `Vs[2][BK][VLD]` (16-bit elements; rows padded by 8 elements, so
 /// the eight 16-byte row reads of an `ldmatrix` phase hit distinct banks).
-const FLASH_TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@, @MINB@) RLX_FN(@PARAMS@) {
+const FLASH_TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@) RLX_FN(@PARAMS@) {
 extern __shared__ __align__(16) unsigned short rlx_fsmem[];
 const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 const int g = lane >> 2, tq = lane & 3;

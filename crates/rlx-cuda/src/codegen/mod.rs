@@ -56,9 +56,6 @@ pub struct Target {
     /// most warps (16 query rows each) per flash-attention block: 4 (on an H200, 8 made the
     /// encoder's attention 15% slower), or what `RLX_CUDA_FLASH_WARPS` says (1, 2, 4 or 8)
     pub flash_warps: usize,
-    /// blocks per SM the flash kernel's registers must allow (`__launch_bounds__`' second
-    /// argument): 1, or what `RLX_CUDA_FLASH_MINB` says (for A/B runs)
-    pub flash_min_blocks: usize,
 }
 
 impl Target {
@@ -71,7 +68,6 @@ impl Target {
             max_shared: 227 * 1024,
             flash_attention: true,
             flash_warps: Target::flash_warps_from_env(),
-            flash_min_blocks: Target::flash_min_blocks_from_env(),
         }
     }
 
@@ -95,15 +91,6 @@ impl Target {
             .and_then(|v| v.parse().ok())
             .filter(|w: &usize| [1, 2, 4, 8].contains(w))
             .unwrap_or(4)
-    }
-
-    /// `RLX_CUDA_FLASH_MINB` when it is 1 to 16, else 1.
-    pub fn flash_min_blocks_from_env() -> usize {
-        std::env::var("RLX_CUDA_FLASH_MINB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|b: &usize| (1..=16).contains(b))
-            .unwrap_or(1)
     }
 
     /// Whether the environment leaves tensor-core flash attention on: true unless
