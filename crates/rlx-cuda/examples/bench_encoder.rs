@@ -9,7 +9,7 @@
 //! (`RLX_CUDA_FLASH=0` turns the tensor-core flash kernel off, `RLX_CUDA_ATTN_GEMM=1`
 //! forces the GEMM form; `RLX_CUDA_MERGE_GEMM=0` runs q, k, v as three GEMMs instead of one
 //! `gemm matmul_3+matmul_9+matmul_15`; `RLX_CUDA_AUTOTUNE=0` keeps cuBLASLt's first heuristic
-//! algorithm per GEMM instead of timing up to 32 at compile, `tune_ms`). `--dump` writes the weights, the batch-1 input and
+//! algorithm per GEMM instead of timing up to eight at compile, `tune_ms`). `--dump` writes the weights, the batch-1 input and
 //! RLX's batch-1 output as raw little-endian files plus `manifest.txt`, so
 //! `scripts/bench/encoder_torch.py --weights DIR` runs PyTorch on the same numbers.
 

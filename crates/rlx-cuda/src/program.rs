@@ -32,7 +32,7 @@ pub struct CudaOptions {
     /// sibling GEMMs reading the same input run as one GEMM over concatenated weights
     /// (`RLX_CUDA_MERGE_GEMM=0` turns it off)
     pub merge_gemms: bool,
-    /// time up to 32 of cuBLASLt's heuristic algorithms per GEMM at compile and keep the
+    /// time up to eight of cuBLASLt's heuristic algorithms per GEMM at compile and keep the
     /// fastest (cached per process by problem; `RLX_CUDA_AUTOTUNE=0` turns it off: the
     /// heuristic's first choice)
     pub autotune: bool,
