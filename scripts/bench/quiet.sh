@@ -8,7 +8,9 @@ for p in $pids; do
   kill -STOP "$p" 2>/dev/null && stopped="$stopped $p"
 done
 # rustc/cargo/cc started before or during: pause them too
-for p in $(pgrep -x 'rustc|cargo|cc1|ld|rust-lld'); do kill -STOP "$p" 2>/dev/null && stopped="$stopped $p"; done
+for name in rustc cargo cc1 ld rust-lld; do
+  for p in $(pgrep -x "$name"); do kill -STOP "$p" 2>/dev/null && stopped="$stopped $p"; done
+done
 trap 'for p in $stopped; do kill -CONT $p 2>/dev/null; done' EXIT
 sleep 2
 echo "paused:$(echo $stopped | wc -w) processes; load: $(cut -d' ' -f1 /proc/loadavg)" >&2
