@@ -15,6 +15,9 @@ pub struct CudaDevice {
     device: sys::CUdevice,
     context: sys::CUcontext,
     stream: sys::CUstream,
+    /// launches of generated kernels carry programmatic stream serialization (see
+    /// [`CudaDevice::launch`])
+    pdl: bool,
     /// facts from the probe
     pub facts: &'static CudaDeviceFacts,
 }
@@ -53,6 +56,8 @@ impl CudaDevice {
             device,
             context,
             stream,
+            pdl: facts.compute_capability.0 >= 9
+                && std::env::var("RLX_CUDA_PDL").map_or(true, |v| v != "0"),
             facts,
         })
     }
@@ -104,7 +109,12 @@ impl CudaDevice {
         Ok(Module { module })
     }
 
-    /// Launches `f` on the stream with pointer arguments `args`.
+    /// Launches `f` on the stream with pointer arguments `args`. On sm_90 and newer the
+    /// launch allows programmatic dependent launch (`RLX_CUDA_PDL=0` turns it off): the
+    /// kernel's blocks may be scheduled while the previous kernel's last blocks still run,
+    /// and every generated kernel first waits (`griddepcontrol.wait`, the prelude's
+    /// `RLX_GRID_WAIT`) until that kernel has finished and its writes are visible, so only
+    /// the launch latency overlaps.
     ///
     /// # Errors
     /// The driver rejects the launch (named after `what`).
@@ -120,6 +130,34 @@ impl CudaDevice {
             .iter_mut()
             .map(|v| v as *mut u64 as *mut c_void)
             .collect();
+        if self.pdl {
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                // SAFETY: an all-zero union is a valid value; one field is set below.
+                value: unsafe { std::mem::zeroed() },
+            };
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: launch.grid[0],
+                gridDimY: launch.grid[1],
+                gridDimZ: 1,
+                blockDimX: launch.block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: launch.shared_bytes,
+                hStream: self.stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as below; `config` and `attr` outlive the call.
+            let r = unsafe {
+                sys::cuLaunchKernelEx(&config, f.0, ptrs.as_mut_ptr(), std::ptr::null_mut())
+            };
+            return r
+                .result()
+                .map_err(|e| CudaError::driver(format!("cuLaunchKernelEx {what}"), e));
+        }
         // SAFETY: `f` comes from a loaded module; every argument is a device pointer the
         // kernel's signature expects, in order.
         unsafe {

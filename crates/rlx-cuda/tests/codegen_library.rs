@@ -98,6 +98,11 @@ fn every_library_kernel_compiles_with_nvrtc() {
         failures.join("\n")
     );
     println!("{} kernels", kernels.len());
+    // every kernel waits for its predecessor first (programmatic dependent launch)
+    for k in &kernels {
+        let body = &k.source[k.source.find('{').unwrap()..];
+        assert!(body.starts_with("{\nRLX_GRID_WAIT();"), "{}", k.source);
+    }
     compile_check("every_library_kernel_compiles_with_nvrtc", &kernels);
 }
 

@@ -150,7 +150,8 @@ pub struct EmittedKernel {
 }
 
 /// Finishes a kernel: `text` uses `RLX_FN` where the function name goes; the name becomes
-/// `<family>_<hash of text>`.
+/// `<family>_<hash of text>`, and the body starts with `RLX_GRID_WAIT()` (see
+/// [`crate::device::CudaDevice::launch`]).
 pub fn finish(
     label: &str,
     family: &str,
@@ -158,6 +159,14 @@ pub fn finish(
     launch: Launch,
     args: Vec<ArgRef>,
 ) -> EmittedKernel {
+    // Every kernel waits for its predecessor first (programmatic dependent launch).
+    let text = match text
+        .find("RLX_FN(")
+        .and_then(|i| text[i..].find('{').map(|j| i + j + 1))
+    {
+        Some(at) => format!("{}\nRLX_GRID_WAIT();{}", &text[..at], &text[at..]),
+        None => text,
+    };
     let hash = crate::nvrtc::stable_hash(&[text.as_bytes()]);
     let function = format!("rlx_{family}_{}", &hash[..12]);
     EmittedKernel {

@@ -51,6 +51,14 @@ RLX_DEVICE float rlx_erf_fast(float x) {
   const float p = fmaf(fmaf(fmaf(fmaf(1.061405429f, t, -1.453152027f), t, 1.421413741f), t, -0.284496736f), t, 0.254829592f) * t;
   return copysignf(1.0f - p * __expf(-ax * ax), x);
 }
+// First statement of every generated kernel: with programmatic dependent launch (sm_90+)
+// a kernel may start while the previous one finishes; this waits until that one has
+// completed and its memory is visible. A no-op when launched normally.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define RLX_GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define RLX_GRID_WAIT()
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 // Tensor-core helpers of the flash attention kernel (sm_80 and newer), inline PTX only.
 RLX_DEVICE unsigned rlx_smem_u32(const void* p) { unsigned long long a; asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p)); return (unsigned)a; }
