@@ -185,7 +185,7 @@ fn gather_out_of_range_is_an_error_on_both_paths() {
     let (mut inputs, params) = random_bindings(&prog, 1);
     inputs.insert(
         "ids".into(),
-        Tensor::new(vec![2], TensorData::I64(vec![1, -5])).unwrap(),
+        Tensor::new(vec![2], TensorData::I64(vec![1, -5].into())).unwrap(),
     );
     let e = p.run(&inputs, &params).unwrap_err().to_string();
     assert_eq!(
@@ -202,7 +202,7 @@ fn gather_out_of_range_is_an_error_on_both_paths() {
     // a good index after a failed run: the arena went back to the pool
     inputs.insert(
         "ids".into(),
-        Tensor::new(vec![2], TensorData::I64(vec![1, -4])).unwrap(),
+        Tensor::new(vec![2], TensorData::I64(vec![1, -4].into())).unwrap(),
     );
     assert!(p.run(&inputs, &params).is_ok());
 }
@@ -303,7 +303,7 @@ fn outputs_past_the_caches_stream_and_stay_exact() {
         .collect();
     let inputs = HashMap::from([(
         "x".to_string(),
-        Tensor::new(vec![n], TensorData::F32(data.clone())).unwrap(),
+        Tensor::new(vec![n], TensorData::F32(data.clone().into())).unwrap(),
     )]);
     let out = p.run(&inputs, &HashMap::new()).unwrap();
     let y = out[0].1.as_f32().unwrap();
@@ -315,4 +315,21 @@ fn outputs_past_the_caches_stream_and_stay_exact() {
             y[i]
         );
     }
+}
+
+#[test]
+fn shared_param_is_read_in_place() {
+    let p = CpuProgram::compile(matmul_program(), &CpuOptions::default()).unwrap();
+    let (inputs, _) = bindings();
+    let owner: Arc<Vec<f32>> = Arc::new(vec![7., 8., 9., 10., 11., 12.]);
+    // SAFETY: `owner` keeps the elements alive and nothing writes them.
+    let buf = unsafe { rlx_ir::Buffer::shared(owner.clone(), owner.as_ptr(), owner.len()) };
+    let w = Arc::new(Tensor::new(vec![3, 2], TensorData::F32(buf)).unwrap());
+    let params = HashMap::from([("w".to_string(), w.clone())]);
+    let out = p.run(&inputs, &params).unwrap();
+    assert_eq!(out[0].1.as_f32().unwrap(), &[58., 64., 139., 154.]);
+    assert!(w.is_shared());
+    assert_eq!(w.as_f32().unwrap().as_ptr(), owner.as_ptr());
+    // the owner, the tensor's buffer; the run kept no copy or clone of it
+    assert_eq!(Arc::strong_count(&owner), 2);
 }

@@ -416,7 +416,11 @@ fn data_movement_every_dtype() {
         let mut b = ProgramBuilder::new();
         let x = b.input("x", dt, &[5, 4, 3]);
         let idx = b.constant(
-            rlx_ir::Tensor::new(vec![2, 2], rlx_ir::TensorData::I64(vec![-1, 0, 2, 2])).unwrap(),
+            rlx_ir::Tensor::new(
+                vec![2, 2],
+                rlx_ir::TensorData::I64(vec![-1, 0, 2, 2].into()),
+            )
+            .unwrap(),
         );
         for (i, op) in [Op::Gather { axis: 0 }, Op::Gather { axis: 2 }]
             .into_iter()

@@ -9,6 +9,7 @@
 //!
 //! This crate knows no device: it describes computations, never where they run.
 
+mod buffer;
 mod dtype;
 mod error;
 mod graph;
@@ -21,6 +22,7 @@ pub mod scalar;
 mod shape;
 mod tensor;
 
+pub use buffer::{Buffer, BufferOwner, Pod};
 pub use dtype::DType;
 pub use error::IrError;
 pub use graph::{Graph, Node, NodeId, TensorType};

@@ -1,63 +1,67 @@
 //! Host tensors: typed element storage with a static shape. Used for constants, params,
 //! run inputs and outputs, and by the validation interpreter.
 
+use crate::buffer::{Buffer, Pod};
 use crate::narrow::{F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0};
 use crate::DType;
 use half::{bf16, f16};
 use std::fmt;
+use std::sync::Arc;
 
-/// Typed element storage. One variant per [`DType`].
+/// Typed element storage. One variant per [`DType`]; each holds a [`Buffer`], owned or
+/// borrowed from memory someone else owns (a memory-mapped file).
 #[derive(Debug, Clone, PartialEq)]
 pub enum TensorData {
     /// f32 elements.
-    F32(Vec<f32>),
+    F32(Buffer<f32>),
     /// f16 elements.
-    F16(Vec<f16>),
+    F16(Buffer<f16>),
     /// bf16 elements.
-    BF16(Vec<bf16>),
+    BF16(Buffer<bf16>),
     /// f64 elements.
-    F64(Vec<f64>),
+    F64(Buffer<f64>),
     /// i8 elements.
-    I8(Vec<i8>),
+    I8(Buffer<i8>),
     /// u8 elements.
-    U8(Vec<u8>),
+    U8(Buffer<u8>),
     /// i32 elements.
-    I32(Vec<i32>),
+    I32(Buffer<i32>),
     /// i64 elements.
-    I64(Vec<i64>),
+    I64(Buffer<i64>),
     /// bool elements.
-    Bool(Vec<bool>),
+    Bool(Buffer<bool>),
     /// i16 elements.
-    I16(Vec<i16>),
+    I16(Buffer<i16>),
     /// u16 elements.
-    U16(Vec<u16>),
+    U16(Buffer<u16>),
     /// u32 elements.
-    U32(Vec<u32>),
+    U32(Buffer<u32>),
     /// u64 elements.
-    U64(Vec<u64>),
+    U64(Buffer<u64>),
     /// f8e4m3fn elements.
-    F8E4M3FN(Vec<F8E4M3FN>),
+    F8E4M3FN(Buffer<F8E4M3FN>),
     /// f8e4m3fnuz elements.
-    F8E4M3FNUZ(Vec<F8E4M3FNUZ>),
+    F8E4M3FNUZ(Buffer<F8E4M3FNUZ>),
     /// f8e5m2 elements.
-    F8E5M2(Vec<F8E5M2>),
+    F8E5M2(Buffer<F8E5M2>),
     /// f8e5m2fnuz elements.
-    F8E5M2FNUZ(Vec<F8E5M2FNUZ>),
+    F8E5M2FNUZ(Buffer<F8E5M2FNUZ>),
     /// f8e8m0 elements.
-    F8E8M0(Vec<F8E8M0>),
+    F8E8M0(Buffer<F8E8M0>),
     /// f4e2m1 elements, one per byte.
-    F4E2M1(Vec<F4E2M1>),
+    F4E2M1(Buffer<F4E2M1>),
     /// i4 elements, one per byte (values in -8..=7).
-    I4(Vec<i8>),
+    I4(Buffer<i8>),
     /// u4 elements, one per byte (values in 0..=15).
-    U4(Vec<u8>),
+    U4(Buffer<u8>),
     /// i2 elements, one per byte (values in -2..=1).
-    I2(Vec<i8>),
+    I2(Buffer<i8>),
     /// u2 elements, one per byte (values in 0..=3).
-    U2(Vec<u8>),
+    U2(Buffer<u8>),
 }
 
-/// Runs `$body` with `$v` bound to the element vector of any [`TensorData`] variant.
+/// Runs `$body` with `$v` bound to the element [`Buffer`](crate::Buffer) of any
+/// [`TensorData`] variant.
 #[macro_export]
 macro_rules! each_tensor_data {
     ($e:expr, $v:ident => $body:expr) => {
@@ -127,6 +131,45 @@ impl TensorData {
     /// True when there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// True when the elements borrow memory someone else owns (see [`Buffer::is_shared`]).
+    pub fn is_shared(&self) -> bool {
+        each_tensor_data!(self, v => v.is_shared())
+    }
+
+    /// Storage of `dtype` that reads little-endian `bytes` in place, without a copy, kept
+    /// alive by `owner` (see [`Buffer::from_bytes_shared`]). `None` when that is not
+    /// possible: a big-endian host, bool or a narrow dtype, `bytes` misaligned for the
+    /// element type, a length that is not a multiple, or bytes outside `owner`'s.
+    pub fn shared_from_le_bytes<O>(dtype: DType, owner: Arc<O>, bytes: &[u8]) -> Option<TensorData>
+    where
+        O: AsRef<[u8]> + Send + Sync + 'static,
+    {
+        fn buf<T: Pod, O: AsRef<[u8]> + Send + Sync + 'static>(
+            owner: Arc<O>,
+            bytes: &[u8],
+        ) -> Option<Buffer<T>> {
+            Buffer::from_bytes_shared(owner, bytes)
+        }
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        Some(match dtype {
+            DType::F32 => TensorData::F32(buf(owner, bytes)?),
+            DType::F16 => TensorData::F16(buf(owner, bytes)?),
+            DType::BF16 => TensorData::BF16(buf(owner, bytes)?),
+            DType::F64 => TensorData::F64(buf(owner, bytes)?),
+            DType::I8 => TensorData::I8(buf(owner, bytes)?),
+            DType::U8 => TensorData::U8(buf(owner, bytes)?),
+            DType::I16 => TensorData::I16(buf(owner, bytes)?),
+            DType::U16 => TensorData::U16(buf(owner, bytes)?),
+            DType::I32 => TensorData::I32(buf(owner, bytes)?),
+            DType::U32 => TensorData::U32(buf(owner, bytes)?),
+            DType::I64 => TensorData::I64(buf(owner, bytes)?),
+            DType::U64 => TensorData::U64(buf(owner, bytes)?),
+            _ => return None,
+        })
     }
 
     /// Element `i` as an exact f64 (i64 beyond 2^53 loses precision).
@@ -208,7 +251,7 @@ impl TensorData {
             TensorData::BF16(v) => cat(v, |x| x.to_le_bytes()),
             TensorData::F64(v) => cat(v, |x| x.to_le_bytes()),
             TensorData::I8(v) => cat(v, |x| x.to_le_bytes()),
-            TensorData::U8(v) => v.clone(),
+            TensorData::U8(v) => v.to_vec(),
             TensorData::I32(v) => cat(v, |x| x.to_le_bytes()),
             TensorData::I64(v) => cat(v, |x| x.to_le_bytes()),
             TensorData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
@@ -223,7 +266,7 @@ impl TensorData {
             TensorData::F8E8M0(v) => v.iter().map(|x| x.0).collect(),
             TensorData::F4E2M1(v) => v.iter().map(|x| x.0).collect(),
             TensorData::I4(v) | TensorData::I2(v) => v.iter().map(|&x| x as u8).collect(),
-            TensorData::U4(v) | TensorData::U2(v) => v.clone(),
+            TensorData::U4(v) | TensorData::U2(v) => v.to_vec(),
         }
     }
 
@@ -247,7 +290,7 @@ impl TensorData {
             DType::BF16 => TensorData::BF16(ch.map(|c| bf16::from_le_bytes(arr(c))).collect()),
             DType::F64 => TensorData::F64(ch.map(|c| f64::from_le_bytes(arr(c))).collect()),
             DType::I8 => TensorData::I8(bytes.iter().map(|&b| b as i8).collect()),
-            DType::U8 => TensorData::U8(bytes.to_vec()),
+            DType::U8 => TensorData::U8(bytes.to_vec().into()),
             DType::I32 => TensorData::I32(ch.map(|c| i32::from_le_bytes(arr(c))).collect()),
             DType::I64 => TensorData::I64(ch.map(|c| i64::from_le_bytes(arr(c))).collect()),
             DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
@@ -325,7 +368,7 @@ impl Tensor {
 
     /// An f32 tensor; fails when the element count differs from the shape.
     pub fn from_f32(shape: &[usize], values: Vec<f32>) -> Result<Tensor, TensorSizeError> {
-        Tensor::new(shape.to_vec(), TensorData::F32(values))
+        Tensor::new(shape.to_vec(), TensorData::F32(values.into()))
     }
 
     /// A tensor of `dtype` from exact values, rounded to the dtype.
@@ -409,6 +452,11 @@ impl Tensor {
         &mut self.data
     }
 
+    /// True when the elements borrow memory someone else owns (no copy was made).
+    pub fn is_shared(&self) -> bool {
+        self.data.is_shared()
+    }
+
     /// Consumes the tensor into its storage.
     pub fn into_data(self) -> TensorData {
         self.data
@@ -417,7 +465,7 @@ impl Tensor {
     /// The f32 elements, when the dtype is f32.
     pub fn as_f32(&self) -> Option<&[f32]> {
         match &self.data {
-            TensorData::F32(v) => Some(v),
+            TensorData::F32(v) => Some(v.as_slice()),
             _ => None,
         }
     }
@@ -508,7 +556,28 @@ mod tests {
         assert_eq!(TensorData::from_le_bytes(DType::I4, &[8]), None);
         assert_eq!(
             TensorData::from_le_bytes(DType::I4, &[0xf8]),
-            Some(TensorData::I4(vec![-8]))
+            Some(TensorData::I4(vec![-8].into()))
+        );
+    }
+
+    #[test]
+    fn shared_storage_reads_bytes_in_place() {
+        let t = Tensor::random(DType::F32, &[4], 3);
+        let owner = Arc::new(t.data().to_le_bytes());
+        let Some(d) = TensorData::shared_from_le_bytes(DType::F32, owner.clone(), &owner[..])
+        else {
+            // a Vec<u8> is not guaranteed 4-byte aligned; the system allocator is
+            assert!(!(owner.as_ptr() as usize).is_multiple_of(4));
+            return;
+        };
+        assert!(d.is_shared());
+        assert_eq!(&d, t.data());
+        assert_eq!(d.as_bytes().as_ptr(), owner.as_ptr());
+        let shared = Tensor::new(vec![4], d).unwrap();
+        assert!(shared.clone().is_shared() && !t.is_shared());
+        assert_eq!(
+            TensorData::shared_from_le_bytes(DType::Bool, owner.clone(), &owner[..1]),
+            None
         );
     }
 

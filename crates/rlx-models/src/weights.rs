@@ -2,22 +2,26 @@
 //! (`model.safetensors.index.json`).
 //!
 //! Headers are parsed once at open; tensor bytes stay in the map until a tensor is asked
-//! for. [`rlx_ir::Tensor`] owns its elements (`Vec`), so taking a tensor copies its bytes out
-//! of the map exactly once, decoding little-endian on the way (f16/bf16 are widened to f32
-//! when asked for f32). Nothing else of the file is read.
+//! for. A tensor asked for in the dtype it is stored in reads the map in place, without a
+//! copy: its [`rlx_ir::Buffer`] borrows the map and keeps it alive (an `Arc`) for as long
+//! as any such tensor lives. Otherwise (another dtype, or bytes misaligned for the element
+//! type) its bytes are copied out of the map once, decoding little-endian on the way
+//! (f16/bf16 are widened to f32 when asked for f32). Nothing else of the file is read.
 
 use crate::error::{ModelError, Result};
 use half::{bf16, f16};
-use rlx_ir::{DType, Tensor, TensorData};
+use rlx_ir::{Buffer, DType, Tensor, TensorData};
 use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One memory-mapped safetensors file with its parsed header.
 pub struct SafetensorsFile {
     path: PathBuf,
-    map: memmap2::Mmap,
+    /// shared with every tensor that borrows it
+    map: Arc<memmap2::Mmap>,
     /// byte offset of the data section (8 + header length)
     data_start: usize,
     metadata: Metadata,
@@ -49,7 +53,7 @@ impl SafetensorsFile {
             })?;
         Ok(SafetensorsFile {
             path,
-            map,
+            map: Arc::new(map),
             data_start: 8 + n,
             metadata,
         })
@@ -77,6 +81,11 @@ impl SafetensorsFile {
         let info = self.metadata.info(name)?;
         let (a, b) = info.data_offsets;
         self.map.get(self.data_start + a..self.data_start + b)
+    }
+
+    /// The whole mapped file.
+    pub fn mapped(&self) -> &[u8] {
+        &self.map
     }
 }
 
@@ -193,9 +202,11 @@ impl Weights {
             .and_then(|&i| self.files[i].bytes(name))
     }
 
-    /// The tensor `name` as `dtype` with exactly the shape `expected`, copied out of the
-    /// map once. f16/bf16/f32/f64 files convert to any float dtype; integer tensors load
-    /// only as their own dtype.
+    /// The tensor `name` as `dtype` with exactly the shape `expected`. Stored as `dtype`
+    /// (and aligned for it, as safetensors writers align), its storage borrows the file map
+    /// without a copy ([`Tensor::is_shared`]); otherwise it is converted and copied out of
+    /// the map once. f16/bf16/f32/f64 files convert to any float dtype; integer tensors
+    /// load only as their own dtype.
     ///
     /// # Errors
     /// [`ModelError::MissingTensor`] naming the tensor and the expected shape (with a guess
@@ -209,8 +220,17 @@ impl Weights {
             expected: describe(dtype, expected),
             found: format!("{from:?}{expected:?}{why}"),
         };
-        let data =
-            decode(from, dtype, bytes).ok_or_else(|| mismatch(" (cannot convert this dtype)"))?;
+        let shared = match self.index.get(name) {
+            Some(&i) if same_dtype(from, dtype) => {
+                TensorData::shared_from_le_bytes(dtype, self.files[i].map.clone(), bytes)
+            }
+            _ => None,
+        };
+        let data = match shared {
+            Some(d) => d,
+            None => decode(from, dtype, bytes)
+                .ok_or_else(|| mismatch(" (cannot convert this dtype)"))?,
+        };
         Tensor::new(expected.to_vec(), data).map_err(|e| mismatch(&format!(" ({e})")))
     }
 
@@ -243,6 +263,24 @@ impl Weights {
             .bytes(name)
             .ok_or_else(|| mismatch(" (data out of range)"))?;
         Ok((info.dtype, bytes))
+    }
+
+    /// As [`Weights::raw`], but the bytes as a buffer that borrows the file map and keeps
+    /// it alive (no copy), for storage used as is (packed projections).
+    ///
+    /// # Errors
+    /// As [`Weights::raw`].
+    pub fn raw_shared(
+        &self,
+        name: &str,
+        dtype: DType,
+        expected: &[usize],
+    ) -> Result<(Dtype, Buffer<u8>)> {
+        let (from, bytes) = self.raw(name, dtype, expected)?;
+        let file = &self.files[self.index[name]];
+        let buf = Buffer::from_bytes_shared(file.map.clone(), bytes)
+            .expect("bytes of the map, and u8 is always aligned");
+        Ok((from, buf))
     }
 
     /// A "did you mean" for a missing name: a tensor with the same name but for a prefix
@@ -285,6 +323,22 @@ pub fn describe(dtype: DType, shape: &[usize]) -> String {
     format!("{dtype}{shape:?}")
 }
 
+/// True when file dtype `from` is stored exactly as `to` in memory and [`decode`] accepts
+/// the pair (bool excluded: not every byte is a valid bool).
+fn same_dtype(from: Dtype, to: DType) -> bool {
+    matches!(
+        (from, to),
+        (Dtype::F32, DType::F32)
+            | (Dtype::F16, DType::F16)
+            | (Dtype::BF16, DType::BF16)
+            | (Dtype::F64, DType::F64)
+            | (Dtype::I64, DType::I64)
+            | (Dtype::I32, DType::I32)
+            | (Dtype::I8, DType::I8)
+            | (Dtype::U8, DType::U8)
+    )
+}
+
 /// Decodes little-endian `bytes` of file dtype `from` into storage of `to`.
 fn decode(from: Dtype, to: DType, bytes: &[u8]) -> Option<TensorData> {
     fn floats<const N: usize>(b: &[u8], f: impl Fn([u8; N]) -> f32) -> Vec<f32> {
@@ -302,7 +356,7 @@ fn decode(from: Dtype, to: DType, bytes: &[u8]) -> Option<TensorData> {
         })
     };
     match (from, to) {
-        (_, DType::F32) => as_f32().map(TensorData::F32),
+        (_, DType::F32) => as_f32().map(|v| TensorData::F32(v.into())),
         (Dtype::F16, DType::F16) => TensorData::from_le_bytes(DType::F16, bytes),
         (Dtype::BF16, DType::BF16) => TensorData::from_le_bytes(DType::BF16, bytes),
         (Dtype::F64, DType::F64) => TensorData::from_le_bytes(DType::F64, bytes),
@@ -388,6 +442,88 @@ mod tests {
         );
         let e = w.tensor("h", DType::I64, &[2]).unwrap_err();
         assert!(e.to_string().contains("cannot convert"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    fn in_map(w: &Weights, t: &Tensor) -> bool {
+        let p = t.data().as_bytes().as_ptr();
+        w.files
+            .iter()
+            .any(|f| f.mapped().as_ptr_range().contains(&p))
+    }
+
+    #[test]
+    fn same_dtype_loads_borrow_the_map_and_conversions_copy() {
+        let dir = tmpdir("zero-copy");
+        let vals = [1.0f32, -2.0, 3.5, 4.0, 5.0, 6.25];
+        let f32s: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let f16s: Vec<u8> = [0.5f32, -1.0]
+            .iter()
+            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+            .collect();
+        write(
+            &dir,
+            &[
+                ("w", Dtype::F32, vec![2, 3], f32s),
+                ("h", Dtype::F16, vec![2], f16s),
+            ],
+        );
+        let w = Weights::open_dir(&dir).expect("opens");
+        let t = w.tensor("w", DType::F32, &[2, 3]).expect("loads");
+        assert!(t.is_shared(), "an f32 tensor loaded as f32 borrows the map");
+        assert!(in_map(&w, &t));
+        assert_eq!(t.as_f32().expect("f32"), &vals);
+        assert_eq!(
+            t.data().as_bytes().as_ptr(),
+            w.bytes("w").expect("bytes").as_ptr()
+        );
+        let h = w.tensor("h", DType::F16, &[2]).expect("loads");
+        assert!(h.is_shared() && in_map(&w, &h));
+        assert_eq!(h.to_f64_vec(), vec![0.5, -1.0]);
+
+        // converting loads copy
+        let h32 = w.tensor("h", DType::F32, &[2]).expect("widens");
+        assert!(!h32.is_shared() && !in_map(&w, &h32));
+        assert_eq!(h32.as_f32().expect("f32"), &[0.5, -1.0]);
+        let w16 = w.tensor("w", DType::F16, &[2, 3]).expect("narrows");
+        assert!(!w16.is_shared());
+        assert_eq!(w16.to_f64_vec(), vals.map(f64::from).to_vec());
+
+        // the tensors keep the map alive after the weights are gone; a write copies
+        assert_eq!(Arc::strong_count(&w.files[0].map), 3);
+        drop(w);
+        assert_eq!(t.as_f32().expect("f32"), &vals);
+        let mut t2 = t.clone();
+        let rlx_ir::TensorData::F32(v) = t2.data_mut() else {
+            unreachable!("f32")
+        };
+        v[0] = 9.0;
+        assert!(!t2.is_shared() && t.is_shared());
+        assert_eq!(t.as_f32().expect("f32")[0], 1.0);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn misaligned_tensors_are_copied() {
+        // hand-written so that the f32 tensor starts one byte into the data section
+        let dir = tmpdir("misaligned");
+        let header = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[2],"data_offsets":[1,9]}}"#;
+        let mut header = header.as_bytes().to_vec();
+        while !header.len().is_multiple_of(8) {
+            header.push(b' ');
+        }
+        let mut file = (header.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(&header);
+        file.push(7);
+        file.extend([1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()));
+        std::fs::write(dir.join("model.safetensors"), file).expect("writes");
+        let w = Weights::open_dir(&dir).expect("opens");
+        let b = w.tensor("b", DType::F32, &[2]).expect("loads");
+        assert!(!b.is_shared(), "misaligned for f32: copied");
+        assert_eq!(b.as_f32().expect("f32"), &[1.5, -2.0]);
+        let a = w.tensor("a", DType::U8, &[1]).expect("loads");
+        assert!(a.is_shared() && in_map(&w, &a), "u8 is always aligned");
+        assert_eq!(a.to_f64_vec(), vec![7.0]);
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -143,6 +143,40 @@ fn tiny_bf16_folder_loads_and_generates() {
         .find(|(n, _)| n == "blk.0.attn_q.weight")
         .unwrap();
     assert_eq!(q.1.size_bytes(), 8 * 8 * 2);
+    // projections are read in place from the memory-mapped file, except Q/K (permuted)
+    assert!(!q.1.is_shared(), "Q rows are permuted into a copy");
+    let up = model
+        .params
+        .iter()
+        .find(|(n, _)| n == "blk.0.ffn_up.weight")
+        .unwrap();
+    assert!(up.1.is_shared(), "an unpermuted projection borrows the map");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn kv_cache_is_one_allocation_per_generation() {
+    let dir = std::env::temp_dir().join(format!("rlx-llama-hf-kv-{}", std::process::id()));
+    tiny_folder(&dir, None, true);
+    let model = Llama::open(&dir).unwrap();
+    let mut gen = Generator::new(&model, SessionRunner::cpu());
+    gen.stop_ids.clear();
+    let first = gen
+        .generate(&[2, 3], 6, &Sampling::default(), |_| {})
+        .unwrap();
+    assert_eq!(first.tokens.len(), 6);
+    let m = gen.cache_memory();
+    assert_eq!(m.allocs, 1, "one cache allocation for 6 tokens: {m:?}");
+    assert_eq!(m.frees, 1, "freed when the generation ends");
+    assert_eq!(m.bytes_in_use, 0);
+    assert_eq!(m.peak_bytes_in_use, first.kv_cache_bytes);
+    // the same tokens again, from a second (single) allocation
+    let again = gen
+        .generate(&[2, 3], 6, &Sampling::default(), |_| {})
+        .unwrap();
+    assert_eq!(again.tokens, first.tokens);
+    assert_eq!(gen.cache_memory().allocs, 2);
+    assert_eq!(gen.cache_memory().bytes_in_use, 0);
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -179,15 +179,15 @@ fn from_fields(t: &TensorProto, dtype: DType, numel: usize) -> Result<TensorData
     Ok(match dtype {
         DType::F32 => {
             check(t.float_data.len(), "float_data")?;
-            TensorData::F32(t.float_data.clone())
+            TensorData::F32(t.float_data.clone().into())
         }
         DType::F64 => {
             check(t.double_data.len(), "double_data")?;
-            TensorData::F64(t.double_data.clone())
+            TensorData::F64(t.double_data.clone().into())
         }
         DType::I64 => {
             check(t.int64_data.len(), "int64_data")?;
-            TensorData::I64(t.int64_data.clone())
+            TensorData::I64(t.int64_data.clone().into())
         }
         DType::F16 | DType::BF16 => {
             check(t.int32_data.len(), "int32_data")?;

@@ -414,7 +414,7 @@ mod tests {
         let (format, n, k, m) = (QuantFormat::Q4K, 5, 256, 2);
         let w = random_blocks(format, n, k, 11);
         let x = Tensor::random(rlx_ir::DType::F32, &[m, k], 3);
-        let wt = Tensor::new(vec![w.len()], TensorData::U8(w.clone())).unwrap();
+        let wt = Tensor::new(vec![w.len()], TensorData::U8(w.clone().into())).unwrap();
         let op = Op::QuantMatMul { format, n, k };
         let got = crate::interp::eval_op(&op, &[&x, &wt]).unwrap();
         assert_eq!(got.shape(), &[m, n]);
@@ -424,7 +424,7 @@ mod tests {
             assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{a} vs {b}");
         }
         // a wrong byte count is a clear error, not a panic
-        let short = Tensor::new(vec![10], TensorData::U8(vec![0; 10])).unwrap();
+        let short = Tensor::new(vec![10], TensorData::U8(vec![0; 10].into())).unwrap();
         assert!(crate::interp::eval_op(&op, &[&x, &short]).is_err());
     }
 

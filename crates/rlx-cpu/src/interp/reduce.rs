@@ -56,5 +56,5 @@ pub(super) fn arg_reduce(op: ArgOp, axis: usize, x: &Tensor) -> TensorData {
             out.push(best as i64);
         }
     }
-    TensorData::I64(out)
+    TensorData::I64(out.into())
 }

@@ -170,16 +170,16 @@ fn softmax_and_log_softmax() {
 #[test]
 fn gather_wraps_negative_indices_and_rejects_out_of_range() {
     let d = t(&[3, 2], &[1., 2., 3., 4., 5., 6.]);
-    let i = Tensor::new(vec![2], rlx_ir::TensorData::I64(vec![-1, 0])).unwrap();
+    let i = Tensor::new(vec![2], rlx_ir::TensorData::I64(vec![-1, 0].into())).unwrap();
     check(
         Op::Gather { axis: 0 },
         &[&d, &i],
         &[2, 2],
         &[5., 6., 1., 2.],
     );
-    let i = Tensor::new(vec![1], rlx_ir::TensorData::I32(vec![1])).unwrap();
+    let i = Tensor::new(vec![1], rlx_ir::TensorData::I32(vec![1].into())).unwrap();
     check(Op::Gather { axis: 1 }, &[&d, &i], &[3, 1], &[2., 4., 6.]);
-    let bad = Tensor::new(vec![1], rlx_ir::TensorData::I64(vec![3])).unwrap();
+    let bad = Tensor::new(vec![1], rlx_ir::TensorData::I64(vec![3].into())).unwrap();
     let e = eval_op(&Op::Gather { axis: 0 }, &[&d, &bad]).unwrap_err();
     assert!(e.to_string().contains("index 3 out of range"), "{e}");
 }
@@ -282,7 +282,7 @@ fn elementwise_broadcast_and_integer_semantics() {
         &[1., 1., 1., 10., 20., 30.],
     );
     let r = eval_op(&Op::Cast(DType::I64), &[&t(&[2], &[2.7, -2.7])]).unwrap();
-    assert_eq!(r.data(), &rlx_ir::TensorData::I64(vec![2, -2]));
+    assert_eq!(r.data(), &rlx_ir::TensorData::I64(vec![2, -2].into()));
 }
 
 #[test]

@@ -160,7 +160,7 @@ pub fn inputs(enc: &Encoded) -> HashMap<String, Tensor> {
             pos.push(j as i64);
         }
     }
-    let t = |v: Vec<i64>| Tensor::new(vec![b, s], TensorData::I64(v)).expect("sizes match");
+    let t = |v: Vec<i64>| Tensor::new(vec![b, s], TensorData::I64(v.into())).expect("sizes match");
     HashMap::from([
         (INPUT_IDS.to_string(), t(ids)),
         (ATTENTION_MASK.to_string(), t(mask)),

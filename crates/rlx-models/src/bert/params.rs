@@ -9,7 +9,7 @@
 use crate::config::BertConfig;
 use crate::error::Result;
 use crate::weights::Weights;
-use rlx_ir::{DType, Tensor, TensorData};
+use rlx_ir::{Buffer, DType, Tensor, TensorData};
 
 /// How one graph param is made from checkpoint tensors (names without the prefix).
 #[derive(Debug, Clone, PartialEq)]
@@ -173,7 +173,8 @@ pub fn detect_prefix(w: &Weights) -> &'static str {
 /// A missing tensor (named, with the shape expected) or one of the wrong shape or dtype.
 pub fn load(w: &Weights, cfg: &BertConfig) -> Result<Vec<(String, Tensor)>> {
     let prefix = detect_prefix(w);
-    let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
+    // kept as the loaded buffer: borrowed from the file map when the checkpoint is f32
+    let get = |name: &str, shape: &[usize]| -> Result<Buffer<f32>> {
         let t = w.tensor(&format!("{prefix}{name}"), DType::F32, shape)?;
         match t.into_data() {
             TensorData::F32(v) => Ok(v),
@@ -186,7 +187,7 @@ pub fn load(w: &Weights, cfg: &BertConfig) -> Result<Vec<(String, Tensor)>> {
             Source::Copy(n) => get(n, &spec.shape)?,
             Source::Transpose(n) => {
                 let (inp, outd) = (spec.shape[0], spec.shape[1]);
-                transpose(&get(n, &[outd, inp])?, outd, inp)
+                transpose(&get(n, &[outd, inp])?, outd, inp).into()
             }
             Source::ConcatTransposed(names) => {
                 let inp = spec.shape[0];
@@ -195,15 +196,15 @@ pub fn load(w: &Weights, cfg: &BertConfig) -> Result<Vec<(String, Tensor)>> {
                 for n in names {
                     parts.push(transpose(&get(n, &[part, inp])?, part, inp));
                 }
-                interleave_cols(&parts, inp, part)
+                interleave_cols(&parts, inp, part).into()
             }
             Source::Concat(names) => {
                 let part = spec.shape[0] / names.len();
                 let mut v = Vec::with_capacity(spec.shape[0]);
                 for n in names {
-                    v.extend(get(n, &[part])?);
+                    v.extend_from_slice(&get(n, &[part])?);
                 }
-                v
+                v.into()
             }
         };
         let t = Tensor::new(spec.shape.clone(), TensorData::F32(data))

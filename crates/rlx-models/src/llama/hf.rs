@@ -14,7 +14,7 @@ use super::{model_err, Linear, Llama, LlamaConfig, LlamaError};
 use crate::error::ModelError;
 use crate::weights::Weights;
 use rlx_gguf::{ChatTokenizer, QuantFormat};
-use rlx_ir::{DType, Tensor, TensorData};
+use rlx_ir::{Buffer, DType, Tensor, TensorData};
 use safetensors::Dtype;
 use serde::Deserialize;
 use serde_json::Value;
@@ -335,9 +335,9 @@ pub fn hf_tokenizer(dir: &Path, config: &Value) -> Result<ChatTokenizer, LlamaEr
 }
 
 impl Llama {
-    /// Loads a Llama model from a Hugging Face folder. Projections are copied out of the
-    /// mapping once, in their file dtype (Q/K rows permuted for the graph's RoPE pairing);
-    /// norms become f32.
+    /// Loads a Llama model from a Hugging Face folder. Projections stay in their file dtype
+    /// and are read in place from the memory map (no copy), except Q/K, whose rows are
+    /// permuted for the graph's RoPE pairing into a copy; norms become f32.
     ///
     /// # Errors
     /// Missing files or tensors (named, with the expected shape), weights in a dtype other
@@ -369,16 +369,17 @@ impl Llama {
                           k: usize,
                           rope_heads: Option<usize>|
          -> Result<(Arc<Tensor>, QuantFormat), LlamaError> {
-            let (dtype, bytes) = weights.raw(hf, DType::BF16, &[n, k])?;
+            let (dtype, raw) = weights.raw_shared(hf, DType::BF16, &[n, k])?;
             let format = format_of(dtype).ok_or_else(|| {
                 model_err(format!(
                     "{}: tensor `{hf}` is {dtype:?}; projections must be F32, F16 or BF16",
                     weights.label()
                 ))
             })?;
-            let bytes = match rope_heads {
-                Some(h) => permute_rope_rows(bytes, h, c.head_dim),
-                None => bytes.to_vec(),
+            // used in place from the file map, unless the rows need permuting
+            let bytes: Buffer<u8> = match rope_heads {
+                Some(h) => permute_rope_rows(&raw, h, c.head_dim).into(),
+                None => raw,
             };
             weight_bytes += bytes.len();
             let t = Arc::new(

@@ -15,7 +15,9 @@
 //! cache's valid length.
 //!
 //! KV cache: one f32 tensor `[layers, 2, kv_heads, capacity, head_dim]`, allocated when a
-//! generation starts and never again. The decode graph takes it as an input (bound by
+//! generation starts and never again: one block of the generator's `rlx-mem` host
+//! sub-allocator ([`Generator::cache_memory`]), held by the tensor as exclusive
+//! [`rlx_ir::Buffer`] storage (written in place) and freed when the generation ends. The decode graph takes it as an input (bound by
 //! reference, not copied, by the CPU backend), attends over all `capacity` rows with the
 //! unfilled ones masked out, and returns only the new K/V rows, which the generator writes
 //! into the cache in place. Shapes are static per generation, so the decode graph compiles
@@ -25,10 +27,11 @@ pub mod hf;
 
 use rlx_gguf::{ChatTokenizer, GgufError, GgufFile, QuantFormat};
 use rlx_ir::{
-    BinaryOp, DType, Graph, IrError, NodeId, Op, SplitMix64, Tensor, TensorData, UnaryOp,
+    BinaryOp, Buffer, DType, Graph, IrError, NodeId, Op, SplitMix64, Tensor, TensorData, UnaryOp,
 };
+use rlx_mem::{Allocation, AllocatorConfig, HostProvider, SubAllocator};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// Hyper-parameters of a Llama-family model.
@@ -257,7 +260,7 @@ impl Llama {
             }
             let format = t.ggml_type.format().expect("checked by tensor_bytes");
             let tensor = Arc::new(
-                Tensor::new(vec![bytes.len()], TensorData::U8(bytes.to_vec()))
+                Tensor::new(vec![bytes.len()], TensorData::U8(bytes.to_vec().into()))
                     .expect("length matches"),
             );
             weight_bytes += bytes.len();
@@ -631,10 +634,54 @@ impl GenerationStats {
     }
 }
 
+/// Host memory for KV caches: an `rlx-mem` sub-allocator over host blocks.
+type HostMemory = Arc<Mutex<SubAllocator>>;
+
+fn lock(m: &HostMemory) -> MutexGuard<'_, SubAllocator> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One KV cache's memory: a block of the generator's host allocator, freed on drop.
+struct CacheBlock {
+    memory: HostMemory,
+    allocation: Option<Allocation>,
+}
+
+impl Drop for CacheBlock {
+    fn drop(&mut self) {
+        if let Some(a) = self.allocation.take() {
+            // freeing a live allocation of its own allocator cannot fail
+            let _ = lock(&self.memory).free(a);
+        }
+    }
+}
+
+/// A zeroed f32 KV cache of `shape` in one allocation from `memory`.
+fn alloc_cache(memory: &HostMemory, shape: Vec<usize>) -> Result<Tensor, LlamaError> {
+    let len: usize = shape.iter().product();
+    let bytes = len * std::mem::size_of::<f32>();
+    let allocation = lock(memory)
+        .alloc(bytes, 64)
+        .map_err(|e| LlamaError::Run(format!("KV cache of {bytes} bytes: {e}")))?;
+    let ptr = allocation.addr() as *mut f32;
+    // SAFETY: the allocation is `bytes` of host memory, 64-byte aligned, ours alone until
+    // freed; zeroing makes every element an initialized f32.
+    unsafe { std::ptr::write_bytes(ptr, 0, len) };
+    let owner = Box::new(CacheBlock {
+        memory: memory.clone(),
+        allocation: Some(allocation),
+    });
+    // SAFETY: as above; `owner` frees the allocation only when the buffer is dropped.
+    let buf = unsafe { Buffer::exclusive(owner, ptr, len) };
+    Ok(Tensor::new(shape, TensorData::F32(buf)).expect("sizes"))
+}
+
 /// Generates text with a [`Llama`] through a [`Runner`].
 pub struct Generator<'a, R: Runner> {
     model: &'a Llama,
     runner: R,
+    /// where KV caches come from: one allocation per generation
+    memory: HostMemory,
     /// ids that end the generation (the tokenizer's eos and `<|im_end|>`; empty: never stop)
     pub stop_ids: Vec<u32>,
 }
@@ -648,8 +695,18 @@ impl<'a, R: Runner> Generator<'a, R> {
         Generator {
             model,
             runner,
+            memory: Arc::new(Mutex::new(SubAllocator::new(
+                Box::new(HostProvider::new()),
+                AllocatorConfig::default(),
+            ))),
             stop_ids: model.tokenizer.stop_ids.clone(),
         }
+    }
+
+    /// Counters of the host allocator KV caches come from (one allocation per generation,
+    /// freed when it ends).
+    pub fn cache_memory(&self) -> rlx_mem::Stats {
+        lock(&self.memory).stats()
     }
 
     /// Generates up to `max_tokens` after `prompt` (token ids), calling `on_token` with each
@@ -702,13 +759,7 @@ impl<'a, R: Runner> Generator<'a, R> {
 
         // The KV cache: allocated here, once, for the whole generation.
         let cache_len = c.layers * 2 * kvh * cap * hd;
-        let mut cache = Some(
-            Tensor::new(
-                vec![c.layers, 2, kvh, cap, hd],
-                TensorData::F32(vec![0.0; cache_len]),
-            )
-            .expect("sizes"),
-        );
+        let mut cache = Some(alloc_cache(&self.memory, vec![c.layers, 2, kvh, cap, hd])?);
         stats.kv_cache_bytes = cache_len * 4;
         let mut rng = SplitMix64(sampling.seed);
 

@@ -22,18 +22,18 @@ pub fn read(path: &Path) -> Result<Tensor, String> {
     let fortran = npy.order() == npyz::Order::Fortran;
     let err = |e: std::io::Error| format!("{label}: {e}");
     let data = match (ts.type_char(), ts.size_field()) {
-        (TypeChar::Float, 2) => TensorData::F16(npy.into_vec::<half::f16>().map_err(err)?),
-        (TypeChar::Float, 4) => TensorData::F32(npy.into_vec::<f32>().map_err(err)?),
-        (TypeChar::Float, 8) => TensorData::F64(npy.into_vec::<f64>().map_err(err)?),
-        (TypeChar::Int, 1) => TensorData::I8(npy.into_vec::<i8>().map_err(err)?),
-        (TypeChar::Uint, 1) => TensorData::U8(npy.into_vec::<u8>().map_err(err)?),
-        (TypeChar::Int, 2) => TensorData::I16(npy.into_vec::<i16>().map_err(err)?),
-        (TypeChar::Uint, 2) => TensorData::U16(npy.into_vec::<u16>().map_err(err)?),
-        (TypeChar::Int, 4) => TensorData::I32(npy.into_vec::<i32>().map_err(err)?),
-        (TypeChar::Uint, 4) => TensorData::U32(npy.into_vec::<u32>().map_err(err)?),
-        (TypeChar::Uint, 8) => TensorData::U64(npy.into_vec::<u64>().map_err(err)?),
-        (TypeChar::Int, 8) => TensorData::I64(npy.into_vec::<i64>().map_err(err)?),
-        (TypeChar::Bool, 1) => TensorData::Bool(npy.into_vec::<bool>().map_err(err)?),
+        (TypeChar::Float, 2) => TensorData::F16(npy.into_vec::<half::f16>().map_err(err)?.into()),
+        (TypeChar::Float, 4) => TensorData::F32(npy.into_vec::<f32>().map_err(err)?.into()),
+        (TypeChar::Float, 8) => TensorData::F64(npy.into_vec::<f64>().map_err(err)?.into()),
+        (TypeChar::Int, 1) => TensorData::I8(npy.into_vec::<i8>().map_err(err)?.into()),
+        (TypeChar::Uint, 1) => TensorData::U8(npy.into_vec::<u8>().map_err(err)?.into()),
+        (TypeChar::Int, 2) => TensorData::I16(npy.into_vec::<i16>().map_err(err)?.into()),
+        (TypeChar::Uint, 2) => TensorData::U16(npy.into_vec::<u16>().map_err(err)?.into()),
+        (TypeChar::Int, 4) => TensorData::I32(npy.into_vec::<i32>().map_err(err)?.into()),
+        (TypeChar::Uint, 4) => TensorData::U32(npy.into_vec::<u32>().map_err(err)?.into()),
+        (TypeChar::Uint, 8) => TensorData::U64(npy.into_vec::<u64>().map_err(err)?.into()),
+        (TypeChar::Int, 8) => TensorData::I64(npy.into_vec::<i64>().map_err(err)?.into()),
+        (TypeChar::Bool, 1) => TensorData::Bool(npy.into_vec::<bool>().map_err(err)?.into()),
         _ => return Err(format!("{label}: element type `{ts}` is not supported")),
     };
     if fortran {
