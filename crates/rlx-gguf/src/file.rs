@@ -7,10 +7,12 @@
 
 use crate::GgufError;
 use memmap2::Mmap;
+use rlx_ir::Buffer;
 use rlx_ir::QuantFormat;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The most nested arrays the reader follows.
 const MAX_DEPTH: usize = 4;
@@ -209,7 +211,8 @@ impl TensorInfo {
 }
 
 enum Storage {
-    Mmap(Mmap),
+    /// shared with the tensors borrowed from it ([`GgufFile::tensor_buffer`])
+    Mmap(Arc<Mmap>),
     Owned(Vec<u8>),
 }
 
@@ -366,7 +369,7 @@ impl GgufFile {
         // SAFETY: the mapping is read-only; the file is not expected to change while open
         // (as for every memory-mapped model loader).
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::parse(Storage::Mmap(mmap), Some(path.to_path_buf()))
+        Self::parse(Storage::Mmap(Arc::new(mmap)), Some(path.to_path_buf()))
     }
 
     /// Parses a file already in memory.
@@ -568,6 +571,21 @@ impl GgufFile {
         Ok((t, &self.storage.bytes()[start..start + t.size]))
     }
 
+    /// The packed bytes of a tensor as tensor storage: borrowed from the memory map (no
+    /// copy; the buffer keeps the map alive) for a mapped file, copied for one read into
+    /// memory.
+    ///
+    /// # Errors
+    /// As [`GgufFile::tensor_bytes`].
+    pub fn tensor_buffer(&self, name: &str) -> Result<(&TensorInfo, Buffer<u8>), GgufError> {
+        let (t, bytes) = self.tensor_bytes(name)?;
+        let shared = match &self.storage {
+            Storage::Mmap(m) => Buffer::from_bytes_shared(m.clone(), bytes),
+            Storage::Owned(_) => None,
+        };
+        Ok((t, shared.unwrap_or_else(|| bytes.to_vec().into())))
+    }
+
     /// Tells the OS the mapped pages of a tensor are no longer needed (after copying them
     /// out), so loading does not hold the file twice in resident memory. Reading the tensor
     /// again still works: the pages come back from the file. A no-op for in-memory files.
@@ -685,6 +703,28 @@ mod tests {
         assert_eq!(row[31], 7.5);
         assert!(f.dequantize_row("w", 2, &mut row).is_err());
         assert!(f.get_u64("general.architecture").is_err());
+    }
+
+    #[test]
+    fn mapped_tensors_are_borrowed_not_copied() {
+        let path = std::env::temp_dir().join(format!("rlx-gguf-{}.gguf", std::process::id()));
+        std::fs::write(&path, tiny()).unwrap();
+        let f = GgufFile::open(&path).unwrap();
+        let (_, bytes) = f.tensor_bytes("w").unwrap();
+        let (_, buf) = f.tensor_buffer("w").unwrap();
+        assert!(buf.is_shared());
+        assert_eq!(buf.as_ptr(), bytes.as_ptr());
+        assert_eq!(&buf[..], bytes);
+        // the buffer keeps the map alive after the file is dropped
+        let copy = bytes.to_vec();
+        drop(f);
+        assert_eq!(&buf[..], &copy[..]);
+        let _ = std::fs::remove_file(&path);
+        // a file read into memory hands out copies
+        let f = GgufFile::from_bytes(tiny()).unwrap();
+        let (_, buf) = f.tensor_buffer("w").unwrap();
+        assert!(!buf.is_shared());
+        assert_eq!(&buf[..], f.tensor_bytes("w").unwrap().1);
     }
 
     #[test]

@@ -251,7 +251,7 @@ impl Llama {
         let mut linears = HashMap::new();
         let mut weight_bytes = 0;
         let mut packed = |name: &str, n: usize, k: usize| -> Result<Arc<Tensor>, LlamaError> {
-            let (t, bytes) = f.tensor_bytes(name)?;
+            let (t, bytes) = f.tensor_buffer(name)?;
             if t.dims != [k as u64, n as u64] {
                 return Err(LlamaError::Gguf(GgufError::Tensor {
                     name: name.into(),
@@ -259,12 +259,11 @@ impl Llama {
                 }));
             }
             let format = t.ggml_type.format().expect("checked by tensor_bytes");
-            let tensor = Arc::new(
-                Tensor::new(vec![bytes.len()], TensorData::U8(bytes.to_vec().into()))
-                    .expect("length matches"),
-            );
-            weight_bytes += bytes.len();
-            f.release(name);
+            // Borrowed from the file's memory map: the packed weights are used in place.
+            let len = bytes.len();
+            let tensor =
+                Arc::new(Tensor::new(vec![len], TensorData::U8(bytes)).expect("length matches"));
+            weight_bytes += len;
             linears.insert(name.to_string(), Linear { format, n, k });
             params.push((name.to_string(), tensor.clone()));
             Ok(tensor)
