@@ -586,23 +586,6 @@ impl GgufFile {
         Ok((t, shared.unwrap_or_else(|| bytes.to_vec().into())))
     }
 
-    /// Tells the OS the mapped pages of a tensor are no longer needed (after copying them
-    /// out), so loading does not hold the file twice in resident memory. Reading the tensor
-    /// again still works: the pages come back from the file. A no-op for in-memory files.
-    pub fn release(&self, name: &str) {
-        #[cfg(unix)]
-        if let (Storage::Mmap(m), Some(t)) = (&self.storage, self.tensor(name)) {
-            let start = self.data_offset + t.offset as usize;
-            // SAFETY: a read-only file mapping: dropped pages are re-read from the file on
-            // the next access, so no data is lost and no reference is invalidated.
-            let _ = unsafe {
-                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, t.size)
-            };
-        }
-        #[cfg(not(unix))]
-        let _ = name;
-    }
-
     /// A tensor dequantized to f32, outermost dim first.
     ///
     /// # Errors
