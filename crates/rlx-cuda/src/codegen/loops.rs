@@ -89,15 +89,13 @@ pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKe
     let mut args: Vec<ArgRef> = k.inputs.iter().map(|i| ArgRef::Buffer(i.buffer)).collect();
     args.push(ArgRef::Buffer(k.output));
     match &k.reduce {
-        None if wide_reads(k, &outer).is_some() => {
-            let reads = wide_reads(k, &outer).unwrap_or_default();
+        None if let Some(reads) = wide_reads(k, &outer) => {
             let text = elementwise_wide(k, &outer, &reads, ity, &ps)?;
             let per_block = BLOCK as usize * WIDE_PER_THREAD;
             let launch = Launch::linear(grid_for(n / WIDE, per_block), BLOCK);
             Ok(finish(&k.name, "ew", text, launch, args))
         }
-        None if vec4_reads(k, &outer).is_some() => {
-            let reads = vec4_reads(k, &outer).unwrap_or_default();
+        None if let Some(reads) = vec4_reads(k, &outer) => {
             let text = elementwise_vec4(k, &outer, &reads, ity, &ps)?;
             let launch = Launch::linear(grid_for(n / 4, BLOCK as usize), BLOCK);
             Ok(finish(&k.name, "ew", text, launch, args))
@@ -176,19 +174,29 @@ enum VecRead {
 /// inputs are contiguous or rows repeated over the outer dim (at offsets that are multiples
 /// of 4 elements, so vector-aligned) or broadcast scalars, with a multiple of 4 points.
 fn vec4_reads(k: &LoopKernel, outer: &IndexSpace) -> Option<Vec<VecRead>> {
+    vec4_type(k.out_dtype())?;
+    vector_reads(k, outer, 4, |d| vec4_type(d).is_some())
+}
+
+/// How each input is read when `width` consecutive points go together: the shared rule of
+/// [`vec4_reads`] and [`wide_reads`]. Elementwise kernels over one merged dim, or two whose
+/// inner dim is a multiple of `width`, with a multiple of `width` (and at least 1024)
+/// points, whose inputs pass `input_ok` and are contiguous, rows repeated over the outer dim
+/// (at offsets that are multiples of `width`) or broadcast scalars.
+fn vector_reads(
+    k: &LoopKernel,
+    outer: &IndexSpace,
+    width: usize,
+    input_ok: impl Fn(DType) -> bool,
+) -> Option<Vec<VecRead>> {
     let n = k.numel();
     let dims = &outer.dims;
     let shape_ok = match dims.len() {
         1 => true,
-        2 => dims[1].is_multiple_of(4),
+        2 => dims[1].is_multiple_of(width),
         _ => false,
     };
-    if k.reduce.is_some()
-        || !shape_ok
-        || !n.is_multiple_of(4)
-        || n < 1024
-        || vec4_type(k.out_dtype()).is_none()
-    {
+    if k.reduce.is_some() || !shape_ok || !n.is_multiple_of(width) || n < 1024 {
         return None;
     }
     let inner = *dims.last()? as isize;
@@ -196,8 +204,10 @@ fn vec4_reads(k: &LoopKernel, outer: &IndexSpace) -> Option<Vec<VecRead>> {
         .iter()
         .zip(&outer.strides)
         .map(|(i, s)| {
-            vec4_type(i.dtype)?;
-            let aligned = i.view.offset.is_multiple_of(4);
+            if !input_ok(i.dtype) {
+                return None;
+            }
+            let aligned = i.view.offset.is_multiple_of(width);
             match s.as_slice() {
                 [0] | [0, 0] => Some(VecRead::Scalar),
                 [1] if aligned => Some(VecRead::Full),
@@ -270,36 +280,10 @@ const WIDE_PER_THREAD: usize = 2;
 /// [`vec4_reads`] with 8-element vectors (inner dim, point count and view offsets multiples
 /// of 8), for kernels storing f16/bf16 (inputs may be f32, f16 or bf16).
 fn wide_reads(k: &LoopKernel, outer: &IndexSpace) -> Option<Vec<VecRead>> {
-    if !matches!(k.out_dtype(), DType::F16 | DType::BF16)
-        || k.inputs.iter().any(|i| elem_bytes(i.dtype).is_none())
-    {
+    if !matches!(k.out_dtype(), DType::F16 | DType::BF16) {
         return None;
     }
-    let n = k.numel();
-    let dims = &outer.dims;
-    let shape_ok = match dims.len() {
-        1 => true,
-        2 => dims[1].is_multiple_of(WIDE),
-        _ => false,
-    };
-    if k.reduce.is_some() || !shape_ok || !n.is_multiple_of(WIDE) || n < 1024 {
-        return None;
-    }
-    let inner = *dims.last()? as isize;
-    k.inputs
-        .iter()
-        .zip(&outer.strides)
-        .map(|(i, s)| {
-            let aligned = i.view.offset.is_multiple_of(WIDE);
-            match s.as_slice() {
-                [0] | [0, 0] => Some(VecRead::Scalar),
-                [1] if aligned => Some(VecRead::Full),
-                [o, 1] if *o == inner && aligned => Some(VecRead::Full),
-                [0, 1] if aligned => Some(VecRead::Row),
-                _ => None,
-            }
-        })
-        .collect()
+    vector_reads(k, outer, WIDE, |d| elem_bytes(d).is_some())
 }
 
 /// Two 8-element vectors per thread per pass (`uint4` for f16/bf16, two `float4` for f32
