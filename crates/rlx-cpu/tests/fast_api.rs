@@ -333,3 +333,35 @@ fn shared_param_is_read_in_place() {
     // the owner, the tensor's buffer; the run kept no copy or clone of it
     assert_eq!(Arc::strong_count(&owner), 2);
 }
+
+/// A weight is packed once and reused while the same tensor stays bound; binding another
+/// tensor repacks it (the packed GEMM path), and f16 weights follow the same rule.
+#[test]
+fn rebinding_a_weight_repacks_it() {
+    for dtype in [F, DType::F16] {
+        let mut b = ProgramBuilder::new();
+        let x = b.input("x", dtype, &[3, 10, 40]);
+        let w = b.param("w", dtype, &[40, 33]);
+        let y = b.push_library("mm", Op::MatMul, &[x, w], None).unwrap();
+        b.output("y", y);
+        let prog = b.finish();
+        let p = CpuProgram::compile(prog.clone(), &CpuOptions { threads: Some(2) }).unwrap();
+        let inputs = HashMap::from([("x".to_string(), Tensor::random(dtype, &[3, 10, 40], 1))]);
+        for seed in [2, 3, 2] {
+            let params = HashMap::from([(
+                "w".to_string(),
+                Arc::new(Tensor::random(dtype, &[40, 33], seed)),
+            )]);
+            for _ in 0..2 {
+                let got = p.run(&inputs, &params).unwrap().remove(0).1;
+                let want = run_program_reference(&prog, &inputs, &params)
+                    .unwrap()
+                    .remove(0)
+                    .1;
+                let err = rel_l2(&got, &want);
+                let bound = if dtype == F { 1e-5 } else { 2e-3 };
+                assert!(err <= bound, "{dtype:?} weight seed {seed}: rel L2 {err}");
+            }
+        }
+    }
+}

@@ -127,9 +127,15 @@ impl CpuProgram {
                 Kernel::Library(l) => {
                     let in_types = l.inputs.iter().map(|&b| ty(b)).collect();
                     let result = info.lib_results[ki].clone().expect("library result type");
+                    let weight = l
+                        .inputs
+                        .get(1)
+                        .and_then(|&b| weight_source(&program, &info, b));
                     (
                         l.op.name(),
-                        Exec::Library(Box::new(LibExec::compile(l, in_types, result, threads))),
+                        Exec::Library(Box::new(LibExec::compile(
+                            l, in_types, result, threads, weight,
+                        ))),
                     )
                 }
             });
@@ -247,7 +253,7 @@ impl CpuProgram {
                 &mut arena,
                 &mut owned,
             );
-            let go = || self.execute(&mem, timings);
+            let go = || self.execute(&mem, params, timings);
             match &self.pool {
                 Some(p) => p.install(go),
                 None => go(),
@@ -290,6 +296,7 @@ impl CpuProgram {
     fn execute(
         &self,
         mem: &RunMemory<'_>,
+        params: &HashMap<String, Arc<Tensor>>,
         mut timings: Option<&mut Vec<KernelTiming>>,
     ) -> Result<(), CpuError> {
         for step in &self.steps {
@@ -310,7 +317,8 @@ impl CpuProgram {
                     &exec.name
                 }
                 Exec::Library(l) => {
-                    l.run(mem, step.scratch).map_err(|e| e.in_kernel(&l.name))?;
+                    l.run(mem, step.scratch, params)
+                        .map_err(|e| e.in_kernel(&l.name))?;
                     &l.name
                 }
             };
@@ -323,6 +331,19 @@ impl CpuProgram {
             }
         }
         Ok(())
+    }
+}
+
+/// Where buffer `b` comes from when it is (a view of) a param or a constant.
+fn weight_source(
+    program: &KernelProgram,
+    info: &ProgramInfo,
+    b: BufferId,
+) -> Option<library::WeightSource> {
+    match &program.buffers[info.roots[b]].kind {
+        BufferKind::Param(name) => Some(library::WeightSource::Param(name.clone())),
+        BufferKind::Constant(t) => Some(library::WeightSource::Constant(t.clone())),
+        _ => None,
     }
 }
 

@@ -8,6 +8,7 @@ mod conv;
 mod data;
 pub(crate) mod matmul;
 mod norm;
+pub(crate) mod packed_gemm;
 
 use super::loops::exec::{self, Src};
 use super::loops::LoopExec;
@@ -20,9 +21,11 @@ use attention::AttnPlan;
 use conv::{ConvPlan, PoolPlan};
 use data::{ConcatPlan, GatherPlan, PadPlan};
 use matmul::MatMulPlan;
+use packed_gemm::PackedRhs;
 use rlx_ir::kernel::{BufferId, LibraryKernel};
 use rlx_ir::{ArgOp, DType, Op, PoolKind, Tensor};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// How a library op runs.
 #[derive(Debug)]
@@ -31,6 +34,9 @@ enum Impl {
     MatMulF64(MatMulPlan),
     /// f16/bf16 operands converted to f32 scratch (regions 0, 1, 2: a, b, c)
     MatMulViaF32(MatMulPlan),
+    /// `[.., k] x weight[k, n]` with the weight packed once (`packed_gemm`); f16/bf16
+    /// activations go through f32 scratch (regions 0 and 1: a, c)
+    MatMulPacked(PackedMatMul),
     Conv(ConvPlan),
     Pool(PoolPlan),
     GlobalPool(PoolKind, usize),
@@ -63,6 +69,57 @@ enum Impl {
     Interpreted,
 }
 
+/// Where a matmul's right operand comes from, when it is a weight.
+#[derive(Debug, Clone)]
+pub(crate) enum WeightSource {
+    /// a param bound per run by name
+    Param(String),
+    /// a constant of the program
+    Constant(Arc<Tensor>),
+}
+
+/// A matmul whose right operand is a packed weight.
+#[derive(Debug)]
+struct PackedMatMul {
+    rows: usize,
+    k: usize,
+    n: usize,
+    threads: usize,
+    /// the packing is in f32 but the operands are not
+    via_f32: bool,
+    source: WeightSource,
+    /// the weight tensor last packed (kept alive, so pointer identity is sound) and its
+    /// packing
+    cache: Mutex<Option<(Arc<Tensor>, Arc<PackedRhs>)>>,
+}
+
+impl PackedMatMul {
+    /// The packing of the weight bound now (`b` is its data), packing it on first use and
+    /// again whenever another tensor is bound.
+    fn packed(
+        &self,
+        params: &HashMap<String, Arc<Tensor>>,
+        b: Data<'_>,
+    ) -> Result<Arc<PackedRhs>, CpuError> {
+        let bound = match &self.source {
+            WeightSource::Constant(t) => t,
+            WeightSource::Param(name) => params.get(name).ok_or_else(|| CpuError::Missing {
+                kind: "param",
+                name: name.clone(),
+            })?,
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((t, p)) = &*cache {
+            if Arc::ptr_eq(t, bound) {
+                return Ok(p.clone());
+            }
+        }
+        let p = Arc::new(PackedRhs::pack(b, self.k, self.n));
+        *cache = Some((bound.clone(), p.clone()));
+        Ok(p)
+    }
+}
+
 #[derive(Debug)]
 struct Epilogue {
     exec: LoopExec,
@@ -91,12 +148,14 @@ pub(crate) struct LibExec {
 
 impl LibExec {
     /// Compiles a checked library kernel whose operands have `in_types` and whose op result
-    /// is `result`.
+    /// is `result`; `weight` says where a matmul's right operand comes from when it is a
+    /// param or a constant.
     pub fn compile(
         l: &LibraryKernel,
         in_types: Vec<(DType, Vec<usize>)>,
         result: (DType, Vec<usize>),
         threads: usize,
+        weight: Option<WeightSource>,
     ) -> LibExec {
         let mut regions = Vec::new();
         let mut scratch_bytes = 0;
@@ -111,10 +170,31 @@ impl LibExec {
         let imp = match &l.op {
             Op::MatMul => {
                 let plan = MatMulPlan::new(shape(0), shape(1), out, threads);
-                match result.0 {
-                    DType::F32 => Impl::MatMulF32(plan),
-                    DType::F64 => Impl::MatMulF64(plan),
-                    DType::F16 | DType::BF16 => {
+                let packable = matches!(result.0, DType::F32 | DType::F16 | DType::BF16)
+                    && in_types.iter().all(|t| t.0 == result.0)
+                    && plan.fold
+                    && packed_gemm::supported();
+                match (result.0, weight.filter(|_| packable)) {
+                    (dtype, Some(source)) => {
+                        let rows = plan.m * plan.a_off.len();
+                        let via_f32 = dtype != DType::F32;
+                        if via_f32 {
+                            region(rows * plan.k, DType::F32);
+                            region(rows * plan.n, DType::F32);
+                        }
+                        Impl::MatMulPacked(PackedMatMul {
+                            rows,
+                            k: plan.k,
+                            n: plan.n,
+                            threads,
+                            via_f32,
+                            source,
+                            cache: Mutex::new(None),
+                        })
+                    }
+                    (DType::F32, None) => Impl::MatMulF32(plan),
+                    (DType::F64, None) => Impl::MatMulF64(plan),
+                    (DType::F16 | DType::BF16, None) => {
                         region(shape(0).iter().product(), DType::F32);
                         region(shape(1).iter().product(), DType::F32);
                         region(out.iter().product(), DType::F32);
@@ -210,8 +290,14 @@ impl LibExec {
         matches!(self.imp, Impl::Interpreted)
     }
 
-    /// Runs the kernel; `scratch` is the byte offset of its scratch block in the arena.
-    pub fn run(&self, mem: &RunMemory<'_>, scratch: usize) -> Result<(), CpuError> {
+    /// Runs the kernel; `scratch` is the byte offset of its scratch block in the arena,
+    /// `params` the params bound for this run.
+    pub fn run(
+        &self,
+        mem: &RunMemory<'_>,
+        scratch: usize,
+        params: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<(), CpuError> {
         // SAFETY (all views below): the inputs, the output, and the scratch regions are
         // pairwise disjoint storage (see `memory`), and each view is dropped before another
         // view of the same storage is created.
@@ -229,7 +315,7 @@ impl LibExec {
             Some(r) => region(r),
             None => unsafe { mem.data_mut(self.output) },
         };
-        self.compute(&ins, dst, &region)?;
+        self.compute(&ins, dst, &region, params)?;
         if let Some(e) = &self.epilogue {
             let mut srcs = vec![match result_region {
                 Some(r) => Src::Buf(region(r).into_data()),
@@ -250,6 +336,7 @@ impl LibExec {
         ins: &[Data<'_>],
         dst: DataMut<'_>,
         region: &dyn Fn(usize) -> DataMut<'m>,
+        params: &HashMap<String, Arc<Tensor>>,
     ) -> Result<(), CpuError> {
         let f = |i: usize| ins[i].f32().expect("compiled for f32 operands");
         let scratch_f32 = |i: usize| region(i).f32().expect("f32 scratch");
@@ -259,6 +346,17 @@ impl LibExec {
                 (Data::F64(a), Data::F64(b), DataMut::F64(c)) => p.run(a, b, c, 1.0),
                 _ => unreachable!("compiled for f64 operands"),
             },
+            Impl::MatMulPacked(p) => {
+                let weight = p.packed(params, ins[1])?;
+                if p.via_f32 {
+                    let (a, c) = (scratch_f32(0), scratch_f32(1));
+                    ins[0].load_f32(a);
+                    packed_gemm::gemm_packed(p.rows, a, &weight, c, p.threads);
+                    dst.store_f32(c);
+                } else {
+                    packed_gemm::gemm_packed(p.rows, f(0), &weight, dst.f32().unwrap(), p.threads);
+                }
+            }
             Impl::MatMulViaF32(p) => {
                 let (a, b, c) = (scratch_f32(0), scratch_f32(1), scratch_f32(2));
                 ins[0].load_f32(a);

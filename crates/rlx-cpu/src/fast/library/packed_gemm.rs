@@ -1,0 +1,485 @@
+//! RLX's own f32 GEMM for products whose right operand is a weight (a param or a constant).
+//!
+//! The weight `b[k x n]` is packed once into 16-column panels (`panel[k][16]`, zero-padded),
+//! kept for as long as the weight is bound, so a run never packs or converts it again (f16
+//! and bf16 weights are widened to f32 at packing). A run packs the left operand into 6-row
+//! micro-panels per cache block and drives a 6 x 16 AVX2/FMA register tile: per step of k,
+//! two loads of the weight panel, six broadcasts, twelve FMAs. Blocks of k (≤ 256) keep a
+//! weight panel in L1 while the row blocks (≤ 96 rows) stream through it from L2. Threads
+//! split the weight panels when the product has few rows (each reads half the weight), the
+//! rows otherwise (each packs only its own rows).
+//!
+//! The micro-kernel needs AVX2 and FMA ([`supported`]); elsewhere the planner keeps the
+//! `gemm` crate. `RLX_CPU_PACKED_GEMM=0` turns this path off (an A/B switch).
+
+use super::super::memory::Data;
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Columns per weight panel (two 8-lane registers).
+const NR: usize = 16;
+/// Rows per register tile.
+const MR: usize = 6;
+/// Largest block of k kept in L1 per weight panel.
+const KC: usize = 256;
+/// Largest block of rows packed per L2 block.
+const MC: usize = 96;
+
+/// A cache line of f32s: the packed buffers are 64-byte aligned.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([f32; 16]);
+
+fn lines(len: usize) -> Vec<Line> {
+    vec![Line([0.0; 16]); len.div_ceil(16)]
+}
+
+fn as_f32(v: &[Line]) -> &[f32] {
+    // SAFETY: `Line` is `repr(C)` over 16 f32s with no padding.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len() * 16) }
+}
+
+fn as_f32_mut(v: &mut [Line]) -> &mut [f32] {
+    // SAFETY: as above.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut f32, v.len() * 16) }
+}
+
+/// True when this CPU runs the packed micro-kernel (x86-64 with AVX2 and FMA) and
+/// `RLX_CPU_PACKED_GEMM` is not `0`.
+pub(crate) fn supported() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = std::env::var("RLX_CPU_PACKED_GEMM").is_ok_and(|v| v.trim() == "0");
+        !off && fma()
+    })
+}
+
+/// True when the CPU has AVX2 and FMA (checked once).
+fn fma() -> bool {
+    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FMA.get_or_init(cpu_has_fma)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_fma() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_fma() -> bool {
+    false
+}
+
+/// A weight `b[k x n]` packed into 16-column panels.
+pub(crate) struct PackedRhs {
+    k: usize,
+    n: usize,
+    data: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedRhs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedRhs({} x {})", self.k, self.n)
+    }
+}
+
+impl PackedRhs {
+    /// Packs the row-major `b[k x n]` (any float dtype, widened to f32).
+    pub fn pack(b: Data<'_>, k: usize, n: usize) -> PackedRhs {
+        let widened;
+        let src: &[f32] = match b.f32() {
+            Some(s) => s,
+            None => {
+                let mut w = vec![0.0f32; k * n];
+                b.load_f32(&mut w);
+                widened = w;
+                &widened
+            }
+        };
+        assert!(src.len() >= k * n, "packed weight out of bounds");
+        let panels = n.div_ceil(NR);
+        let mut data = lines(panels * k * NR);
+        let dst = as_f32_mut(&mut data);
+        for p in 0..panels {
+            let cols = NR.min(n - p * NR);
+            for kk in 0..k {
+                let from = &src[kk * n + p * NR..][..cols];
+                dst[(p * k + kk) * NR..][..cols].copy_from_slice(from);
+            }
+        }
+        PackedRhs { k, n, data }
+    }
+}
+
+/// The output pointer shared by the threads of one product; they write disjoint tiles.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: each thread writes a disjoint set of rows or panels of the output.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// The pointer (a method, so closures capture the whole `Send + Sync` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// `c[m x n] = a[m x k] . b` with `a` and `c` row-major and contiguous; `threads > 1` splits
+/// the work over the current rayon pool.
+pub(crate) fn gemm_packed(m: usize, a: &[f32], b: &PackedRhs, c: &mut [f32], threads: usize) {
+    let (k, n) = (b.k, b.n);
+    assert!(a.len() >= m * k, "packed gemm lhs out of bounds");
+    assert!(c.len() >= m * n, "packed gemm output out of bounds");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c[..m * n].fill(0.0);
+        return;
+    }
+    let panels = n.div_ceil(NR);
+    let out = Out(c.as_mut_ptr());
+    let run = |rows: Range<usize>, cols: Range<usize>| {
+        // SAFETY: `rows` x `cols` is inside `c` and no other task writes it.
+        unsafe { block(rows, cols, a, b, out.get()) }
+    };
+    let threads = threads.max(1);
+    if threads == 1 || m * n * k < 1 << 16 {
+        run(0..m, 0..panels);
+    } else if m / threads >= MC || panels < 2 * threads {
+        let per = m.div_ceil(threads).div_ceil(MR) * MR;
+        (0..m.div_ceil(per))
+            .into_par_iter()
+            .for_each(|t| run(t * per..((t + 1) * per).min(m), 0..panels));
+    } else {
+        let per = panels.div_ceil(threads);
+        (0..panels.div_ceil(per))
+            .into_par_iter()
+            .for_each(|t| run(0..m, t * per..((t + 1) * per).min(panels)));
+    }
+}
+
+/// Splits `len` into blocks of at most `max`, as even as possible, rounded up to `unit`.
+fn even_block(len: usize, max: usize, unit: usize) -> usize {
+    len.div_ceil(len.div_ceil(max)).div_ceil(unit) * unit
+}
+
+/// One register tile's job.
+struct Tile {
+    /// the six rows of the left operand at the block's first k (rows past the end repeat
+    /// the last row; their results are dropped)
+    a: [*const f32; MR],
+    /// the weight panel at the block's first k
+    b: *const f32,
+    kc: usize,
+    /// lines of the next panel to prefetch, one per four steps of k
+    prefetch: *const f32,
+    prefetch_lines: usize,
+    /// the output tile, row stride `ldc`, of which `rows x cols` are stored
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    cols: usize,
+    /// add to the output instead of overwriting it
+    accumulate: bool,
+}
+
+/// One thread's share: rows `rows` of the output, weight panels `cols`.
+///
+/// # Safety
+/// `c` points to the row-major `m x n` output and no other thread writes these tiles.
+unsafe fn block(rows: Range<usize>, cols: Range<usize>, a: &[f32], b: &PackedRhs, c: *mut f32) {
+    let (k, n) = (b.k, b.n);
+    let bdata = as_f32(&b.data);
+    let kc_max = even_block(k, KC, 4);
+    let mc_max = even_block(rows.len(), MC, MR);
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = kc_max.min(k - k0);
+        let per_tile = kc.div_ceil(4);
+        let mut m0 = rows.start;
+        while m0 < rows.end {
+            let mc = mc_max.min(rows.end - m0);
+            let tiles = mc.div_ceil(MR);
+            for p in cols.clone() {
+                let panel = bdata[(p * k + k0) * NR..][..kc * NR].as_ptr();
+                // the weight streams from memory once per block: while this panel's tiles
+                // run from L1, the first tiles fetch the next panel
+                let next = if p + 1 < cols.end {
+                    bdata[((p + 1) * k + k0) * NR..][..kc * NR].as_ptr()
+                } else {
+                    panel
+                };
+                let have_next = p + 1 < cols.end;
+                for t in 0..tiles {
+                    let r0 = m0 + t * MR;
+                    let last = (m0 + mc).min(r0 + MR) - 1;
+                    let first_line = (t * per_tile).min(kc);
+                    let tile = Tile {
+                        a: std::array::from_fn(|r| a[(r0 + r).min(last) * k + k0..].as_ptr()),
+                        b: panel,
+                        kc,
+                        prefetch: next.add(first_line * NR),
+                        prefetch_lines: if have_next {
+                            per_tile.min(kc - first_line)
+                        } else {
+                            0
+                        },
+                        c: c.add(r0 * n + p * NR),
+                        ldc: n,
+                        rows: last + 1 - r0,
+                        cols: NR.min(n - p * NR),
+                        accumulate: k0 > 0,
+                    };
+                    run_tile(&tile);
+                }
+            }
+            m0 += mc;
+        }
+        k0 += kc;
+    }
+}
+
+/// Runs one tile on the best kernel this CPU has.
+///
+/// # Safety
+/// As [`Tile`] describes: `a[r]` holds `kc` readable f32s, `b` `16 * kc`, the output tile
+/// `rows x cols` writable.
+unsafe fn run_tile(t: &Tile) {
+    #[cfg(target_arch = "x86_64")]
+    if fma() {
+        return x86::tile_fma(t);
+    }
+    let mut acc = [[0.0f32; NR]; MR];
+    let a: [&[f32]; MR] = std::array::from_fn(|r| std::slice::from_raw_parts(t.a[r], t.kc));
+    let b = std::slice::from_raw_parts(t.b, t.kc * NR);
+    micro_portable(a, b, t.kc, &mut acc);
+    store(t, &acc);
+}
+
+/// Stores (or adds) the first `rows x cols` of `acc` into the tile's output.
+///
+/// # Safety
+/// The output tile is writable.
+unsafe fn store(t: &Tile, acc: &[[f32; NR]; MR]) {
+    for (r, row) in acc.iter().enumerate().take(t.rows) {
+        let dst = std::slice::from_raw_parts_mut(t.c.add(r * t.ldc), t.cols);
+        if t.accumulate {
+            dst.iter_mut().zip(row).for_each(|(d, v)| *d += v);
+        } else {
+            dst.copy_from_slice(&row[..t.cols]);
+        }
+    }
+}
+
+/// The tile in plain Rust (CPUs without AVX2/FMA, and tests).
+fn micro_portable(a: [&[f32]; MR], b: &[f32], kc: usize, acc: &mut [[f32; NR]; MR]) {
+    for p in 0..kc {
+        let bp = &b[p * NR..][..NR];
+        for (r, row) in acc.iter_mut().enumerate() {
+            let av = a[r][p];
+            row.iter_mut()
+                .zip(bp)
+                .for_each(|(c, &bv)| *c = av.mul_add(bv, *c));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{store, Tile, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// The 6 x 16 AVX2/FMA tile: twelve accumulators, k unrolled by four, one prefetch of
+    /// the next panel per four steps; full tiles are stored straight from the registers.
+    ///
+    /// # Safety
+    /// AVX2 and FMA are present, and `t` is valid as [`Tile`] describes.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile_fma(t: &Tile) {
+        let mut c = [_mm256_setzero_ps(); 2 * MR];
+        let [a0, a1, a2, a3, a4, a5] = t.a;
+        let rows = [a0, a1, a2, a3, a4, a5];
+        let mut b = t.b;
+        macro_rules! step {
+            ($i:expr, $o:expr) => {{
+                let b0 = _mm256_loadu_ps(b.add($o * NR));
+                let b1 = _mm256_loadu_ps(b.add($o * NR + 8));
+                for r in 0..MR {
+                    let x = _mm256_broadcast_ss(&*rows[r].add($i + $o));
+                    c[2 * r] = _mm256_fmadd_ps(x, b0, c[2 * r]);
+                    c[2 * r + 1] = _mm256_fmadd_ps(x, b1, c[2 * r + 1]);
+                }
+            }};
+        }
+        let mut i = 0;
+        let mut line = 0;
+        while i + 4 <= t.kc {
+            if line < t.prefetch_lines {
+                _mm_prefetch::<_MM_HINT_T0>(t.prefetch.add(line * NR) as *const i8);
+                line += 1;
+            }
+            step!(i, 0);
+            step!(i, 1);
+            step!(i, 2);
+            step!(i, 3);
+            b = b.add(4 * NR);
+            i += 4;
+        }
+        while i < t.kc {
+            step!(i, 0);
+            b = b.add(NR);
+            i += 1;
+        }
+        while line < t.prefetch_lines {
+            _mm_prefetch::<_MM_HINT_T0>(t.prefetch.add(line * NR) as *const i8);
+            line += 1;
+        }
+        if t.rows == MR && t.cols == NR {
+            for (r, pair) in c.chunks_exact(2).enumerate() {
+                let dst = t.c.add(r * t.ldc);
+                let (mut x0, mut x1) = (pair[0], pair[1]);
+                if t.accumulate {
+                    x0 = _mm256_add_ps(x0, _mm256_loadu_ps(dst));
+                    x1 = _mm256_add_ps(x1, _mm256_loadu_ps(dst.add(8)));
+                }
+                _mm256_storeu_ps(dst, x0);
+                _mm256_storeu_ps(dst.add(8), x1);
+            }
+        } else {
+            let mut acc = [[0.0f32; NR]; MR];
+            for (row, pair) in acc.iter_mut().zip(c.chunks_exact(2)) {
+                _mm256_storeu_ps(row.as_mut_ptr(), pair[0]);
+                _mm256_storeu_ps(row.as_mut_ptr().add(8), pair[1]);
+            }
+            store(t, &acc);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
+        let mut c = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k)
+                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                    .sum();
+            }
+        }
+        c
+    }
+
+    fn random(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_f64_reference_over_edge_shapes() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let shapes = [
+            (1, 1, 1),
+            (7, 17, 3),
+            (6, 16, 4),
+            (13, 33, 257),
+            (200, 40, 600),
+            (128, 96, 384),
+            (5, 300, 70),
+            (97, 15, 9),
+        ];
+        for (i, &(m, n, k)) in shapes.iter().enumerate() {
+            let a = random(m * k, 2 * i as u64 + 1);
+            let b = random(k * n, 2 * i as u64 + 2);
+            let want = reference(m, n, k, &a, &b);
+            let packed = PackedRhs::pack(Data::F32(&b), k, n);
+            for threads in [1, 2, 3] {
+                let mut c = vec![f32::NAN; m * n];
+                pool.install(|| gemm_packed(m, &a, &packed, &mut c, threads));
+                let err = c
+                    .iter()
+                    .zip(&want)
+                    .map(|(&x, &y)| (x as f64 - y).abs())
+                    .fold(0.0, f64::max);
+                let scale = want.iter().map(|v| v.abs()).fold(1.0, f64::max);
+                assert!(
+                    err <= 1e-5 * scale * (k as f64).sqrt(),
+                    "{m}x{n}x{k} threads {threads}: max error {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn portable_tile_matches_the_fma_tile() {
+        let kc = 37;
+        let a = random(MR * kc, 7);
+        let b = random(NR * kc, 8);
+        let rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * kc..][..kc]);
+        let mut want = [[0.0f32; NR]; MR];
+        micro_portable(rows, &b, kc, &mut want);
+        for (cols, accumulate) in [(NR, false), (NR, true), (11, false), (11, true)] {
+            let mut got = [[1.0f32; NR]; MR];
+            let tile = Tile {
+                a: std::array::from_fn(|r| a[r * kc..].as_ptr()),
+                b: b.as_ptr(),
+                kc,
+                prefetch: b.as_ptr(),
+                prefetch_lines: 3,
+                c: got.as_mut_ptr() as *mut f32,
+                ldc: NR,
+                rows: MR,
+                cols,
+                accumulate,
+            };
+            // SAFETY: the operands hold kc steps and the tile is 6 x 16, row stride 16.
+            unsafe { run_tile(&tile) };
+            for (g, w) in got.iter().zip(&want) {
+                for j in 0..NR {
+                    let w = if j >= cols {
+                        1.0
+                    } else if accumulate {
+                        w[j] + 1.0
+                    } else {
+                        w[j]
+                    };
+                    assert!(
+                        (g[j] - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                        "{} vs {w}",
+                        g[j]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn half_precision_weights_are_widened_at_packing() {
+        let (k, n) = (9, 20);
+        let b = random(k * n, 3);
+        let h: Vec<half::f16> = b.iter().map(|&v| half::f16::from_f32(v)).collect();
+        let packed = PackedRhs::pack(Data::F16(&h), k, n);
+        let a = random(4 * k, 4);
+        let mut c = vec![0.0; 4 * n];
+        gemm_packed(4, &a, &packed, &mut c, 1);
+        let widened: Vec<f32> = h.iter().map(|v| v.to_f32()).collect();
+        let want = reference(4, n, k, &a, &widened);
+        for (x, y) in c.iter().zip(&want) {
+            assert!((*x as f64 - y).abs() < 1e-5);
+        }
+    }
+}
