@@ -393,6 +393,28 @@ fn pools_norms_softmax_attention() {
             .unwrap();
         b.output(&format!("attn{}", b.program.outputs.len()), y);
     }
+    // full register tiles, several key panels, a full-size mask, queries fewer than keys
+    let q = b.input("q2", F, &[1, 3, 37, 40]);
+    let k = b.input("k2", F, &[1, 3, 70, 40]);
+    let v = b.input("v2", F, &[1, 3, 70, 20]);
+    let mask = b.input("mask2", F, &[37, 70]);
+    for (m, ins) in [
+        (AttnMask::Causal, vec![q, k, v]),
+        (AttnMask::Additive, vec![q, k, v, mask]),
+    ] {
+        let y = b
+            .push_library(
+                "attn",
+                Op::Attention {
+                    mask: m,
+                    scale: Some(0.3),
+                },
+                &ins,
+                None,
+            )
+            .unwrap();
+        b.output(&format!("attn{}", b.program.outputs.len()), y);
+    }
     check(b, None);
 }
 

@@ -1,7 +1,10 @@
-//! f32 scaled dot-product attention: per (batch, head), scores = q.k^T (gemm), masked
-//! softmax in place, out = p.v (gemm). Batches run in parallel when there are enough.
+//! f32 scaled dot-product attention: per (batch, head), scores = q.k^T, masked softmax in
+//! place, out = p.v. Batches run in parallel when there are enough. With AVX2/FMA both
+//! products run on the packed GEMM's register tile (k^T and v packed per head, a few KB);
+//! elsewhere through the `gemm` crate.
 
 use super::matmul::{gemm, Mat};
+use super::packed_gemm::{self, PackedRhs};
 use crate::fast::math;
 use crate::interp::index::{broadcast_map, broadcast_strides, for_each_index};
 use rayon::prelude::*;
@@ -108,14 +111,78 @@ impl AttnPlan {
         } else {
             scratch.chunks_mut(sq * sk).collect()
         };
+        let packed = packed_gemm::supported();
         out.par_chunks_mut(per * sq * dv)
             .zip(scores.into_par_iter())
             .enumerate()
             .for_each(|(w, (outs, s))| {
+                let mut ops = (PackedRhs::empty(), PackedRhs::empty());
                 for (j, o) in outs.chunks_mut(sq * dv).enumerate() {
-                    self.one(w * per + j, q, k, v, mask, o, s, gemm_threads);
+                    let b = w * per + j;
+                    if packed {
+                        self.one_packed(b, q, k, v, mask, o, s, &mut ops, gemm_threads);
+                    } else {
+                        self.one(b, q, k, v, mask, o, s, gemm_threads);
+                    }
                 }
             });
+    }
+
+    /// One (batch, head) on the packed GEMM: `ops` is this worker's packing storage for
+    /// k^T and v.
+    #[allow(clippy::too_many_arguments)]
+    fn one_packed(
+        &self,
+        b: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        mask: Option<&[f32]>,
+        out: &mut [f32],
+        s: &mut [f32],
+        ops: &mut (PackedRhs, PackedRhs),
+        threads: usize,
+    ) {
+        let (sq, sk, d, dv) = (self.sq, self.sk, self.d, self.dv);
+        if sk == 0 {
+            out.fill(0.0);
+            return;
+        }
+        let (kt, vp) = ops;
+        // k^T[d x sk]: element (i, j) is k[j][i]
+        kt.repack(&k[self.k_off[b]..][..sk * d], d, sk, 1, d);
+        vp.repack(&v[self.v_off[b]..][..sk * dv], sk, dv, dv, 1);
+        packed_gemm::gemm_packed(sq, &q[self.q_off[b]..][..sq * d], kt, s, threads);
+        self.softmax(b, s, mask);
+        packed_gemm::gemm_packed(sq, s, vp, out, threads);
+    }
+
+    /// Scales, masks and normalises the score rows of batch `b` in place.
+    fn softmax(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
+        let (sq, sk) = (self.sq, self.sk);
+        for (i, row) in s.chunks_mut(sk).enumerate() {
+            match mask {
+                Some(m) => {
+                    let base = self.m_off[b] + i * self.m_rs;
+                    for (j, x) in row.iter_mut().enumerate() {
+                        *x = *x * self.scale + m[base + j * self.m_cs];
+                    }
+                }
+                None => row.iter_mut().for_each(|x| *x *= self.scale),
+            }
+            if self.mask == AttnMask::Causal {
+                // query i sees keys j <= i + sk - sq
+                let seen = (i + sk + 1).saturating_sub(sq).min(sk);
+                row[seen..].fill(f32::NEG_INFINITY);
+            }
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if max == f32::NEG_INFINITY {
+                row.fill(0.0);
+                continue;
+            }
+            let inv = 1.0 / exp_shifted(row, max);
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -181,4 +248,30 @@ impl AttnPlan {
         };
         gemm(sq, dv, sk, pm, vm, out, dv, false, 1.0, 1.0, threads);
     }
+}
+
+/// `x = e^(x - max)` over the row; returns the sum.
+fn exp_shifted(row: &mut [f32], max: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if packed_gemm::fma() {
+        // SAFETY: AVX2 and FMA are present.
+        return unsafe { exp_shifted_fma(row, max) };
+    }
+    for x in row.iter_mut() {
+        *x = math::exp::<false>(*x - max);
+    }
+    super::norm::sum(row)
+}
+
+/// [`exp_shifted`] compiled for AVX2/FMA, so the polynomial vectorises 8 lanes wide.
+///
+/// # Safety
+/// AVX2 and FMA are present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_shifted_fma(row: &mut [f32], max: f32) -> f32 {
+    for x in row.iter_mut() {
+        *x = math::exp::<true>(*x - max);
+    }
+    super::norm::sum(row)
 }
