@@ -159,28 +159,57 @@ impl AttnPlan {
 
     /// Scales, masks and normalises the score rows of batch `b` in place.
     fn softmax(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
-        let (sq, sk) = (self.sq, self.sk);
+        #[cfg(target_arch = "x86_64")]
+        if packed_gemm::fma() {
+            // SAFETY: AVX2 and FMA are present.
+            return unsafe { self.softmax_fma(b, s, mask) };
+        }
+        self.softmax_rows::<false>(b, s, mask)
+    }
+
+    /// [`AttnPlan::softmax`] compiled for AVX2/FMA, so every pass vectorises 8 lanes wide.
+    ///
+    /// # Safety
+    /// AVX2 and FMA are present.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn softmax_fma(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
+        self.softmax_rows::<true>(b, s, mask)
+    }
+
+    #[inline(always)]
+    fn softmax_rows<const FMA: bool>(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
+        let (sq, sk, scale) = (self.sq, self.sk, self.scale);
         for (i, row) in s.chunks_mut(sk).enumerate() {
             match mask {
+                Some(m) if self.m_cs == 1 => {
+                    let m = &m[self.m_off[b] + i * self.m_rs..][..sk];
+                    row.iter_mut()
+                        .zip(m)
+                        .for_each(|(x, &a)| *x = *x * scale + a);
+                }
                 Some(m) => {
                     let base = self.m_off[b] + i * self.m_rs;
                     for (j, x) in row.iter_mut().enumerate() {
-                        *x = *x * self.scale + m[base + j * self.m_cs];
+                        *x = *x * scale + m[base + j * self.m_cs];
                     }
                 }
-                None => row.iter_mut().for_each(|x| *x *= self.scale),
+                None => row.iter_mut().for_each(|x| *x *= scale),
             }
             if self.mask == AttnMask::Causal {
                 // query i sees keys j <= i + sk - sq
                 let seen = (i + sk + 1).saturating_sub(sq).min(sk);
                 row[seen..].fill(f32::NEG_INFINITY);
             }
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let max = row_max(row);
             if max == f32::NEG_INFINITY {
                 row.fill(0.0);
                 continue;
             }
-            let inv = 1.0 / exp_shifted(row, max);
+            for x in row.iter_mut() {
+                *x = math::exp::<FMA>(*x - max);
+            }
+            let inv = 1.0 / super::norm::sum(row);
             row.iter_mut().for_each(|x| *x *= inv);
         }
     }
@@ -250,28 +279,19 @@ impl AttnPlan {
     }
 }
 
-/// `x = e^(x - max)` over the row; returns the sum.
-fn exp_shifted(row: &mut [f32], max: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if packed_gemm::fma() {
-        // SAFETY: AVX2 and FMA are present.
-        return unsafe { exp_shifted_fma(row, max) };
+/// The largest element (NaN-ignoring, -inf for an empty row), eight lanes at a time.
+#[inline(always)]
+fn row_max(row: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = row.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
+        }
     }
-    for x in row.iter_mut() {
-        *x = math::exp::<false>(*x - max);
-    }
-    super::norm::sum(row)
-}
-
-/// [`exp_shifted`] compiled for AVX2/FMA, so the polynomial vectorises 8 lanes wide.
-///
-/// # Safety
-/// AVX2 and FMA are present.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp_shifted_fma(row: &mut [f32], max: f32) -> f32 {
-    for x in row.iter_mut() {
-        *x = math::exp::<true>(*x - max);
-    }
-    super::norm::sum(row)
+    lanes
+        .iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
 }
