@@ -332,6 +332,13 @@ mod x86 {
     /// AVX2 and FMA are present, and `t` is valid as [`Tile`] describes.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile_fma(t: &Tile) {
+        // the output lines are written (or read back) at the end: ask for them now so the
+        // misses overlap the arithmetic instead of stalling the stores
+        for r in 0..t.rows {
+            let row = t.c.add(r * t.ldc);
+            _mm_prefetch::<_MM_HINT_T0>(row as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(row.add(t.cols - 1) as *const i8);
+        }
         let mut c = [_mm256_setzero_ps(); 2 * MR];
         let [a0, a1, a2, a3, a4, a5] = t.a;
         let rows = [a0, a1, a2, a3, a4, a5];
