@@ -195,6 +195,9 @@ pub mod avx2 {
         })
     }
 
+    /// Elements ahead of the current position that [`mul_add_gelu`] prefetches.
+    const PREFETCH: usize = 1024;
+
     /// `d = gelu(x * y + z)` over equal-length slices.
     #[target_feature(enable = "avx2,fma")]
     pub fn mul_add_gelu(x: &[f32], y: &[f32], z: &[f32], d: &mut [f32]) {
@@ -203,6 +206,10 @@ pub mod avx2 {
         let mut i = 0;
         // Four independent vectors per step: the erf chain is long and latency-bound.
         while i + 32 <= n {
+            // streamed from memory: keep loads in flight while the erf chain computes
+            // (a prefetch never faults, so the address may run past the end)
+            _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH + 16) as *const i8);
             // SAFETY: i + 32 <= n and every slice holds at least n elements.
             unsafe {
                 let v: [__m256; 4] = std::array::from_fn(|k| {
