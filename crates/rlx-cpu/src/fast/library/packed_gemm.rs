@@ -6,8 +6,8 @@
 //! micro-panels per cache block and drives a 6 x 16 AVX2/FMA register tile: per step of k,
 //! two loads of the weight panel, six broadcasts, twelve FMAs. Blocks of k (≤ 512) keep a
 //! weight panel in L1 while the row blocks (≤ 96 rows) stream through it from L2. Threads
-//! split the weight panels when the product has few rows (each reads half the weight), the
-//! rows otherwise (each packs only its own rows).
+//! split the weight panels when the product has few rows, the rows otherwise, in several
+//! tasks per thread so that work stealing absorbs a core the host slows down.
 //!
 //! The micro-kernel needs AVX2 and FMA ([`supported`]); elsewhere the planner keeps the
 //! `gemm` crate. `RLX_CPU_PACKED_GEMM=0` turns this path off (an A/B switch).
@@ -182,12 +182,15 @@ pub(crate) fn gemm_packed(m: usize, a: &[f32], b: &PackedRhs, c: &mut [f32], thr
     if threads == 1 || m * n * k < 1 << 16 {
         run(0..m, 0..panels);
     } else if m / threads >= MC || panels < 2 * threads {
-        let per = m.div_ceil(threads).div_ceil(MR) * MR;
+        // tasks of one row block each (every block streams the weight once either way), so
+        // work stealing evens out a thread that runs slow
+        let per = even_block(m, MC, MR).min(m.div_ceil(threads).div_ceil(MR) * MR);
         (0..m.div_ceil(per))
             .into_par_iter()
             .for_each(|t| run(t * per..((t + 1) * per).min(m), 0..panels));
     } else {
-        let per = panels.div_ceil(threads);
+        // about four tasks per thread; each rereads the activations (L2-resident)
+        let per = panels.div_ceil(4 * threads).max(4);
         (0..panels.div_ceil(per))
             .into_par_iter()
             .for_each(|t| run(0..m, t * per..((t + 1) * per).min(panels)));
