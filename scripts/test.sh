@@ -37,6 +37,11 @@ trap 'rm -f "$skip_log" "$log"' EXIT
 set +e
 RLX_SKIP_LOG="$skip_log" cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The CPU differential suites again on the `gemm` crate path that CPUs without AVX2/FMA
+# take (the packed GEMM switched off); same binaries, no second build.
+RLX_CPU_PACKED_GEMM=0 RLX_SKIP_LOG="$skip_log" cargo test -p rlx-cpu --no-fail-fast \
+  --test fast_vs_interp --test random_kernels 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 set -e
 
 echo

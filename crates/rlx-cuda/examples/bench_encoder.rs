@@ -18,132 +18,22 @@ mod common;
 use common::{arg, lower_for_cuda, quantile, require_device};
 use rlx_cuda::weights::{tensor_bytes, WeightCache};
 use rlx_cuda::{CudaOptions, CudaProgram};
-use rlx_ir::{DType, Graph, NodeId, Shape, SplitMix64, Tensor, UnaryOp};
+use rlx_ir::sample::{self, EncoderShape, SampleModel};
+use rlx_ir::{DType, Tensor};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
-const HIDDEN: usize = 384;
-const LAYERS: usize = 6;
-const HEADS: usize = 12;
-const FFN: usize = 1536;
-const SEQ: usize = 128;
+const SHAPE: EncoderShape = EncoderShape::MINILM;
+const HIDDEN: usize = SHAPE.hidden;
+const LAYERS: usize = SHAPE.layers;
+const SEQ: usize = SHAPE.seq;
 
-struct Model {
-    graph: Graph,
-    params: HashMap<String, Arc<Tensor>>,
-    order: Vec<String>,
+/// The encoder for `batch` sequences, fp16; weights from a fixed seed (same for every batch).
+fn encoder(batch: usize) -> SampleModel {
+    sample::encoder(SHAPE, batch, DType::F16)
 }
 
-fn weight(
-    m: &mut Model,
-    name: &str,
-    shape: &[usize],
-    scale: f64,
-    offset: f64,
-    seed: &mut SplitMix64,
-) -> NodeId {
-    let t = Tensor::random(DType::F32, shape, seed.next_u64());
-    let t = Tensor::from_f64(
-        DType::F16,
-        shape,
-        &t.to_f64_vec()
-            .into_iter()
-            .map(|v| v * scale + offset)
-            .collect::<Vec<_>>(),
-    )
-    .expect("sizes");
-    m.params.insert(name.into(), Arc::new(t));
-    m.order.push(name.into());
-    m.graph.param(name, DType::F16, Shape::of(shape))
-}
-
-/// The encoder for `batch` sequences; weights come from a fixed seed (same for every batch).
-fn encoder(batch: usize) -> Model {
-    let mut m = Model {
-        graph: Graph::new(),
-        params: HashMap::new(),
-        order: Vec::new(),
-    };
-    let mut seed = SplitMix64(42);
-    let hd = HIDDEN / HEADS;
-    let mut x = m
-        .graph
-        .input("hidden", DType::F16, Shape::of(&[batch, SEQ, HIDDEN]));
-    let w_scale = 1.0 / (HIDDEN as f64).sqrt();
-    for l in 0..LAYERS {
-        let proj =
-            |m: &mut Model, name: &str, x: NodeId, k: usize, n: usize, seed: &mut SplitMix64| {
-                let w = weight(m, &format!("l{l}.{name}.w"), &[k, n], w_scale, 0.0, seed);
-                let b = weight(m, &format!("l{l}.{name}.b"), &[n], 0.02, 0.0, seed);
-                let y = m.graph.matmul(x, w).unwrap();
-                m.graph.add(y, b).unwrap()
-            };
-        let heads = |m: &mut Model, y: NodeId| {
-            let y = m
-                .graph
-                .reshape(y, Shape::of(&[batch, SEQ, HEADS, hd]))
-                .unwrap();
-            m.graph.transpose(y, &[0, 2, 1, 3]).unwrap()
-        };
-        let q = proj(&mut m, "q", x, HIDDEN, HIDDEN, &mut seed);
-        let q = heads(&mut m, q);
-        let k = proj(&mut m, "k", x, HIDDEN, HIDDEN, &mut seed);
-        let k = heads(&mut m, k);
-        let v = proj(&mut m, "v", x, HIDDEN, HIDDEN, &mut seed);
-        let v = heads(&mut m, v);
-        let a = m.graph.attention(q, k, v, None, false, None).unwrap();
-        let a = m.graph.transpose(a, &[0, 2, 1, 3]).unwrap();
-        let a = m
-            .graph
-            .reshape(a, Shape::of(&[batch, SEQ, HIDDEN]))
-            .unwrap();
-        let o = proj(&mut m, "o", a, HIDDEN, HIDDEN, &mut seed);
-        let r = m.graph.add(o, x).unwrap();
-        let g1 = weight(
-            &mut m,
-            &format!("l{l}.ln1.g"),
-            &[HIDDEN],
-            0.1,
-            1.0,
-            &mut seed,
-        );
-        let b1 = weight(
-            &mut m,
-            &format!("l{l}.ln1.b"),
-            &[HIDDEN],
-            0.02,
-            0.0,
-            &mut seed,
-        );
-        let h = m.graph.layer_norm(r, g1, b1, 1e-12).unwrap();
-        let f = proj(&mut m, "ffn1", h, HIDDEN, FFN, &mut seed);
-        let f = m.graph.unary(UnaryOp::Gelu, f).unwrap();
-        let f = proj(&mut m, "ffn2", f, FFN, HIDDEN, &mut seed);
-        let r = m.graph.add(f, h).unwrap();
-        let g2 = weight(
-            &mut m,
-            &format!("l{l}.ln2.g"),
-            &[HIDDEN],
-            0.1,
-            1.0,
-            &mut seed,
-        );
-        let b2 = weight(
-            &mut m,
-            &format!("l{l}.ln2.b"),
-            &[HIDDEN],
-            0.02,
-            0.0,
-            &mut seed,
-        );
-        x = m.graph.layer_norm(r, g2, b2, 1e-12).unwrap();
-    }
-    m.graph.output("out", x);
-    m
-}
-
-fn dump(dir: &str, m: &Model, input: &Tensor, out: &Tensor) -> std::io::Result<()> {
+fn dump(dir: &str, m: &SampleModel, input: &Tensor, out: &Tensor) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut manifest = String::new();
     let mut write = |name: &str, t: &Tensor| -> std::io::Result<()> {

@@ -18,6 +18,7 @@ pub mod kernel;
 pub mod narrow;
 mod op;
 pub mod quant;
+pub mod sample;
 pub mod scalar;
 mod shape;
 mod tensor;

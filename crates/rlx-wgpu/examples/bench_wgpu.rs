@@ -19,11 +19,11 @@
 //! first line printed says which are in use.
 
 use rlx_ir::kernel::KernelProgram;
-use rlx_ir::{DType, Graph, NodeId, Shape, SplitMix64, Tensor, UnaryOp};
+use rlx_ir::sample::{self, EncoderShape, SampleModel};
+use rlx_ir::{DType, Graph, Shape, Tensor, UnaryOp};
 use rlx_wgpu::weights::WeightCache;
 use rlx_wgpu::{Flavor, WgpuOptions, WgpuProgram};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 fn arg(name: &str, default: &str) -> String {
@@ -159,134 +159,11 @@ fn elementwise(
     );
 }
 
-const HIDDEN: usize = 384;
-const LAYERS: usize = 6;
-const HEADS: usize = 12;
-const FFN: usize = 1536;
-const SEQ: usize = 128;
+const SHAPE: EncoderShape = EncoderShape::MINILM;
 
-struct Model {
-    graph: Graph,
-    params: HashMap<String, Arc<Tensor>>,
-}
-
-fn weight(
-    m: &mut Model,
-    name: &str,
-    shape: &[usize],
-    scale: f64,
-    offset: f64,
-    dtype: DType,
-    seed: &mut SplitMix64,
-) -> NodeId {
-    let t = Tensor::random(DType::F32, shape, seed.next_u64());
-    let t = Tensor::from_f64(
-        dtype,
-        shape,
-        &t.to_f64_vec()
-            .into_iter()
-            .map(|v| v * scale + offset)
-            .collect::<Vec<_>>(),
-    )
-    .expect("sizes");
-    m.params.insert(name.into(), Arc::new(t));
-    m.graph.param(name, dtype, Shape::of(shape))
-}
-
-/// The encoder of `rlx-cuda`'s `bench_encoder` (same shapes, same weight seed and scales).
-fn encoder(batch: usize, dt: DType) -> Model {
-    let mut m = Model {
-        graph: Graph::new(),
-        params: HashMap::new(),
-    };
-    let mut seed = SplitMix64(42);
-    let hd = HIDDEN / HEADS;
-    let mut x = m
-        .graph
-        .input("hidden", dt, Shape::of(&[batch, SEQ, HIDDEN]));
-    let w_scale = 1.0 / (HIDDEN as f64).sqrt();
-    for l in 0..LAYERS {
-        let proj =
-            |m: &mut Model, name: &str, x: NodeId, k: usize, n: usize, seed: &mut SplitMix64| {
-                let w = weight(
-                    m,
-                    &format!("l{l}.{name}.w"),
-                    &[k, n],
-                    w_scale,
-                    0.0,
-                    dt,
-                    seed,
-                );
-                let b = weight(m, &format!("l{l}.{name}.b"), &[n], 0.02, 0.0, dt, seed);
-                let y = m.graph.matmul(x, w).unwrap();
-                m.graph.add(y, b).unwrap()
-            };
-        let heads = |m: &mut Model, y: NodeId| {
-            let y = m
-                .graph
-                .reshape(y, Shape::of(&[batch, SEQ, HEADS, hd]))
-                .unwrap();
-            m.graph.transpose(y, &[0, 2, 1, 3]).unwrap()
-        };
-        let q = proj(&mut m, "q", x, HIDDEN, HIDDEN, &mut seed);
-        let q = heads(&mut m, q);
-        let k = proj(&mut m, "k", x, HIDDEN, HIDDEN, &mut seed);
-        let k = heads(&mut m, k);
-        let v = proj(&mut m, "v", x, HIDDEN, HIDDEN, &mut seed);
-        let v = heads(&mut m, v);
-        let a = m.graph.attention(q, k, v, None, false, None).unwrap();
-        let a = m.graph.transpose(a, &[0, 2, 1, 3]).unwrap();
-        let a = m
-            .graph
-            .reshape(a, Shape::of(&[batch, SEQ, HIDDEN]))
-            .unwrap();
-        let o = proj(&mut m, "o", a, HIDDEN, HIDDEN, &mut seed);
-        let r = m.graph.add(o, x).unwrap();
-        let g1 = weight(
-            &mut m,
-            &format!("l{l}.ln1.g"),
-            &[HIDDEN],
-            0.1,
-            1.0,
-            dt,
-            &mut seed,
-        );
-        let b1 = weight(
-            &mut m,
-            &format!("l{l}.ln1.b"),
-            &[HIDDEN],
-            0.02,
-            0.0,
-            dt,
-            &mut seed,
-        );
-        let h = m.graph.layer_norm(r, g1, b1, 1e-12).unwrap();
-        let f = proj(&mut m, "ffn1", h, HIDDEN, FFN, &mut seed);
-        let f = m.graph.unary(UnaryOp::Gelu, f).unwrap();
-        let f = proj(&mut m, "ffn2", f, FFN, HIDDEN, &mut seed);
-        let r = m.graph.add(f, h).unwrap();
-        let g2 = weight(
-            &mut m,
-            &format!("l{l}.ln2.g"),
-            &[HIDDEN],
-            0.1,
-            1.0,
-            dt,
-            &mut seed,
-        );
-        let b2 = weight(
-            &mut m,
-            &format!("l{l}.ln2.b"),
-            &[HIDDEN],
-            0.02,
-            0.0,
-            dt,
-            &mut seed,
-        );
-        x = m.graph.layer_norm(r, g2, b2, 1e-12).unwrap();
-    }
-    m.graph.output("out", x);
-    m
+/// The encoder of `rlx-cuda`'s `bench_encoder` (same shapes, same weights), in `dt`.
+fn encoder(batch: usize, dt: DType) -> SampleModel {
+    sample::encoder(SHAPE, batch, dt)
 }
 
 fn bench_encoder(flavor: Flavor, batch: usize, dt: DType, iters: usize, warmup: usize) {
@@ -300,7 +177,7 @@ fn bench_encoder(flavor: Flavor, batch: usize, dt: DType, iters: usize, warmup: 
         }
     };
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-    let input = Tensor::random(dt, &[batch, SEQ, HIDDEN], 7);
+    let input = Tensor::random(dt, &[batch, SHAPE.seq, SHAPE.hidden], 7);
     let inputs = HashMap::from([("hidden".to_string(), input)]);
     let mut e2e = Vec::new();
     let mut out = None;

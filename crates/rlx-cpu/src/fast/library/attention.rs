@@ -116,22 +116,17 @@ impl AttnPlan {
             .zip(scores.into_par_iter())
             .enumerate()
             .for_each(|(w, (outs, s))| {
-                let mut ops = (PackedRhs::empty(), PackedRhs::empty());
+                let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
                 for (j, o) in outs.chunks_mut(sq * dv).enumerate() {
-                    let b = w * per + j;
-                    if packed {
-                        self.one_packed(b, q, k, v, mask, o, s, &mut ops, gemm_threads);
-                    } else {
-                        self.one(b, q, k, v, mask, o, s, gemm_threads);
-                    }
+                    self.one(w * per + j, q, k, v, mask, o, s, ops.as_mut(), gemm_threads);
                 }
             });
     }
 
-    /// One (batch, head) on the packed GEMM: `ops` is this worker's packing storage for
-    /// k^T and v.
+    /// One (batch, head): on the packed GEMM when `ops` holds this worker's packing storage
+    /// for k^T and v, through the `gemm` crate otherwise.
     #[allow(clippy::too_many_arguments)]
-    fn one_packed(
+    fn one(
         &self,
         b: usize,
         q: &[f32],
@@ -140,7 +135,7 @@ impl AttnPlan {
         mask: Option<&[f32]>,
         out: &mut [f32],
         s: &mut [f32],
-        ops: &mut (PackedRhs, PackedRhs),
+        ops: Option<&mut (PackedRhs, PackedRhs)>,
         threads: usize,
     ) {
         let (sq, sk, d, dv) = (self.sq, self.sk, self.d, self.dv);
@@ -148,13 +143,52 @@ impl AttnPlan {
             out.fill(0.0);
             return;
         }
-        let (kt, vp) = ops;
-        // k^T[d x sk]: element (i, j) is k[j][i]
-        kt.repack(&k[self.k_off[b]..][..sk * d], d, sk, 1, d);
-        vp.repack(&v[self.v_off[b]..][..sk * dv], sk, dv, dv, 1);
-        packed_gemm::gemm_packed(sq, &q[self.q_off[b]..][..sq * d], kt, s, threads);
-        self.softmax(b, s, mask);
-        packed_gemm::gemm_packed(sq, s, vp, out, threads);
+        let (q, k, v) = (
+            &q[self.q_off[b]..],
+            &k[self.k_off[b]..],
+            &v[self.v_off[b]..],
+        );
+        match ops {
+            Some((kt, vp)) => {
+                // k^T[d x sk]: element (i, j) is k[j][i]
+                kt.repack(&k[..sk * d], d, sk, 1, d);
+                vp.repack(&v[..sk * dv], sk, dv, dv, 1);
+                packed_gemm::gemm_packed(sq, &q[..sq * d], kt, s, threads);
+                self.softmax(b, s, mask);
+                packed_gemm::gemm_packed(sq, s, vp, out, threads);
+            }
+            None => {
+                let mat = |data, rs, cs| Mat { data, rs, cs };
+                gemm(
+                    sq,
+                    sk,
+                    d,
+                    mat(q, d, 1),
+                    mat(k, 1, d),
+                    s,
+                    sk,
+                    false,
+                    1.0,
+                    1.0,
+                    threads,
+                );
+                self.softmax(b, s, mask);
+                let p = mat(&*s, sk, 1);
+                gemm(
+                    sq,
+                    dv,
+                    sk,
+                    p,
+                    mat(v, dv, 1),
+                    out,
+                    dv,
+                    false,
+                    1.0,
+                    1.0,
+                    threads,
+                );
+            }
+        }
     }
 
     /// Scales, masks and normalises the score rows of batch `b` in place.
@@ -212,70 +246,6 @@ impl AttnPlan {
             let inv = 1.0 / super::norm::sum(row);
             row.iter_mut().for_each(|x| *x *= inv);
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn one(
-        &self,
-        b: usize,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        mask: Option<&[f32]>,
-        out: &mut [f32],
-        s: &mut [f32],
-        threads: usize,
-    ) {
-        let (sq, sk, d, dv) = (self.sq, self.sk, self.d, self.dv);
-        if sk == 0 {
-            out.fill(0.0);
-            return;
-        }
-        let qm = Mat {
-            data: &q[self.q_off[b]..],
-            rs: d,
-            cs: 1,
-        };
-        let kt = Mat {
-            data: &k[self.k_off[b]..],
-            rs: 1,
-            cs: d,
-        };
-        gemm(sq, sk, d, qm, kt, s, sk, false, 1.0, self.scale, threads);
-        for (i, row) in s.chunks_mut(sk).enumerate() {
-            if self.mask == AttnMask::Causal {
-                // query i sees keys j <= i + sk - sq
-                let seen = (i + sk + 1).saturating_sub(sq).min(sk);
-                row[seen..].fill(f32::NEG_INFINITY);
-            }
-            if let Some(m) = mask {
-                let base = self.m_off[b] + i * self.m_rs;
-                for (j, x) in row.iter_mut().enumerate() {
-                    *x += m[base + j * self.m_cs];
-                }
-            }
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            if max == f32::NEG_INFINITY {
-                row.fill(0.0);
-                continue;
-            }
-            for x in row.iter_mut() {
-                *x = math::exp::<false>(*x - max);
-            }
-            let inv = 1.0 / super::norm::sum(row);
-            row.iter_mut().for_each(|x| *x *= inv);
-        }
-        let pm = Mat {
-            data: &*s,
-            rs: sk,
-            cs: 1,
-        };
-        let vm = Mat {
-            data: &v[self.v_off[b]..],
-            rs: dv,
-            cs: 1,
-        };
-        gemm(sq, dv, sk, pm, vm, out, dv, false, 1.0, 1.0, threads);
     }
 }
 
