@@ -21,6 +21,9 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
     let one = literal(dtype, 1.0);
     let zero = literal(dtype, 0.0);
     let half = literal(dtype, 0.5);
+    // irrational constants at the compute type's precision: 16-bit values compute in f32,
+    // so 1/sqrt(2) must not be rounded to 16 bits first
+    let constant = |v: f64| literal(if is_single(dtype) { DType::F32 } else { dtype }, v);
     let f = |name: &str| format!("{}({a})", math(dtype, name));
     Some(match op {
         UnaryOp::Neg => format!("(-{a})"),
@@ -43,13 +46,13 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
             } else {
                 math(dtype, "erf")
             },
-            literal(dtype, std::f64::consts::FRAC_1_SQRT_2)
+            constant(std::f64::consts::FRAC_1_SQRT_2)
         ),
         UnaryOp::GeluTanh => format!(
             "({half} * {a} * ({one} + {}({} * ({a} + {} * {a} * {a} * {a}))))",
             math(dtype, "tanh"),
-            literal(dtype, (2.0 / std::f64::consts::PI).sqrt()),
-            literal(dtype, 0.044715)
+            constant((2.0 / std::f64::consts::PI).sqrt()),
+            constant(0.044715)
         ),
         UnaryOp::Silu => format!("({a} / ({one} + {}(-{a})))", math(dtype, "exp")),
         UnaryOp::Erf => f("erf"),
@@ -123,5 +126,18 @@ mod tests {
             unary(UnaryOp::Relu, DType::I32, "x").unwrap(),
             "(x > 0 ? x : 0)"
         );
+    }
+
+    #[test]
+    fn gelu_constants_keep_the_compute_precision() {
+        let f32_rule = unary(UnaryOp::Gelu, DType::F32, "x").unwrap();
+        for dtype in [DType::F16, DType::BF16] {
+            let rule = unary(UnaryOp::Gelu, dtype, "x").unwrap();
+            let f32_constant = literal(DType::F32, std::f64::consts::FRAC_1_SQRT_2);
+            assert!(rule.contains(&f32_constant), "{dtype:?}: {rule}");
+            assert!(f32_rule.contains(&f32_constant));
+            let tanh = unary(UnaryOp::GeluTanh, dtype, "x").unwrap();
+            assert!(tanh.contains(&literal(DType::F32, 0.044715)), "{tanh}");
+        }
     }
 }
