@@ -334,8 +334,9 @@ fn shared_param_is_read_in_place() {
     assert_eq!(Arc::strong_count(&owner), 2);
 }
 
-/// A weight is packed once and reused while the same tensor stays bound; binding another
-/// tensor repacks it (the packed GEMM path), and f16 weights follow the same rule.
+/// A weight runs unpacked on its first binding, packed from the second run with the same
+/// tensor on, and unpacked again when another tensor is bound; f16 weights follow the same
+/// rule. Every run must match the reference.
 #[test]
 fn rebinding_a_weight_repacks_it() {
     for dtype in [F, DType::F16] {

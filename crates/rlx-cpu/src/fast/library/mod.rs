@@ -81,26 +81,33 @@ pub(crate) enum WeightSource {
 /// A matmul whose right operand is a packed weight.
 #[derive(Debug)]
 struct PackedMatMul {
+    /// the unpacked product, for a weight seen for the first time
+    plan: MatMulPlan,
     rows: usize,
     k: usize,
     n: usize,
     threads: usize,
-    /// the packing is in f32 but the operands are not
+    /// the packing is in f32 but the operands are not (scratch regions 0, 1, 2: a, c, and
+    /// b for an unpacked run)
     via_f32: bool,
     source: WeightSource,
-    /// the weight tensor last packed (kept alive, so pointer identity is sound) and its
-    /// packing
-    cache: Mutex<Option<(Arc<Tensor>, Arc<PackedRhs>)>>,
+    /// the weight tensor last bound (kept alive, so pointer identity is sound) and its
+    /// packing once it has been bound for a second run
+    cache: Mutex<Option<Bound>>,
 }
 
+/// A weight tensor as last bound, and its packing once it has one.
+type Bound = (Arc<Tensor>, Option<Arc<PackedRhs>>);
+
 impl PackedMatMul {
-    /// The packing of the weight bound now (`b` is its data), packing it on first use and
-    /// again whenever another tensor is bound.
+    /// The packing of the weight bound now (`b` is its data), or None for a param seen for
+    /// the first time: a param is packed when the same tensor is bound for a second run
+    /// (so a param re-bound every run never pays a packing), a constant at once.
     fn packed(
         &self,
         params: &HashMap<String, Arc<Tensor>>,
         b: Data<'_>,
-    ) -> Result<Arc<PackedRhs>, CpuError> {
+    ) -> Result<Option<Arc<PackedRhs>>, CpuError> {
         let bound = match &self.source {
             WeightSource::Constant(t) => t,
             WeightSource::Param(name) => params.get(name).ok_or_else(|| CpuError::Missing {
@@ -109,14 +116,17 @@ impl PackedMatMul {
             })?,
         };
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((t, p)) = &*cache {
-            if Arc::ptr_eq(t, bound) {
-                return Ok(p.clone());
+        let seen = matches!(&*cache, Some((t, _)) if Arc::ptr_eq(t, bound));
+        if seen || matches!(self.source, WeightSource::Constant(_)) {
+            if let Some((_, Some(p))) = &*cache {
+                return Ok(Some(p.clone()));
             }
+            let p = Arc::new(PackedRhs::pack(b, self.k, self.n));
+            *cache = Some((bound.clone(), Some(p.clone())));
+            return Ok(Some(p));
         }
-        let p = Arc::new(PackedRhs::pack(b, self.k, self.n));
-        *cache = Some((bound.clone(), p.clone()));
-        Ok(p)
+        *cache = Some((bound.clone(), None));
+        Ok(None)
     }
 }
 
@@ -181,6 +191,7 @@ impl LibExec {
                         if via_f32 {
                             region(rows * plan.k, DType::F32);
                             region(rows * plan.n, DType::F32);
+                            region(plan.k * plan.n, DType::F32);
                         }
                         Impl::MatMulPacked(PackedMatMul {
                             rows,
@@ -190,6 +201,7 @@ impl LibExec {
                             via_f32,
                             source,
                             cache: Mutex::new(None),
+                            plan,
                         })
                     }
                     (DType::F32, None) => Impl::MatMulF32(plan),
@@ -346,17 +358,25 @@ impl LibExec {
                 (Data::F64(a), Data::F64(b), DataMut::F64(c)) => p.run(a, b, c, 1.0),
                 _ => unreachable!("compiled for f64 operands"),
             },
-            Impl::MatMulPacked(p) => {
-                let weight = p.packed(params, ins[1])?;
-                if p.via_f32 {
+            Impl::MatMulPacked(p) => match (p.packed(params, ins[1])?, p.via_f32) {
+                (Some(w), false) => {
+                    packed_gemm::gemm_packed(p.rows, f(0), &w, dst.f32().unwrap(), p.threads)
+                }
+                (Some(w), true) => {
                     let (a, c) = (scratch_f32(0), scratch_f32(1));
                     ins[0].load_f32(a);
-                    packed_gemm::gemm_packed(p.rows, a, &weight, c, p.threads);
+                    packed_gemm::gemm_packed(p.rows, a, &w, c, p.threads);
                     dst.store_f32(c);
-                } else {
-                    packed_gemm::gemm_packed(p.rows, f(0), &weight, dst.f32().unwrap(), p.threads);
                 }
-            }
+                (None, false) => p.plan.run(f(0), f(1), dst.f32().unwrap(), 1.0),
+                (None, true) => {
+                    let (a, c, b) = (scratch_f32(0), scratch_f32(1), scratch_f32(2));
+                    ins[0].load_f32(a);
+                    ins[1].load_f32(b);
+                    p.plan.run(a, b, c, 1.0);
+                    dst.store_f32(c);
+                }
+            },
             Impl::MatMulViaF32(p) => {
                 let (a, b, c) = (scratch_f32(0), scratch_f32(1), scratch_f32(2));
                 ins[0].load_f32(a);
