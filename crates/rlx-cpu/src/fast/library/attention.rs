@@ -1,7 +1,7 @@
 //! f32 scaled dot-product attention: per (batch, head), scores = q.k^T, masked softmax in
-//! place, out = p.v. Batches run in parallel when there are enough. With AVX2/FMA both
-//! products run on the packed GEMM's register tile (k^T and v packed per head, a few KB);
-//! elsewhere through the `gemm` crate.
+//! place, out = p.v. Batches run in parallel when there are enough. With AVX2/FMA and at
+//! least 32 queries both products run on the packed GEMM's register tile (k^T and v packed
+//! per head); otherwise through the `gemm` crate.
 
 use super::matmul::{gemm, Mat};
 use super::packed_gemm::{self, PackedRhs};
@@ -9,6 +9,9 @@ use crate::fast::math;
 use crate::interp::index::{broadcast_map, broadcast_strides, for_each_index};
 use rayon::prelude::*;
 use rlx_ir::AttnMask;
+
+/// Query rows from which attention packs its k^T and v operands per head.
+const PACK_ROWS: usize = 32;
 
 /// A compiled attention.
 #[derive(Debug, Clone)]
@@ -111,7 +114,9 @@ impl AttnPlan {
         } else {
             scratch.chunks_mut(sq * sk).collect()
         };
-        let packed = packed_gemm::supported();
+        // packing k^T and v costs about what `PACK_ROWS` query rows of arithmetic do: fewer
+        // queries (decode steps, short prompts over a long cache) stay on the gemm crate
+        let packed = packed_gemm::supported() && sq >= PACK_ROWS;
         out.par_chunks_mut(per * sq * dv)
             .zip(scores.into_par_iter())
             .enumerate()
