@@ -1,11 +1,13 @@
 //! RLX's own f32 GEMM for products whose right operand is a weight (a param or a constant).
 //!
-//! The weight `b[k x n]` is packed once into 16-column panels (`panel[k][16]`, zero-padded),
-//! kept for as long as the weight is bound, so a run never packs or converts it again (f16
-//! and bf16 weights are widened to f32 at packing). A run packs the left operand into 6-row
-//! micro-panels per cache block and drives a 6 x 16 AVX2/FMA register tile: per step of k,
-//! two loads of the weight panel, six broadcasts, twelve FMAs. Blocks of k (≤ 512) keep a
-//! weight panel in L1 while the row blocks (≤ 96 rows) stream through it from L2. Threads
+//! The weight `b[k x n]` is packed into 16-column panels (`panel[k][16]`, zero-padded) and
+//! kept for as long as the weight stays bound, so later runs never pack or convert it again
+//! (f16 and bf16 weights are widened to f32 at packing; when to pack is the library
+//! kernel's call). A run reads the left operand's rows in place (six row pointers) and
+//! drives a 6 x 16 AVX2/FMA register tile: per step of k, two loads of the weight panel,
+//! six broadcasts, twelve FMAs; the next panel and the tile's output lines are prefetched.
+//! Blocks of k (≤ 512) keep a weight panel in L1 while row blocks (≤ 96 rows) stream
+//! through it from L2. Threads
 //! split the weight panels when the product has few rows, the rows otherwise, in several
 //! tasks per thread so that work stealing absorbs a core the host slows down.
 //!
@@ -23,7 +25,7 @@ const MR: usize = 6;
 /// Largest block of k kept in L1 per weight panel (512 measured ahead of 256 and 128 on
 /// MiniLM's products, within this machine's noise).
 const KC: usize = 512;
-/// Largest block of rows packed per L2 block.
+/// Largest block of rows per L2 block.
 const MC: usize = 96;
 
 /// A cache line of f32s: the packed buffers are 64-byte aligned.
