@@ -25,6 +25,9 @@ const MR: usize = 6;
 /// Largest block of k kept in L1 per weight panel (512 measured ahead of 256 and 128 on
 /// MiniLM's products, within this machine's noise).
 const KC: usize = 512;
+/// Fewest rows for which a weight is worth packing (each packed panel is then reused by at
+/// least this many rows).
+pub(crate) const MIN_ROWS: usize = 16;
 /// Largest block of rows per L2 block.
 const MC: usize = 96;
 
