@@ -282,6 +282,20 @@ impl<'a> DataMut<'a> {
 }
 
 /// Zeroed owned storage of `n` elements of `dtype` (bool as u8).
+/// A raw output pointer shared by parallel tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub *mut f32);
+// SAFETY: tasks write pairwise disjoint elements through it (see the call sites).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Send + Sync` wrapper).
+    pub fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
 pub(crate) fn zeroed(dtype: DType, n: usize) -> TensorData {
     match dtype {
         DType::F32 => TensorData::F32(vec![0.0; n].into()),

@@ -7,6 +7,7 @@
 //! a tile of `w`'s rows is dequantized into a small f32 buffer (one per task) and multiplied
 //! with gemm. Both split the output features over rayon.
 
+use super::memory::OutPtr;
 use rayon::prelude::*;
 use rlx_ir::QuantFormat;
 
@@ -26,20 +27,6 @@ pub(crate) struct QuantPlan {
     n: usize,
     k: usize,
     threads: usize,
-}
-
-/// A raw output pointer shared by tasks that write disjoint elements.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: tasks write pairwise disjoint elements through it (see the call sites).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer (a method, so closures capture the whole `Send + Sync` wrapper).
-    fn ptr(self) -> *mut f32 {
-        self.0
-    }
 }
 
 impl QuantPlan {

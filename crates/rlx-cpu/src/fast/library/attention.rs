@@ -240,7 +240,7 @@ impl AttnPlan {
                 let seen = (i + sk + 1).saturating_sub(sq).min(sk);
                 row[seen..].fill(f32::NEG_INFINITY);
             }
-            let max = row_max(row);
+            let max = super::norm::max(row);
             if max == f32::NEG_INFINITY {
                 row.fill(0.0);
                 continue;
@@ -252,21 +252,4 @@ impl AttnPlan {
             row.iter_mut().for_each(|x| *x *= inv);
         }
     }
-}
-
-/// The largest element (NaN-ignoring, -inf for an empty row), eight lanes at a time.
-#[inline(always)]
-fn row_max(row: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; 8];
-    let chunks = row.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (m, &x) in lanes.iter_mut().zip(c) {
-            *m = if x > *m { x } else { *m };
-        }
-    }
-    lanes
-        .iter()
-        .chain(rest)
-        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
 }

@@ -182,14 +182,14 @@ impl LibExec {
                 let plan = MatMulPlan::new(shape(0), shape(1), out, threads);
                 // a few rows (a decode step, a single vector) reuse a packed panel too little
                 // to pay for the copy; the gemm crate reads such weights as they are
+                let rows = plan.m * plan.a_off.len();
                 let packable = matches!(result.0, DType::F32 | DType::F16 | DType::BF16)
                     && in_types.iter().all(|t| t.0 == result.0)
                     && plan.fold
-                    && plan.m * plan.a_off.len() >= packed_gemm::MIN_ROWS
+                    && rows >= packed_gemm::MIN_ROWS
                     && packed_gemm::supported();
                 match (result.0, weight.filter(|_| packable)) {
                     (dtype, Some(source)) => {
-                        let rows = plan.m * plan.a_off.len();
                         let via_f32 = dtype != DType::F32;
                         if via_f32 {
                             region(rows * plan.k, DType::F32);

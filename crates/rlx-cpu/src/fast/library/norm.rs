@@ -19,8 +19,22 @@ pub(crate) fn sum(x: &[f32]) -> f32 {
     p.iter().sum::<f32>() + rest
 }
 
-fn max(x: &[f32]) -> f32 {
-    x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+/// The largest element (NaN-ignoring, -inf for an empty row), eight lanes at a time so the
+/// loop vectorises.
+#[inline(always)]
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    lanes
+        .iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
 /// Softmax or log-softmax of one contiguous row.

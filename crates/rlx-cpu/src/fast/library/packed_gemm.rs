@@ -14,7 +14,7 @@
 //! The micro-kernel needs AVX2 and FMA ([`supported`]); elsewhere the planner keeps the
 //! `gemm` crate. `RLX_CPU_PACKED_GEMM=0` turns this path off (an A/B switch).
 
-use super::super::memory::Data;
+use super::super::memory::{Data, OutPtr};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -149,20 +149,6 @@ impl PackedRhs {
     }
 }
 
-/// The output pointer shared by the threads of one product; they write disjoint tiles.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: each thread writes a disjoint set of rows or panels of the output.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
-
-impl Out {
-    /// The pointer (a method, so closures capture the whole `Send + Sync` wrapper).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
 /// `c[m x n] = a[m x k] . b` with `a` and `c` row-major and contiguous; `threads > 1` splits
 /// the work over the current rayon pool. Needs [`supported`] only for speed: without AVX2
 /// and FMA the tiles run in plain Rust.
@@ -178,10 +164,10 @@ pub(crate) fn gemm_packed(m: usize, a: &[f32], b: &PackedRhs, c: &mut [f32], thr
         return;
     }
     let panels = n.div_ceil(NR);
-    let out = Out(c.as_mut_ptr());
+    let out = OutPtr(c.as_mut_ptr());
     let run = |rows: Range<usize>, cols: Range<usize>| {
         // SAFETY: `rows` x `cols` is inside `c` and no other task writes it.
-        unsafe { block(rows, cols, a, b, out.get()) }
+        unsafe { block(rows, cols, a, b, out.ptr()) }
     };
     let threads = threads.max(1);
     if threads == 1 || m * n * k < 1 << 16 {
@@ -248,12 +234,8 @@ unsafe fn block(rows: Range<usize>, cols: Range<usize>, a: &[f32], b: &PackedRhs
                 let panel = bdata[(p * k + k0) * NR..][..kc * NR].as_ptr();
                 // the weight streams from memory once per block: while this panel's tiles
                 // run from L1, the first tiles fetch the next panel
-                let next = if p + 1 < cols.end {
-                    bdata[((p + 1) * k + k0) * NR..][..kc * NR].as_ptr()
-                } else {
-                    panel
-                };
-                let have_next = p + 1 < cols.end;
+                let next = (p + 1 < cols.end)
+                    .then(|| bdata[((p + 1) * k + k0) * NR..][..kc * NR].as_ptr());
                 for t in 0..tiles {
                     let r0 = m0 + t * MR;
                     let last = (m0 + mc).min(r0 + MR) - 1;
@@ -262,12 +244,8 @@ unsafe fn block(rows: Range<usize>, cols: Range<usize>, a: &[f32], b: &PackedRhs
                         a: std::array::from_fn(|r| a[(r0 + r).min(last) * k + k0..].as_ptr()),
                         b: panel,
                         kc,
-                        prefetch: next.add(first_line * NR),
-                        prefetch_lines: if have_next {
-                            per_tile.min(kc - first_line)
-                        } else {
-                            0
-                        },
+                        prefetch: next.map_or(panel, |q| q.add(first_line * NR)),
+                        prefetch_lines: next.map_or(0, |_| per_tile.min(kc - first_line)),
                         c: c.add(r0 * n + p * NR),
                         ldc: n,
                         rows: last + 1 - r0,
