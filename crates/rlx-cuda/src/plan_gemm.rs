@@ -5,6 +5,7 @@
 
 use crate::codegen::attention::{Layout, Layouts};
 use crate::codegen::gemm_mma::{self, MmaGemm};
+use crate::codegen::gemm_wgmma;
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{conv, index::contiguous, loops, ArgRef};
 use crate::gemm::{Activation, GemmSpec, Operand};
@@ -124,11 +125,12 @@ pub fn matmul(
     Ok(())
 }
 
-/// Offers the tensor-core GEMM with the epilogue fused into its store
-/// ([`gemm_mma`]) as an alternative to GEMM step `gemm` plus the epilogue step after it, in
-/// every tiling that applies. Skipped when the epilogue does not fuse into a library kernel,
-/// reads the result's own buffer through another input, or the result is larger than
-/// [`gemm_mma::max_output`] (where cuBLASLt's kernels win by far).
+/// Offers the tensor-core GEMMs with the epilogue fused into their store as alternatives to
+/// GEMM step `gemm` plus the epilogue step after it, in every tiling that applies: the
+/// `mma.sync` kernel ([`gemm_mma`]) and, on `sm_90a`, the Hopper one ([`gemm_wgmma`]).
+/// Skipped when the epilogue does not fuse into a library kernel, reads the result's own
+/// buffer through another input, or the result is larger than [`gemm_mma::max_output`]
+/// elements (beyond, cuBLASLt plus the epilogue kernel wins: measured in both kernels' docs).
 fn fused_choice(
     program: &KernelProgram,
     k: &LibraryKernel,
@@ -155,11 +157,19 @@ fn fused_choice(
         a: (ArgRef::Buffer(k.inputs[0]), 0, kk),
         b: (ArgRef::Buffer(k.inputs[1]), 0, n),
     };
-    let fused: Vec<_> = gemm_mma::MMA_TILES
+    let mut fused: Vec<_> = gemm_mma::MMA_TILES
         .iter()
         .filter(|t| gemm_mma::applies(ctx, &g, t))
         .filter_map(|t| gemm_mma::emit(ctx, &g, t).ok())
         .collect();
+    if gemm_wgmma::enabled() {
+        fused.extend(
+            gemm_wgmma::WGMMA_TILES
+                .iter()
+                .filter(|t| gemm_wgmma::applies(ctx, &g, t))
+                .filter_map(|t| gemm_wgmma::emit(ctx, &g, t).ok()),
+        );
+    }
     if !fused.is_empty() {
         plan.choices.push(Choice {
             gemm,

@@ -22,10 +22,16 @@ pub struct CudaDeviceFacts {
 }
 
 impl CudaDeviceFacts {
-    /// The NVRTC architecture name, e.g. `sm_90`.
+    /// The NVRTC architecture name, e.g. `sm_86`; `sm_90a` on compute capability 9.0, so
+    /// Hopper's architecture-specific instructions (`wgmma`) are available to generated code.
     pub fn arch(&self) -> String {
+        let suffix = if self.compute_capability == (9, 0) {
+            "a"
+        } else {
+            ""
+        };
         format!(
-            "sm_{}{}",
+            "sm_{}{}{suffix}",
             self.compute_capability.0, self.compute_capability.1
         )
     }

@@ -37,7 +37,8 @@ pub struct CudaOptions {
     /// heuristic's first choice)
     pub autotune: bool,
     /// GEMMs whose epilogue cuBLASLt cannot fuse may run as RLX's tensor-core GEMM with the
-    /// epilogue in its store ([`crate::plan::Choice`]); `RLX_CUDA_FUSED_GEMM=0` turns it off
+    /// epilogue in its store ([`crate::plan::Choice`]); `RLX_CUDA_FUSED_GEMM=0` turns it off,
+    /// `RLX_CUDA_TUNE_LOG=1` prints each candidate's time
     pub fused_gemm: FusedGemm,
 }
 
@@ -541,6 +542,7 @@ impl CudaProgram {
     fn time_choice(&self, ci: usize) -> Result<Option<usize>, CudaError> {
         let c = &self.plan.choices[ci];
         let mut failure = None;
+        let mut mins = vec![f64::INFINITY; c.fused.len() + 1];
         let best = crate::tune::fastest(c.fused.len() + 1, crate::tune::ROUNDS, |i| {
             let r = self
                 .device
@@ -553,7 +555,10 @@ impl CudaProgram {
                     }
                 });
             match r {
-                Ok(t) => Some(t),
+                Ok(t) => {
+                    mins[i] = mins[i].min(t);
+                    Some(t)
+                }
                 Err(e) => {
                     if i == 0 {
                         failure = Some(e);
@@ -565,6 +570,13 @@ impl CudaProgram {
         self.device.sync()?;
         if let Some(e) = failure {
             return Err(e);
+        }
+        if std::env::var_os("RLX_CUDA_TUNE_LOG").is_some() {
+            eprintln!("rlx-cuda: fused-GEMM choice {}", c.fused[0].label);
+            eprintln!("  cuBLASLt + epilogue kernel: {:.4} ms", mins[0]);
+            for (k, t) in c.fused.iter().zip(&mins[1..]) {
+                eprintln!("  {}: {t:.4} ms", k.label);
+            }
         }
         Ok(best.and_then(|(i, _)| i.checked_sub(1)))
     }

@@ -4,6 +4,8 @@
 
 mod support;
 
+use rlx_cuda::codegen::gemm_mma::MMA_TILES;
+use rlx_cuda::codegen::gemm_wgmma::WGMMA_TILES;
 use rlx_cuda::codegen::Target;
 use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
@@ -480,7 +482,7 @@ fn encoder_ffn_kernels_take_the_wide_paths() {
         .collect();
     assert_eq!(gelu.len(), 1, "{:?}", labels(&p));
     let s = &gelu[0].source;
-    // too large a result for the fused tensor-core GEMM: nothing to choose
+    // too large a result for the fused tensor-core GEMMs: nothing to choose
     assert!(p.choices.is_empty());
     assert!(
         gelu[0].function.starts_with("rlx_ew_"),
@@ -522,13 +524,23 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
             "{}",
             case.name
         );
-        assert_eq!(c.fused.len(), 4, "{}: every tiling applies", case.name);
+        assert_eq!(
+            c.fused.len(),
+            MMA_TILES.len() + WGMMA_TILES.len(),
+            "{}: every tiling of both kernels applies",
+            case.name
+        );
         // operands a and b, the output, then the epilogue kernel's extra inputs
         let Step::Kernel(epi) = &p.steps[c.epilogue] else {
             unreachable!()
         };
-        for k in &c.fused {
-            assert!(k.function.starts_with("rlx_gemm_mma_"), "{}", k.function);
+        for (i, k) in c.fused.iter().enumerate() {
+            let family = if i < MMA_TILES.len() {
+                "rlx_gemm_mma_"
+            } else {
+                "rlx_gemm_wgmma_"
+            };
+            assert!(k.function.starts_with(family), "{}", k.function);
             assert_eq!(k.args.len(), epi.args.len() + 1, "{}", case.name);
             assert_eq!(k.args[2], *epi.args.last().unwrap(), "{}", case.name);
         }
@@ -560,6 +572,49 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
     let y = b.g().unary(UnaryOp::GeluTanh, y).unwrap();
     let (_, p) = plan_with_program(vec![b.done(y)], "cublaslt_fuses");
     assert!(p.choices.is_empty());
+    // an FFN of 64 rows (65 536 results) offers the Hopper kernel's tilings after the
+    // mma.sync kernel's on sm_90a, only the latter on sm_90; at batch 256 x 128 neither
+    for (target, hopper) in [
+        (Target::h200(), true),
+        (
+            Target {
+                arch: "sm_90".into(),
+                ..Target::h200()
+            },
+            false,
+        ),
+    ] {
+        for (rows, offered) in [
+            (
+                64,
+                MMA_TILES.len() + if hopper { WGMMA_TILES.len() } else { 0 },
+            ),
+            (256 * 128, 0),
+        ] {
+            let mut b = Builder::new("ffn", DType::F16);
+            let x = b.input(DType::F16, &[rows, 384]);
+            let w = b.param(DType::F16, &[384, 1024]);
+            let bias = b.param(DType::F16, &[1024]);
+            let y = b.g().matmul(x, w).unwrap();
+            let y = b.g().add(y, bias).unwrap();
+            let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+            let p = plan_for(vec![b.done(y)], "ffn", &target).1;
+            let fused = p.choices.first().map_or(0, |c| c.fused.len());
+            assert_eq!(fused, offered, "{} rows {rows}", target.arch);
+            if hopper && offered > 0 {
+                let c = &p.choices[0];
+                let k = &c.fused[MMA_TILES.len()];
+                assert!(k.function.starts_with("rlx_gemm_wgmma_"), "{}", k.function);
+                // 128-row blocks, 128 columns each; the bias read at the column itself
+                assert_eq!(k.launch.grid, [1024 / 128, 1]);
+                assert!(k.source.contains("const int q1 = col + e;"), "{}", k.source);
+                assert!(k
+                    .source
+                    .contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"));
+                kernels.extend(c.fused[MMA_TILES.len()..].iter().cloned());
+            }
+        }
+    }
     println!("{} fused GEMM kernels", kernels.len());
     compile_check(
         "gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel",

@@ -73,12 +73,39 @@ fn check_with(
             let tol = tolerance(dtype, false);
             if err.is_nan() || err > tol {
                 return Err(format!(
-                    "{name} output {wn} run {run}: relative L2 error {err:e} > {tol:e}\n{text}"
+                    "{name} output {wn} run {run}: relative L2 error {err:e} > {tol:e}\n{}\n{text}",
+                    first_mismatches(g, w)
                 ));
             }
         }
     }
     Ok(compiled)
+}
+
+/// The first few elements of `got` far from `want`, as (row, column) of the last two dims,
+/// for telling a layout error from a rounding one.
+fn first_mismatches(got: &Tensor, want: &Tensor) -> String {
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    let cols = want.shape().last().copied().unwrap_or(1).max(1);
+    let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-30);
+    let bad: Vec<String> = g
+        .iter()
+        .zip(&w)
+        .enumerate()
+        .filter(|(_, (a, b))| (*a - *b).abs() > 1e-2 * scale || a.is_nan())
+        .take(8)
+        .map(|(i, (a, b))| format!("({}, {}): got {a:.4} want {b:.4}", i / cols, i % cols))
+        .collect();
+    let n_bad = g
+        .iter()
+        .zip(&w)
+        .filter(|(a, b)| (*a - *b).abs() > 1e-2 * scale || a.is_nan())
+        .count();
+    format!(
+        "{n_bad} of {} elements off; first: {}",
+        g.len(),
+        bad.join(", ")
+    )
 }
 
 #[test]
@@ -487,22 +514,26 @@ fn fused_tensor_core_gemms_match_the_interpreter_in_every_tiling() {
     if !device_ready("fused_tensor_core_gemms_match_the_interpreter_in_every_tiling") {
         return;
     }
-    let sm80 = rlx_cuda::CudaProgram::target()
-        .ok()
+    let target = rlx_cuda::CudaProgram::target().ok();
+    let sm80 = target
+        .as_ref()
         .and_then(|t| t.compute_capability())
         .is_some_and(|cc| cc >= 80);
+    // on sm_90a the Hopper kernel's tilings follow the mma.sync kernel's in each choice
+    let hopper = target.is_some_and(|t| t.arch == rlx_cuda::codegen::gemm_wgmma::ARCH);
+    let tilings = rlx_cuda::codegen::gemm_mma::MMA_TILES.len()
+        + if hopper {
+            rlx_cuda::codegen::gemm_wgmma::WGMMA_TILES.len()
+        } else {
+            0
+        };
     let cases = fused_gemm_cases();
     let mut failures = Vec::new();
     let mut chosen = 0;
     for c in &cases {
-        let modes = [
-            FusedGemm::Off,
-            FusedGemm::Force(0),
-            FusedGemm::Force(1),
-            FusedGemm::Force(2),
-            FusedGemm::Force(3),
-            FusedGemm::Timed,
-        ];
+        let modes = std::iter::once(FusedGemm::Off)
+            .chain((0..tilings).map(FusedGemm::Force))
+            .chain(std::iter::once(FusedGemm::Timed));
         for mode in modes {
             let options = CudaOptions {
                 fused_gemm: mode,
@@ -530,8 +561,9 @@ fn fused_tensor_core_gemms_match_the_interpreter_in_every_tiling() {
         }
     }
     println!(
-        "{} fused-GEMM cases x 6 modes, timing chose the fused kernel in {chosen}, {} failures",
+        "{} fused-GEMM cases x {} modes, timing chose the fused kernel in {chosen}, {} failures",
         cases.len(),
+        tilings + 2,
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

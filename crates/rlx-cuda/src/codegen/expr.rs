@@ -108,12 +108,55 @@ impl<'a> EpilogueCtx<'a> {
     /// # Errors
     /// A node the rules do not accept.
     pub fn apply(&self, linear: &str, value: &str, ity: &str) -> Result<(String, String), String> {
+        let sp = self.space();
+        let at = coords(linear, "q", &sp.dims, ity);
+        self.apply_coords(&sp, at, value)
+    }
+
+    /// [`EpilogueCtx::apply`] for the element at `row` and `col` of the result seen as a
+    /// matrix of `n` columns. When the epilogue's index space keeps those columns as its
+    /// last dim, `col` is that coordinate as it is (no division of a linear index, and
+    /// neighbouring columns read neighbouring elements); otherwise the linear index.
+    ///
+    /// # Errors
+    /// A node the rules do not accept.
+    pub fn apply_at(
+        &self,
+        (row, col, n): (&str, &str, usize),
+        value: &str,
+        ity: &str,
+    ) -> Result<(String, String), String> {
+        let sp = self.space();
+        let at = match sp.dims.split_last() {
+            Some((&last, lead)) if last == n => {
+                let mut at = coords(row, "q", lead, ity);
+                at += &format!("const {ity} q{} = {col};\n", lead.len());
+                at
+            }
+            _ => coords(&format!("(({ity}){row} * {n} + {col})"), "q", &sp.dims, ity),
+        };
+        self.apply_coords(&sp, at, value)
+    }
+
+    /// The epilogue's index space: its dims merged where every input's strides allow.
+    fn space(&self) -> IndexSpace {
         let k = self.kernel;
         let mut dims = k.shape.clone();
         dims.extend(&k.reduce_shape);
         let strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides.clone()).collect();
-        let sp = IndexSpace::merge(&dims, &strides);
-        let mut s = format!("{{\n{}", coords(linear, "q", &sp.dims, ity));
+        IndexSpace::merge(&dims, &strides)
+    }
+
+    /// The statements of [`EpilogueCtx::apply`] once the coordinates `q0..` are defined by
+    /// `at`.
+    fn apply_coords(
+        &self,
+        sp: &IndexSpace,
+        at: String,
+        value: &str,
+    ) -> Result<(String, String), String> {
+        let k = self.kernel;
+        let mut s = format!("{{\n{at}");
         let elem = |i: usize| {
             if i == 0 {
                 (value.to_string(), true)

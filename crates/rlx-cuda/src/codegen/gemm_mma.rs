@@ -13,10 +13,11 @@
 //! `ldmatrix.x4` of A rows, B fragments from `ldmatrix.x4.trans` of B rows, products from
 //! `mma.sync.m16n8k16` (fragment layouts as documented in [`super::attention::flash_mma`]).
 //! The finished tile is staged through shared memory as f32, then every element goes
-//! through [`LibCtx::store`] in a loop over row segments (coalesced stores, and the epilogue
-//! appears once in the code), so the epilogue is the same kernel-IR expression every other
-//! library kernel applies.
+//! through [`LibCtx::store`] in a loop over 8-column row segments ([`tile_store`]: 16-byte
+//! stores, and the epilogue appears once in the code), so the epilogue is the same kernel-IR
+//! expression every other library kernel applies.
 
+use super::dtype::storage;
 use super::store::LibCtx;
 use super::{finish, ArgRef, EmittedKernel, Launch};
 use rlx_ir::DType;
@@ -67,11 +68,11 @@ impl MmaTile {
     }
 }
 
-/// Largest result (`m * n` elements) the kernel is offered for. Measured on an H200
-/// (2026-11-30): for the encoder's FFN GEMM with exact GELU, m 32768 n 1536 k 384, it takes
-/// 0.29 ms against 0.065 + 0.058 for cuBLASLt and the epilogue kernel (about 135 TFLOP/s,
-/// `mma.sync` without Hopper's `wgmma`), and at m 128 it takes 13 µs against about 6; it wins
-/// on small problems, where one launch less counts.
+/// Largest result (`m * n` elements) the kernel (and [`super::gemm_wgmma`]) is offered for.
+/// Measured on an H200 (2026-11-30): for the encoder's FFN GEMM with exact GELU, m 32768
+/// n 1536 k 384, it takes 0.29 ms against 0.065 + 0.058 for cuBLASLt and the epilogue kernel
+/// (about 135 TFLOP/s, `mma.sync` without Hopper's `wgmma`), and at m 128 it takes 13 µs
+/// against about 6; it wins on small problems, where one launch less counts.
 pub const MAX_OUTPUT: usize = 1 << 16;
 
 /// [`MAX_OUTPUT`], or what `RLX_CUDA_FUSED_GEMM_MAX` says (elements; for A/B runs).
@@ -170,7 +171,7 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &MmaTile) -> Result<EmittedKernel, 
     let threads = tile.threads();
     let a_chunks = tile.bm * BK / 8;
     let b_chunks = BK * tile.bn / 8;
-    let store = ctx.store("lin", "val", "long long")?;
+    let store = tile_store(ctx, (g.m, g.n), (tile.bm, tile.bn, tile.bn + PAD), threads)?;
     let text = TEMPLATE
         .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
         .replace("@STORE@", &store)
@@ -220,6 +221,56 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &MmaTile) -> Result<EmittedKernel, 
         tile.stages
     );
     Ok(k)
+}
+
+/// The loop storing a finished `bm x bn` f32 tile held in shared memory (`cs`, rows of
+/// `cld` floats) through the epilogue, shared by this kernel and [`super::gemm_wgmma`]:
+/// each thread takes 8 consecutive columns at a time (`n` is a multiple of 8), runs the
+/// epilogue on each and writes them with 16-byte stores when 8 results fill whole 16-byte
+/// words. Indices are 32-bit when the result has fewer than 2^31 elements (64-bit division
+/// by the result's dims costs more than the epilogue itself).
+pub(super) fn tile_store(
+    ctx: &LibCtx,
+    (m, n): (usize, usize),
+    (bm, bn, cld): (usize, usize, usize),
+    threads: usize,
+) -> Result<String, String> {
+    let ity = if m * n < (1 << 31) {
+        "int"
+    } else {
+        "long long"
+    };
+    let out = ctx.out_dtype();
+    let bytes = 8 * out.size_bytes();
+    let value = ctx.store_at("ov[e]", ("row", "col + e", n), "val", ity)?;
+    let write = if bytes.is_multiple_of(16) {
+        format!(
+            "#pragma unroll\nfor (int q = 0; q < {}; ++q) reinterpret_cast<uint4*>(out + lin0)[q] = reinterpret_cast<const uint4*>(ov)[q];\n",
+            bytes / 16
+        )
+    } else {
+        "#pragma unroll\nfor (int e = 0; e < 8; ++e) out[lin0 + e] = ov[e];\n".to_string()
+    };
+    Ok(format!(
+        "#pragma unroll 2
+for (int idx = threadIdx.x; idx < {bm} * {bn} / 8; idx += {threads}) {{
+const int r = idx / ({bn} / 8), c = (idx % ({bn} / 8)) * 8;
+const int row = bm0 + r, col = bn0 + c;
+if (row < {m} && col < {n}) {{
+const float4 v0 = *reinterpret_cast<const float4*>(cs + r * {cld} + c);
+const float4 v1 = *reinterpret_cast<const float4*>(cs + r * {cld} + c + 4);
+const float vs[8] = {{v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w}};
+__align__(16) {ty} ov[8];
+const {ity} lin0 = ({ity})row * {n} + col;
+#pragma unroll
+for (int e = 0; e < 8; ++e) {{
+const float val = vs[e];
+{value}}}
+{write}}}
+}}
+",
+        ty = storage(out),
+    ))
 }
 
 /// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage: `As[BM][ALD]`
@@ -311,17 +362,5 @@ for (int j = 0; j < @NT@; ++j)
 for (int h = 0; h < 2; ++h)
 *reinterpret_cast<float2*>(cs + (wm * @WTM@ + i * 16 + g + h * 8) * @CLD@ + wn * @WTN@ + j * 8 + 2 * tq) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
 __syncthreads();
-#pragma unroll 2
-for (int idx = tid; idx < @BM@ * @BN@ / 2; idx += @T@) {
-const int r = idx / (@BN@ / 2), c = (idx % (@BN@ / 2)) * 2;
-const int row = bm0 + r, col = bn0 + c;
-if (row < @M@ && col < @N@) {
-#pragma unroll
-for (int e = 0; e < 2; ++e) {
-const long long lin = (long long)row * @N@ + col + e;
-const float val = cs[r * @CLD@ + c + e];
 @STORE@}
-}
-}
-}
 "#;

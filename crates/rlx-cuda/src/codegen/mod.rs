@@ -20,6 +20,7 @@ pub mod dtype;
 mod expr;
 pub mod gather;
 pub mod gemm_mma;
+pub mod gemm_wgmma;
 mod group;
 pub mod index;
 pub mod loops;
@@ -59,11 +60,11 @@ pub struct Target {
 }
 
 impl Target {
-    /// An H200 (sm_90, 132 SMs, 227 KiB shared memory per block): the target compile
+    /// An H200 (`sm_90a`, 132 SMs, 227 KiB shared memory per block): the target compile
     /// checks use on machines without a GPU.
     pub fn h200() -> Target {
         Target {
-            arch: "sm_90".into(),
+            arch: "sm_90a".into(),
             sm_count: 132,
             max_shared: 227 * 1024,
             flash_attention: true,

@@ -103,6 +103,28 @@ impl<'a> LibCtx<'a> {
         }
     }
 
+    /// [`LibCtx::store`] into `target` (an lvalue of the output's storage type) for the
+    /// element at `row`, `col` of the result seen as a matrix of `n` columns (see
+    /// [`EpilogueCtx::apply_at`]).
+    ///
+    /// # Errors
+    /// An epilogue node no rule accepts.
+    pub fn store_at(
+        &self,
+        target: &str,
+        at: (&str, &str, usize),
+        value: &str,
+        ity: &str,
+    ) -> Result<String, String> {
+        match &self.epilogue {
+            None => Ok(format!("{target} = {};\n", store(self.result.0, value))),
+            Some(e) => {
+                let (stmts, var) = e.apply_at(at, value, ity)?;
+                Ok(format!("{{\n{stmts}{target} = {var};\n}}\n"))
+            }
+        }
+    }
+
     /// The epilogue needs a separate kernel (it exists but cannot be fused here).
     pub fn unfused_epilogue(&self) -> bool {
         self.kernel.epilogue.is_some() && self.epilogue.is_none()

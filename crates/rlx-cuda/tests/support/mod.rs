@@ -66,14 +66,17 @@ pub fn nvrtc_ready(test: &str) -> bool {
     }
 }
 
-/// Compiles the kernels as one program with NVRTC for sm_90 (no GPU needed), panicking with
-/// NVRTC's log and the numbered source on failure. Returns false when NVRTC is absent (the
-/// test was reported as skipped).
+/// Compiles the kernels as one program with NVRTC for sm_90a (no GPU needed), panicking with
+/// NVRTC's log and the numbered source on failure (`RLX_DUMP_SRC=DIR` also writes the source
+/// to `DIR/<test>.cu`). Returns false when NVRTC is absent (the test was reported as skipped).
 pub fn compile_check(test: &str, kernels: &[EmittedKernel]) -> bool {
     if !nvrtc_ready(test) {
         return false;
     }
     let src = program_source(kernels);
+    if let Ok(d) = std::env::var("RLX_DUMP_SRC") {
+        std::fs::write(format!("{d}/{test}.cu"), &src).unwrap();
+    }
     let opts = rlx_cuda::nvrtc::options(&Target::h200().arch);
     if let Err(log) = rlx_cuda::nvrtc::compile(test, &src, &opts) {
         let numbered: Vec<String> = src

@@ -1,0 +1,281 @@
+//! A Hopper (`sm_90a`) tensor-core GEMM with the library kernel's elementwise epilogue fused
+//! into its store: `out = epilogue(A · B)` for row-major f16/bf16 `A [m x k]` and
+//! `B [k x n]`, f32 accumulation. It is the [`super::gemm_mma`] kernel's job done with
+//! Hopper's warpgroup MMA (`wgmma.mma_async`, operands read by the tensor cores straight from
+//! shared memory), which is what lets a generated GEMM come near cuBLASLt's speed on large
+//! problems — so an epilogue cuBLASLt cannot fuse (exact GELU, SiLU, a cast) no longer costs
+//! a second pass over the result. Offered as a [`crate::plan::Choice`] candidate and chosen by
+//! timing at compile, never imposed.
+//!
+//! The kernel: a block of two warpgroups (256 threads) computes a `128 x bn` tile, each
+//! warpgroup 64 rows with one `wgmma.m64n{bn}k16` per 16 of k. `k` advances in steps of 64
+//! through a `stages`-deep ring of shared-memory tiles filled by `cp.async` (16-byte chunks,
+//! zero-filled past `m`, `n` and `k`), copies running `stages - 1 - inflight` tiles ahead of
+//! the tile being multiplied while `inflight` earlier tiles' MMAs may still run
+//! (`wgmma.wait_group`). Both operands sit in the
+//! 128-byte swizzled layouts `wgmma` reads: A K-major (a 128-byte row per 64 k, 16-byte chunk
+//! `c` of row `r` at chunk `c ^ (r % 8)`), B N-major (blocks of 64 columns, a 128-byte row
+//! per k, the same swizzle over k), read transposed (`imm-trans-b`). The finished tile is
+//! staged through shared memory as f32 and every element goes through [`LibCtx::store`], as
+//! in [`super::gemm_mma`].
+
+use super::gemm_mma::{tile_store, MmaGemm};
+use super::store::LibCtx;
+use super::{finish, EmittedKernel, Launch};
+use rlx_ir::DType;
+
+/// One tiling of the kernel (128 rows per block, two warpgroups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgmmaTile {
+    /// columns of C per block: 64, 128 or 256 (the `wgmma` instruction's n)
+    pub bn: usize,
+    /// shared-memory pipeline depth (k tiles of 64)
+    pub stages: usize,
+    /// k tiles whose MMAs may still run when the next one is issued (0 or 1); the copies
+    /// run `stages - 1 - inflight` tiles ahead
+    pub inflight: usize,
+}
+
+/// Rows of C per block.
+const BM: usize = 128;
+/// k per shared-memory tile (one 128-byte swizzle row of 16-bit elements).
+const BK: usize = 64;
+/// Threads per block: two warpgroups.
+const THREADS: usize = 256;
+/// Padding of the f32 result tile's rows in shared memory (elements).
+const CPAD: usize = 4;
+
+impl WgmmaTile {
+    /// Bytes of one pipeline stage: the A tile then the B tile.
+    fn stage_bytes(&self) -> usize {
+        (BM * BK + BK * self.bn) * 2
+    }
+
+    /// Dynamic shared memory in bytes: the pipeline or the f32 result tile (the same memory,
+    /// reused), whichever is larger, plus 1 KiB to align the swizzled tiles to 1024 bytes.
+    pub fn shared_bytes(&self) -> usize {
+        let pipeline = self.stages * self.stage_bytes();
+        pipeline.max(BM * (self.bn + CPAD) * 4) + 1024
+    }
+
+    /// Blocks per SM the registers must allow: as many as shared memory lets in (228 KiB
+    /// per SM on Hopper), at most two — one block's epilogue then overlaps the other's MMAs.
+    fn min_blocks(&self) -> usize {
+        (228 * 1024 / self.shared_bytes()).clamp(1, 2)
+    }
+}
+
+/// The tilings emitted as candidates: 128-column tiles, two blocks per SM (the best of
+/// eight tried on an H200 for tall GEMMs), and 64-column tiles for short ones.
+pub const WGMMA_TILES: [WgmmaTile; 2] = [
+    WgmmaTile {
+        bn: 128,
+        stages: 3,
+        inflight: 0,
+    },
+    WgmmaTile {
+        bn: 64,
+        stages: 4,
+        inflight: 0,
+    },
+];
+
+/// Whether the kernel is offered at all: true unless `RLX_CUDA_WGMMA=0` (for A/B runs).
+pub fn enabled() -> bool {
+    std::env::var("RLX_CUDA_WGMMA").map_or(true, |v| v != "0")
+}
+
+/// The architecture the kernel needs: `wgmma` exists only in `sm_90a` code.
+pub const ARCH: &str = "sm_90a";
+
+/// True when the kernel can run this problem in this tiling: an `sm_90a` target, f16/bf16
+/// operands and result, 16-byte aligned rows and offsets (`k`, `n`, strides and offsets
+/// multiples of 8 elements), a grid within limits and shared memory within the device's.
+pub fn applies(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> bool {
+    let dtype = ctx.inputs[0].0;
+    let eight = |x: usize| x.is_multiple_of(8);
+    ctx.target.arch == ARCH
+        && matches!(tile.bn, 64 | 128 | 256)
+        && tile.inflight <= 1
+        && tile.stages >= 2 + tile.inflight
+        && matches!(dtype, DType::F16 | DType::BF16)
+        && ctx.inputs.iter().all(|(d, _)| *d == dtype)
+        && ctx.result.0 == dtype
+        && g.m > 0
+        && g.n > 0
+        && g.k > 0
+        && [g.n, g.k, g.a.1, g.a.2, g.b.1, g.b.2]
+            .into_iter()
+            .all(eight)
+        && g.m.div_ceil(BM) <= 65_535
+        && tile.shared_bytes() <= ctx.target.max_shared
+}
+
+/// The inline-PTX statement issuing one `wgmma.m64n{n}k16` into accumulators `acc[0..n/2]`
+/// with A and B from the descriptors `da` and `db` (B read transposed: N-major).
+fn wgmma_asm(n: usize, ty: &str) -> String {
+    let regs = n / 2;
+    let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(acc[{i}])")).collect();
+    format!(
+        "asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, {one}, 0;\\n\
+         wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{list}}}, %{da}, %{db}, p, 1, 1, 0, 1;\\n}}\\n\"\n\
+         : {outs}\n: \"l\"(da), \"l\"(db), \"r\"(1));\n",
+        one = format_args!("%{}", regs + 2),
+        list = list.join(", "),
+        da = regs,
+        db = regs + 1,
+        outs = outs.join(", "),
+    )
+}
+
+/// Emits the fused GEMM for `g` in `tile`; `ctx` supplies operand types and the epilogue.
+///
+/// # Errors
+/// The problem is outside [`applies`], or an epilogue node no rule accepts.
+pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel, String> {
+    if !applies(ctx, g, tile) {
+        return Err(format!(
+            "no Hopper tensor-core GEMM for m{} n{} k{} in {tile:?}",
+            g.m, g.n, g.k
+        ));
+    }
+    let ty = if ctx.inputs[0].0 == DType::BF16 {
+        "bf16"
+    } else {
+        "f16"
+    };
+    let store = tile_store(ctx, (g.m, g.n), (BM, tile.bn, tile.bn + CPAD), THREADS)?;
+    let a_chunks = BM * BK / 8;
+    let b_chunks = BK * tile.bn / 8;
+    let text = TEMPLATE
+        .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
+        .replace("@STORE@", &store)
+        .replace("@WGMMA@", &wgmma_asm(tile.bn, ty))
+        .replace("@MINB@", &tile.min_blocks().to_string())
+        .replace("@M@", &g.m.to_string())
+        .replace("@N@", &g.n.to_string())
+        .replace("@K@", &g.k.to_string())
+        .replace("@AOFF@", &g.a.1.to_string())
+        .replace("@LDA@", &g.a.2.to_string())
+        .replace("@BOFF@", &g.b.1.to_string())
+        .replace("@LDB@", &g.b.2.to_string())
+        .replace("@BN@", &tile.bn.to_string())
+        .replace("@ACC@", &(tile.bn / 2).to_string())
+        .replace("@S@", &tile.stages.to_string())
+        .replace("@PD@", &(tile.stages - 1 - tile.inflight).to_string())
+        .replace("@INF@", &tile.inflight.to_string())
+        .replace("@STAGE@", &tile.stage_bytes().to_string())
+        .replace("@ABYTES@", &(BM * BK * 2).to_string())
+        .replace("@CLD@", &(tile.bn + CPAD).to_string())
+        .replace("@ACH@", &(a_chunks / THREADS).to_string())
+        .replace("@BCH@", &(b_chunks / THREADS).to_string());
+    let mut args = ctx.args();
+    args[0] = g.a.0;
+    args[1] = g.b.0;
+    let launch = Launch {
+        grid: [g.n.div_ceil(tile.bn) as u32, g.m.div_ceil(BM) as u32],
+        block: THREADS as u32,
+        shared_bytes: tile.shared_bytes() as u32,
+    };
+    let mut k = finish(&ctx.kernel.name, "gemm_wgmma", text, launch, args);
+    k.label += &format!(
+        " [Hopper tensor-core GEMM {ty} m{} n{} k{}: 128x{} tiles, 2 warpgroups, {} stages, \
+         {} in flight, fused epilogue]",
+        g.m, g.n, g.k, tile.bn, tile.stages, tile.inflight
+    );
+    Ok(k)
+}
+
+/// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage (1024-aligned):
+/// A as 128 rows of 128 bytes, then B as `bn / 64` blocks of 64 rows (k) of 128 bytes (64
+/// columns). Descriptors: start address >> 4 in bits 0..13, leading byte
+/// offset >> 4 in 16..29, stride byte offset >> 4 in 32..45, 128-byte swizzle (1) in 62..63.
+const TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(256, @MINB@) RLX_FN(@PARAMS@) {
+extern __shared__ __align__(1024) unsigned char rlx_wsmem[];
+const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+const int bm0 = blockIdx.y * 128, bn0 = blockIdx.x * @BN@;
+const unsigned short* A = (const unsigned short*)in0 + @AOFF@;
+const unsigned short* B = (const unsigned short*)in1 + @BOFF@;
+const unsigned base = (rlx_smem_u32(rlx_wsmem) + 1023u) & ~1023u;
+unsigned char* gbase = rlx_wsmem + (base - rlx_smem_u32(rlx_wsmem));
+auto load = [&](int kt, int s) {
+const unsigned as = base + s * @STAGE@;
+const unsigned bs = as + @ABYTES@;
+const int k0 = kt * 64;
+#pragma unroll
+for (int i = 0; i < @ACH@; ++i) {
+const int t = tid + i * 256;
+const int r = t >> 3, c = t & 7;
+const int gr = bm0 + r, gk = k0 + c * 8;
+const bool ok = gr < @M@ && gk < @K@;
+const unsigned dst = as + r * 128 + ((c ^ (r & 7)) << 4);
+asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(A + (ok ? (long long)gr * @LDA@ + gk : 0)), "r"(ok ? 16 : 0) : "memory");
+}
+#pragma unroll
+for (int i = 0; i < @BCH@; ++i) {
+const int t = tid + i * 256;
+const int r = t / (@BN@ / 8), cn = t % (@BN@ / 8);
+const int nb = cn >> 3, c = cn & 7;
+const int gk = k0 + r, gn = bn0 + cn * 8;
+const bool ok = gk < @K@ && gn < @N@;
+const unsigned dst = bs + nb * 8192 + r * 128 + ((c ^ (r & 7)) << 4);
+asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(B + (ok ? (long long)gk * @LDB@ + gn : 0)), "r"(ok ? 16 : 0) : "memory");
+}
+};
+const int KT = (@K@ + 63) / 64;
+#pragma unroll
+for (int s = 0; s < @PD@; ++s) {
+if (s < KT) load(s, s);
+rlx_cp_async_commit();
+}
+float acc[@ACC@];
+#pragma unroll
+for (int i = 0; i < @ACC@; ++i) acc[i] = 0.0f;
+for (int kt = 0; kt < KT; ++kt) {
+// this thread's copies of tile kt have landed; the fence makes them visible to the
+// tensor cores' (async proxy) reads, the barrier everyone's, and it also means both
+// warpgroups are done with tile kt - 1 - INF, whose slot the next copy reuses
+rlx_cp_async_wait<@PD@ - 1>();
+asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+__syncthreads();
+{
+const int nk = kt + @PD@;
+if (nk < KT) load(nk, nk % @S@);
+rlx_cp_async_commit();
+}
+const unsigned as = base + (kt % @S@) * @STAGE@ + wg * 64 * 128;
+const unsigned bs = base + (kt % @S@) * @STAGE@ + @ABYTES@;
+#pragma unroll
+for (int i = 0; i < @ACC@; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
+asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+for (int kk = 0; kk < 4; ++kk) {
+const unsigned long long da = (unsigned long long)(((as + kk * 32) & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+const unsigned long long db = (unsigned long long)(((bs + kk * 2048) & 0x3FFFF) >> 4) | (512ull << 16) | (64ull << 32) | (1ull << 62);
+@WGMMA@}
+asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+asm volatile("wgmma.wait_group.sync.aligned @INF@;\n" ::: "memory");
+#pragma unroll
+for (int i = 0; i < @ACC@; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
+}
+asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+for (int i = 0; i < @ACC@; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
+// The tile goes through shared memory (f32, rows of CLD) so the epilogue is written once
+// and each warp stores whole row segments. Accumulator i of a thread: column block i / 4,
+// row +8 for (i / 2) odd, column +1 for i odd (the mma.sync m16n8 layout per 8 columns).
+rlx_cp_async_wait<0>();
+__syncthreads();
+float* cs = reinterpret_cast<float*>(gbase);
+{
+const int r0 = wg * 64 + (warp & 3) * 16 + (lane >> 2), c0 = (lane & 3) * 2;
+#pragma unroll
+for (int j = 0; j < @ACC@ / 4; ++j)
+#pragma unroll
+for (int h = 0; h < 2; ++h)
+*reinterpret_cast<float2*>(cs + (r0 + h * 8) * @CLD@ + j * 8 + c0) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+}
+__syncthreads();
+@STORE@}
+"#;
