@@ -478,7 +478,7 @@ fn encoder_ffn_kernels_take_the_wide_paths() {
     let p = plan(&program, &Target::h200()).unwrap_or_else(|e| panic!("{e}\n{program}"));
     let gelu: Vec<_> = p
         .kernels()
-        .filter(|k| k.source.contains("rlx_erf_fast("))
+        .filter(|k| k.source.contains("rlx_gelu_fast("))
         .collect();
     assert_eq!(gelu.len(), 1, "{:?}", labels(&p));
     let s = &gelu[0].source;

@@ -318,7 +318,7 @@ fn half_chains_move_sixteen_bytes_two_vectors_per_thread() {
                 let erf = if dt == DType::F32 {
                     "erff("
                 } else {
-                    "rlx_erf_fast("
+                    "rlx_gelu_fast("
                 };
                 assert!(s.contains(erf), "{dt} {cols}: {s}");
                 if wide {
