@@ -216,6 +216,13 @@ pub fn emit(
             store(ctx.result.0, "val")
         )
     };
+    // Q pairs as one 32-bit load when pairs are 4-byte aligned, else two 16-bit loads.
+    let q_pair = if vectorizable(&layouts.q, 2) {
+        "auto qe2 = [&](int row, int c) -> unsigned { return row < @SQ@ ? *reinterpret_cast<const unsigned*>(in0 + @QAT@) : 0u; };"
+    } else {
+        "auto qe = [&](int row, int c) -> unsigned { return row < @SQ@ ? (unsigned)in0[@QAT@] : 0u; };\n\
+         auto qe2 = [&](int row, int c) -> unsigned { return qe(row, c) | (qe(row, c + 1) << 16); };"
+    };
     let mut args = ctx.args();
     for (i, l) in [&layouts.q, &layouts.k, &layouts.v].into_iter().enumerate() {
         args[i] = l.arg;
@@ -510,6 +517,13 @@ pub fn flash_mma(
         )
     };
 
+    // Q pairs as one 32-bit load when pairs are 4-byte aligned, else two 16-bit loads.
+    let q_pair = if vectorizable(&layouts.q, 2) {
+        "auto qe2 = [&](int row, int c) -> unsigned { return row < @SQ@ ? *reinterpret_cast<const unsigned*>(in0 + @QAT@) : 0u; };"
+    } else {
+        "auto qe = [&](int row, int c) -> unsigned { return row < @SQ@ ? (unsigned)in0[@QAT@] : 0u; };\n\
+         auto qe2 = [&](int row, int c) -> unsigned { return qe(row, c) | (qe(row, c + 1) << 16); };"
+    };
     let mut args = ctx.args();
     for (i, l) in [&layouts.q, &layouts.k, &layouts.v].into_iter().enumerate() {
         args[i] = l.arg;
@@ -519,6 +533,7 @@ pub fn flash_mma(
     let text = FLASH_TEMPLATE
         .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
         .replace("@BATCH@", &batch_code)
+        .replace("@QPAIR@", &q_pair)
         .replace("@QAT@", &layouts.q.at("qo", "row", "c"))
         .replace("@NKT@", &n_kt_code)
         .replace("@LOADK@", &load_k)
@@ -566,17 +581,25 @@ const float ninf = __int_as_float(0xff800000);
 const long long bi = blockIdx.x / @QT@;
 const int q0 = (int)(blockIdx.x % @QT@) * @BQ@;
 @BATCH@const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
-// Q as A fragments, loaded once (rows past sq are zeros).
+@NKT@auto load_tile = [&](int kt, int buf) {
+unsigned short* kb = rlx_fsmem + buf * (@BK@ * @KLD@);
+unsigned short* vb = rlx_fsmem + 2 * (@BK@ * @KLD@) + buf * (@BK@ * @VLD@);
+@LOADK@@LOADV@};
+// The first key/value tile is on its way while Q is read.
+if (n_kt > 0) load_tile(0, 0);
+rlx_cp_async_commit();
+// Q as A fragments, loaded once (rows past sq are zeros); qe2(row, c) is the pair of
+// elements c, c + 1 of a row, low half first.
 unsigned qa[@DC@][4];
 {
-auto qe = [&](int row, int c) -> unsigned { return row < @SQ@ ? (unsigned)in0[@QAT@] : 0u; };
+@QPAIR@
 #pragma unroll
 for (int kc = 0; kc < @DC@; ++kc) {
 const int c = kc * 16 + 2 * tq;
-qa[kc][0] = qe(r0, c) | (qe(r0, c + 1) << 16);
-qa[kc][1] = qe(r1, c) | (qe(r1, c + 1) << 16);
-qa[kc][2] = qe(r0, c + 8) | (qe(r0, c + 9) << 16);
-qa[kc][3] = qe(r1, c + 8) | (qe(r1, c + 9) << 16);
+qa[kc][0] = qe2(r0, c);
+qa[kc][1] = qe2(r1, c);
+qa[kc][2] = qe2(r0, c + 8);
+qa[kc][3] = qe2(r1, c + 8);
 }
 }
 float o[@DVT@][4];
@@ -584,12 +607,6 @@ float o[@DVT@][4];
 for (int n = 0; n < @DVT@; ++n) { o[n][0] = 0.0f; o[n][1] = 0.0f; o[n][2] = 0.0f; o[n][3] = 0.0f; }
 // Running max (log2 domain) and this lane's share of the running sum, rows r0 and r1.
 float m0 = ninf, m1 = ninf, l0 = 0.0f, l1 = 0.0f;
-@NKT@auto load_tile = [&](int kt, int buf) {
-unsigned short* kb = rlx_fsmem + buf * (@BK@ * @KLD@);
-unsigned short* vb = rlx_fsmem + 2 * (@BK@ * @KLD@) + buf * (@BK@ * @VLD@);
-@LOADK@@LOADV@};
-if (n_kt > 0) load_tile(0, 0);
-rlx_cp_async_commit();
 for (int kt = 0; kt < n_kt; ++kt) {
 if (kt + 1 < n_kt) load_tile(kt + 1, (kt + 1) & 1);
 rlx_cp_async_commit();
