@@ -86,9 +86,9 @@ impl Layout {
         Layout::strided(arg, 0, shape, &contiguous(shape), out_batch)
     }
 
-    /// `const long long {name} = offset + Σ bc_d * batch_d;` over the batch coordinates.
-    fn batch_offset(&self, name: &str) -> String {
-        let mut s = format!("const long long {name} = {}", self.offset);
+    /// `const {ity} {name} = offset + Σ bc_d * batch_d;` over the batch coordinates.
+    fn batch_offset(&self, name: &str, ity: &str) -> String {
+        let mut s = format!("const {ity} {name} = {}", self.offset);
         for (i, x) in self.batch.iter().enumerate() {
             if *x != 0 {
                 s += &format!(" + bc{i} * {x}");
@@ -98,14 +98,29 @@ impl Layout {
 "
     }
 
-    /// The element address of (`row`, `col`) after `base`.
-    fn at(&self, base: &str, row: &str, col: &str) -> String {
+    /// The element address of (`row`, `col`) after `base`, in `ity` arithmetic.
+    fn at(&self, base: &str, row: &str, col: &str, ity: &str) -> String {
         let term = |v: &str, s: isize| match s {
             0 => String::new(),
-            1 => format!(" + (long long)({v})"),
-            _ => format!(" + (long long)({v}) * {s}"),
+            1 => format!(" + ({ity})({v})"),
+            _ => format!(" + ({ity})({v}) * {s}"),
         };
         format!("{base}{}{}", term(row, self.row), term(col, self.col))
+    }
+
+    /// One past the largest element offset read or written for `rows x cols` matrices over
+    /// the batch dims `out_batch` (negative strides count by their size).
+    fn extent(&self, out_batch: &[usize], rows: usize, cols: usize) -> usize {
+        let span = |n: usize, s: isize| n.saturating_sub(1) * s.unsigned_abs();
+        self.offset
+            + out_batch
+                .iter()
+                .zip(&self.batch)
+                .map(|(&n, &s)| span(n, s))
+                .sum::<usize>()
+            + span(rows, self.row)
+            + span(cols, self.col)
+            + 1
     }
 }
 
@@ -178,10 +193,10 @@ pub fn emit(
         s + ";\n"
     };
     let mut batch_offsets = coords("bi", "bc", out_batch, ity)
-        + &layouts.q.batch_offset("qo")
-        + &layouts.k.batch_offset("ko")
-        + &layouts.v.batch_offset("vo")
-        + &layouts.out.batch_offset("oo");
+        + &layouts.q.batch_offset("qo", ity)
+        + &layouts.k.batch_offset("ko", ity)
+        + &layouts.v.batch_offset("vo", ity)
+        + &layouts.out.batch_offset("oo", ity);
     let mask_term = match mask {
         AttnMask::None => String::new(),
         AttnMask::Causal => format!("if (j > i + {}) s = ninf;\n", sk as isize - sq as isize),
@@ -212,16 +227,9 @@ pub fn emit(
     } else {
         format!(
             "out[{}] = {};\n",
-            layouts.out.at("oo", "i", "c"),
+            layouts.out.at("oo", "i", "c", ity),
             store(ctx.result.0, "val")
         )
-    };
-    // Q pairs as one 32-bit load when pairs are 4-byte aligned, else two 16-bit loads.
-    let q_pair = if vectorizable(&layouts.q, 2) {
-        "auto qe2 = [&](int row, int c) -> unsigned { return row < @SQ@ ? *reinterpret_cast<const unsigned*>(in0 + @QAT@) : 0u; };"
-    } else {
-        "auto qe = [&](int row, int c) -> unsigned { return row < @SQ@ ? (unsigned)in0[@QAT@] : 0u; };\n\
-         auto qe2 = [&](int row, int c) -> unsigned { return qe(row, c) | (qe(row, c + 1) << 16); };"
     };
     let mut args = ctx.args();
     for (i, l) in [&layouts.q, &layouts.k, &layouts.v].into_iter().enumerate() {
@@ -286,9 +294,9 @@ pub fn emit(
         outs = ctx.out_params(),
         kpad = d + 1,
         rpw = rows_per_warp,
-        qload = load(*dtype, &format!("in0[{}]", layouts.q.at("qo", "row", &format!("t % {d}")))),
-        kload = load(*dtype, &format!("in1[{}]", layouts.k.at("ko", "j", &format!("t % {d}")))),
-        vload = load(*dtype, &format!("in2[{}]", layouts.v.at("vo", "j", &format!("t % {dv}")))),
+        qload = load(*dtype, &format!("in0[{}]", layouts.q.at("qo", "row", &format!("t % {d}"), ity))),
+        kload = load(*dtype, &format!("in1[{}]", layouts.k.at("ko", "j", &format!("t % {d}"), ity))),
+        vload = load(*dtype, &format!("in2[{}]", layouts.v.at("vo", "j", &format!("t % {dv}"), ity))),
         scale = scale as f32,
     );
     let launch = Launch {
@@ -418,13 +426,23 @@ pub fn flash_mma(
     let (kld, vld) = (d + 8, dv + 8);
     let log2e = std::f64::consts::LOG2_E;
     let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
-    let ity = "long long";
+    // 32-bit offsets when every operand's and the result's reach fits: fewer registers and
+    // integer instructions in a kernel that is bound by latency at low occupancy
+    let narrow = [
+        (&layouts.q, sq, d),
+        (&layouts.k, sk, d),
+        (&layouts.v, sk, dv),
+        (&layouts.out, sq, dv),
+    ]
+    .iter()
+    .all(|(l, rows, cols)| l.extent(out_batch, *rows, *cols) < (1 << 31));
+    let ity = if narrow { "int" } else { "long long" };
 
     let mut batch_code = coords("bi", "bc", out_batch, ity)
-        + &layouts.q.batch_offset("qo")
-        + &layouts.k.batch_offset("ko")
-        + &layouts.v.batch_offset("vo")
-        + &layouts.out.batch_offset("oo");
+        + &layouts.q.batch_offset("qo", ity)
+        + &layouts.k.batch_offset("ko", ity)
+        + &layouts.v.batch_offset("vo", ity)
+        + &layouts.out.batch_offset("oo", ity);
     let mask_code = match mask {
         AttnMask::None => String::new(),
         AttnMask::Causal => format!("if (j > i + {}) x = ninf;\n", sk as isize - sq as isize),
@@ -470,7 +488,7 @@ pub fn flash_mma(
     // One operand tile (K or V: `bk` rows of `w` elements) into shared memory rows of `ld`.
     let load_tile = |l: &Layout, input: &str, base: &str, dst: &str, w: usize, ld: usize| {
         if vectorizable(l, 8) {
-            let at = l.at(base, "j", "c");
+            let at = l.at(base, "j", "c", ity);
             format!(
                 "for (int t = tid; t < {bk} * {chunks}; t += {threads}) {{\n\
                  const int rr = t / {chunks}, c = (t % {chunks}) * 8, j = kt * {bk} + rr;\n\
@@ -478,7 +496,7 @@ pub fn flash_mma(
                 chunks = w / 8,
             )
         } else {
-            let at = l.at(base, "j", "c");
+            let at = l.at(base, "j", "c", ity);
             format!(
                 "for (int t = tid; t < {bk} * {w}; t += {threads}) {{\n\
                  const int rr = t / {w}, c = t % {w}, j = kt * {bk} + rr;\n\
@@ -504,15 +522,15 @@ pub fn flash_mma(
     } else if vectorizable(&layouts.out, 2) {
         format!(
             "*(unsigned*)(out + {}) = rlx_pack_{ty}(v0, v1);\n",
-            layouts.out.at("oo", "i", "c0")
+            layouts.out.at("oo", "i", "c0", ity)
         )
     } else {
         let st = |v: &str| store(ctx.result.0, v);
         format!(
             "out[{}] = {};\nout[{}] = {};\n",
-            layouts.out.at("oo", "i", "c0"),
+            layouts.out.at("oo", "i", "c0", ity),
             st("v0"),
-            layouts.out.at("oo", "i", "c0 + 1"),
+            layouts.out.at("oo", "i", "c0 + 1", ity),
             st("v1"),
         )
     };
@@ -533,8 +551,8 @@ pub fn flash_mma(
     let text = FLASH_TEMPLATE
         .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
         .replace("@BATCH@", &batch_code)
-        .replace("@QPAIR@", &q_pair)
-        .replace("@QAT@", &layouts.q.at("qo", "row", "c"))
+        .replace("@QPAIR@", q_pair)
+        .replace("@QAT@", &layouts.q.at("qo", "row", "c", ity))
         .replace("@NKT@", &n_kt_code)
         .replace("@LOADK@", &load_k)
         .replace("@LOADV@", &load_v)
