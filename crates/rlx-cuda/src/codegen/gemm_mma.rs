@@ -131,6 +131,24 @@ pub struct MmaGemm {
     pub b: (ArgRef, usize, usize),
 }
 
+impl MmaGemm {
+    /// `template` with the holes every fused GEMM kernel shares filled: `@PARAMS@`,
+    /// `@STORE@` (with `store`), the sizes `@M@ @N@ @K@` and the operands' offsets and row
+    /// strides `@AOFF@ @LDA@ @BOFF@ @LDB@`.
+    pub(super) fn fill(&self, template: &str, ctx: &LibCtx, store: &str) -> String {
+        template
+            .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
+            .replace("@STORE@", store)
+            .replace("@M@", &self.m.to_string())
+            .replace("@N@", &self.n.to_string())
+            .replace("@K@", &self.k.to_string())
+            .replace("@AOFF@", &self.a.1.to_string())
+            .replace("@LDA@", &self.a.2.to_string())
+            .replace("@BOFF@", &self.b.1.to_string())
+            .replace("@LDB@", &self.b.2.to_string())
+    }
+}
+
 /// True when the kernel can run this problem in this tiling: sm_80+, f16/bf16 operands and
 /// result, 16-byte aligned rows and offsets (`k`, `n`, strides and offsets multiples of 8
 /// elements), a grid within limits and shared memory within the device's.
@@ -172,18 +190,10 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &MmaTile) -> Result<EmittedKernel, 
     let a_chunks = tile.bm * BK / 8;
     let b_chunks = BK * tile.bn / 8;
     let store = tile_store(ctx, (g.m, g.n), (tile.bm, tile.bn, tile.bn + PAD), threads)?;
-    let text = TEMPLATE
-        .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
-        .replace("@STORE@", &store)
+    let text = g
+        .fill(TEMPLATE, ctx, &store)
         .replace("@T@", &threads.to_string())
         .replace("@MINB@", &tile.min_blocks().to_string())
-        .replace("@M@", &g.m.to_string())
-        .replace("@N@", &g.n.to_string())
-        .replace("@K@", &g.k.to_string())
-        .replace("@AOFF@", &g.a.1.to_string())
-        .replace("@LDA@", &g.a.2.to_string())
-        .replace("@BOFF@", &g.b.1.to_string())
-        .replace("@LDB@", &g.b.2.to_string())
         .replace("@BM@", &tile.bm.to_string())
         .replace("@BN@", &tile.bn.to_string())
         .replace("@WN@", &tile.warps_n.to_string())

@@ -148,18 +148,10 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
     let store = tile_store(ctx, (g.m, g.n), (BM, tile.bn, tile.bn + CPAD), THREADS)?;
     let a_chunks = BM * BK / 8;
     let b_chunks = BK * tile.bn / 8;
-    let text = TEMPLATE
-        .replace("@PARAMS@", &(ctx.in_params() + &ctx.out_params()))
-        .replace("@STORE@", &store)
+    let text = g
+        .fill(TEMPLATE, ctx, &store)
         .replace("@WGMMA@", &wgmma_asm(tile.bn, ty))
         .replace("@MINB@", &tile.min_blocks().to_string())
-        .replace("@M@", &g.m.to_string())
-        .replace("@N@", &g.n.to_string())
-        .replace("@K@", &g.k.to_string())
-        .replace("@AOFF@", &g.a.1.to_string())
-        .replace("@LDA@", &g.a.2.to_string())
-        .replace("@BOFF@", &g.b.1.to_string())
-        .replace("@LDB@", &g.b.2.to_string())
         .replace("@BN@", &tile.bn.to_string())
         .replace("@ACC@", &(tile.bn / 2).to_string())
         .replace("@S@", &tile.stages.to_string())
