@@ -9,7 +9,7 @@ use rlx_cuda::codegen::gemm_wgmma::WGMMA_TILES;
 use rlx_cuda::codegen::Target;
 use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
-use rlx_ir::{DType, Op, UnaryOp};
+use rlx_ir::{DType, Op, Shape, UnaryOp};
 use support::cases::{
     flash_cases, fused_gemm_cases, head_split_cases, library_cases, Builder, Case,
 };
@@ -331,6 +331,47 @@ fn head_split_attention_reads_and_writes_in_place() {
                 k.source
             );
         }
+    }
+}
+
+#[test]
+fn a_bert_layer_projection_runs_as_one_gemm_and_attention_alone() {
+    // q, k and v sliced from one projection plus bias, as `rlx-models` builds BERT: the bias
+    // is the GEMM's (cuBLASLt) epilogue, so the three head splits and the result's merge are
+    // plain copies that attention reads and writes through instead
+    for dt in [DType::F16, DType::F32] {
+        let (batch, seq, heads, dim) = (2, 10, 3, 16);
+        let hidden = heads * dim;
+        let mut b = Builder::new("bert_qkv", dt);
+        let x = b.input(dt, &[batch, seq, hidden]);
+        let w = b.param(dt, &[hidden, 3 * hidden]);
+        let bias = b.param(dt, &[3 * hidden]);
+        let qkv = b.g().matmul(x, w).unwrap();
+        let qkv = b.g().add(qkv, bias).unwrap();
+        let mut split = |i: usize| {
+            let g = b.g();
+            let part = g
+                .slice(qkv, 2, (i * hidden) as i64, ((i + 1) * hidden) as i64, 1)
+                .unwrap();
+            let t = g
+                .reshape(part, Shape::of(&[batch, seq, heads, dim]))
+                .unwrap();
+            g.transpose(t, &[0, 2, 1, 3]).unwrap()
+        };
+        let (q, k, v) = (split(0), split(1), split(2));
+        let y = b.g().attention(q, k, v, None, false, None).unwrap();
+        let y = b.g().transpose(y, &[0, 2, 1, 3]).unwrap();
+        let y = b.g().reshape(y, Shape::of(&[batch, seq, hidden])).unwrap();
+        let (program, p) = plan_with_program(vec![b.done(y)], "bert_qkv");
+        let l = labels(&p);
+        assert_eq!(p.steps.len(), 2, "{dt}: {l:?}\n{program}");
+        assert!(matches!(p.steps[0], Step::Gemm(_)), "{dt}: {l:?}");
+        assert!(
+            gemms(&p)[0].bias.is_some(),
+            "{dt}: the bias rides in cuBLASLt"
+        );
+        assert!(l[1].starts_with("attention"), "{dt}: {l:?}");
+        assert_eq!(l[1].matches("in place of").count(), 1, "{}", l[1]);
     }
 }
 

@@ -6,7 +6,8 @@
 //! - outputs, library ops and reductions are roots; library operands must be buffers;
 //! - an elementwise node is inline when exactly one kernel reads it (layout ops in between
 //!   count as the kernels reading *them*). With several readers it is a root, computed
-//!   once, unless it is one cheap op over buffers (`x - mean`), which is recomputed;
+//!   once, unless it is one cheap op over buffers (`x - mean`), which is recomputed — but
+//!   not when it is the only reader of a same-shape library op, whose epilogue it becomes;
 //! - an expensive elementwise node (exp, erf, ...) that a reader broadcasts is a root, so
 //!   it is not recomputed per broadcast element;
 //! - layout ops are views unless they are outputs or library operands; a reshape that
@@ -138,7 +139,18 @@ pub(crate) fn plan(g: &Graph) -> Plan {
                 t.dedup();
                 root[idx] = is_output[idx] || need_buffer[idx];
                 if kind(&node.op) == Kind::Elementwise {
-                    let shared = t.len() > 1 && !duplicable(g, NodeId(idx));
+                    // A cheap op with several readers is recomputed in each, unless it is the
+                    // only reader of a same-shape library op: as that op's epilogue it runs
+                    // once and needs no buffer more (`x @ w + b` read by q, k, v head splits,
+                    // which are then plain copies a backend can read through)
+                    let ends_library = t.len() > 1
+                        && node.inputs.iter().any(|&i| {
+                            kind(&g.node(i).op) == Kind::Library
+                                && users[i.0] == [NodeId(idx)]
+                                && !is_output[i.0]
+                                && g.ty(i).shape == g.ty(NodeId(idx)).shape
+                        });
+                    let shared = t.len() > 1 && (!duplicable(g, NodeId(idx)) || ends_library);
                     let broadcast = !is_cheap(&node.op)
                         && users[idx].iter().any(|&u| numel(u) > numel(NodeId(idx)));
                     root[idx] |= shared || broadcast;

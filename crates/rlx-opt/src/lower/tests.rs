@@ -107,6 +107,45 @@ fn matmul_bias_relu_is_one_library_kernel_with_epilogue() {
 }
 
 #[test]
+fn a_bias_read_by_several_head_splits_is_the_matmul_epilogue() {
+    // q, k, v split from one projection plus bias (a BERT layer): the add runs once as the
+    // matmul's epilogue, and each head split is a plain copy of the biased result
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, 4, 12]);
+    let w = g.param("w", DType::F32, [12, 24]);
+    let bias = g.param("bias", DType::F32, [24]);
+    let m = g.matmul(x, w).unwrap();
+    let qkv = g.add(m, bias).unwrap();
+    let heads: Vec<_> = (0..3)
+        .map(|i| {
+            let part = g.slice(qkv, 2, 8 * i, 8 * (i + 1), 1).unwrap();
+            let split = g.reshape(part, Shape::from([2, 4, 2, 4])).unwrap();
+            g.transpose(split, &[0, 2, 1, 3]).unwrap()
+        })
+        .collect();
+    let a = g
+        .attention(heads[0], heads[1], heads[2], None, false, None)
+        .unwrap();
+    g.output("a", a);
+    let p = check(&g);
+    let libs: Vec<_> = p
+        .kernels
+        .iter()
+        .filter_map(|k| match k {
+            Kernel::Library(l) => Some(l),
+            Kernel::Loop(_) => None,
+        })
+        .collect();
+    assert!(libs[0].epilogue.is_some(), "{p}");
+    let copies = loops(&p);
+    assert_eq!(copies.len(), 3, "{p}");
+    for c in copies {
+        assert_eq!(c.inputs.len(), 1, "a plain copy: {p}");
+        assert!(matches!(c.body[..], [_]), "{p}");
+    }
+}
+
+#[test]
 fn transposed_operand_is_a_strided_view() {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, [3, 4]);
