@@ -281,7 +281,6 @@ impl<'a> DataMut<'a> {
     }
 }
 
-/// Zeroed owned storage of `n` elements of `dtype` (bool as u8).
 /// A raw output pointer shared by parallel tasks that write disjoint elements.
 #[derive(Clone, Copy)]
 pub(crate) struct OutPtr(pub *mut f32);
@@ -296,6 +295,7 @@ impl OutPtr {
     }
 }
 
+/// Zeroed owned storage of `n` elements of `dtype` (bool as u8).
 pub(crate) fn zeroed(dtype: DType, n: usize) -> TensorData {
     match dtype {
         DType::F32 => TensorData::F32(vec![0.0; n].into()),

@@ -13,7 +13,7 @@
 //! `ldmatrix.x4` of A rows, B fragments from `ldmatrix.x4.trans` of B rows, products from
 //! `mma.sync.m16n8k16` (fragment layouts as documented in [`super::attention::flash_mma`]).
 //! The finished tile is staged through shared memory as f32, then every element goes
-//! through [`LibCtx::store`] in a loop over 8-column row segments ([`tile_store`]: 16-byte
+//! through [`LibCtx::store`] in a loop over 8-column row segments (`tile_store`: 16-byte
 //! stores, and the epilogue appears once in the code), so the epilogue is the same kernel-IR
 //! expression every other library kernel applies.
 

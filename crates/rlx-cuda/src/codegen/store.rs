@@ -91,16 +91,9 @@ impl<'a> LibCtx<'a> {
     /// # Errors
     /// An epilogue node no rule accepts.
     pub fn store(&self, linear: &str, value: &str, ity: &str) -> Result<String, String> {
-        match &self.epilogue {
-            None => Ok(format!(
-                "out[{linear}] = {};\n",
-                store(self.result.0, value)
-            )),
-            Some(e) => {
-                let (stmts, var) = e.apply(linear, value, ity)?;
-                Ok(format!("{{\n{stmts}out[{linear}] = {var};\n}}\n"))
-            }
-        }
+        self.assign(&format!("out[{linear}]"), value, |e| {
+            e.apply(linear, value, ity)
+        })
     }
 
     /// [`LibCtx::store`] into `target` (an lvalue of the output's storage type) for the
@@ -116,10 +109,21 @@ impl<'a> LibCtx<'a> {
         value: &str,
         ity: &str,
     ) -> Result<String, String> {
+        self.assign(target, value, |e| e.apply_at(at, value, ity))
+    }
+
+    /// `target = value` in storage form, through the epilogue when there is one (`apply`
+    /// gives its statements and the variable holding the result).
+    fn assign(
+        &self,
+        target: &str,
+        value: &str,
+        apply: impl FnOnce(&EpilogueCtx<'a>) -> Result<(String, String), String>,
+    ) -> Result<String, String> {
         match &self.epilogue {
             None => Ok(format!("{target} = {};\n", store(self.result.0, value))),
             Some(e) => {
-                let (stmts, var) = e.apply_at(at, value, ity)?;
+                let (stmts, var) = apply(e)?;
                 Ok(format!("{{\n{stmts}{target} = {var};\n}}\n"))
             }
         }

@@ -143,13 +143,12 @@ pub(crate) fn plan(g: &Graph) -> Plan {
                     // only reader of a same-shape library op: as that op's epilogue it runs
                     // once and needs no buffer more (`x @ w + b` read by q, k, v head splits,
                     // which are then plain copies a backend can read through)
-                    let ends_library = t.len() > 1
-                        && node.inputs.iter().any(|&i| {
-                            kind(&g.node(i).op) == Kind::Library
-                                && users[i.0] == [NodeId(idx)]
-                                && !is_output[i.0]
-                                && g.ty(i).shape == g.ty(NodeId(idx)).shape
-                        });
+                    let ends_library = node.inputs.iter().any(|&i| {
+                        kind(&g.node(i).op) == Kind::Library
+                            && users[i.0] == [NodeId(idx)]
+                            && !is_output[i.0]
+                            && g.ty(i).shape == g.ty(NodeId(idx)).shape
+                    });
                     let shared = t.len() > 1 && (!duplicable(g, NodeId(idx)) || ends_library);
                     let broadcast = !is_cheap(&node.op)
                         && users[idx].iter().any(|&u| numel(u) > numel(NodeId(idx)));

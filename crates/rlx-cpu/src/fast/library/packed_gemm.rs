@@ -7,9 +7,9 @@
 //! drives a 6 x 16 AVX2/FMA register tile: per step of k, two loads of the weight panel,
 //! six broadcasts, twelve FMAs; the next panel and the tile's output lines are prefetched.
 //! Blocks of k (≤ 512) keep a weight panel in L1 while row blocks (≤ 96 rows) stream
-//! through it from L2. Threads
-//! split the weight panels when the product has few rows, the rows otherwise, in several
-//! tasks per thread so that work stealing absorbs a core the host slows down.
+//! through it from L2. Threads split the weight panels when the product has few rows, the
+//! rows otherwise, in several tasks per thread so that work stealing absorbs a core the host
+//! slows down.
 //!
 //! The micro-kernel needs AVX2 and FMA ([`supported`]); elsewhere the planner keeps the
 //! `gemm` crate. `RLX_CPU_PACKED_GEMM=0` turns this path off (an A/B switch).
