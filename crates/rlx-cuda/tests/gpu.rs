@@ -88,23 +88,27 @@ fn first_mismatches(got: &Tensor, want: &Tensor) -> String {
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
     let cols = want.shape().last().copied().unwrap_or(1).max(1);
     let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-30);
-    let bad: Vec<String> = g
-        .iter()
-        .zip(&w)
-        .enumerate()
-        .filter(|(_, (a, b))| (*a - *b).abs() > 1e-2 * scale || a.is_nan())
-        .take(8)
-        .map(|(i, (a, b))| format!("({}, {}): got {a:.4} want {b:.4}", i / cols, i % cols))
+    let bad: Vec<usize> = (0..g.len())
+        .filter(|&i| (g[i] - w[i]).abs() > 1e-2 * scale || g[i].is_nan())
         .collect();
-    let n_bad = g
+    let first: Vec<String> = bad
         .iter()
-        .zip(&w)
-        .filter(|(a, b)| (*a - *b).abs() > 1e-2 * scale || a.is_nan())
-        .count();
+        .take(8)
+        .map(|&i| {
+            format!(
+                "({}, {}): got {:.4} want {:.4}",
+                i / cols,
+                i % cols,
+                g[i],
+                w[i]
+            )
+        })
+        .collect();
     format!(
-        "{n_bad} of {} elements off; first: {}",
+        "{} of {} elements off; first: {}",
+        bad.len(),
         g.len(),
-        bad.join(", ")
+        first.join(", ")
     )
 }
 
