@@ -152,6 +152,8 @@ struct RunState {
 
 /// A kernel program compiled for the CUDA device.
 pub struct CudaProgram {
+    /// the device with this program's own stream; first, so dropping it waits for the
+    /// stream before the buffers below go back to the pool
     device: Arc<CudaDevice>,
     program: KernelProgram,
     plan: Plan,
@@ -200,6 +202,7 @@ impl CudaProgram {
             max_shared: f.max_shared_per_block,
             flash_attention: Target::flash_from_env(),
             flash_warps: Target::flash_warps_from_env(),
+            flash_keys: Target::flash_keys_from_env(),
         })
     }
 
@@ -214,7 +217,7 @@ impl CudaProgram {
         weights: &WeightCache,
         options: &CudaOptions,
     ) -> Result<CudaProgram, CudaError> {
-        let device = CudaDevice::get()?;
+        let device = Arc::new(CudaDevice::get()?.with_own_stream()?);
         let mem = DeviceMemory::get()?;
         device.bind()?;
         let target = Target {

@@ -261,6 +261,29 @@ fn flash_attention_tiles_follow_the_problem() {
     .1;
     let k = flash_kernels(&p)[0].clone();
     assert_eq!((k.launch.grid[0], k.launch.block), (64 * 4, 64));
+    // Head size 32 with 64-key tiles: registers capped at 96, 10 blocks of 64 threads.
+    assert!(
+        k.source.contains("__launch_bounds__(64, 10)"),
+        "{}",
+        k.source
+    );
+    // 128 keys in two 64-key tiles: both in flight, no buffer reused.
+    assert!(k.label.contains("64k tiles, 2 in flight"), "{}", k.label);
+    // 32-key tiles: all four in flight at once (4 x 32 x (40 + 40) halves).
+    let short_tiles = Target {
+        flash_keys: 32,
+        ..Target::h200()
+    };
+    let p = plan_for(head_split_cases(), "head_split_gemm_none_f16", &short_tiles).1;
+    let k = flash_kernels(&p)[0].clone();
+    assert!(k.label.contains("32k tiles, 4 in flight"), "{}", k.label);
+    assert_eq!(k.launch.shared_bytes, 4 * 32 * 80 * 2);
+    assert!(
+        k.source.contains("rlx_cp_async_wait<4 - 1>()"),
+        "{}",
+        k.source
+    );
+    assert!(!k.source.contains("__launch_bounds__(64, "), "{}", k.source);
     assert!(k.source.contains("rlx_cp_async16(") && k.source.contains("* 256"));
     assert!(k.source.contains("*(unsigned*)(out + "), "{}", k.source);
     // One matrix: one warp per 16 queries, as many blocks as possible.

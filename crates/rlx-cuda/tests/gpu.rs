@@ -126,6 +126,51 @@ fn every_library_op_matches_the_interpreter() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Programs compiled and run from several threads at once: each has its own stream, so no
+/// thread's launches land in another's CUDA-graph capture (sharing one stream crashed the
+/// process when the GPU tests ran in parallel).
+#[test]
+fn programs_compile_and_run_from_several_threads_at_once() {
+    if !device_ready("programs_compile_and_run_from_several_threads_at_once") {
+        return;
+    }
+    let cases = library_cases();
+    let threads = 8;
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let cases = &cases;
+                s.spawn(move || {
+                    let mut failures = Vec::new();
+                    for c in cases.iter().skip(t).step_by(threads) {
+                        // compile, run twice (eager + captured), and replay again
+                        for _ in 0..2 {
+                            if let Err(e) = check(&c.name, &c.graph, &c.inputs, &c.params, c.dtype)
+                            {
+                                failures.push(e);
+                            }
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| vec!["a thread panicked".into()])
+            })
+            .collect()
+    });
+    println!(
+        "{} library cases over {threads} threads, {} failures",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 #[test]
 fn wide_norm_and_elementwise_paths_match_the_interpreter() {
     if !device_ready("wide_norm_and_elementwise_paths_match_the_interpreter") {

@@ -334,7 +334,9 @@ struct FlashTiles {
     warps: usize,
     /// keys per shared-memory tile (a multiple of 16)
     bk: usize,
-    /// dynamic shared memory: two K tiles and two V tiles
+    /// key/value tiles in flight (shared-memory buffers of each), at least 2
+    stages: usize,
+    /// dynamic shared memory: `stages` K tiles and `stages` V tiles
     shared_bytes: usize,
 }
 
@@ -352,13 +354,50 @@ fn flash_tiles(ctx: &LibCtx) -> FlashTiles {
     while warps > 1 && batch * sq.div_ceil(16 * warps) < ctx.target.sm_count as usize {
         warps /= 2;
     }
-    let bk = sk.div_ceil(16).clamp(1, 4) * 16;
+    // Keys per tile: what `flash_keys` says, else up to 64.
+    let most = match ctx.target.flash_keys {
+        0 => 64,
+        k => k,
+    };
+    let bk = sk.div_ceil(16).clamp(1, most / 16) * 16;
+    // Every key/value tile in flight at once when they fit in a little shared memory (short
+    // sequences: nothing waits behind a buffer's reuse), else double buffering.
+    let tile_bytes = bk * ((d + 8) + (dv + 8)) * 2;
+    let n_kt = sk.div_ceil(bk);
+    let stages = if n_kt <= MAX_STAGES && n_kt * tile_bytes <= ALL_IN_FLIGHT_BYTES {
+        n_kt.max(2)
+    } else {
+        2
+    };
     FlashTiles {
         warps,
         bk,
-        shared_bytes: 2 * bk * ((d + 8) + (dv + 8)) * 2,
+        stages,
+        shared_bytes: stages * tile_bytes,
     }
 }
+
+/// Registers per thread [`flash_mma`] asks the compiler to stay within for head sizes up to
+/// 32 with 64-key tiles: the encoder's kernel used 101 (4 blocks of 128 threads per SM); at
+/// 96 it runs 5 without spilling and took 0.057 ms per layer instead of 0.059 on an H200
+/// (2026-11-30); at 80 (6 blocks) it spills and was slower.
+const SMALL_HEAD_REGISTERS: usize = 96;
+
+/// The launch-bounds suffix (`, min blocks per SM`) of a flash kernel of `threads` threads.
+fn min_blocks(d: usize, dv: usize, bk: usize, threads: usize) -> String {
+    if d <= 32 && dv <= 32 && bk == 64 {
+        let blocks = 65536 / (SMALL_HEAD_REGISTERS * threads);
+        if blocks > 1 {
+            return format!(", {}", blocks.min(32));
+        }
+    }
+    String::new()
+}
+
+/// Most key/value tiles [`flash_mma`] keeps in flight.
+const MAX_STAGES: usize = 4;
+/// Shared memory up to which every key/value tile of a problem is in flight at once.
+const ALL_IN_FLIGHT_BYTES: usize = 32 * 1024;
 
 /// True when 16-byte chunks of 8 consecutive elements along a row start 16-byte aligned in
 /// every batch and row (buffers themselves are 256-byte aligned).
@@ -418,7 +457,7 @@ pub fn flash_mma(
     let batch = numel(out_batch);
     let ty = if *dtype == DType::BF16 { "bf16" } else { "f16" };
     let tiles = flash_tiles(ctx);
-    let (warps, bk) = (tiles.warps, tiles.bk);
+    let (warps, bk, stages) = (tiles.warps, tiles.bk, tiles.stages);
     let bq = 16 * warps;
     let threads = 32 * warps;
     let q_tiles = sq.div_ceil(bq);
@@ -560,10 +599,20 @@ pub fn flash_mma(
         .replace("@MASK@", &mask_code)
         .replace("@STORE@", &store_pair)
         .replace("@SCALE@", &format!("{:?}f", (scale * log2e) as f32))
+        .replace("@MINB@", &min_blocks(d, dv, bk, threads))
         .replace("@T@", &threads.to_string())
         .replace("@QT@", &q_tiles.to_string())
         .replace("@BQ@", &bq.to_string())
         .replace("@BK@", &bk.to_string())
+        .replace("@ST@", &stages.to_string())
+        .replace(
+            "@ENDSYNC@",
+            if stages >= n_kt {
+                ""
+            } else {
+                "__syncthreads();\n"
+            },
+        )
         .replace("@KLD@", &kld.to_string())
         .replace("@VLD@", &vld.to_string())
         .replace("@DC@", &(d / 16).to_string())
@@ -578,7 +627,7 @@ pub fn flash_mma(
     };
     let mut k = finish(&ctx.kernel.name, "flash_mma", text, launch, args);
     k.label += &format!(
-        " [tensor-core flash {ty} d{d}/{dv}: {bq}q x {bk}k tiles, {warps} warps, {}]",
+        " [tensor-core flash {ty} d{d}/{dv}: {bq}q x {bk}k tiles, {stages} in flight, {warps} warps, {}]",
         match mask {
             AttnMask::None => "no mask",
             AttnMask::Causal => "causal",
@@ -589,9 +638,10 @@ pub fn flash_mma(
 }
 
 /// The tensor-core flash kernel with `@NAME@` holes that [`flash_mma`] fills. Shared memory:
-/// `Ks[2][BK][KLD]`, then `Vs[2][BK][VLD]` (16-bit elements; rows padded by 8 elements, so
-/// the eight 16-byte row reads of an `ldmatrix` phase hit distinct banks).
-const FLASH_TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@) RLX_FN(@PARAMS@) {
+/// `Ks[ST][BK][KLD]`, then `Vs[ST][BK][VLD]` (16-bit elements; rows padded by 8 elements, so
+/// the eight 16-byte row reads of an `ldmatrix` phase hit distinct banks). Tile `kt` lives in
+/// buffer `kt % ST`; `ST - 1` tiles are requested ahead of the one being used.
+const FLASH_TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@@MINB@) RLX_FN(@PARAMS@) {
 extern __shared__ __align__(16) unsigned short rlx_fsmem[];
 const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 const int g = lane >> 2, tq = lane & 3;
@@ -601,11 +651,14 @@ const int q0 = (int)(blockIdx.x % @QT@) * @BQ@;
 @BATCH@const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
 @NKT@auto load_tile = [&](int kt, int buf) {
 unsigned short* kb = rlx_fsmem + buf * (@BK@ * @KLD@);
-unsigned short* vb = rlx_fsmem + 2 * (@BK@ * @KLD@) + buf * (@BK@ * @VLD@);
+unsigned short* vb = rlx_fsmem + @ST@ * (@BK@ * @KLD@) + buf * (@BK@ * @VLD@);
 @LOADK@@LOADV@};
-// The first key/value tile is on its way while Q is read.
-if (n_kt > 0) load_tile(0, 0);
+// The first key/value tiles are on their way while Q is read.
+#pragma unroll
+for (int t = 0; t < @ST@ - 1; ++t) {
+if (t < n_kt) load_tile(t, t);
 rlx_cp_async_commit();
+}
 // Q as A fragments, loaded once (rows past sq are zeros); qe2(row, c) is the pair of
 // elements c, c + 1 of a row, low half first.
 unsigned qa[@DC@][4];
@@ -626,12 +679,12 @@ for (int n = 0; n < @DVT@; ++n) { o[n][0] = 0.0f; o[n][1] = 0.0f; o[n][2] = 0.0f
 // Running max (log2 domain) and this lane's share of the running sum, rows r0 and r1.
 float m0 = ninf, m1 = ninf, l0 = 0.0f, l1 = 0.0f;
 for (int kt = 0; kt < n_kt; ++kt) {
-if (kt + 1 < n_kt) load_tile(kt + 1, (kt + 1) & 1);
+if (kt + @ST@ - 1 < n_kt) load_tile(kt + @ST@ - 1, (kt + @ST@ - 1) % @ST@);
 rlx_cp_async_commit();
-rlx_cp_async_wait1();
+rlx_cp_async_wait<@ST@ - 1>();
 __syncthreads();
-const unsigned short* kb = rlx_fsmem + (kt & 1) * (@BK@ * @KLD@);
-const unsigned short* vb = rlx_fsmem + 2 * (@BK@ * @KLD@) + (kt & 1) * (@BK@ * @VLD@);
+const unsigned short* kb = rlx_fsmem + (kt % @ST@) * (@BK@ * @KLD@);
+const unsigned short* vb = rlx_fsmem + @ST@ * (@BK@ * @KLD@) + (kt % @ST@) * (@BK@ * @VLD@);
 // S = Q K^T: per 16 keys one ldmatrix.x4 gives B fragments of two n-tiles (keys +0..7 and
 // +8..15; matrices: keys lo/dims lo, keys lo/dims hi, keys hi/dims lo, keys hi/dims hi).
 float s[@KNT@][4];
@@ -704,8 +757,7 @@ rlx_mma_@TY@(o[2 * vp], pa, b[0], b[1]);
 rlx_mma_@TY@(o[2 * vp + 1], pa, b[2], b[3]);
 }
 }
-__syncthreads();
-}
+@ENDSYNC@}
 l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
 l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
 l1 += __shfl_xor_sync(0xffffffffu, l1, 1);

@@ -57,6 +57,9 @@ pub struct Target {
     /// most warps (16 query rows each) per flash-attention block: 4 (on an H200, 8 made the
     /// encoder's attention 15% slower), or what `RLX_CUDA_FLASH_WARPS` says (1, 2, 4 or 8)
     pub flash_warps: usize,
+    /// most keys per flash-attention key/value tile: 0 chooses (64), or what
+    /// `RLX_CUDA_FLASH_KEYS` says (16, 32 or 64)
+    pub flash_keys: usize,
 }
 
 impl Target {
@@ -69,6 +72,7 @@ impl Target {
             max_shared: 227 * 1024,
             flash_attention: true,
             flash_warps: Target::flash_warps_from_env(),
+            flash_keys: Target::flash_keys_from_env(),
         }
     }
 
@@ -92,6 +96,16 @@ impl Target {
             .and_then(|v| v.parse().ok())
             .filter(|w: &usize| [1, 2, 4, 8].contains(w))
             .unwrap_or(4)
+    }
+
+    /// The flash kernel's most keys per tile: `RLX_CUDA_FLASH_KEYS` when it is 16, 32 or 64,
+    /// else 0 (the kernel chooses).
+    pub fn flash_keys_from_env() -> usize {
+        std::env::var("RLX_CUDA_FLASH_KEYS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|k: &usize| [16, 32, 64].contains(k))
+            .unwrap_or(0)
     }
 
     /// Whether the environment leaves tensor-core flash attention on: true unless
