@@ -1,5 +1,5 @@
-//! A thin, owned wrapper over the CUDA driver for device 0: the primary context, a
-//! stream (one per compiled program), module loading, launches, copies, pinned host memory and CUDA graphs. Everything
+//! A thin, owned wrapper over the CUDA driver for device 0: the primary context, one
+//! stream (with a lock for sequences of work on it), module loading, launches, copies, pinned host memory and CUDA graphs. Everything
 //! goes through cudarc's `result` layer (no hidden event tracking), and only after the
 //! probe has confirmed the driver loads.
 
@@ -8,16 +8,16 @@ use crate::probe::{device_facts, CudaDeviceFacts};
 use crate::CudaError;
 use cudarc::driver::{result, sys};
 use std::ffi::{c_void, CString};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-/// The device, its primary context and a stream: the process-wide one ([`CudaDevice::get`])
-/// or a compiled program's own ([`CudaDevice::with_own_stream`]).
+/// The device, its primary context and the backend's stream.
 pub struct CudaDevice {
     device: sys::CUdevice,
     context: sys::CUcontext,
     stream: sys::CUstream,
-    /// the stream is this value's own: synchronized and destroyed on drop
-    owns_stream: bool,
+    /// held for a sequence of work on the stream that must not interleave with another
+    /// thread's (see [`CudaDevice::queue`])
+    queue: Mutex<()>,
     /// launches of generated kernels carry programmatic stream serialization (see
     /// [`CudaDevice::launch`])
     pdl: bool,
@@ -59,31 +59,20 @@ impl CudaDevice {
             device,
             context,
             stream,
-            owns_stream: false,
+            queue: Mutex::new(()),
             pdl: facts.compute_capability.0 >= 9
                 && std::env::var("RLX_CUDA_PDL").map_or(true, |v| v != "0"),
             facts,
         })
     }
 
-    /// The same device and context with a new stream of its own, destroyed on drop. Each
-    /// compiled program enqueues, captures and synchronizes on its own stream, so programs
-    /// run from several threads at once never land in one another's CUDA-graph capture.
-    ///
-    /// # Errors
-    /// The driver refuses the stream.
-    pub fn with_own_stream(&self) -> Result<CudaDevice, CudaError> {
-        self.bind()?;
-        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
-            .map_err(|e| CudaError::driver("cuStreamCreate", e))?;
-        Ok(CudaDevice {
-            device: self.device,
-            context: self.context,
-            stream,
-            owns_stream: true,
-            pdl: self.pdl,
-            facts: self.facts,
-        })
+    /// Exclusive use of the stream for one sequence of work (a run with its uploads, graph
+    /// capture and downloads; a compile's uploads and tuning). Programs run from several
+    /// threads share the stream, and a capture must not take in another thread's launches
+    /// or see its synchronizations: without this the GPU tests crashed when run in
+    /// parallel. Not re-entrant: taken once, at a program's public entry points.
+    pub fn queue(&self) -> MutexGuard<'_, ()> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Makes the context current on the calling thread.
@@ -351,17 +340,6 @@ impl CudaDevice {
 /// A timing event; destroyed on drop.
 pub struct Event {
     event: sys::CUevent,
-}
-
-impl Drop for CudaDevice {
-    fn drop(&mut self) {
-        if self.owns_stream {
-            let _ = self.bind();
-            let _ = self.sync();
-            // SAFETY: created by `with_own_stream`, destroyed once, after its work finished.
-            let _ = unsafe { result::stream::destroy(self.stream) };
-        }
-    }
 }
 
 impl Drop for Event {

@@ -152,8 +152,6 @@ struct RunState {
 
 /// A kernel program compiled for the CUDA device.
 pub struct CudaProgram {
-    /// the device with this program's own stream; first, so dropping it waits for the
-    /// stream before the buffers below go back to the pool
     device: Arc<CudaDevice>,
     program: KernelProgram,
     plan: Plan,
@@ -217,7 +215,8 @@ impl CudaProgram {
         weights: &WeightCache,
         options: &CudaOptions,
     ) -> Result<CudaProgram, CudaError> {
-        let device = Arc::new(CudaDevice::get()?.with_own_stream()?);
+        let device = CudaDevice::get()?;
+        let queue_owner = device.clone();
         let mem = DeviceMemory::get()?;
         device.bind()?;
         let target = Target {
@@ -362,6 +361,8 @@ impl CudaProgram {
             .flat_map(|d| d.sources.iter().map(|s| root(&program, s.0)))
             .filter(|&b| !read[b])
             .collect();
+        // the stream is this compile's from its first upload through tuning
+        let _queue = queue_owner.queue();
         let (mut inputs, mut constants, mut params) = (Vec::new(), Vec::new(), Vec::new());
         for (b, buf) in program.buffers.iter().enumerate() {
             if buf.alias_of.is_some() || derived_only.contains(&b) {
@@ -783,6 +784,7 @@ impl CudaProgram {
     /// A device failure.
     pub fn profile_steps(&self, iters: usize) -> Result<Vec<(String, f64)>, CudaError> {
         let _state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _queue = self.device.queue();
         self.device.bind()?;
         let mut out = Vec::with_capacity(self.plan.steps.len());
         for (i, step) in self.plan.steps.iter().enumerate() {
@@ -846,6 +848,7 @@ impl CudaProgram {
     /// A device failure.
     pub fn time_steps(&self, iters: usize) -> Result<Vec<f64>, CudaError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _queue = self.device.queue();
         self.device.bind()?;
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
@@ -867,6 +870,7 @@ impl CudaProgram {
         weights: &HashMap<String, Arc<Tensor>>,
     ) -> Result<Vec<(String, Tensor)>, CudaError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _queue = self.device.queue();
         self.device.bind()?;
         for (name, b, slot) in &self.params {
             let t = weights.get(name).ok_or_else(|| CudaError::Binding {

@@ -126,9 +126,9 @@ fn every_library_op_matches_the_interpreter() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// Programs compiled and run from several threads at once: each has its own stream, so no
-/// thread's launches land in another's CUDA-graph capture (sharing one stream crashed the
-/// process when the GPU tests ran in parallel).
+/// Programs compiled and run from several threads at once: each run or compile holds the
+/// stream for its whole sequence of work, so no thread's launches land in another's
+/// CUDA-graph capture (without that the process crashed when the GPU tests ran in parallel).
 #[test]
 fn programs_compile_and_run_from_several_threads_at_once() {
     if !device_ready("programs_compile_and_run_from_several_threads_at_once") {
