@@ -88,13 +88,7 @@ impl Plan {
     }
 }
 
-/// The root buffer of an alias chain.
-pub fn root(program: &KernelProgram, mut b: BufferId) -> BufferId {
-    while let Some(a) = program.buffers[b].alias_of {
-        b = a;
-    }
-    b
-}
+pub use rlx_ir::kernel_views::root;
 
 /// Plans every kernel; all kernels that cannot be lowered are reported together.
 ///
@@ -249,7 +243,10 @@ fn plan_attention(
     views: Option<&AttentionViews>,
     plan: &mut Plan,
 ) -> Result<(), String> {
-    let layouts = views.map_or_else(|| Layouts::packed(ctx), |v| v.layouts(ctx));
+    let layouts = views.map_or_else(
+        || Layouts::packed(ctx),
+        |v| crate::plan_views::layouts(v, ctx),
+    );
     let first = plan.steps.len();
     let gemm_forced = std::env::var("RLX_CUDA_ATTN_GEMM").is_ok_and(|v| v == "1");
     if !gemm_forced && codegen::attention::flash_applies(ctx, &layouts) {

@@ -15,6 +15,7 @@ mod error;
 mod graph;
 mod infer;
 pub mod kernel;
+pub mod kernel_views;
 pub mod narrow;
 mod op;
 pub mod quant;
