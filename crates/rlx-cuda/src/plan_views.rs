@@ -18,7 +18,7 @@ pub type Views = rlx_ir::kernel_views::Views<ArgRef>;
 /// Finds the copies attention can replace, unless `RLX_CUDA_ELIDE=0`.
 pub fn attention_views(program: &rlx_ir::kernel::KernelProgram) -> Views {
     let enabled = !std::env::var("RLX_CUDA_ELIDE").is_ok_and(|v| v == "0");
-    rlx_ir::kernel_views::attention_views(program, enabled)
+    rlx_ir::kernel_views::attention_views(program, |_| enabled)
 }
 
 /// The layouts attention uses: packed ones, with each of `views` put in place.

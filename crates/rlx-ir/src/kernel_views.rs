@@ -79,24 +79,29 @@ pub struct Views<T = ()> {
     pub attention: HashMap<usize, AttentionViews<T>>,
 }
 
-/// Finds the copies attention can replace (none when `enabled` is false).
-pub fn attention_views<T: Clone>(program: &KernelProgram, enabled: bool) -> Views<T> {
+/// Finds the copies attention can replace. `takes(i)` says whether the backend runs
+/// attention kernel `i` through views (false for all: the peephole is off).
+pub fn attention_views<T: Clone>(
+    program: &KernelProgram,
+    takes: impl Fn(usize) -> bool,
+) -> Views<T> {
     let mut views = Views {
         elided: vec![false; program.kernels.len()],
         attention: HashMap::new(),
     };
-    if !enabled {
-        return views;
-    }
+    let takes = |i: usize| {
+        takes(i)
+            && matches!(&program.kernels[i], Kernel::Library(a) if matches!(a.op, Op::Attention { .. }))
+    };
     let uses = Uses::of(program);
     for (li, kernel) in program.kernels.iter().enumerate() {
         if let Kernel::Loop(copy) = kernel {
-            elide_input_copy(program, &uses, li, copy, &mut views);
+            elide_input_copy(program, &uses, li, copy, &takes, &mut views);
         }
     }
     for (ai, kernel) in program.kernels.iter().enumerate() {
         if let Kernel::Library(a) = kernel {
-            if matches!(a.op, Op::Attention { .. }) && a.epilogue.is_none() {
+            if takes(ai) && a.epilogue.is_none() {
                 elide_output_copy(program, &uses, ai, a.output, &mut views);
             }
         }
@@ -184,6 +189,7 @@ fn elide_input_copy<T: Clone>(
     uses: &Uses,
     li: usize,
     copy: &LoopKernel,
+    takes: &impl Fn(usize) -> bool,
     views: &mut Views<T>,
 ) {
     let Some(src) = pure_copy(copy) else { return };
@@ -205,11 +211,7 @@ fn elide_input_copy<T: Clone>(
     let readers = uses.reads(t);
     let attention_only = !readers.is_empty()
         && readers.iter().all(|&(ai, b, slot)| {
-            b == t
-                && slot < 3
-                && ai > li
-                && !uses.written_between(source, li, ai)
-                && matches!(&program.kernels[ai], Kernel::Library(a) if matches!(a.op, Op::Attention { .. }))
+            b == t && slot < 3 && ai > li && !uses.written_between(source, li, ai) && takes(ai)
         });
     if !attention_only {
         return;

@@ -23,6 +23,7 @@ use loops::LoopExec;
 use memory::{finish_owned, zeroed, Arena, Loc, RunMemory};
 use plan::{plan_memory, Interval};
 use rlx_ir::kernel::{BufferId, BufferKind, Kernel, KernelProgram};
+use rlx_ir::kernel_views::Views;
 use rlx_ir::{DType, Tensor, TensorData};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,6 +57,8 @@ pub struct KernelTiming {
 }
 
 enum Exec {
+    /// a copy attention reads or writes through instead (`rlx_ir::kernel_views`)
+    Elided,
     Loop {
         exec: Box<LoopExec>,
         inputs: Vec<BufferId>,
@@ -113,8 +116,13 @@ impl CpuProgram {
             let t = &program.buffers[b].ty;
             (t.dtype, info.shapes[b].clone())
         };
+        let views = attention_views(&program, &info);
         let mut execs = Vec::with_capacity(program.kernels.len());
         for (ki, k) in program.kernels.iter().enumerate() {
+            if views.elided[ki] {
+                execs.push(("elided", Exec::Elided));
+                continue;
+            }
             execs.push(match k {
                 Kernel::Loop(l) => (
                     "loop",
@@ -134,7 +142,12 @@ impl CpuProgram {
                     (
                         l.op.name(),
                         Exec::Library(Box::new(LibExec::compile(
-                            l, in_types, result, threads, weight,
+                            l,
+                            in_types,
+                            result,
+                            threads,
+                            weight,
+                            views.attention.get(&ki),
                         ))),
                     )
                 }
@@ -146,7 +159,16 @@ impl CpuProgram {
             .iter()
             .map(|(_, e)| match e {
                 Exec::Library(l) => l.scratch_bytes,
-                Exec::Loop { .. } => 0,
+                Exec::Loop { .. } | Exec::Elided => 0,
+            })
+            .collect();
+        // what each kernel really reads and writes, views in place and elided copies out
+        let touches: Vec<(Vec<BufferId>, Option<BufferId>)> = execs
+            .iter()
+            .map(|(_, e)| match e {
+                Exec::Elided => (Vec::new(), None),
+                Exec::Loop { inputs, output, .. } => (inputs.clone(), Some(*output)),
+                Exec::Library(l) => (l.reads(), Some(l.output)),
             })
             .collect();
         let Layout {
@@ -154,7 +176,7 @@ impl CpuProgram {
             owned,
             scratch_offsets,
             arena_bytes,
-        } = layout(&program, &info, &dtypes, &numels, &scratch);
+        } = layout(&program, &info, &touches, &dtypes, &numels, &scratch);
         let steps = execs
             .into_iter()
             .zip(scratch_offsets)
@@ -302,6 +324,7 @@ impl CpuProgram {
         for step in &self.steps {
             let start = timings.is_some().then(Instant::now);
             let name = match &step.exec {
+                Exec::Elided => continue,
                 Exec::Loop {
                     exec,
                     inputs,
@@ -347,6 +370,26 @@ fn weight_source(
     }
 }
 
+/// The head-split copies f32 attention reads or writes through instead (see
+/// `rlx_ir::kernel_views`), unless `RLX_CPU_ELIDE=0`.
+fn attention_views(program: &KernelProgram, info: &ProgramInfo) -> Views {
+    let on = !std::env::var("RLX_CPU_ELIDE").is_ok_and(|v| v == "0");
+    rlx_ir::kernel_views::attention_views(program, |i| {
+        // only the f32 kernel (`AttnPlan`) takes views
+        on && match &program.kernels[i] {
+            Kernel::Library(l) => {
+                l.inputs
+                    .iter()
+                    .all(|&b| program.buffers[b].ty.dtype == DType::F32)
+                    && info.lib_results[i]
+                        .as_ref()
+                        .is_some_and(|r| r.0 == DType::F32)
+            }
+            Kernel::Loop(_) => false,
+        }
+    })
+}
+
 /// Where storage lives, decided at compile time.
 struct Layout {
     /// per root buffer
@@ -364,6 +407,7 @@ struct Layout {
 fn layout(
     p: &KernelProgram,
     info: &ProgramInfo,
+    touches: &[(Vec<BufferId>, Option<BufferId>)],
     dtypes: &[DType],
     numels: &[usize],
     scratch: &[usize],
@@ -371,11 +415,13 @@ fn layout(
     let nb = p.buffers.len();
     let mut first = vec![usize::MAX; nb];
     let mut last = vec![0usize; nb];
-    for (ki, k) in p.kernels.iter().enumerate() {
-        let w = info.roots[k.output()];
-        first[w] = first[w].min(ki);
-        last[w] = last[w].max(ki);
-        for r in k.reads() {
+    for (ki, (reads, output)) in touches.iter().enumerate() {
+        if let Some(o) = output {
+            let w = info.roots[*o];
+            first[w] = first[w].min(ki);
+            last[w] = last[w].max(ki);
+        }
+        for &r in reads {
             let r = info.roots[r];
             last[r] = last[r].max(ki);
         }

@@ -6,12 +6,74 @@
 use super::matmul::{gemm, Mat};
 use super::packed_gemm::{self, PackedRhs};
 use crate::fast::math;
-use crate::interp::index::{broadcast_map, broadcast_strides, for_each_index};
+use crate::interp::index::{broadcast_strides, for_each_index};
 use rayon::prelude::*;
 use rlx_ir::AttnMask;
 
+/// A raw output pointer shared by the workers of a strided result (each writes its own
+/// elements).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: workers write disjoint elements (see `AttnPlan::run`).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Query rows from which attention packs its k^T and v operands per head.
 const PACK_ROWS: usize = 32;
+
+/// Where attention reads an operand or writes its result: the element offset of each
+/// batch's matrix, and the row and column strides inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Operand {
+    pub off: Vec<usize>,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl Operand {
+    /// Operand `shape` (batch dims aligned right to `batch`; size-1 dims broadcast) read at
+    /// `offset` with one stride per dim of `shape`.
+    pub fn strided(shape: &[usize], offset: usize, strides: &[usize], batch: &[usize]) -> Operand {
+        let r = shape.len();
+        let lead = (batch.len() + 2).saturating_sub(r);
+        let st: Vec<usize> = (0..batch.len())
+            .map(|d| {
+                if d < lead || shape[d - lead] == 1 {
+                    0
+                } else {
+                    strides[d - lead]
+                }
+            })
+            .collect();
+        let mut off = Vec::new();
+        for_each_index(batch, |_, idx| {
+            off.push(offset + idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>())
+        });
+        Operand {
+            off,
+            rs: if shape[r - 2] == 1 { 0 } else { strides[r - 2] },
+            cs: if shape[r - 1] == 1 { 0 } else { strides[r - 1] },
+        }
+    }
+
+    /// Operand `shape` stored packed row-major.
+    pub fn packed(shape: &[usize], batch: &[usize]) -> Operand {
+        let strides = crate::interp::index::strides(shape);
+        Operand::strided(shape, 0, &strides, batch)
+    }
+
+    /// One past the last element of batch `b`'s `rows x cols` matrix.
+    fn end(&self, b: usize, rows: usize, cols: usize) -> usize {
+        self.off[b] + rows.saturating_sub(1) * self.rs + cols.saturating_sub(1) * self.cs + 1
+    }
+}
 
 /// A compiled attention.
 #[derive(Debug, Clone)]
@@ -20,10 +82,13 @@ pub(crate) struct AttnPlan {
     pub sk: usize,
     pub d: usize,
     pub dv: usize,
-    /// element offsets of each batch's q, k, v matrices
-    pub q_off: Vec<usize>,
-    pub k_off: Vec<usize>,
-    pub v_off: Vec<usize>,
+    /// where q, k and v are read and the result written
+    pub q: Operand,
+    pub k: Operand,
+    pub v: Operand,
+    pub out: Operand,
+    /// the result is not packed: each matrix goes through scratch, then to its rows
+    pub scatter: bool,
     pub mask: AttnMask,
     /// additive mask: per-batch offset, then row and column strides
     pub m_off: Vec<usize>,
@@ -35,23 +100,23 @@ pub(crate) struct AttnPlan {
 }
 
 impl AttnPlan {
-    /// Plans attention over operands of the given shapes giving `out`.
+    /// Plans attention over operands of the given shapes giving `out`; `q`, `k`, `v` and
+    /// `result` are read and written as given (packed ones by default, see [`Operand`]).
     pub fn new(
         mask: AttnMask,
         scale: Option<f64>,
         ins: &[&[usize]],
         out: &[usize],
+        views: [Option<Operand>; 4],
         threads: usize,
     ) -> AttnPlan {
         let r = out.len();
         let batch = &out[..r - 2];
-        let offs = |s: &[usize]| -> Vec<usize> {
-            let mat = s[r - 2] * s[r - 1];
-            broadcast_map(&s[..r - 2], batch)
-                .into_iter()
-                .map(|b| b * mat)
-                .collect()
-        };
+        let [q, k, v, o] = views;
+        let q = q.unwrap_or_else(|| Operand::packed(ins[0], batch));
+        let k = k.unwrap_or_else(|| Operand::packed(ins[1], batch));
+        let v = v.unwrap_or_else(|| Operand::packed(ins[2], batch));
+        let o = o.unwrap_or_else(|| Operand::packed(out, batch));
         let (sq, dv) = (out[r - 2], out[r - 1]);
         let (d, sk) = (ins[0][r - 1], ins[1][r - 2]);
         let (mut m_off, mut m_rs, mut m_cs) = (vec![], 0, 0);
@@ -70,9 +135,11 @@ impl AttnPlan {
             sk,
             d,
             dv,
-            q_off: offs(ins[0]),
-            k_off: offs(ins[1]),
-            v_off: offs(ins[2]),
+            scatter: o != Operand::packed(out, batch),
+            q,
+            k,
+            v,
+            out: o,
             mask,
             m_off,
             m_rs,
@@ -87,9 +154,26 @@ impl AttnPlan {
         }
     }
 
-    /// f32 elements of score scratch needed.
+    /// f32 elements of scratch needed: each worker's scores, and its result matrix when the
+    /// result is not packed.
     pub fn scratch_len(&self) -> usize {
-        self.workers * self.sq * self.sk
+        self.workers * self.per_worker()
+    }
+
+    fn per_worker(&self) -> usize {
+        self.sq * self.sk + if self.scatter { self.sq * self.dv } else { 0 }
+    }
+
+    /// True when every batch's operands lie inside the buffers given (checked once per run:
+    /// the views come from the planner, the buffers from the arena).
+    fn fits(&self, q: usize, k: usize, v: usize, out: usize) -> bool {
+        let (sq, sk, d, dv) = (self.sq, self.sk, self.d, self.dv);
+        (0..self.q.off.len()).all(|b| {
+            self.q.end(b, sq, d) <= q
+                && self.k.end(b, sk, d) <= k
+                && self.v.end(b, sk, dv) <= v
+                && self.out.end(b, sq, dv) <= out
+        })
     }
 
     /// Runs attention; `mask` is the additive mask when there is one.
@@ -103,29 +187,55 @@ impl AttnPlan {
         scratch: &mut [f32],
     ) {
         let (sq, sk, dv) = (self.sq, self.sk, self.dv);
-        let n_batch = self.q_off.len();
+        let n_batch = self.q.off.len();
         if sq * dv == 0 || n_batch == 0 {
             return;
         }
+        assert!(
+            self.fits(q.len(), k.len(), v.len(), out.len()),
+            "attention operands out of bounds"
+        );
         let per = n_batch.div_ceil(self.workers);
         let gemm_threads = if self.workers == 1 { self.threads } else { 1 };
-        let scores: Vec<&mut [f32]> = if sk == 0 {
+        let per_worker = self.per_worker();
+        let scratch: Vec<&mut [f32]> = if per_worker == 0 {
             (0..self.workers).map(|_| Default::default()).collect()
         } else {
-            scratch.chunks_mut(sq * sk).collect()
+            scratch.chunks_mut(per_worker).collect()
         };
         // packing k^T and v costs about what `PACK_ROWS` query rows of arithmetic do: fewer
         // queries (decode steps, short prompts over a long cache) stay on the gemm crate
         let packed = packed_gemm::supported() && sq >= PACK_ROWS;
-        out.par_chunks_mut(per * sq * dv)
-            .zip(scores.into_par_iter())
-            .enumerate()
-            .for_each(|(w, (outs, s))| {
-                let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
-                for (j, o) in outs.chunks_mut(sq * dv).enumerate() {
-                    self.one(w * per + j, q, k, v, mask, o, s, ops.as_mut(), gemm_threads);
+        if !self.scatter {
+            out.par_chunks_mut(per * sq * dv)
+                .zip(scratch.into_par_iter())
+                .enumerate()
+                .for_each(|(w, (outs, s))| {
+                    let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
+                    for (j, o) in outs.chunks_mut(sq * dv).enumerate() {
+                        self.one(w * per + j, q, k, v, mask, o, s, ops.as_mut(), gemm_threads);
+                    }
+                });
+            return;
+        }
+        // Strided results interleave across batches: each matrix is computed into the
+        // worker's scratch, then its rows are written where the view puts them.
+        let dst = OutPtr(out.as_mut_ptr());
+        scratch.into_par_iter().enumerate().for_each(|(w, s)| {
+            let (scores, tile) = s.split_at_mut(sq * sk);
+            let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
+            for b in (w * per..((w + 1) * per).min(n_batch)).collect::<Vec<_>>() {
+                self.one(b, q, k, v, mask, tile, scores, ops.as_mut(), gemm_threads);
+                for (i, row) in tile.chunks(dv).enumerate() {
+                    let at = self.out.off[b] + i * self.out.rs;
+                    for (c, &x) in row.iter().enumerate() {
+                        // SAFETY: `fits` bounds every batch's result inside `out`, and
+                        // distinct batches of a result view never share an element.
+                        unsafe { *dst.ptr().add(at + c * self.out.cs) = x };
+                    }
                 }
-            });
+            }
+        });
     }
 
     /// One (batch, head): on the packed GEMM when `ops` holds this worker's packing storage
@@ -148,28 +258,29 @@ impl AttnPlan {
             out.fill(0.0);
             return;
         }
+        let (qo, ko, vo) = (&self.q, &self.k, &self.v);
         let (q, k, v) = (
-            &q[self.q_off[b]..],
-            &k[self.k_off[b]..],
-            &v[self.v_off[b]..],
+            &q[qo.off[b]..qo.end(b, sq, d)],
+            &k[ko.off[b]..ko.end(b, sk, d)],
+            &v[vo.off[b]..vo.end(b, sk, dv)],
         );
         match ops {
-            Some((kt, vp)) => {
+            Some((kt, vp)) if qo.cs == 1 && qo.rs >= d => {
                 // k^T[d x sk]: element (i, j) is k[j][i]
-                kt.repack(&k[..sk * d], d, sk, 1, d);
-                vp.repack(&v[..sk * dv], sk, dv, dv, 1);
-                packed_gemm::gemm_packed(sq, &q[..sq * d], kt, s, threads);
+                kt.repack(k, d, sk, ko.cs, ko.rs);
+                vp.repack(v, sk, dv, vo.rs, vo.cs);
+                packed_gemm::gemm_packed_strided(sq, q, qo.rs, kt, s, sk, threads);
                 self.softmax(b, s, mask);
                 packed_gemm::gemm_packed(sq, s, vp, out, threads);
             }
-            None => {
+            _ => {
                 let mat = |data, rs, cs| Mat { data, rs, cs };
                 gemm(
                     sq,
                     sk,
                     d,
-                    mat(q, d, 1),
-                    mat(k, 1, d),
+                    mat(q, qo.rs, qo.cs),
+                    mat(k, ko.cs, ko.rs),
                     s,
                     sk,
                     false,
@@ -184,7 +295,7 @@ impl AttnPlan {
                     dv,
                     sk,
                     p,
-                    mat(v, dv, 1),
+                    mat(v, vo.rs, vo.cs),
                     out,
                     dv,
                     false,

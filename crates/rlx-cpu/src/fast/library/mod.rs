@@ -17,12 +17,13 @@ use super::memory::{Data, DataMut, RunMemory};
 use crate::interp::eval_op;
 use crate::interp::index::broadcast_map;
 use crate::CpuError;
-use attention::AttnPlan;
+use attention::{AttnPlan, Operand};
 use conv::{ConvPlan, PoolPlan};
 use data::{ConcatPlan, GatherPlan, PadPlan};
 use matmul::MatMulPlan;
 use packed_gemm::PackedRhs;
 use rlx_ir::kernel::{BufferId, LibraryKernel};
+use rlx_ir::kernel_views::{AttentionViews, StridedView};
 use rlx_ir::{ArgOp, DType, Op, PoolKind, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -149,7 +150,8 @@ pub(crate) struct LibExec {
     epilogue: Option<Epilogue>,
     /// extra epilogue inputs (epilogue inputs 1..)
     epi_inputs: Vec<BufferId>,
-    output: BufferId,
+    /// the buffer written (attention's result view, when it has one)
+    pub output: BufferId,
     /// scratch regions: byte offset within the kernel's scratch block, elements, dtype
     regions: Vec<(usize, usize, DType)>,
     /// bytes of scratch this kernel needs
@@ -166,6 +168,7 @@ impl LibExec {
         result: (DType, Vec<usize>),
         threads: usize,
         weight: Option<WeightSource>,
+        views: Option<&AttentionViews>,
     ) -> LibExec {
         let mut regions = Vec::new();
         let mut scratch_bytes = 0;
@@ -244,7 +247,25 @@ impl LibExec {
             }
             Op::Attention { mask, scale } if all_f32 => {
                 let shapes: Vec<&[usize]> = (0..in_types.len()).map(shape).collect();
-                let plan = AttnPlan::new(*mask, *scale, &shapes, out, threads);
+                let batch = &out[..out.len() - 2];
+                // the analysis gives non-negative strides only
+                let operand = |v: &Option<StridedView>, shape: &[usize]| {
+                    v.as_ref().map(|v| {
+                        let strides: Vec<usize> =
+                            v.strides.iter().map(|s| s.unsigned_abs()).collect();
+                        Operand::strided(shape, v.offset, &strides, batch)
+                    })
+                };
+                let operands = match views {
+                    Some(v) => [
+                        operand(&v.inputs[0], shapes[0]),
+                        operand(&v.inputs[1], shapes[1]),
+                        operand(&v.inputs[2], shapes[2]),
+                        operand(&v.output, out),
+                    ],
+                    None => [None, None, None, None],
+                };
+                let plan = AttnPlan::new(*mask, *scale, &shapes, out, operands, threads);
                 region(plan.scratch_len(), DType::F32);
                 Impl::Attention(plan)
             }
@@ -281,10 +302,23 @@ impl LibExec {
                 result_region: (!in_place).then(|| region(result.1.iter().product(), result.0)),
             }
         });
+        // attention through views reads their buffers and writes the result's
+        let mut inputs = l.inputs.clone();
+        let mut output = l.output;
+        if let Some(v) = views {
+            for (slot, view) in v.inputs.iter().enumerate() {
+                if let Some(view) = view {
+                    inputs[slot] = view.buffer;
+                }
+            }
+            if let Some(view) = &v.output {
+                output = view.buffer;
+            }
+        }
         LibExec {
             name: l.name.clone(),
             op: l.op.clone(),
-            inputs: l.inputs.clone(),
+            inputs,
             in_types,
             result,
             imp,
@@ -294,10 +328,20 @@ impl LibExec {
                 .map(|e| e.inputs[1..].iter().map(|i| i.buffer).collect())
                 .unwrap_or_default(),
             epilogue,
-            output: l.output,
+            output,
             regions,
             scratch_bytes,
         }
+    }
+
+    /// The buffers the kernel reads: its operands (through their views) and the extra
+    /// epilogue inputs.
+    pub fn reads(&self) -> Vec<BufferId> {
+        self.inputs
+            .iter()
+            .chain(&self.epi_inputs)
+            .copied()
+            .collect()
     }
 
     /// True when the op runs on the interpreter (no specialised implementation).

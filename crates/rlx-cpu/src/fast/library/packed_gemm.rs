@@ -153,21 +153,42 @@ impl PackedRhs {
 /// the work over the current rayon pool. Needs [`supported`] only for speed: without AVX2
 /// and FMA the tiles run in plain Rust.
 pub(crate) fn gemm_packed(m: usize, a: &[f32], b: &PackedRhs, c: &mut [f32], threads: usize) {
+    gemm_packed_strided(m, a, b.k, b, c, b.n, threads)
+}
+
+/// [`gemm_packed`] with row strides: row `i` of `a` starts at `i * lda`, row `i` of `c` at
+/// `i * ldc` (`lda >= k`, `ldc >= n`; the elements between rows are not touched).
+pub(crate) fn gemm_packed_strided(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedRhs,
+    c: &mut [f32],
+    ldc: usize,
+    threads: usize,
+) {
     let (k, n) = (b.k, b.n);
-    assert!(a.len() >= m * k, "packed gemm lhs out of bounds");
-    assert!(c.len() >= m * n, "packed gemm output out of bounds");
     if m == 0 || n == 0 {
         return;
     }
+    assert!(lda >= k && ldc >= n, "packed gemm row strides too short");
+    assert!(
+        a.len() >= (m - 1) * lda + k,
+        "packed gemm lhs out of bounds"
+    );
+    assert!(
+        c.len() >= (m - 1) * ldc + n,
+        "packed gemm output out of bounds"
+    );
     if k == 0 {
-        c[..m * n].fill(0.0);
+        c.chunks_mut(ldc).take(m).for_each(|r| r[..n].fill(0.0));
         return;
     }
     let panels = n.div_ceil(NR);
     let out = OutPtr(c.as_mut_ptr());
     let run = |rows: Range<usize>, cols: Range<usize>| {
         // SAFETY: `rows` x `cols` is inside `c` and no other task writes it.
-        unsafe { block(rows, cols, a, b, out.ptr()) }
+        unsafe { block(rows, cols, a, lda, b, out.ptr(), ldc) }
     };
     let threads = threads.max(1);
     if threads == 1 || m * n * k < 1 << 16 {
@@ -216,8 +237,17 @@ struct Tile {
 /// One thread's share: rows `rows` of the output, weight panels `cols`.
 ///
 /// # Safety
-/// `c` points to the row-major `m x n` output and no other thread writes these tiles.
-unsafe fn block(rows: Range<usize>, cols: Range<usize>, a: &[f32], b: &PackedRhs, c: *mut f32) {
+/// `c` points to the `m x n` output (row stride `ldc`) and no other thread writes these
+/// tiles.
+unsafe fn block(
+    rows: Range<usize>,
+    cols: Range<usize>,
+    a: &[f32],
+    lda: usize,
+    b: &PackedRhs,
+    c: *mut f32,
+    ldc: usize,
+) {
     let (k, n) = (b.k, b.n);
     let bdata = as_f32(&b.data);
     let kc_max = even_block(k, KC, 4);
@@ -241,13 +271,13 @@ unsafe fn block(rows: Range<usize>, cols: Range<usize>, a: &[f32], b: &PackedRhs
                     let last = (m0 + mc).min(r0 + MR) - 1;
                     let first_line = (t * per_tile).min(kc);
                     let tile = Tile {
-                        a: std::array::from_fn(|r| a[(r0 + r).min(last) * k + k0..].as_ptr()),
+                        a: std::array::from_fn(|r| a[(r0 + r).min(last) * lda + k0..].as_ptr()),
                         b: panel,
                         kc,
                         prefetch: next.map_or(panel, |q| q.add(first_line * NR)),
                         prefetch_lines: next.map_or(0, |_| per_tile.min(kc - first_line)),
-                        c: c.add(r0 * n + p * NR),
-                        ldc: n,
+                        c: c.add(r0 * ldc + p * NR),
+                        ldc,
                         rows: last + 1 - r0,
                         cols: NR.min(n - p * NR),
                         accumulate: k0 > 0,
