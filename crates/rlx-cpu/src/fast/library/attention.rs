@@ -224,14 +224,20 @@ impl AttnPlan {
         scratch.into_par_iter().enumerate().for_each(|(w, s)| {
             let (scores, tile) = s.split_at_mut(sq * sk);
             let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
-            for b in (w * per..((w + 1) * per).min(n_batch)).collect::<Vec<_>>() {
+            for b in w * per..((w + 1) * per).min(n_batch) {
                 self.one(b, q, k, v, mask, tile, scores, ops.as_mut(), gemm_threads);
                 for (i, row) in tile.chunks(dv).enumerate() {
                     let at = self.out.off[b] + i * self.out.rs;
-                    for (c, &x) in row.iter().enumerate() {
-                        // SAFETY: `fits` bounds every batch's result inside `out`, and
-                        // distinct batches of a result view never share an element.
-                        unsafe { *dst.ptr().add(at + c * self.out.cs) = x };
+                    // SAFETY (both arms): `fits` bounds every batch's result inside `out`,
+                    // and distinct batches of a result view never share an element.
+                    if self.out.cs == 1 {
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(row.as_ptr(), dst.ptr().add(at), dv)
+                        };
+                    } else {
+                        for (c, &x) in row.iter().enumerate() {
+                            unsafe { *dst.ptr().add(at + c * self.out.cs) = x };
+                        }
                     }
                 }
             }
