@@ -59,17 +59,6 @@ impl<T> Default for AttentionViews<T> {
     }
 }
 
-impl<T> AttentionViews<T> {
-    /// Every buffer the views read or write (attention's real operands besides its own).
-    pub fn buffers(&self) -> impl Iterator<Item = BufferId> + '_ {
-        self.inputs
-            .iter()
-            .chain(std::iter::once(&self.output))
-            .flatten()
-            .map(|v| v.buffer)
-    }
-}
-
 /// The peephole's decisions for a program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Views<T = ()> {
