@@ -107,3 +107,27 @@ fn head_split_attention_matches_the_interpreter_without_its_copies() {
         }
     }
 }
+
+#[test]
+fn attention_over_no_keys_matches_the_interpreter() {
+    let f = DType::F32;
+    let mut g = Graph::new();
+    let q = g.input("q", f, Shape::of(&[2, 3, 4, 8]));
+    let k = g.input("k", f, Shape::of(&[2, 3, 0, 8]));
+    let v = g.input("v", f, Shape::of(&[2, 3, 0, 8]));
+    let y = g.attention(q, k, v, None, false, None).unwrap();
+    g.output("y", y);
+    let inputs = HashMap::from([
+        ("q".to_string(), Tensor::random(f, &[2, 3, 4, 8], 1)),
+        ("k".to_string(), Tensor::random(f, &[2, 3, 0, 8], 2)),
+        ("v".to_string(), Tensor::random(f, &[2, 3, 0, 8], 3)),
+    ]);
+    let want = rlx_cpu::run_graph(&g, &inputs, &HashMap::new()).unwrap();
+    let s = Session::new(Device::Cpu).unwrap();
+    let got = s
+        .compile(&g, CompileOptions::default())
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
+    assert_eq!(got[0].1.to_f64_vec(), want[0].1.to_f64_vec());
+}

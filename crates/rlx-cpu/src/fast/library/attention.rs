@@ -69,9 +69,13 @@ impl Operand {
         Operand::strided(shape, 0, &strides, batch)
     }
 
-    /// One past the last element of batch `b`'s `rows x cols` matrix.
+    /// One past the last element of batch `b`'s `rows x cols` matrix (its offset when the
+    /// matrix is empty).
     fn end(&self, b: usize, rows: usize, cols: usize) -> usize {
-        self.off[b] + rows.saturating_sub(1) * self.rs + cols.saturating_sub(1) * self.cs + 1
+        if rows == 0 || cols == 0 {
+            return self.off[b];
+        }
+        self.off[b] + (rows - 1) * self.rs + (cols - 1) * self.cs + 1
     }
 }
 
