@@ -1,7 +1,7 @@
 //! A thin, owned wrapper over the CUDA driver for device 0: the primary context, one
-//! stream (with a lock for sequences of work on it), module loading, launches, copies, pinned host memory and CUDA graphs. Everything
-//! goes through cudarc's `result` layer (no hidden event tracking), and only after the
-//! probe has confirmed the driver loads.
+//! stream (with a lock for sequences of work on it), module loading, launches, copies,
+//! pinned host memory and CUDA graphs. Everything goes through cudarc's `result` layer (no
+//! hidden event tracking), and only after the probe has confirmed the driver loads.
 
 use crate::codegen::Launch;
 use crate::probe::{device_facts, CudaDeviceFacts};

@@ -9,7 +9,7 @@ use rlx_cuda::codegen::gemm_wgmma::WGMMA_TILES;
 use rlx_cuda::codegen::Target;
 use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
-use rlx_ir::{DType, Op, Shape, UnaryOp};
+use rlx_ir::{DType, Op, UnaryOp};
 use support::cases::{
     flash_cases, fused_gemm_cases, head_split_cases, library_cases, Builder, Case,
 };
@@ -371,20 +371,9 @@ fn a_bert_layer_projection_runs_as_one_gemm_and_attention_alone() {
         let bias = b.param(dt, &[3 * hidden]);
         let qkv = b.g().matmul(x, w).unwrap();
         let qkv = b.g().add(qkv, bias).unwrap();
-        let mut split = |i: usize| {
-            let g = b.g();
-            let part = g
-                .slice(qkv, 2, (i * hidden) as i64, ((i + 1) * hidden) as i64, 1)
+        let y =
+            rlx_ir::sample::head_split_attention(b.g(), qkv, batch, seq, heads, dim, None, false)
                 .unwrap();
-            let t = g
-                .reshape(part, Shape::of(&[batch, seq, heads, dim]))
-                .unwrap();
-            g.transpose(t, &[0, 2, 1, 3]).unwrap()
-        };
-        let (q, k, v) = (split(0), split(1), split(2));
-        let y = b.g().attention(q, k, v, None, false, None).unwrap();
-        let y = b.g().transpose(y, &[0, 2, 1, 3]).unwrap();
-        let y = b.g().reshape(y, Shape::of(&[batch, seq, hidden])).unwrap();
         let (program, p) = plan_with_program(vec![b.done(y)], "bert_qkv");
         let l = labels(&p);
         assert_eq!(p.steps.len(), 2, "{dt}: {l:?}\n{program}");

@@ -3,7 +3,7 @@
 //! a fixed seed, so the CUDA and wgpu benchmarks and the PyTorch peer script all run the
 //! same numbers.
 
-use crate::{DType, Graph, NodeId, Shape, SplitMix64, Tensor, UnaryOp};
+use crate::{DType, Graph, IrError, NodeId, Shape, SplitMix64, Tensor, UnaryOp};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -60,6 +60,37 @@ impl SampleModel {
         self.order.push(name.clone());
         self.graph.param(&name, dtype, Shape::of(shape))
     }
+}
+
+/// Attention over heads split from one `[batch, seq, 3 * heads * dim]` projection, as
+/// `rlx-models` builds BERT: q, k and v sliced from it, reshaped to heads and transposed to
+/// `[batch, heads, seq, dim]`, attention (`mask` additive, else `causal` or none), and the
+/// result merged back to `[batch, seq, heads * dim]` — the pattern whose transposed copies
+/// `kernel_views` lets backends skip.
+///
+/// # Errors
+/// Shapes that do not fit that pattern.
+#[allow(clippy::too_many_arguments)]
+pub fn head_split_attention(
+    g: &mut Graph,
+    qkv: NodeId,
+    batch: usize,
+    seq: usize,
+    heads: usize,
+    dim: usize,
+    mask: Option<NodeId>,
+    causal: bool,
+) -> Result<NodeId, IrError> {
+    let hidden = heads * dim;
+    let mut split = |i: usize| {
+        let part = g.slice(qkv, 2, (i * hidden) as i64, ((i + 1) * hidden) as i64, 1)?;
+        let t = g.reshape(part, Shape::of(&[batch, seq, heads, dim]))?;
+        g.transpose(t, &[0, 2, 1, 3])
+    };
+    let (q, k, v) = (split(0)?, split(1)?, split(2)?);
+    let y = g.attention(q, k, v, mask, causal, None)?;
+    let y = g.transpose(y, &[0, 2, 1, 3])?;
+    g.reshape(y, Shape::of(&[batch, seq, hidden]))
 }
 
 /// The encoder for `batch` sequences in `dtype` (params and activations); the weights

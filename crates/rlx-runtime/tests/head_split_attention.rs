@@ -20,23 +20,19 @@ fn bert_attention(batch: usize, seq: usize, heads: usize, dim: usize, mask: Attn
     let b = g.param("b", f, [3 * hidden]);
     let qkv = g.matmul(x, w).unwrap();
     let qkv = g.add(qkv, b).unwrap();
-    let mut split = |i: usize| {
-        let part = g
-            .slice(qkv, 2, (i * hidden) as i64, ((i + 1) * hidden) as i64, 1)
-            .unwrap();
-        let t = g
-            .reshape(part, Shape::of(&[batch, seq, heads, dim]))
-            .unwrap();
-        g.transpose(t, &[0, 2, 1, 3]).unwrap()
-    };
-    let (q, k, v) = (split(0), split(1), split(2));
     let m =
         (mask == AttnMask::Additive).then(|| g.input("mask", f, Shape::of(&[batch, 1, 1, seq])));
-    let y = g
-        .attention(q, k, v, m, mask == AttnMask::Causal, None)
-        .unwrap();
-    let y = g.transpose(y, &[0, 2, 1, 3]).unwrap();
-    let y = g.reshape(y, Shape::of(&[batch, seq, hidden])).unwrap();
+    let y = rlx_ir::sample::head_split_attention(
+        &mut g,
+        qkv,
+        batch,
+        seq,
+        heads,
+        dim,
+        m,
+        mask == AttnMask::Causal,
+    )
+    .unwrap();
     let y = g.add(y, x).unwrap();
     g.output("y", y);
     g

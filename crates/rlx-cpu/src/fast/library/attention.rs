@@ -6,24 +6,10 @@
 use super::matmul::{gemm, Mat};
 use super::packed_gemm::{self, PackedRhs};
 use crate::fast::math;
+use crate::fast::memory::OutPtr;
 use crate::interp::index::{broadcast_strides, for_each_index};
 use rayon::prelude::*;
 use rlx_ir::AttnMask;
-
-/// A raw output pointer shared by the workers of a strided result (each writes its own
-/// elements).
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: workers write disjoint elements (see `AttnPlan::run`).
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    fn ptr(self) -> *mut f32 {
-        self.0
-    }
-}
 
 /// Query rows from which attention packs its k^T and v operands per head.
 const PACK_ROWS: usize = 32;
