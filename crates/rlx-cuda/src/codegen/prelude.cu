@@ -71,7 +71,6 @@ RLX_DEVICE unsigned rlx_smem_u32(const void* p) { unsigned long long a; asm("cvt
 // 16 bytes global -> shared, asynchronously; `bytes` < 16 zero-fills the rest (0: all zeros).
 RLX_DEVICE void rlx_cp_async16(void* dst, const void* src, int bytes) { asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(rlx_smem_u32(dst)), "l"(src), "r"(bytes) : "memory"); }
 RLX_DEVICE void rlx_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-RLX_DEVICE void rlx_cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 // Waits until at most N committed groups are still in flight.
 template <int N> RLX_DEVICE void rlx_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Without .trans
