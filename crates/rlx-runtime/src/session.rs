@@ -206,6 +206,16 @@ impl CompiledGraph {
         variant.executable.run(inputs, &self.mixed_params())
     }
 
+    /// The weights as the compiled program reads them: the session's, with those that
+    /// mixed precision reads in a low dtype converted (a tool that runs the variant's graph
+    /// itself, such as a profiler, binds these).
+    pub fn bound_params(&self) -> ParamStore {
+        if self.low_params.is_empty() {
+            return self.params.clone();
+        }
+        self.mixed_params()
+    }
+
     /// The session's weights with those that mixed precision reads in a low dtype
     /// converted; each conversion is kept until the weight is replaced.
     fn mixed_params(&self) -> ParamStore {

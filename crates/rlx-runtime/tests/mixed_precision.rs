@@ -138,3 +138,46 @@ fn cuda_f16_products_match_cpu_f32() {
     println!("cuda f16 mixed precision vs cpu f32: relative L2 {err:.2e}");
     assert!(err <= 2e-3, "relative L2 {err}");
 }
+
+/// A MiniLM-shaped encoder (2 layers, 64 tokens, batch 2) in bf16 products on the CPU:
+/// AMX tiles where the CPU has them (the packed weights, from the second run on), attention
+/// widened to f32, bf16 epilogues in f32 lanes; within bf16's error of the f32 run, and the
+/// same again on a second run (packed weights).
+#[test]
+fn bf16_encoder_stays_close_to_f32() {
+    use rlx_ir::sample::{encoder, EncoderShape};
+    let shape = EncoderShape {
+        layers: 2,
+        seq: 64,
+        ..EncoderShape::MINILM
+    };
+    let model = encoder(shape, 2, DType::F32);
+    let s = Session::new(Device::Cpu).unwrap();
+    for (name, t) in &model.params {
+        s.set_param(name, (**t).clone());
+    }
+    let x = Tensor::random(DType::F32, &[2, shape.seq, shape.hidden], 5);
+    let inputs = HashMap::from([("hidden".to_string(), x)]);
+    let want = s
+        .compile(&model.graph, CompileOptions::default())
+        .unwrap()
+        .run(&inputs)
+        .unwrap()[0]
+        .1
+        .to_f64_vec();
+    let options = CompileOptions {
+        precision: Some(DType::BF16),
+        ..CompileOptions::default()
+    };
+    let mixed = s.compile(&model.graph, options).unwrap();
+    let first = mixed.run(&inputs).unwrap()[0].1.to_f64_vec();
+    let second = mixed.run(&inputs).unwrap()[0].1.to_f64_vec();
+    for (run, got) in [("first", &first), ("second", &second)] {
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "{run} run: non-finite output"
+        );
+        let err = rel_l2(got, &want);
+        assert!(err > 0.0 && err <= 2e-2, "{run} run: relative L2 {err}");
+    }
+}

@@ -39,6 +39,10 @@ pub struct Args {
     /// Also time every kernel (CPU only) and print the time per kernel kind.
     #[arg(long)]
     profile: bool,
+    /// Mixed precision: run f32 matrix products (matmul, conv, attention) in `f16` or
+    /// `bf16` with f32 accumulation; `f32` runs the model's own types.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    precision: String,
 }
 
 /// A model ready to bench: graph, weights, and the inputs of one run.
@@ -101,6 +105,7 @@ pub fn run(args: Args) -> CmdResult {
     let t_compile = Instant::now();
     let options = CompileOptions {
         bindings,
+        precision: super::run::precision(&args.precision),
         ..CompileOptions::default()
     };
     let compiled = session.compile(&graph, options)?;
@@ -122,7 +127,7 @@ pub fn run(args: Args) -> CmdResult {
     let shapes: BTreeMap<&String, &[usize]> = inputs.iter().map(|(n, t)| (n, t.shape())).collect();
 
     let profile = if args.profile {
-        Some(profile(&compiled, &session, &inputs, iters, device)?)
+        Some(profile(&compiled, &inputs, iters, device)?)
     } else {
         None
     };
@@ -138,6 +143,7 @@ pub fn run(args: Args) -> CmdResult {
             "load_ms": load_ms,
             "min_ms": times[0],
             "inputs": shapes,
+            "precision": args.precision,
         });
         if let Some(p) = &profile {
             v["profile"] = p.to_json();
@@ -150,6 +156,9 @@ pub fn run(args: Args) -> CmdResult {
         println!("inputs    {}", shapes.join(" "));
         println!("load      {load_ms:.1} ms");
         println!("compile   {compile_ms:.1} ms");
+        if args.precision != "f32" {
+            println!("precision {} products, f32 accumulation", args.precision);
+        }
         println!(
             "run       median {median_ms:.3} ms, p90 {p90_ms:.3} ms, min {:.3} ms ({iters} runs after {} warm-up)",
             times[0], args.warmup
@@ -436,7 +445,6 @@ impl Profile {
 #[cfg(feature = "cpu")]
 fn profile(
     compiled: &CompiledGraph,
-    session: &Session,
     inputs: &HashMap<String, Tensor>,
     runs: usize,
     device: rlx_driver::Device,
@@ -451,7 +459,7 @@ fn profile(
     // CPU fast path, whose runs can time each kernel.
     let program = rlx_opt::lower(&variant.graph)?;
     let program = rlx_cpu::CpuProgram::compile(program, &rlx_cpu::CpuOptions::default())?;
-    let params = session.params().snapshot();
+    let params = compiled.bound_params().snapshot();
     program.run(inputs, &params)?;
     let mut by_kind: BTreeMap<String, (usize, f64)> = BTreeMap::new();
     let mut by_name: HashMap<String, (String, f64)> = HashMap::new();
@@ -485,7 +493,6 @@ fn profile(
 #[cfg(not(feature = "cpu"))]
 fn profile(
     _compiled: &CompiledGraph,
-    _session: &Session,
     _inputs: &HashMap<String, Tensor>,
     _runs: usize,
     _device: rlx_driver::Device,

@@ -3,6 +3,7 @@
 //! byte-level data movement) and the interpreter's `eval_op` otherwise. A fused epilogue
 //! runs after the op, in place on the result when it reads the result point for point.
 
+pub(crate) mod amx_gemm;
 mod attention;
 mod conv;
 mod data;
@@ -54,6 +55,9 @@ enum Impl {
         maps: Vec<Option<Vec<usize>>>,
     },
     Attention(AttnPlan),
+    /// f16/bf16 attention computed in f32: operands widened into scratch (regions 1..:
+    /// q, k, v, the mask if any, then the result), the result rounded back
+    AttentionViaF32(AttnPlan),
     /// packed weights, dequantized per tile (`fast/quant.rs`)
     Quant(crate::fast::quant::QuantPlan),
     Gather(GatherPlan),
@@ -91,6 +95,8 @@ struct PackedMatMul {
     /// the packing is in f32 but the operands are not (scratch regions 0, 1, 2: a, c, and
     /// b for an unpacked run)
     via_f32: bool,
+    /// bf16 operands and result on AMX tiles (`amx_gemm`), packed for them
+    amx: bool,
     source: WeightSource,
     /// the weight tensor last bound (kept alive, so pointer identity is sound) and its
     /// packing once it has been bound for a second run
@@ -98,7 +104,14 @@ struct PackedMatMul {
 }
 
 /// A weight tensor as last bound, and its packing once it has one.
-type Bound = (Arc<Tensor>, Option<Arc<PackedRhs>>);
+type Bound = (Arc<Tensor>, Option<Arc<Packing>>);
+
+/// A packed weight: f32 panels for the AVX2 tiles, or bf16 pair panels for AMX.
+#[derive(Debug)]
+enum Packing {
+    F32(PackedRhs),
+    Amx(amx_gemm::AmxRhs),
+}
 
 impl PackedMatMul {
     /// The packing of the weight bound now (`b` is its data), or None for a param seen for
@@ -108,7 +121,7 @@ impl PackedMatMul {
         &self,
         params: &HashMap<String, Arc<Tensor>>,
         b: Data<'_>,
-    ) -> Result<Option<Arc<PackedRhs>>, CpuError> {
+    ) -> Result<Option<Arc<Packing>>, CpuError> {
         let bound = match &self.source {
             WeightSource::Constant(t) => t,
             WeightSource::Param(name) => params.get(name).ok_or_else(|| CpuError::Missing {
@@ -122,7 +135,11 @@ impl PackedMatMul {
             if let Some((_, Some(p))) = &*cache {
                 return Ok(Some(p.clone()));
             }
-            let p = Arc::new(PackedRhs::pack(b, self.k, self.n));
+            let p = Arc::new(if self.amx {
+                Packing::Amx(amx_gemm::AmxRhs::pack(b, self.k, self.n))
+            } else {
+                Packing::F32(PackedRhs::pack(b, self.k, self.n))
+            });
             *cache = Some((bound.clone(), Some(p.clone())));
             return Ok(Some(p));
         }
@@ -205,6 +222,7 @@ impl LibExec {
                             n: plan.n,
                             threads,
                             via_f32,
+                            amx: dtype == DType::BF16 && amx_gemm::available(),
                             source,
                             cache: Mutex::new(None),
                             plan,
@@ -268,6 +286,28 @@ impl LibExec {
                 let plan = AttnPlan::new(*mask, *scale, &shapes, out, operands, threads);
                 region(plan.scratch_len(), DType::F32);
                 Impl::Attention(plan)
+            }
+            Op::Attention { mask, scale }
+                if in_types
+                    .iter()
+                    .chain([&result])
+                    .all(|t| matches!(t.0, DType::F16 | DType::BF16)) =>
+            {
+                let shapes: Vec<&[usize]> = (0..in_types.len()).map(shape).collect();
+                let plan = AttnPlan::new(
+                    *mask,
+                    *scale,
+                    &shapes,
+                    out,
+                    [None, None, None, None],
+                    threads,
+                );
+                region(plan.scratch_len(), DType::F32);
+                for s in &shapes {
+                    region(s.iter().product(), DType::F32);
+                }
+                region(out.iter().product(), DType::F32);
+                Impl::AttentionViaF32(plan)
             }
             Op::QuantMatMul { format, n, k } => Impl::Quant(crate::fast::quant::QuantPlan::new(
                 *format,
@@ -406,13 +446,26 @@ impl LibExec {
                 _ => unreachable!("compiled for f64 operands"),
             },
             Impl::MatMulPacked(p) => match (p.packed(params, ins[1])?, p.via_f32) {
+                (Some(w), via_f32) if matches!(*w, Packing::Amx(_)) => {
+                    let (Packing::Amx(w), Data::BF16(a), DataMut::BF16(c)) = (&*w, ins[0], dst)
+                    else {
+                        unreachable!("AMX packing for bf16 operands only (via f32: {via_f32})")
+                    };
+                    amx_gemm::gemm(p.rows, a, w, c, p.threads);
+                }
                 (Some(w), false) => {
-                    packed_gemm::gemm_packed(p.rows, f(0), &w, dst.f32().unwrap(), p.threads)
+                    let Packing::F32(w) = &*w else {
+                        unreachable!("f32 packing")
+                    };
+                    packed_gemm::gemm_packed(p.rows, f(0), w, dst.f32().unwrap(), p.threads)
                 }
                 (Some(w), true) => {
+                    let Packing::F32(w) = &*w else {
+                        unreachable!("f32 packing")
+                    };
                     let (a, c) = (scratch_f32(0), scratch_f32(1));
                     ins[0].load_f32(a);
-                    packed_gemm::gemm_packed(p.rows, a, &w, c, p.threads);
+                    packed_gemm::gemm_packed(p.rows, a, w, c, p.threads);
                     dst.store_f32(c);
                 }
                 (None, false) => p.plan.run(f(0), f(1), dst.f32().unwrap(), 1.0),
@@ -460,6 +513,19 @@ impl LibExec {
             Impl::Attention(p) => {
                 let mask = ins.get(3).map(|m| m.f32().unwrap());
                 p.run(f(0), f(1), f(2), mask, dst.f32().unwrap(), scratch_f32(0));
+            }
+            Impl::AttentionViaF32(p) => {
+                let wide: Vec<&mut [f32]> = (0..ins.len())
+                    .map(|i| {
+                        let w = scratch_f32(1 + i);
+                        ins[i].load_f32(w);
+                        w
+                    })
+                    .collect();
+                let c = scratch_f32(1 + ins.len());
+                let mask = wide.get(3).map(|m| &**m);
+                p.run(&*wide[0], &*wide[1], &*wide[2], mask, c, scratch_f32(0));
+                dst.store_f32(c);
             }
             Impl::Quant(p) => p.run(f(0), ins[1].bytes(), dst.f32().unwrap()),
             Impl::Gather(p) => p.run(ins[0].bytes(), ins[1], dst.bytes())?,

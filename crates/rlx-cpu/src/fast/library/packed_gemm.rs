@@ -66,6 +66,26 @@ pub(crate) fn fma() -> bool {
     *FMA.get_or_init(cpu_has_fma)
 }
 
+/// True when the CPU has AVX-512F (checked once) and `RLX_CPU_AVX512` is not `0`: the
+/// packed tiles then cover two panels (6 x 32) with 512-bit registers.
+pub(crate) fn avx512() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = std::env::var("RLX_CPU_AVX512").is_ok_and(|v| v.trim() == "0");
+        !off && fma() && cpu_has_avx512()
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx512() -> bool {
+    is_x86_feature_detected!("avx512f")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx512() -> bool {
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 fn cpu_has_fma() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
@@ -221,6 +241,8 @@ struct Tile {
     a: [*const f32; MR],
     /// the weight panel at the block's first k
     b: *const f32,
+    /// the next panel at the same k when the tile covers two (AVX-512: 6 x 32)
+    b1: Option<*const f32>,
     kc: usize,
     /// lines of the next panel to prefetch, one per four steps of k
     prefetch: *const f32,
@@ -250,6 +272,7 @@ unsafe fn block(
 ) {
     let (k, n) = (b.k, b.n);
     let bdata = as_f32(&b.data);
+    let wide = avx512();
     let kc_max = even_block(k, KC, 4);
     let mc_max = even_block(rows.len(), MC, MR);
     let mut k0 = 0;
@@ -260,12 +283,15 @@ unsafe fn block(
         while m0 < rows.end {
             let mc = mc_max.min(rows.end - m0);
             let tiles = mc.div_ceil(MR);
-            for p in cols.clone() {
-                let panel = bdata[(p * k + k0) * NR..][..kc * NR].as_ptr();
+            let mut p = cols.start;
+            while p < cols.end {
+                let at = |p: usize| bdata[(p * k + k0) * NR..][..kc * NR].as_ptr();
+                let panel = at(p);
+                let panel1 = (wide && p + 1 < cols.end).then(|| at(p + 1));
+                let width = if panel1.is_some() { 2 } else { 1 };
                 // the weight streams from memory once per block: while this panel's tiles
                 // run from L1, the first tiles fetch the next panel
-                let next = (p + 1 < cols.end)
-                    .then(|| bdata[((p + 1) * k + k0) * NR..][..kc * NR].as_ptr());
+                let next = (p + width < cols.end).then(|| at(p + width));
                 for t in 0..tiles {
                     let r0 = m0 + t * MR;
                     let last = (m0 + mc).min(r0 + MR) - 1;
@@ -273,17 +299,19 @@ unsafe fn block(
                     let tile = Tile {
                         a: std::array::from_fn(|r| a[(r0 + r).min(last) * lda + k0..].as_ptr()),
                         b: panel,
+                        b1: panel1,
                         kc,
                         prefetch: next.map_or(panel, |q| q.add(first_line * NR)),
                         prefetch_lines: next.map_or(0, |_| per_tile.min(kc - first_line)),
                         c: c.add(r0 * ldc + p * NR),
                         ldc,
                         rows: last + 1 - r0,
-                        cols: NR.min(n - p * NR),
+                        cols: (width * NR).min(n - p * NR),
                         accumulate: k0 > 0,
                     };
                     run_tile(&tile);
                 }
+                p += width;
             }
             m0 += mc;
         }
@@ -297,6 +325,10 @@ unsafe fn block(
 /// As [`Tile`] describes: `a[r]` holds `kc` readable f32s, `b` `16 * kc`, the output tile
 /// `rows x cols` writable.
 unsafe fn run_tile(t: &Tile) {
+    #[cfg(target_arch = "x86_64")]
+    if t.b1.is_some() {
+        return x86_512::tile(t);
+    }
     #[cfg(target_arch = "x86_64")]
     if fma() {
         return x86::tile_fma(t);
@@ -415,6 +447,91 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod x86_512 {
+    use super::{Tile, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// The 6 x 32 AVX-512 tile over two panels: twelve 16-lane accumulators, k unrolled by
+    /// four, the next panels prefetched as in the AVX2 tile.
+    ///
+    /// # Safety
+    /// AVX-512F is present, and `t` is valid as [`Tile`] describes with `b1` set.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile(t: &Tile) {
+        for r in 0..t.rows {
+            let row = t.c.add(r * t.ldc);
+            _mm_prefetch::<_MM_HINT_T0>(row as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(row.add(t.cols - 1) as *const i8);
+        }
+        let mut c = [_mm512_setzero_ps(); 2 * MR];
+        let rows = t.a;
+        let (mut b0p, mut b1p) = (t.b, t.b1.expect("two panels"));
+        macro_rules! step {
+            ($i:expr, $o:expr) => {{
+                let b0 = _mm512_loadu_ps(b0p.add($o * NR));
+                let b1 = _mm512_loadu_ps(b1p.add($o * NR));
+                for r in 0..MR {
+                    let x = _mm512_set1_ps(*rows[r].add($i + $o));
+                    c[2 * r] = _mm512_fmadd_ps(x, b0, c[2 * r]);
+                    c[2 * r + 1] = _mm512_fmadd_ps(x, b1, c[2 * r + 1]);
+                }
+            }};
+        }
+        let mut i = 0;
+        let mut line = 0;
+        while i + 4 <= t.kc {
+            if line < t.prefetch_lines {
+                _mm_prefetch::<_MM_HINT_T0>(t.prefetch.add(line * NR) as *const i8);
+                line += 1;
+            }
+            step!(i, 0);
+            step!(i, 1);
+            step!(i, 2);
+            step!(i, 3);
+            b0p = b0p.add(4 * NR);
+            b1p = b1p.add(4 * NR);
+            i += 4;
+        }
+        while i < t.kc {
+            step!(i, 0);
+            b0p = b0p.add(NR);
+            b1p = b1p.add(NR);
+            i += 1;
+        }
+        while line < t.prefetch_lines {
+            _mm_prefetch::<_MM_HINT_T0>(t.prefetch.add(line * NR) as *const i8);
+            line += 1;
+        }
+        if t.rows == MR && t.cols == 2 * NR {
+            for (r, pair) in c.chunks_exact(2).enumerate() {
+                let dst = t.c.add(r * t.ldc);
+                let (mut x0, mut x1) = (pair[0], pair[1]);
+                if t.accumulate {
+                    x0 = _mm512_add_ps(x0, _mm512_loadu_ps(dst));
+                    x1 = _mm512_add_ps(x1, _mm512_loadu_ps(dst.add(NR)));
+                }
+                _mm512_storeu_ps(dst, x0);
+                _mm512_storeu_ps(dst.add(NR), x1);
+            }
+        } else {
+            let mut acc = [[0.0f32; 2 * NR]; MR];
+            for (row, pair) in acc.iter_mut().zip(c.chunks_exact(2)) {
+                _mm512_storeu_ps(row.as_mut_ptr(), pair[0]);
+                _mm512_storeu_ps(row.as_mut_ptr().add(NR), pair[1]);
+            }
+            for (r, row) in acc.iter().enumerate().take(t.rows) {
+                let dst = std::slice::from_raw_parts_mut(t.c.add(r * t.ldc), t.cols);
+                if t.accumulate {
+                    dst.iter_mut().zip(row).for_each(|(d, v)| *d += v);
+                } else {
+                    dst.copy_from_slice(&row[..t.cols]);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -482,6 +599,67 @@ mod tests {
     }
 
     #[test]
+    fn two_panel_tile_matches_two_portable_tiles() {
+        if !avx512() {
+            rlx_driver::testing::skip(
+                "packed_gemm::two_panel_tile_matches_two_portable_tiles",
+                "no AVX-512F on this CPU (or RLX_CPU_AVX512=0)",
+            );
+            return;
+        }
+        let kc = 37;
+        let a = random(MR * kc, 9);
+        let (b0, b1) = (random(NR * kc, 10), random(NR * kc, 11));
+        let rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * kc..][..kc]);
+        let (mut want0, mut want1) = ([[0.0f32; NR]; MR], [[0.0f32; NR]; MR]);
+        micro_portable(rows, &b0, kc, &mut want0);
+        micro_portable(rows, &b1, kc, &mut want1);
+        for (tile_rows, cols, accumulate) in [
+            (MR, 2 * NR, false),
+            (MR, 2 * NR, true),
+            (4, 27, false),
+            (5, 20, true),
+        ] {
+            let mut got = [[1.0f32; 2 * NR]; MR];
+            let tile = Tile {
+                a: std::array::from_fn(|r| a[r * kc..].as_ptr()),
+                b: b0.as_ptr(),
+                b1: Some(b1.as_ptr()),
+                kc,
+                prefetch: b0.as_ptr(),
+                prefetch_lines: 3,
+                c: got.as_mut_ptr() as *mut f32,
+                ldc: 2 * NR,
+                rows: tile_rows,
+                cols,
+                accumulate,
+            };
+            // SAFETY: the operands hold kc steps and the tile is 6 x 32, row stride 32.
+            unsafe { run_tile(&tile) };
+            for (r, g) in got.iter().enumerate() {
+                for (j, &g) in g.iter().enumerate() {
+                    let w = if j < NR {
+                        want0[r][j]
+                    } else {
+                        want1[r][j - NR]
+                    };
+                    let w = if r >= tile_rows || j >= cols {
+                        1.0
+                    } else if accumulate {
+                        w + 1.0
+                    } else {
+                        w
+                    };
+                    assert!(
+                        (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                        "{g} vs {w} at {r},{j}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn portable_tile_matches_the_fma_tile() {
         let kc = 37;
         let a = random(MR * kc, 7);
@@ -494,6 +672,7 @@ mod tests {
             let tile = Tile {
                 a: std::array::from_fn(|r| a[r * kc..].as_ptr()),
                 b: b.as_ptr(),
+                b1: None,
                 kc,
                 prefetch: b.as_ptr(),
                 prefetch_lines: 3,

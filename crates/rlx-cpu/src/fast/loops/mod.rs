@@ -232,13 +232,47 @@ fn lane_friendly(d: DType) -> bool {
     matches!(d, DType::F32 | DType::Bool)
 }
 
+/// f16 and bf16 values are exact in f32.
+fn half_float(d: DType) -> bool {
+    matches!(d, DType::F16 | DType::BF16)
+}
+
+/// True when f32 lanes compute `k` exactly as the interpreter does: every value is f32 or
+/// bool, except f16/bf16 inputs (loads widen them exactly) whose loads only feed casts, and
+/// a result cast to f16/bf16 that nothing else reads (the store rounds it once, as the
+/// cast would). Mixed precision's casts around matrix products are such kernels.
+fn f32_lanes(k: &LoopKernel) -> bool {
+    let used_by = |id: usize| {
+        k.body
+            .iter()
+            .filter(move |n| n.expr.operands().contains(&id))
+    };
+    let node_ok = |(id, n): (usize, &rlx_ir::kernel::ExprNode)| {
+        if lane_friendly(n.dtype) {
+            return true;
+        }
+        match n.expr {
+            Expr::Load(i) => {
+                half_float(n.dtype)
+                    && k.inputs[i].dtype == n.dtype
+                    && used_by(id).all(|u| matches!(u.expr, Expr::Cast(_)))
+            }
+            Expr::Cast(_) => half_float(n.dtype) && id == k.result && used_by(id).next().is_none(),
+            _ => false,
+        }
+    };
+    k.body.iter().enumerate().all(node_ok)
+        && k.inputs
+            .iter()
+            .all(|i| lane_friendly(i.dtype) || half_float(i.dtype))
+        && k.reduce.as_ref().is_none_or(|r| r.dtype == DType::F32)
+}
+
 impl LoopExec {
     /// Compiles a kernel that [`crate::check`] has accepted.
     pub fn compile(k: &LoopKernel, threads: usize) -> LoopExec {
         let n_dims = k.shape.len();
-        let fast = k.body.iter().all(|n| lane_friendly(n.dtype))
-            && k.inputs.iter().all(|i| lane_friendly(i.dtype))
-            && k.reduce.as_ref().is_none_or(|r| r.dtype == DType::F32);
+        let fast = f32_lanes(k);
         let out_strides = k
             .inputs
             .iter()
