@@ -246,6 +246,8 @@ struct Tile {
     kc: usize,
     /// lines of the next panel to prefetch, one per four steps of k
     prefetch: *const f32,
+    /// the panel after it, prefetched alongside by the two-panel tile
+    prefetch1: *const f32,
     prefetch_lines: usize,
     /// the output tile, row stride `ldc`, of which `rows x cols` are stored
     c: *mut f32,
@@ -290,8 +292,9 @@ unsafe fn block(
                 let panel1 = (wide && p + 1 < cols.end).then(|| at(p + 1));
                 let width = if panel1.is_some() { 2 } else { 1 };
                 // the weight streams from memory once per block: while this panel's tiles
-                // run from L1, the first tiles fetch the next panel
+                // run from L1, the first tiles fetch the next panel (two for wide tiles)
                 let next = (p + width < cols.end).then(|| at(p + width));
+                let next1 = (wide && p + width + 1 < cols.end).then(|| at(p + width + 1));
                 for t in 0..tiles {
                     let r0 = m0 + t * MR;
                     let last = (m0 + mc).min(r0 + MR) - 1;
@@ -302,6 +305,7 @@ unsafe fn block(
                         b1: panel1,
                         kc,
                         prefetch: next.map_or(panel, |q| q.add(first_line * NR)),
+                        prefetch1: next1.or(next).map_or(panel, |q| q.add(first_line * NR)),
                         prefetch_lines: next.map_or(0, |_| per_tile.min(kc - first_line)),
                         c: c.add(r0 * ldc + p * NR),
                         ldc,
@@ -483,6 +487,7 @@ mod x86_512 {
         while i + 4 <= t.kc {
             if line < t.prefetch_lines {
                 _mm_prefetch::<_MM_HINT_T0>(t.prefetch.add(line * NR) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(t.prefetch1.add(line * NR) as *const i8);
                 line += 1;
             }
             step!(i, 0);
@@ -501,6 +506,7 @@ mod x86_512 {
         }
         while line < t.prefetch_lines {
             _mm_prefetch::<_MM_HINT_T0>(t.prefetch.add(line * NR) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(t.prefetch1.add(line * NR) as *const i8);
             line += 1;
         }
         if t.rows == MR && t.cols == 2 * NR {
@@ -627,6 +633,7 @@ mod tests {
                 b1: Some(b1.as_ptr()),
                 kc,
                 prefetch: b0.as_ptr(),
+                prefetch1: b1.as_ptr(),
                 prefetch_lines: 3,
                 c: got.as_mut_ptr() as *mut f32,
                 ldc: 2 * NR,
@@ -675,6 +682,7 @@ mod tests {
                 b1: None,
                 kc,
                 prefetch: b.as_ptr(),
+                prefetch1: b.as_ptr(),
                 prefetch_lines: 3,
                 c: got.as_mut_ptr() as *mut f32,
                 ldc: NR,
