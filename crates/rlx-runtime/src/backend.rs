@@ -18,9 +18,10 @@ pub struct CompileOptions {
     pub print_report: bool,
     /// Worker threads for CPU execution (None: all cores).
     pub threads: Option<usize>,
-    /// Mixed precision: f32 matrix products (matmul, conv2d, attention) run in this dtype
-    /// (f16 or bf16) with f32 accumulation; weights read only by them are converted once
-    /// when bound. `None`: the graph's own dtypes.
+    /// Mixed precision: f32 matrix products (matmul, conv2d, attention; those the backend
+    /// has low-precision kernels for, see [`Backend::low_precision_product`]) run in this
+    /// dtype (f16 or bf16) with f32 accumulation; weights read only by them are converted
+    /// once when bound. `None`: the graph's own dtypes.
     pub precision: Option<rlx_ir::DType>,
 }
 
@@ -40,6 +41,13 @@ pub trait Backend: Send + Sync {
     /// True when the backend runs `op` natively for inputs of these types. Legalization
     /// decomposes or reports whatever this rejects.
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool;
+
+    /// Under mixed precision ([`CompileOptions::precision`]), whether this matrix product
+    /// (matmul, conv2d, attention) runs in the low dtype; a backend whose kernel for it
+    /// computes in f32 anyway keeps it in f32. Default: every product.
+    fn low_precision_product(&self, _op: &Op) -> bool {
+        true
+    }
 
     /// Evaluates an op on host tensors with reference semantics, for constant folding.
     /// Only a backend with a reference interpreter (the CPU) answers.

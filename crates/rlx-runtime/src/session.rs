@@ -81,7 +81,8 @@ impl Session {
         };
         let low_params = match options.precision {
             Some(low) => {
-                let (_, report) = rlx_opt::autocast(&graph, low)?;
+                let takes = |op: &Op| self.backend.low_precision_product(op);
+                let (_, report) = rlx_opt::autocast_where(&graph, low, &takes)?;
                 report.params.into_iter().map(|p| (p, low)).collect()
             }
             None => HashMap::new(),
@@ -307,7 +308,10 @@ impl CompiledGraph {
             self.graph.bind(&map)?
         };
         let bound = match self.options.precision {
-            Some(low) => rlx_opt::autocast(&bound, low)?.0,
+            Some(low) => {
+                let takes = |op: &Op| self.backend.low_precision_product(op);
+                rlx_opt::autocast_where(&bound, low, &takes)?.0
+            }
             None => bound,
         };
         let backend = self.backend.clone();

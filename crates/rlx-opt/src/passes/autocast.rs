@@ -32,6 +32,19 @@ fn is_product(op: &Op) -> bool {
 /// `low` is not f16 or bf16, or a rebuilt node fails inference (a pass bug, reported as
 /// [`OptError::Pass`] naming `autocast`).
 pub fn autocast(graph: &Graph, low: DType) -> Result<(Graph, AutocastReport), OptError> {
+    autocast_where(graph, low, &|_| true)
+}
+
+/// [`autocast`] for the products `takes` accepts (a backend without low-precision kernels
+/// for some products keeps those in f32: casting their operands would only add rounding).
+///
+/// # Errors
+/// As [`autocast`].
+pub fn autocast_where(
+    graph: &Graph,
+    low: DType,
+    takes: &dyn Fn(&Op) -> bool,
+) -> Result<(Graph, AutocastReport), OptError> {
     let err = |source| OptError::Pass {
         pass: "autocast",
         source,
@@ -47,6 +60,7 @@ pub fn autocast(graph: &Graph, low: DType) -> Result<(Graph, AutocastReport), Op
     let nodes = graph.nodes();
     let f32_product = |n: &Node| {
         is_product(&n.op)
+            && takes(&n.op)
             && n.ty.dtype == DType::F32
             && n.inputs.iter().all(|&i| graph.ty(i).dtype == DType::F32)
     };

@@ -152,20 +152,30 @@ impl AmxRhs {
     }
 }
 
-/// `c[m x n] = a[m x k] . b`, `a` and `c` row-major and contiguous, `c` rounded to bf16;
-/// `threads > 1` splits row blocks (and, for few rows, column blocks) over the current
-/// rayon pool. Callers check [`available`] first.
-pub(crate) fn gemm(m: usize, a: &[bf16], b: &AmxRhs, c: &mut [bf16], threads: usize) {
+/// Where [`gemm`] writes `c`: rounded to bf16 (the product's dtype), or the f32
+/// accumulators as they are (for an epilogue that widens the product first).
+pub(crate) enum Out<'a> {
+    Bf16(&'a mut [bf16]),
+    F32(&'a mut [f32]),
+}
+
+/// `c[m x n] = a[m x k] . b`, `a` and `c` row-major and contiguous; `threads > 1` splits
+/// row blocks (and, for few rows, column blocks) over the current rayon pool. Callers
+/// check [`available`] first.
+pub(crate) fn gemm(m: usize, a: &[bf16], b: &AmxRhs, c: Out<'_>, threads: usize) {
     let (k, n) = (b.k, b.n);
     assert!(available(), "AMX gemm without AMX");
+    let (c_len, out) = match c {
+        Out::Bf16(c) => (c.len(), OutPtr::Bf16(c.as_mut_ptr())),
+        Out::F32(c) => (c.len(), OutPtr::F32(c.as_mut_ptr())),
+    };
     assert!(
-        a.len() >= m * k && c.len() >= m * n,
+        a.len() >= m * k && c_len >= m * n,
         "AMX gemm operand out of bounds"
     );
     if m == 0 || n == 0 {
         return;
     }
-    let out = OutPtr(c.as_mut_ptr());
     let run = |rows: Range<usize>, pairs: Range<usize>| {
         // SAFETY: AMX is available (asserted); `rows` x the columns of `pairs` lie inside
         // `c` and no other task writes them.
@@ -192,16 +202,19 @@ pub(crate) fn gemm(m: usize, a: &[bf16], b: &AmxRhs, c: &mut [bf16], threads: us
 
 /// A raw output pointer shared by the tasks of one product (each writes its own block).
 #[derive(Clone, Copy)]
-struct OutPtr(*mut bf16);
+enum OutPtr {
+    Bf16(*mut bf16),
+    F32(*mut f32),
+}
 // SAFETY: tasks write disjoint blocks of the output.
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    /// The pointer (a method, so closures capture the `Sync` wrapper, not the field).
-    fn ptr(self) -> *mut bf16 {
-        self.0
+    /// Itself (a method, so closures capture the `Sync` wrapper, not its pointer).
+    fn ptr(self) -> OutPtr {
+        self
     }
 }
 
@@ -226,11 +239,11 @@ const CONFIG: TileConfig = TileConfig {
 /// Computes rows `rows` x panel pairs `pairs` of `c`.
 ///
 /// # Safety
-/// AMX is available (AVX-512 BF16 with it); `c` points to `m x n` bf16 with `rows` inside
-/// `m`, and no other thread writes this block.
+/// AMX is available (AVX-512 BF16 with it); `c` points to `m x n` elements with `rows`
+/// inside `m`, and no other thread writes this block.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn block(rows: Range<usize>, pairs: Range<usize>, a: &[bf16], b: &AmxRhs, c: *mut bf16) {
+unsafe fn block(rows: Range<usize>, pairs: Range<usize>, a: &[bf16], b: &AmxRhs, c: OutPtr) {
     use std::arch::asm;
     let (k, n, kp) = (b.k, b.n, b.kp);
     let steps = kp / TK;
@@ -301,6 +314,14 @@ unsafe fn block(rows: Range<usize>, pairs: Range<usize>, a: &[bf16], b: &AmxRhs,
             let c0 = pair * B2;
             let nc = B2.min(n.saturating_sub(c0));
             for (r, row) in acc.iter().enumerate().take(mr) {
+                let c = match c {
+                    OutPtr::F32(c) => {
+                        let dst = std::slice::from_raw_parts_mut(c.add((r0 + r) * n + c0), nc);
+                        dst.copy_from_slice(&row[..nc]);
+                        continue;
+                    }
+                    OutPtr::Bf16(c) => c,
+                };
                 let dst = c.add((r0 + r) * n + c0);
                 if nc == B2 {
                     // round to nearest even, 16 lanes at a time
@@ -328,7 +349,7 @@ unsafe fn block(rows: Range<usize>, pairs: Range<usize>, a: &[bf16], b: &AmxRhs,
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn block(_: Range<usize>, _: Range<usize>, _: &[bf16], _: &AmxRhs, _: *mut bf16) {
+unsafe fn block(_: Range<usize>, _: Range<usize>, _: &[bf16], _: &AmxRhs, _: OutPtr) {
     unreachable!("AMX is x86-64 only")
 }
 
@@ -367,7 +388,9 @@ mod tests {
             let bw: Vec<bf16> = (0..k * n).map(|_| bf16::from_f32(lcg(&mut seed))).collect();
             let packed = AmxRhs::pack(Data::BF16(&bw), k, n);
             let mut c = vec![bf16::from_f32(f32::NAN); m * n];
-            gemm(m, &a, &packed, &mut c, threads);
+            gemm(m, &a, &packed, Out::Bf16(&mut c), threads);
+            let mut wide = vec![f32::NAN; m * n];
+            gemm(m, &a, &packed, Out::F32(&mut wide), threads);
             let (mut num, mut den) = (0f64, 0f64);
             for i in 0..m {
                 for j in 0..n {
@@ -376,6 +399,14 @@ mod tests {
                         .sum();
                     let got = c[i * n + j].to_f64();
                     assert!(got.is_finite(), "unwritten output at {i},{j} ({m}x{k}x{n})");
+                    // the f32 accumulators, then their rounding, are what the bf16 output holds
+                    let acc = wide[i * n + j];
+                    assert_eq!(
+                        bf16::from_f32(acc),
+                        c[i * n + j],
+                        "at {i},{j} ({m}x{k}x{n})"
+                    );
+                    assert!((acc as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()));
                     num += (got - want).powi(2);
                     den += want * want;
                 }

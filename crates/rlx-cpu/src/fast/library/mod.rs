@@ -155,6 +155,34 @@ struct Epilogue {
     result_region: Option<usize>,
 }
 
+/// `e` reading its op result (input 0, f16/bf16) as f32, when every read of it is a cast to
+/// f32 (so the epilogue computes the same values from an unrounded f32 result, only closer
+/// to the exact product); None otherwise.
+fn widened_epilogue(e: &rlx_ir::kernel::LoopKernel) -> Option<rlx_ir::kernel::LoopKernel> {
+    use rlx_ir::kernel::Expr;
+    if !matches!(e.inputs.first()?.dtype, DType::F16 | DType::BF16) {
+        return None;
+    }
+    let loads: Vec<usize> = (0..e.body.len())
+        .filter(|&i| e.body[i].expr == Expr::Load(0))
+        .collect();
+    let widened = loads.iter().all(|&l| {
+        e.body
+            .iter()
+            .filter(|n| n.expr.operands().contains(&l))
+            .all(|n| matches!(n.expr, Expr::Cast(_)) && n.dtype == DType::F32)
+    });
+    if loads.is_empty() || !widened || loads.contains(&e.result) {
+        return None;
+    }
+    let mut wide = e.clone();
+    wide.inputs[0].dtype = DType::F32;
+    for l in loads {
+        wide.body[l].dtype = DType::F32;
+    }
+    Some(wide)
+}
+
 /// A compiled library kernel.
 #[derive(Debug)]
 pub(crate) struct LibExec {
@@ -335,7 +363,16 @@ impl LibExec {
                 None => Impl::Interpreted,
             },
         };
+        let amx = matches!(&imp, Impl::MatMulPacked(p) if p.amx);
         let epilogue = l.epilogue.as_ref().map(|e| {
+            // An AMX product whose epilogue widens it to f32 first hands over its f32
+            // accumulators instead of rounding them to bf16 and widening them back.
+            if let Some(wide) = amx.then(|| widened_epilogue(e)).flatten() {
+                return Epilogue {
+                    exec: LoopExec::compile(&wide, threads),
+                    result_region: Some(region(result.1.iter().product(), DType::F32)),
+                };
+            }
             let in_place = LoopExec::input0_is_identity(e) && e.out_dtype() == result.0;
             Epilogue {
                 exec: LoopExec::compile(e, threads),
@@ -447,11 +484,16 @@ impl LibExec {
             },
             Impl::MatMulPacked(p) => match (p.packed(params, ins[1])?, p.via_f32) {
                 (Some(w), via_f32) if matches!(*w, Packing::Amx(_)) => {
-                    let (Packing::Amx(w), Data::BF16(a), DataMut::BF16(c)) = (&*w, ins[0], dst)
-                    else {
+                    let (Packing::Amx(w), Data::BF16(a)) = (&*w, ins[0]) else {
                         unreachable!("AMX packing for bf16 operands only (via f32: {via_f32})")
                     };
-                    amx_gemm::gemm(p.rows, a, w, c, p.threads);
+                    let out = match dst {
+                        DataMut::BF16(c) => amx_gemm::Out::Bf16(c),
+                        // the epilogue reads the unrounded result (`widened_epilogue`)
+                        DataMut::F32(c) => amx_gemm::Out::F32(c),
+                        _ => unreachable!("AMX results are bf16, or f32 for an epilogue"),
+                    };
+                    amx_gemm::gemm(p.rows, a, w, out, p.threads);
                 }
                 (Some(w), false) => {
                     let Packing::F32(w) = &*w else {

@@ -173,6 +173,41 @@ fn insts(k: &LoopKernel, need: &[bool]) -> Vec<Inst> {
         .collect()
 }
 
+/// In f32 lanes every value is already an f32, so a cast to f32 changes nothing: its
+/// readers read the source register instead and the copy is dropped. `result` and the
+/// reduction's `value` register follow the rewrite.
+fn elide_f32_casts(
+    lists: [&mut Vec<Inst>; 2],
+    n_regs: usize,
+    result: &mut usize,
+    value: Option<&mut usize>,
+) {
+    let mut to: Vec<usize> = (0..n_regs).collect();
+    for list in lists {
+        let mut kept = Vec::with_capacity(list.len());
+        for inst in list.drain(..) {
+            let kind = match inst.kind {
+                InstKind::Cast(a) if inst.dtype == DType::F32 => {
+                    to[inst.dst] = to[a];
+                    continue;
+                }
+                InstKind::Cast(a) => InstKind::Cast(to[a]),
+                InstKind::Unary(op, a) => InstKind::Unary(op, to[a]),
+                InstKind::Binary(op, a, b, dt) => InstKind::Binary(op, to[a], to[b], dt),
+                InstKind::Where(c, a, b) => InstKind::Where(to[c], to[a], to[b]),
+                InstKind::MulAdd(x, y, z, op) => InstKind::MulAdd(to[x], to[y], to[z], op),
+                k @ (InstKind::Load(_) | InstKind::Const(_) | InstKind::Reduced) => k,
+            };
+            kept.push(Inst { kind, ..inst });
+        }
+        *list = kept;
+    }
+    *result = to[*result];
+    if let Some(v) = value {
+        *v = to[*v];
+    }
+}
+
 /// Fuses, in f32 lane code, `Add(Mul(x, y), z)` into one `MulAdd` and a following `Gelu`
 /// into it, when the intermediate results have no other use (within `lists`, nor as one of
 /// the `keep` registers). Fewer passes over each chunk, and one vector loop for the chain.
@@ -238,9 +273,11 @@ fn half_float(d: DType) -> bool {
 }
 
 /// True when f32 lanes compute `k` exactly as the interpreter does: every value is f32 or
-/// bool, except f16/bf16 inputs (loads widen them exactly) whose loads only feed casts, and
-/// a result cast to f16/bf16 that nothing else reads (the store rounds it once, as the
-/// cast would). Mixed precision's casts around matrix products are such kernels.
+/// bool, except f16/bf16 inputs (loads widen them exactly) whose loads only feed casts,
+/// integer inputs whose loads only feed casts to f32 (the load rounds once, as the cast
+/// would), and a result cast to f16/bf16 that nothing else reads (the store rounds it once,
+/// as the cast would). Mixed precision's casts around matrix products, and masks cast to
+/// f32, are such kernels.
 fn f32_lanes(k: &LoopKernel) -> bool {
     let used_by = |id: usize| {
         k.body
@@ -252,10 +289,13 @@ fn f32_lanes(k: &LoopKernel) -> bool {
             return true;
         }
         match n.expr {
-            Expr::Load(i) => {
-                half_float(n.dtype)
-                    && k.inputs[i].dtype == n.dtype
-                    && used_by(id).all(|u| matches!(u.expr, Expr::Cast(_)))
+            // f16/bf16 widen exactly; an integer load rounds once, as its cast to f32 does
+            Expr::Load(i) if half_float(n.dtype) => {
+                k.inputs[i].dtype == n.dtype && used_by(id).all(|u| matches!(u.expr, Expr::Cast(_)))
+            }
+            Expr::Load(i) if n.dtype.is_int() => {
+                k.inputs[i].dtype == n.dtype
+                    && used_by(id).all(|u| matches!(u.expr, Expr::Cast(_)) && u.dtype == DType::F32)
             }
             Expr::Cast(_) => half_float(n.dtype) && id == k.result && used_by(id).next().is_none(),
             _ => false,
@@ -264,7 +304,7 @@ fn f32_lanes(k: &LoopKernel) -> bool {
     k.body.iter().enumerate().all(node_ok)
         && k.inputs
             .iter()
-            .all(|i| lane_friendly(i.dtype) || half_float(i.dtype))
+            .all(|i| lane_friendly(i.dtype) || half_float(i.dtype) || i.dtype.is_int())
         && k.reduce.as_ref().is_none_or(|r| r.dtype == DType::F32)
 }
 
@@ -296,10 +336,19 @@ impl LoopExec {
         };
         let mut prologue = prologue;
         let mut epilogue = insts(k, &k.needed(&[k.result]));
+        let mut result = k.result;
+        let mut reduce = reduce;
         if fast {
             let mut keep = vec![k.result];
             keep.extend(reduce.map(|r| r.value));
             fuse([&mut prologue, &mut epilogue], &keep, k.body.len());
+            let value = reduce.as_mut().map(|r| &mut r.value);
+            elide_f32_casts(
+                [&mut prologue, &mut epilogue],
+                k.body.len(),
+                &mut result,
+                value,
+            );
         }
         let (n_out, n_red) = (k.numel(), k.reduce_numel());
         let direct_loads = if fast {
@@ -318,7 +367,7 @@ impl LoopExec {
         } else {
             Vec::new()
         };
-        let direct_out = fast && epilogue.last().is_some_and(|i| i.dst == k.result);
+        let direct_out = fast && epilogue.last().is_some_and(|i| i.dst == result);
         let strategy = if n_red < 64 && n_out >= 256 {
             Strategy::Outer
         } else {
@@ -336,7 +385,7 @@ impl LoopExec {
             epilogue,
             n_regs: k.body.len(),
             reduce,
-            result: k.result,
+            result,
             strategy,
             threads: threads.max(1),
             direct_loads,
