@@ -43,9 +43,10 @@ pub trait Backend: Send + Sync {
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool;
 
     /// Under mixed precision ([`CompileOptions::precision`]), whether this matrix product
-    /// (matmul, conv2d, attention) runs in the low dtype; a backend whose kernel for it
-    /// computes in f32 anyway keeps it in f32. Default: every product.
-    fn low_precision_product(&self, _op: &Op) -> bool {
+    /// (matmul, conv2d, attention; `weight`: its right operand is a param or a constant)
+    /// runs in the low dtype; a backend whose kernel for it computes in f32 anyway keeps it
+    /// in f32. Default: every product.
+    fn low_precision_product(&self, _op: &Op, _weight: bool) -> bool {
         true
     }
 

@@ -81,7 +81,7 @@ impl Session {
         };
         let low_params = match options.precision {
             Some(low) => {
-                let takes = |op: &Op| self.backend.low_precision_product(op);
+                let takes = |op: &Op, weight: bool| self.backend.low_precision_product(op, weight);
                 let (_, report) = rlx_opt::autocast_where(&graph, low, &takes)?;
                 report.params.into_iter().map(|p| (p, low)).collect()
             }
@@ -309,7 +309,7 @@ impl CompiledGraph {
         };
         let bound = match self.options.precision {
             Some(low) => {
-                let takes = |op: &Op| self.backend.low_precision_product(op);
+                let takes = |op: &Op, weight: bool| self.backend.low_precision_product(op, weight);
                 rlx_opt::autocast_where(&bound, low, &takes)?.0
             }
             None => bound,

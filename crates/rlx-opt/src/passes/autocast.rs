@@ -32,18 +32,19 @@ fn is_product(op: &Op) -> bool {
 /// `low` is not f16 or bf16, or a rebuilt node fails inference (a pass bug, reported as
 /// [`OptError::Pass`] naming `autocast`).
 pub fn autocast(graph: &Graph, low: DType) -> Result<(Graph, AutocastReport), OptError> {
-    autocast_where(graph, low, &|_| true)
+    autocast_where(graph, low, &|_, _| true)
 }
 
-/// [`autocast`] for the products `takes` accepts (a backend without low-precision kernels
-/// for some products keeps those in f32: casting their operands would only add rounding).
+/// [`autocast`] for the products `takes` accepts, given the op and whether its right
+/// operand is a weight (a param or a constant): a backend without low-precision kernels for
+/// some products keeps those in f32, since casting their operands would only add rounding.
 ///
 /// # Errors
 /// As [`autocast`].
 pub fn autocast_where(
     graph: &Graph,
     low: DType,
-    takes: &dyn Fn(&Op) -> bool,
+    takes: &dyn Fn(&Op, bool) -> bool,
 ) -> Result<(Graph, AutocastReport), OptError> {
     let err = |source| OptError::Pass {
         pass: "autocast",
@@ -58,9 +59,14 @@ pub fn autocast_where(
         }));
     }
     let nodes = graph.nodes();
+    let weight = |n: &Node| {
+        n.inputs
+            .get(1)
+            .is_some_and(|&w| matches!(graph.node(w).op, Op::Param { .. } | Op::Constant(_)))
+    };
     let f32_product = |n: &Node| {
         is_product(&n.op)
-            && takes(&n.op)
+            && takes(&n.op, weight(n))
             && n.ty.dtype == DType::F32
             && n.inputs.iter().all(|&i| graph.ty(i).dtype == DType::F32)
     };

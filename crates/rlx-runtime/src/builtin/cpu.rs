@@ -41,10 +41,11 @@ impl Backend for CpuBackend {
         rlx_cpu::eval_op(op, inputs).ok()
     }
 
-    /// Matmuls only: they run on AMX tiles (bf16) where the CPU has them; attention and
-    /// conv2d compute in f32 whatever their operands, so casting those would only round.
-    fn low_precision_product(&self, op: &Op) -> bool {
-        matches!(op, Op::MatMul)
+    /// Matmuls by a weight only: they run on AMX tiles (bf16) where the CPU has them;
+    /// attention, conv2d and products of two activations compute in f32 whatever their
+    /// operands, so casting those would only round.
+    fn low_precision_product(&self, op: &Op, weight: bool) -> bool {
+        matches!(op, Op::MatMul) && weight
     }
 
     fn compile(
