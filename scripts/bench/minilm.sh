@@ -3,12 +3,12 @@
 # run, at batch 1 x 128 and batch 8 x 128 tokens, on the same weights.
 #   scripts/bench/minilm.sh [ROUNDS]     (default 2 rounds; the log goes to bench/cpu/)
 #   env: WARMUP, ITERS (10, 50), RLX_BIN (skip the cargo build), RLX_SHARED (../shared)
-# - RLX: `rlx bench models/minilm --device cpu --dim batch=B,seq=128` (the safetensors
-#   folder; graph ends in pooling + L2 norm);
+# - RLX: `rlx bench models/minilm --device cpu --dim batch=B,seq=128 [--precision bf16]`
+#   (the safetensors folder; graph ends in pooling + L2 norm);
 # - peers: the fp32 ONNX that ../shared/bench/build_minilm_onnx.py builds from the same
 #   safetensors (last_hidden_state; pooling left out), run by scripts/bench/minilm_peers.py:
 #   ONNX Runtime with 2 intra-op threads and all graph optimizations, OpenVINO with f32
-#   inference precision and 2 threads.
+#   (and bf16) inference precision and 2 threads.
 # Each round runs every engine at both sizes, interleaved; the table takes per engine the
 # best median over rounds (the machine is shared and noisy).
 set -euo pipefail
@@ -46,11 +46,14 @@ trap 'rm -f "$results"' EXIT
   for round in $(seq "$ROUNDS"); do
     for b in 1 8; do
       echo "== round $round, batch $b x 128"
-      "$RLX" bench models/minilm --device cpu --dim "batch=$b,seq=128" \
-        --warmup "$WARMUP" --iters "$ITERS" --json |
-        "$PY" -c "import json,sys; r=json.load(sys.stdin); r.update(peer='rlx', batch=$b, seq=128); print(json.dumps(r))" |
-        tee -a "$results"
-      "$PY" scripts/bench/minilm_peers.py "$ONNX" "$b" 128 "$WARMUP" "$ITERS" ort openvino | tee -a "$results"
+      for prec in f32 bf16; do
+        peer=rlx; [ "$prec" = f32 ] || peer="rlx-$prec"
+        "$RLX" bench models/minilm --device cpu --dim "batch=$b,seq=128" --precision "$prec" \
+          --warmup "$WARMUP" --iters "$ITERS" --json |
+          "$PY" -c "import json,sys; r=json.load(sys.stdin); r.update(peer='$peer', batch=$b, seq=128); print(json.dumps(r))" |
+          tee -a "$results"
+      done
+      "$PY" scripts/bench/minilm_peers.py "$ONNX" "$b" 128 "$WARMUP" "$ITERS" ort openvino openvino-bf16 | tee -a "$results"
     done
   done
   echo "== summary (best median over $ROUNDS rounds, ms)"
@@ -73,6 +76,14 @@ for b in (1, 8):
     ratio = lambda a, c: f"{a['median_ms'] / c['median_ms']:.2f}x" if a and c else "n/a"
     comp = f"{rlx['compile_ms']:.0f} ms" if rlx else "n/a"
     print(f"| {b} x 128 | {cell(rlx)} | {cell(ort)} | {cell(ov)} | {ratio(rlx, ort)} | {ratio(rlx, ov)} | {comp} |")
+print()
+print("bf16 (RLX: --precision bf16, matmuls by a weight on AMX where the CPU has it; OpenVINO: INFERENCE_PRECISION_HINT=bf16)")
+print("| batch x seq | RLX bf16 median (p90) | OpenVINO bf16 median (p90) | RLX / OpenVINO |")
+print("|---|---|---|---|")
+for b in (1, 8):
+    g = lambda p: best.get((p, b))
+    rlx, ov = g("rlx-bf16"), g("openvino-bf16")
+    print(f"| {b} x 128 | {cell(rlx)} | {cell(ov)} | {ratio(rlx, ov)} |")
 EOF
 } 2>&1 | tee "$log"
 echo "log: $log"

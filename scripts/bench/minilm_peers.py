@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Peers for the MiniLM CPU benchmark: ONNX Runtime (2 intra-op threads, all graph
-optimizations) and OpenVINO (f32 inference precision, 2 threads, latency hint) on the fp32
+optimizations) and OpenVINO (f32 inference precision, or bf16 for openvino-bf16; 2
+threads, latency hint) on the fp32
 ONNX built by ../shared/bench/build_minilm_onnx.py from the same safetensors.
 
-Usage: minilm_peers.py MODEL.onnx BATCH SEQ WARMUP ITERS [ort|openvino ...]
+Usage: minilm_peers.py MODEL.onnx BATCH SEQ WARMUP ITERS [ort|openvino|openvino-bf16 ...]
 Prints one JSON object per peer: {"peer", "batch", "seq", "median_ms", "p90_ms", "min_ms",
 "iters", "version", "config"}.
 """
@@ -53,20 +54,25 @@ def ort(path, batch, seq, warmup, iters):
     return r
 
 
-def openvino(path, batch, seq, warmup, iters):
+def openvino(path, batch, seq, warmup, iters, precision="f32"):
     import openvino as ov
     core = ov.Core()
     model = core.read_model(path)
     model.reshape({"input_ids": [batch, seq], "attention_mask": [batch, seq]})
-    cfg = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2,
+    cfg = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": 2,
            "PERFORMANCE_HINT": "LATENCY"}
     compiled = core.compile_model(model, "CPU", cfg)
     req = compiled.create_infer_request()
     feed = inputs(batch, seq)
     r = timed(lambda: req.infer(feed), warmup, iters)
-    r.update(peer="openvino", version=ov.__version__,
-             config="CPU, INFERENCE_PRECISION_HINT=f32, INFERENCE_NUM_THREADS=2, LATENCY, static shape")
+    r.update(peer="openvino" if precision == "f32" else f"openvino-{precision}",
+             version=ov.__version__,
+             config=f"CPU, INFERENCE_PRECISION_HINT={precision}, INFERENCE_NUM_THREADS=2, LATENCY, static shape")
     return r
+
+
+def openvino_bf16(path, batch, seq, warmup, iters):
+    return openvino(path, batch, seq, warmup, iters, "bf16")
 
 
 def main():
@@ -75,7 +81,7 @@ def main():
     path, batch, seq, warmup, iters = sys.argv[1], *map(int, sys.argv[2:6])
     peers = sys.argv[6:] or ["ort", "openvino"]
     for p in peers:
-        fn = {"ort": ort, "openvino": openvino}[p]
+        fn = {"ort": ort, "openvino": openvino, "openvino-bf16": openvino_bf16}[p]
         try:
             r = fn(path, batch, seq, warmup, iters)
         except ImportError as e:
