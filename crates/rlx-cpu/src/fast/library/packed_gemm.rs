@@ -215,11 +215,12 @@ pub(crate) fn gemm_packed_strided(
         run(0..m, 0..panels);
     } else if m / threads >= MC || panels < 2 * threads {
         // tasks of one row block each (every block streams the weight once either way), so
-        // work stealing evens out a thread that runs slow
-        let per = even_block(m, MC, MR).min(m.div_ceil(threads).div_ceil(MR) * MR);
-        (0..m.div_ceil(per))
+        // work stealing evens out a thread that runs slow; the rows are first cut into one
+        // equal share per thread, so the blocks add up evenly (blocks of the whole range
+        // leave one thread a block more: 3 blocks of 256 rows on 2 threads ran at 71%)
+        row_tasks(m, threads)
             .into_par_iter()
-            .for_each(|t| run(t * per..((t + 1) * per).min(m), 0..panels));
+            .for_each(|rows| run(rows, 0..panels));
     } else {
         // about four tasks per thread; each rereads the activations (L2-resident)
         let per = panels.div_ceil(4 * threads).max(4);
@@ -227,6 +228,26 @@ pub(crate) fn gemm_packed_strided(
             .into_par_iter()
             .for_each(|t| run(0..m, t * per..((t + 1) * per).min(panels)));
     }
+}
+
+/// Row ranges for `threads` workers: `m` rows cut into one share per thread (boundaries
+/// on multiples of [`MR`]), each share into blocks of at most about [`MC`] rows.
+fn row_tasks(m: usize, threads: usize) -> Vec<Range<usize>> {
+    let cut = |t: usize| (m * t / threads).div_ceil(MR) * MR;
+    let mut tasks = Vec::new();
+    for t in 0..threads {
+        let (lo, hi) = (cut(t).min(m), cut(t + 1).min(m));
+        if lo >= hi {
+            continue;
+        }
+        let per = even_block(hi - lo, MC, MR);
+        let mut r = lo;
+        while r < hi {
+            tasks.push(r..(r + per).min(hi));
+            r += per;
+        }
+    }
+    tasks
 }
 
 /// Splits `len` into blocks of at most `max`, as even as possible, rounded up to `unit`.
@@ -599,6 +620,30 @@ mod tests {
                 assert!(
                     err <= 1e-5 * scale * (k as f64).sqrt(),
                     "{m}x{n}x{k} threads {threads}: max error {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn row_tasks_cover_the_rows_once_in_even_shares() {
+        for (m, threads) in [(256, 2), (1024, 2), (1000, 3), (7, 2), (96, 4), (2048, 2)] {
+            let tasks = row_tasks(m, threads);
+            let mut next = 0;
+            for t in &tasks {
+                assert_eq!(t.start, next, "{m} rows, {threads} threads: {tasks:?}");
+                assert!(t.end > t.start && t.len() <= MC + MR);
+                next = t.end;
+            }
+            assert_eq!(next, m);
+            // each thread's share differs from m / threads by less than a register tile
+            for t in 0..threads {
+                let lo = (m * t / threads).div_ceil(MR) * MR;
+                let hi = (m * (t + 1) / threads).div_ceil(MR) * MR;
+                let share = hi.min(m) - lo.min(m);
+                assert!(
+                    share.abs_diff(m / threads) <= MR,
+                    "{m} rows, {threads} threads"
                 );
             }
         }
