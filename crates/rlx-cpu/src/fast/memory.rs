@@ -457,6 +457,19 @@ impl<'a> RunMemory<'a> {
         view_mut(s.ptr, s.len, s.dtype)
     }
 
+    /// A mutable view of elements `start..start + len` of buffer `b` (threads writing
+    /// disjoint parts of one output each take their own).
+    ///
+    /// # Safety
+    /// The range lies inside the buffer (whole elements of a byte-sized or wider dtype),
+    /// and no other view of these elements is live.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn data_mut_range(&self, b: usize, start: usize, len: usize) -> DataMut<'_> {
+        let s = self.slots[b];
+        assert!(start + len <= s.len, "range outside the buffer");
+        view_mut(s.ptr.add(start * s.dtype.size_bytes()), len, s.dtype)
+    }
+
     /// A mutable view of `len` elements of `dtype` at byte `offset` of the arena (scratch).
     ///
     /// # Safety

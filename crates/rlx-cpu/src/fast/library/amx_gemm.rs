@@ -179,7 +179,7 @@ pub(crate) fn gemm(m: usize, a: &[bf16], b: &AmxRhs, c: Out<'_>, threads: usize)
     let run = |rows: Range<usize>, pairs: Range<usize>| {
         // SAFETY: AMX is available (asserted); `rows` x the columns of `pairs` lie inside
         // `c` and no other task writes them.
-        unsafe { block(rows, pairs, a, b, out.ptr()) }
+        unsafe { block(rows, pairs, a, b, out.ptr(), 0) }
     };
     let pairs = b.panels / 2;
     let row_blocks = m.div_ceil(B2);
@@ -198,6 +198,59 @@ pub(crate) fn gemm(m: usize, a: &[bf16], b: &AmxRhs, c: Out<'_>, threads: usize)
             .into_par_iter()
             .for_each(|t| run(0..m, t * per..((t + 1) * per).min(pairs)));
     }
+}
+
+/// [`gemm`] in f32 handed over block by block: each task computes whole rows (32 at a time,
+/// every column) into its own buffer and calls `finish(first_row, rows)` with them, so an
+/// epilogue runs on each block while it is in cache. Returns false, computing nothing,
+/// when the rows are too few to split that way over `threads` (then [`gemm`] splits by
+/// columns instead).
+pub(crate) fn gemm_blocks(
+    m: usize,
+    a: &[bf16],
+    b: &AmxRhs,
+    threads: usize,
+    finish: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> bool {
+    let (k, n) = (b.k, b.n);
+    assert!(available(), "AMX gemm without AMX");
+    assert!(a.len() >= m * k, "AMX gemm operand out of bounds");
+    let row_blocks = m.div_ceil(B2);
+    let threads = threads.max(1);
+    if threads > 1 && row_blocks < 2 * threads && m * n * k >= 1 << 18 {
+        return false;
+    }
+    let pairs = b.panels / 2;
+    let run = |blocks: Range<usize>| {
+        let mut buf = vec![0f32; B2 * n];
+        for bi in blocks {
+            let r0 = bi * B2;
+            let mr = B2.min(m - r0);
+            let out = &mut buf[..mr * n];
+            // SAFETY: AMX is available (asserted); `out` holds rows r0..r0 + mr of the
+            // result and belongs to this task alone.
+            unsafe {
+                block(
+                    r0..r0 + mr,
+                    0..pairs,
+                    a,
+                    b,
+                    OutPtr::F32(out.as_mut_ptr()),
+                    r0,
+                )
+            };
+            finish(r0, out);
+        }
+    };
+    if threads == 1 || m * n * k < 1 << 18 {
+        run(0..row_blocks);
+    } else {
+        let per = row_blocks.div_ceil(4 * threads).max(1);
+        (0..row_blocks.div_ceil(per))
+            .into_par_iter()
+            .for_each(|t| run(t * per..((t + 1) * per).min(row_blocks)));
+    }
+    true
 }
 
 /// A raw output pointer shared by the tasks of one product (each writes its own block).
@@ -239,11 +292,19 @@ const CONFIG: TileConfig = TileConfig {
 /// Computes rows `rows` x panel pairs `pairs` of `c`.
 ///
 /// # Safety
-/// AMX is available (AVX-512 BF16 with it); `c` points to `m x n` elements with `rows`
-/// inside `m`, and no other thread writes this block.
+/// AMX is available (AVX-512 BF16 with it); `c` points to row `c_row` of an `m x n`
+/// row-major result (or of a part of it holding rows `c_row..`) that contains `rows`, and
+/// no other thread writes this block.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn block(rows: Range<usize>, pairs: Range<usize>, a: &[bf16], b: &AmxRhs, c: OutPtr) {
+unsafe fn block(
+    rows: Range<usize>,
+    pairs: Range<usize>,
+    a: &[bf16],
+    b: &AmxRhs,
+    c: OutPtr,
+    c_row: usize,
+) {
     use std::arch::asm;
     let (k, n, kp) = (b.k, b.n, b.kp);
     let steps = kp / TK;
@@ -316,13 +377,14 @@ unsafe fn block(rows: Range<usize>, pairs: Range<usize>, a: &[bf16], b: &AmxRhs,
             for (r, row) in acc.iter().enumerate().take(mr) {
                 let c = match c {
                     OutPtr::F32(c) => {
-                        let dst = std::slice::from_raw_parts_mut(c.add((r0 + r) * n + c0), nc);
+                        let at = (r0 + r - c_row) * n + c0;
+                        let dst = std::slice::from_raw_parts_mut(c.add(at), nc);
                         dst.copy_from_slice(&row[..nc]);
                         continue;
                     }
                     OutPtr::Bf16(c) => c,
                 };
-                let dst = c.add((r0 + r) * n + c0);
+                let dst = c.add((r0 + r - c_row) * n + c0);
                 if nc == B2 {
                     // round to nearest even, 16 lanes at a time
                     use std::arch::x86_64::{
@@ -349,7 +411,7 @@ unsafe fn block(rows: Range<usize>, pairs: Range<usize>, a: &[bf16], b: &AmxRhs,
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn block(_: Range<usize>, _: Range<usize>, _: &[bf16], _: &AmxRhs, _: OutPtr) {
+unsafe fn block(_: Range<usize>, _: Range<usize>, _: &[bf16], _: &AmxRhs, _: OutPtr, _: usize) {
     unreachable!("AMX is x86-64 only")
 }
 
@@ -391,6 +453,14 @@ mod tests {
             gemm(m, &a, &packed, Out::Bf16(&mut c), threads);
             let mut wide = vec![f32::NAN; m * n];
             gemm(m, &a, &packed, Out::F32(&mut wide), threads);
+            // block by block, the same f32 values (when the rows allow that split)
+            let blocks = std::sync::Mutex::new(vec![f32::NAN; m * n]);
+            let done = gemm_blocks(m, &a, &packed, threads, &|r0, rows| {
+                blocks.lock().unwrap()[r0 * n..r0 * n + rows.len()].copy_from_slice(rows);
+            });
+            if done {
+                assert_eq!(blocks.into_inner().unwrap(), wide, "{m}x{k}x{n} by blocks");
+            }
             let (mut num, mut den) = (0f64, 0f64);
             for i in 0..m {
                 for j in 0..n {

@@ -153,6 +153,9 @@ struct Epilogue {
     exec: LoopExec,
     /// scratch region holding the op result when the epilogue cannot run in place
     result_region: Option<usize>,
+    /// reads the (widened) result at the output position only: an AMX product may run it
+    /// block by block
+    blocks: bool,
 }
 
 /// `e` reading its op result (input 0, f16/bf16) as f32, when every read of it is a cast to
@@ -371,12 +374,14 @@ impl LibExec {
                 return Epilogue {
                     exec: LoopExec::compile(&wide, threads),
                     result_region: Some(region(result.1.iter().product(), DType::F32)),
+                    blocks: LoopExec::input0_is_identity(e) && e.reduce.is_none(),
                 };
             }
             let in_place = LoopExec::input0_is_identity(e) && e.out_dtype() == result.0;
             Epilogue {
                 exec: LoopExec::compile(e, threads),
                 result_region: (!in_place).then(|| region(result.1.iter().product(), result.0)),
+                blocks: false,
             }
         });
         // attention through views reads their buffers and writes the result's
@@ -446,12 +451,21 @@ impl LibExec {
             .iter()
             .map(|&b| unsafe { mem.data(b) })
             .collect();
+        // a packed weight's packing, looked up once per run (the first sighting of a param
+        // runs unpacked, see `PackedMatMul::packed`)
+        let packing = match &self.imp {
+            Impl::MatMulPacked(p) => Some(p.packed(params, ins[1])?),
+            _ => None,
+        };
+        if self.run_amx_blocks(mem, &ins, packing.clone().flatten()) {
+            return Ok(());
+        }
         let result_region = self.epilogue.as_ref().and_then(|e| e.result_region);
         let dst = match result_region {
             Some(r) => region(r),
             None => unsafe { mem.data_mut(self.output) },
         };
-        self.compute(&ins, dst, &region, params)?;
+        self.compute(&ins, dst, &region, packing)?;
         if let Some(e) = &self.epilogue {
             let mut srcs = vec![match result_region {
                 Some(r) => Src::Buf(region(r).into_data()),
@@ -467,12 +481,51 @@ impl LibExec {
         Ok(())
     }
 
+    /// An AMX product whose epilogue widens its result (`Epilogue::blocks`): each block of
+    /// rows goes through the epilogue as soon as it is computed, still in cache, instead of
+    /// a second pass over the whole result. False when this kernel is not one, or its
+    /// rows are too few to split that way (the caller then runs it whole).
+    fn run_amx_blocks(
+        &self,
+        mem: &RunMemory<'_>,
+        ins: &[Data<'_>],
+        packing: Option<Arc<Packing>>,
+    ) -> bool {
+        let (Impl::MatMulPacked(p), Some(e), Some(w)) = (&self.imp, &self.epilogue, packing) else {
+            return false;
+        };
+        if !(p.amx && e.blocks) {
+            return false;
+        }
+        let (Packing::Amx(w), Data::BF16(a)) = (&*w, ins[0]) else {
+            return false;
+        };
+        // SAFETY: the extra inputs are other buffers than the output, read only here.
+        let extra: Vec<Src<'_>> = self
+            .epi_inputs
+            .iter()
+            .map(|&b| Src::Buf(unsafe { mem.data(b) }))
+            .collect();
+        let finish = |r0: usize, rows: &mut [f32]| {
+            let mut srcs = Vec::with_capacity(1 + extra.len());
+            srcs.push(Src::Buf(Data::F32(rows)));
+            srcs.extend(extra.iter().copied());
+            let start = r0 * p.n;
+            // SAFETY: tasks finish disjoint row blocks, so their output ranges are disjoint.
+            let out = unsafe { mem.data_mut_range(self.output, start, rows.len()) };
+            exec::run_points(&e.exec, &srcs, out, start);
+        };
+        amx_gemm::gemm_blocks(p.rows, a, w, p.threads, &finish)
+    }
+
+    /// Runs the op into `dst`; `packing` is a packed product's weight packing for this run
+    /// (None inside: its weight runs unpacked).
     fn compute<'m>(
         &self,
         ins: &[Data<'_>],
         dst: DataMut<'_>,
         region: &dyn Fn(usize) -> DataMut<'m>,
-        params: &HashMap<String, Arc<Tensor>>,
+        packing: Option<Option<Arc<Packing>>>,
     ) -> Result<(), CpuError> {
         let f = |i: usize| ins[i].f32().expect("compiled for f32 operands");
         let scratch_f32 = |i: usize| region(i).f32().expect("f32 scratch");
@@ -482,7 +535,7 @@ impl LibExec {
                 (Data::F64(a), Data::F64(b), DataMut::F64(c)) => p.run(a, b, c, 1.0),
                 _ => unreachable!("compiled for f64 operands"),
             },
-            Impl::MatMulPacked(p) => match (p.packed(params, ins[1])?, p.via_f32) {
+            Impl::MatMulPacked(p) => match (packing.flatten(), p.via_f32) {
                 (Some(w), via_f32) if matches!(*w, Packing::Amx(_)) => {
                     let (Packing::Amx(w), Data::BF16(a)) = (&*w, ins[0]) else {
                         unreachable!("AMX packing for bf16 operands only (via f32: {via_f32})")

@@ -159,6 +159,37 @@ impl<L: LaneMath> Scratch<L> {
     }
 }
 
+/// Runs the elementwise kernel `e` (no reduction) on the calling thread for output points
+/// `start..start + out.len()`, `out` holding just those points; `srcs[0]` holds input 0 for
+/// just those points too (input 0 must be read at the output position), the other inputs
+/// whole. A library product uses it to finish each block of its result while it is in cache.
+pub(crate) fn run_points(e: &LoopExec, srcs: &[Src<'_>], out: DataMut<'_>, start: usize) {
+    assert!(
+        e.reduce.is_none(),
+        "run_points runs elementwise kernels only"
+    );
+    dispatch!(out, DataMut, o => {
+        if e.fast {
+            points::<_, f32>(e, srcs, o, start)
+        } else {
+            points::<_, f64>(e, srcs, o, start)
+        }
+    })
+}
+
+fn points<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [T], start: usize) {
+    let mut sc = Scratch::<L>::new(e);
+    let mut at = start;
+    for sub in out.chunks_mut(LANES) {
+        let n = sub.len();
+        epilogue(e, &mut sc, srcs, at, sub, start);
+        at += n;
+    }
+    if e.stream_out {
+        stream_fence();
+    }
+}
+
 /// Runs `e` writing `out`; `srcs[k]` feeds kernel input `k`.
 pub(crate) fn run(e: &LoopExec, srcs: &[Src<'_>], out: DataMut<'_>) {
     if e.n_out == 0 {
@@ -214,7 +245,7 @@ fn drive<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [T]) {
                         Strategy::Outer => reduce_lanes(e, sc, srcs, start, n),
                     }
                 }
-                epilogue(e, sc, srcs, start, sub);
+                epilogue(e, sc, srcs, start, sub, 0);
                 start += n;
             }
             if e.stream_out {
@@ -256,7 +287,7 @@ fn drive_split<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [
                 .fold(L::identity(r.op), |a, b| L::combine(r.op, a, b));
             sc.reduced[j] = L::finish(r.op, acc, e.n_red, r.dtype);
         }
-        epilogue(e, &mut sc, srcs, start, sub);
+        epilogue(e, &mut sc, srcs, start, sub, 0);
         start += sub.len();
     }
 }
@@ -329,14 +360,18 @@ fn reduce_lanes<L: LaneMath>(
 /// Evaluates the epilogue for output points `start..start + sub.len()` and stores them.
 /// With f32 lanes, contiguous f32 inputs are read in place and an f32 result is written
 /// straight into `sub` (see [`LoopExec::direct_loads`]).
+/// Evaluates output points `start..start + sub.len()` into `sub`; input 0 holds its data
+/// from point `first0` on (0: the whole input).
 fn epilogue<T: Elem, L: LaneMath>(
     e: &LoopExec,
     sc: &mut Scratch<L>,
     srcs: &[Src<'_>],
     start: usize,
     sub: &mut [T],
+    first0: usize,
 ) {
     let n = sub.len();
+    let offset = |k: usize| e.offsets[k] - if k == 0 { first0 as isize } else { 0 };
     let Scratch {
         regs,
         reduced,
@@ -348,7 +383,7 @@ fn epilogue<T: Elem, L: LaneMath>(
         bcast.resize(e.direct_loads.len() * LANES, 0.0);
         for (&(_, k), lanes) in e.direct_loads.iter().zip(bcast.chunks_mut(LANES)) {
             if let (Src::Buf(Data::F32(s)), Layout::Broadcast) = (srcs[k], e.out.layouts[k]) {
-                lanes.fill(s[e.offsets[k] as usize]);
+                lanes.fill(s[offset(k) as usize]);
             }
         }
     }
@@ -358,7 +393,7 @@ fn epilogue<T: Elem, L: LaneMath>(
         }
     }
     let mut ld = |k: usize, dst: &mut [L]| match srcs[k] {
-        Src::Buf(d) => load(d, e.out.access(k), e.offsets[k], start, dst),
+        Src::Buf(d) => load(d, e.out.access(k), offset(k), start, dst),
         Src::InPlace => dst.copy_from_slice(&inplace[..dst.len()]),
     };
     const MAX_ALIAS: usize = 8;
@@ -371,7 +406,7 @@ fn epilogue<T: Elem, L: LaneMath>(
                 alias[n_alias] = match e.out.layouts[k] {
                     Layout::Broadcast => (reg, &lanes[..n]),
                     _ => {
-                        let o = (e.offsets[k] + start as isize) as usize;
+                        let o = (offset(k) + start as isize) as usize;
                         (reg, &s[o..o + n])
                     }
                 };
