@@ -153,8 +153,8 @@ struct Epilogue {
     exec: LoopExec,
     /// scratch region holding the op result when the epilogue cannot run in place
     result_region: Option<usize>,
-    /// reads the (widened) result at the output position only: an AMX product may run it
-    /// block by block
+    /// reads the (widened) result at the output position only, without a reduction: a
+    /// packed product may run it block by block
     blocks: bool,
 }
 
@@ -381,7 +381,7 @@ impl LibExec {
             Epilogue {
                 exec: LoopExec::compile(e, threads),
                 result_region: (!in_place).then(|| region(result.1.iter().product(), result.0)),
-                blocks: false,
+                blocks: in_place && e.reduce.is_none(),
             }
         });
         // attention through views reads their buffers and writes the result's
@@ -457,7 +457,9 @@ impl LibExec {
             Impl::MatMulPacked(p) => Some(p.packed(params, ins[1])?),
             _ => None,
         };
-        if self.run_amx_blocks(mem, &ins, packing.clone().flatten()) {
+        if self.run_amx_blocks(mem, &ins, packing.clone().flatten())
+            || self.run_f32_blocks(mem, &ins, packing.clone().flatten())
+        {
             return Ok(());
         }
         let result_region = self.epilogue.as_ref().and_then(|e| e.result_region);
@@ -494,7 +496,8 @@ impl LibExec {
         let (Impl::MatMulPacked(p), Some(e), Some(w)) = (&self.imp, &self.epilogue, packing) else {
             return false;
         };
-        if !(p.amx && e.blocks) {
+        // the widened epilogue (f32 input in its result region), not an in-place one
+        if !(p.amx && e.blocks && e.result_region.is_some()) {
             return false;
         }
         let (Packing::Amx(w), Data::BF16(a)) = (&*w, ins[0]) else {
@@ -516,6 +519,43 @@ impl LibExec {
             exec::run_points(&e.exec, &srcs, out, start);
         };
         amx_gemm::gemm_blocks(p.rows, a, w, p.threads, &finish)
+    }
+
+    /// An f32 packed product whose epilogue runs in place: each task's rows go through the
+    /// epilogue as soon as they are written, still in cache. False when this kernel is not
+    /// one, or the product splits by columns.
+    fn run_f32_blocks(
+        &self,
+        mem: &RunMemory<'_>,
+        ins: &[Data<'_>],
+        packing: Option<Arc<Packing>>,
+    ) -> bool {
+        let (Impl::MatMulPacked(p), Some(e), Some(w)) = (&self.imp, &self.epilogue, packing) else {
+            return false;
+        };
+        if p.via_f32 || !e.blocks || e.result_region.is_some() {
+            return false;
+        }
+        let (Packing::F32(w), Data::F32(a)) = (&*w, ins[0]) else {
+            return false;
+        };
+        // SAFETY: the extra inputs are other buffers than the output, read only here.
+        let extra: Vec<Src<'_>> = self
+            .epi_inputs
+            .iter()
+            .map(|&b| Src::Buf(unsafe { mem.data(b) }))
+            .collect();
+        let finish = |r0: usize, rows: &mut [f32]| {
+            let mut srcs = Vec::with_capacity(1 + extra.len());
+            srcs.push(Src::InPlace);
+            srcs.extend(extra.iter().copied());
+            exec::run_points(&e.exec, &srcs, DataMut::F32(rows), r0 * p.n);
+        };
+        // SAFETY: the output is written by this kernel alone; the view lives for the call.
+        let Some(c) = (unsafe { mem.data_mut(self.output) }).f32() else {
+            return false;
+        };
+        packed_gemm::gemm_packed_rows(p.rows, a, w, c, p.threads, &finish)
     }
 
     /// Runs the op into `dst`; `packing` is a packed product's weight packing for this run

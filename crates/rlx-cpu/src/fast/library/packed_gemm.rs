@@ -187,6 +187,52 @@ pub(crate) fn gemm_packed_strided(
     ldc: usize,
     threads: usize,
 ) {
+    gemm_split(m, a, lda, b, c, ldc, threads, None);
+}
+
+/// A callback given rows of a product as soon as they are written: the first row and the
+/// rows themselves (`n` columns each).
+pub(crate) type Finish<'f> = &'f (dyn Fn(usize, &mut [f32]) + Sync);
+
+/// [`gemm_packed`] that calls `finish` as soon as each task has written whole rows of `c`,
+/// on the task's thread, so an epilogue runs on them while they are in cache. Returns
+/// false, computing nothing, when the product would split by columns (few rows for the
+/// threads); the caller then runs it whole.
+pub(crate) fn gemm_packed_rows(
+    m: usize,
+    a: &[f32],
+    b: &PackedRhs,
+    c: &mut [f32],
+    threads: usize,
+    finish: Finish<'_>,
+) -> bool {
+    if m > 0 && b.n > 0 && b.k > 0 && !splits_rows(m, b.n.div_ceil(NR), b.k * b.n, threads) {
+        return false;
+    }
+    gemm_split(m, a, b.k, b, c, b.n, threads, Some(finish));
+    true
+}
+
+/// True when a product of `m` rows splits over `threads` by rows (each task all columns).
+fn splits_rows(m: usize, panels: usize, kn: usize, threads: usize) -> bool {
+    threads <= 1
+        || m * kn < 1 << 16
+        || m / threads >= MC
+        || m >= 64 * threads
+        || panels < 2 * threads
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gemm_split(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedRhs,
+    c: &mut [f32],
+    ldc: usize,
+    threads: usize,
+    finish: Option<Finish<'_>>,
+) {
     let (k, n) = (b.k, b.n);
     if m == 0 || n == 0 {
         return;
@@ -202,18 +248,32 @@ pub(crate) fn gemm_packed_strided(
     );
     if k == 0 {
         c.chunks_mut(ldc).take(m).for_each(|r| r[..n].fill(0.0));
+        if let Some(f) = finish {
+            f(0, &mut c[..m * n]);
+        }
         return;
     }
     let panels = n.div_ceil(NR);
     let out = OutPtr(c.as_mut_ptr());
     let run = |rows: Range<usize>, cols: Range<usize>| {
         // SAFETY: `rows` x `cols` is inside `c` and no other task writes it.
-        unsafe { block(rows, cols, a, lda, b, out.ptr(), ldc) }
+        unsafe { block(rows.clone(), cols.clone(), a, lda, b, out.ptr(), ldc) };
+        if let Some(f) = finish {
+            debug_assert!(
+                cols == (0..panels) && ldc == n,
+                "finish needs whole, packed rows"
+            );
+            // SAFETY: these rows are inside `c`, written by this task alone (above).
+            let done = unsafe {
+                std::slice::from_raw_parts_mut(out.ptr().add(rows.start * n), rows.len() * n)
+            };
+            f(rows.start, done);
+        }
     };
     let threads = threads.max(1);
     if threads == 1 || m * n * k < 1 << 16 {
         run(0..m, 0..panels);
-    } else if m / threads >= MC || panels < 2 * threads {
+    } else if splits_rows(m, panels, k * n, threads) {
         // tasks of one row block each (every block streams the weight once either way), so
         // work stealing evens out a thread that runs slow; the rows are first cut into one
         // equal share per thread, so the blocks add up evenly (blocks of the whole range
