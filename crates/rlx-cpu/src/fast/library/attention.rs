@@ -306,11 +306,26 @@ impl AttnPlan {
     /// Scales, masks and normalises the score rows of batch `b` in place.
     fn softmax(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
         #[cfg(target_arch = "x86_64")]
+        if packed_gemm::avx512() {
+            // SAFETY: AVX-512F (with AVX2 and FMA) is present.
+            return unsafe { self.softmax_avx512(b, s, mask) };
+        }
+        #[cfg(target_arch = "x86_64")]
         if packed_gemm::fma() {
             // SAFETY: AVX2 and FMA are present.
             return unsafe { self.softmax_fma(b, s, mask) };
         }
         self.softmax_rows::<false>(b, s, mask)
+    }
+
+    /// [`AttnPlan::softmax`] compiled for AVX-512, so the exp pass runs 16 lanes wide.
+    ///
+    /// # Safety
+    /// AVX-512F, AVX2 and FMA are present.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn softmax_avx512(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
+        self.softmax_rows::<true>(b, s, mask)
     }
 
     /// [`AttnPlan::softmax`] compiled for AVX2/FMA, so every pass vectorises 8 lanes wide.
@@ -352,10 +367,21 @@ impl AttnPlan {
                 row.fill(0.0);
                 continue;
             }
-            for x in row.iter_mut() {
-                *x = math::exp::<FMA>(*x - max);
+            // exp and its sum in one pass, sixteen partial sums so the loop vectorises
+            let mut acc = [0.0f32; 16];
+            let mut chunks = row.chunks_exact_mut(16);
+            for c in &mut chunks {
+                for (a, x) in acc.iter_mut().zip(c.iter_mut()) {
+                    *x = math::exp::<FMA>(*x - max);
+                    *a += *x;
+                }
             }
-            let inv = 1.0 / super::norm::sum(row);
+            let mut total = 0.0;
+            for x in chunks.into_remainder() {
+                *x = math::exp::<FMA>(*x - max);
+                total += *x;
+            }
+            let inv = 1.0 / (acc.iter().sum::<f32>() + total);
             row.iter_mut().for_each(|x| *x *= inv);
         }
     }
