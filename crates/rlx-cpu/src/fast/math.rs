@@ -109,6 +109,39 @@ pub fn gelu_tanh<const FMA: bool>(x: f32) -> f32 {
 }
 
 /// Hand-vectorized AVX2+FMA kernels (8 lanes).
+/// True when the CPU has AVX-512F and AVX-512 BF16 (checked once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512_bf16() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
+    })
+}
+
+/// `dst = src` rounded to bf16 (nearest even, as `bf16::from_f32`; VCVTNEPS2BF16 flushes
+/// f32 denormals to zero), 16 lanes at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+pub(crate) fn round_to_bf16_avx512(dst: &mut [half::bf16], src: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len().min(src.len());
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n for both slices.
+        unsafe {
+            let v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i)));
+            _mm256_storeu_si256(
+                dst.as_mut_ptr().add(i).cast(),
+                std::mem::transmute::<__m256bh, __m256i>(v),
+            );
+        }
+        i += 16;
+    }
+    for (d, &v) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = half::bf16::from_f32(v);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod avx2 {
     use std::arch::x86_64::*;

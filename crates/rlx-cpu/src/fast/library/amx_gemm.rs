@@ -54,9 +54,7 @@ fn detect() -> bool {
     // SAFETY: OSXSAVE is set (checked above), so xgetbv may run.
     let xcr0 = unsafe { xgetbv0() };
     // XTILECFG and XTILEDATA enabled; AVX-512 BF16 rounds the results (every AMX CPU has it)
-    xcr0 & (3 << 17) == 3 << 17
-        && std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bf16")
+    xcr0 & (3 << 17) == 3 << 17 && super::super::math::avx512_bf16()
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
@@ -375,33 +373,15 @@ unsafe fn block(
             let c0 = pair * B2;
             let nc = B2.min(n.saturating_sub(c0));
             for (r, row) in acc.iter().enumerate().take(mr) {
-                let c = match c {
+                let at = (r0 + r - c_row) * n + c0;
+                match c {
                     OutPtr::F32(c) => {
-                        let at = (r0 + r - c_row) * n + c0;
-                        let dst = std::slice::from_raw_parts_mut(c.add(at), nc);
-                        dst.copy_from_slice(&row[..nc]);
-                        continue;
+                        std::slice::from_raw_parts_mut(c.add(at), nc).copy_from_slice(&row[..nc])
                     }
-                    OutPtr::Bf16(c) => c,
-                };
-                let dst = c.add((r0 + r - c_row) * n + c0);
-                if nc == B2 {
-                    // round to nearest even, 16 lanes at a time
-                    use std::arch::x86_64::{
-                        __m256bh, __m256i, _mm256_storeu_si256, _mm512_cvtneps_pbh, _mm512_loadu_ps,
-                    };
-                    for h in 0..2 {
-                        let v = _mm512_cvtneps_pbh(_mm512_loadu_ps(row.as_ptr().add(h * T)));
-                        _mm256_storeu_si256(
-                            dst.add(h * T).cast(),
-                            std::mem::transmute::<__m256bh, __m256i>(v),
-                        );
-                    }
-                } else {
-                    let dst = std::slice::from_raw_parts_mut(dst, nc);
-                    for (d, &v) in dst.iter_mut().zip(row) {
-                        *d = bf16::from_f32(v);
-                    }
+                    OutPtr::Bf16(c) => super::super::math::round_to_bf16_avx512(
+                        std::slice::from_raw_parts_mut(c.add(at), nc),
+                        &row[..nc],
+                    ),
                 }
             }
         }

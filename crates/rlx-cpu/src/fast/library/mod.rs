@@ -457,9 +457,7 @@ impl LibExec {
             Impl::MatMulPacked(p) => Some(p.packed(params, ins[1])?),
             _ => None,
         };
-        if self.run_amx_blocks(mem, &ins, packing.clone().flatten())
-            || self.run_f32_blocks(mem, &ins, packing.clone().flatten())
-        {
+        if self.run_blocks(mem, &ins, packing.clone().flatten()) {
             return Ok(());
         }
         let result_region = self.epilogue.as_ref().and_then(|e| e.result_region);
@@ -483,11 +481,13 @@ impl LibExec {
         Ok(())
     }
 
-    /// An AMX product whose epilogue widens its result (`Epilogue::blocks`): each block of
-    /// rows goes through the epilogue as soon as it is computed, still in cache, instead of
-    /// a second pass over the whole result. False when this kernel is not one, or its
-    /// rows are too few to split that way (the caller then runs it whole).
-    fn run_amx_blocks(
+    /// A packed product whose epilogue reads its result at the output position
+    /// (`Epilogue::blocks`): each task's rows go through the epilogue as soon as they are
+    /// written, still in cache, instead of a second pass over the whole result — in place
+    /// for f32, from the unrounded accumulators for an AMX product whose epilogue widens it.
+    /// False when this kernel is not one, or the product splits by columns (the caller then
+    /// runs it whole).
+    fn run_blocks(
         &self,
         mem: &RunMemory<'_>,
         ins: &[Data<'_>],
@@ -496,66 +496,46 @@ impl LibExec {
         let (Impl::MatMulPacked(p), Some(e), Some(w)) = (&self.imp, &self.epilogue, packing) else {
             return false;
         };
-        // the widened epilogue (f32 input in its result region), not an in-place one
-        if !(p.amx && e.blocks && e.result_region.is_some()) {
+        if !e.blocks {
             return false;
         }
-        let (Packing::Amx(w), Data::BF16(a)) = (&*w, ins[0]) else {
-            return false;
-        };
         // SAFETY: the extra inputs are other buffers than the output, read only here.
         let extra: Vec<Src<'_>> = self
             .epi_inputs
             .iter()
             .map(|&b| Src::Buf(unsafe { mem.data(b) }))
             .collect();
-        let finish = |r0: usize, rows: &mut [f32]| {
+        let epilogue = |input0: Src<'_>, out: DataMut<'_>, start: usize| {
             let mut srcs = Vec::with_capacity(1 + extra.len());
-            srcs.push(Src::Buf(Data::F32(rows)));
+            srcs.push(input0);
             srcs.extend(extra.iter().copied());
-            let start = r0 * p.n;
-            // SAFETY: tasks finish disjoint row blocks, so their output ranges are disjoint.
-            let out = unsafe { mem.data_mut_range(self.output, start, rows.len()) };
             exec::run_points(&e.exec, &srcs, out, start);
         };
-        amx_gemm::gemm_blocks(p.rows, a, w, p.threads, &finish)
-    }
-
-    /// An f32 packed product whose epilogue runs in place: each task's rows go through the
-    /// epilogue as soon as they are written, still in cache. False when this kernel is not
-    /// one, or the product splits by columns.
-    fn run_f32_blocks(
-        &self,
-        mem: &RunMemory<'_>,
-        ins: &[Data<'_>],
-        packing: Option<Arc<Packing>>,
-    ) -> bool {
-        let (Impl::MatMulPacked(p), Some(e), Some(w)) = (&self.imp, &self.epilogue, packing) else {
-            return false;
-        };
-        if p.via_f32 || !e.blocks || e.result_region.is_some() {
-            return false;
+        match (&*w, ins[0]) {
+            // the widened epilogue: the f32 result goes to a region, not in place
+            (Packing::Amx(w), Data::BF16(a)) if e.result_region.is_some() => {
+                let finish = |r0: usize, rows: &mut [f32]| {
+                    let start = r0 * p.n;
+                    // SAFETY: tasks finish disjoint row blocks, so their output ranges are
+                    // disjoint.
+                    let out = unsafe { mem.data_mut_range(self.output, start, rows.len()) };
+                    epilogue(Src::Buf(Data::F32(rows)), out, start);
+                };
+                amx_gemm::gemm_blocks(p.rows, a, w, p.threads, &finish)
+            }
+            (Packing::F32(w), Data::F32(a)) if !p.via_f32 && e.result_region.is_none() => {
+                let finish = |r0: usize, rows: &mut [f32]| {
+                    epilogue(Src::InPlace, DataMut::F32(rows), r0 * p.n);
+                };
+                // SAFETY: the output is written by this kernel alone; the view lives for the
+                // call.
+                let Some(c) = (unsafe { mem.data_mut(self.output) }).f32() else {
+                    return false;
+                };
+                packed_gemm::gemm_packed_rows(p.rows, a, w, c, p.threads, &finish)
+            }
+            _ => false,
         }
-        let (Packing::F32(w), Data::F32(a)) = (&*w, ins[0]) else {
-            return false;
-        };
-        // SAFETY: the extra inputs are other buffers than the output, read only here.
-        let extra: Vec<Src<'_>> = self
-            .epi_inputs
-            .iter()
-            .map(|&b| Src::Buf(unsafe { mem.data(b) }))
-            .collect();
-        let finish = |r0: usize, rows: &mut [f32]| {
-            let mut srcs = Vec::with_capacity(1 + extra.len());
-            srcs.push(Src::InPlace);
-            srcs.extend(extra.iter().copied());
-            exec::run_points(&e.exec, &srcs, DataMut::F32(rows), r0 * p.n);
-        };
-        // SAFETY: the output is written by this kernel alone; the view lives for the call.
-        let Some(c) = (unsafe { mem.data_mut(self.output) }).f32() else {
-            return false;
-        };
-        packed_gemm::gemm_packed_rows(p.rows, a, w, c, p.threads, &finish)
     }
 
     /// Runs the op into `dst`; `packing` is a packed product's weight packing for this run

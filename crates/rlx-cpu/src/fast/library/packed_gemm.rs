@@ -429,7 +429,7 @@ unsafe fn run_tile(t: &Tile) {
 ///
 /// # Safety
 /// The output tile is writable.
-unsafe fn store(t: &Tile, acc: &[[f32; NR]; MR]) {
+unsafe fn store<const W: usize>(t: &Tile, acc: &[[f32; W]; MR]) {
     for (r, row) in acc.iter().enumerate().take(t.rows) {
         let dst = std::slice::from_raw_parts_mut(t.c.add(r * t.ldc), t.cols);
         if t.accumulate {
@@ -437,6 +437,22 @@ unsafe fn store(t: &Tile, acc: &[[f32; NR]; MR]) {
         } else {
             dst.copy_from_slice(&row[..t.cols]);
         }
+    }
+}
+
+/// Asks for the tile's output lines, written (or read back) at the end, so their misses
+/// overlap the arithmetic instead of stalling the stores.
+///
+/// # Safety
+/// The output tile is inside its allocation.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn prefetch_output(t: &Tile) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for r in 0..t.rows {
+        let row = t.c.add(r * t.ldc);
+        _mm_prefetch::<_MM_HINT_T0>(row as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(row.add(t.cols - 1) as *const i8);
     }
 }
 
@@ -455,7 +471,7 @@ fn micro_portable(a: [&[f32]; MR], b: &[f32], kc: usize, acc: &mut [[f32; NR]; M
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{store, Tile, MR, NR};
+    use super::{prefetch_output, store, Tile, MR, NR};
     use std::arch::x86_64::*;
 
     /// The 6 x 16 AVX2/FMA tile: twelve accumulators, k unrolled by four, one prefetch of
@@ -465,13 +481,7 @@ mod x86 {
     /// AVX2 and FMA are present, and `t` is valid as [`Tile`] describes.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile_fma(t: &Tile) {
-        // the output lines are written (or read back) at the end: ask for them now so the
-        // misses overlap the arithmetic instead of stalling the stores
-        for r in 0..t.rows {
-            let row = t.c.add(r * t.ldc);
-            _mm_prefetch::<_MM_HINT_T0>(row as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(row.add(t.cols - 1) as *const i8);
-        }
+        prefetch_output(t);
         let mut c = [_mm256_setzero_ps(); 2 * MR];
         let [a0, a1, a2, a3, a4, a5] = t.a;
         let rows = [a0, a1, a2, a3, a4, a5];
@@ -534,7 +544,7 @@ mod x86 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86_512 {
-    use super::{Tile, MR, NR};
+    use super::{prefetch_output, store, Tile, MR, NR};
     use std::arch::x86_64::*;
 
     /// The 6 x 32 AVX-512 tile over two panels: twelve 16-lane accumulators, k unrolled by
@@ -544,11 +554,7 @@ mod x86_512 {
     /// AVX-512F is present, and `t` is valid as [`Tile`] describes with `b1` set.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile(t: &Tile) {
-        for r in 0..t.rows {
-            let row = t.c.add(r * t.ldc);
-            _mm_prefetch::<_MM_HINT_T0>(row as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(row.add(t.cols - 1) as *const i8);
-        }
+        prefetch_output(t);
         let mut c = [_mm512_setzero_ps(); 2 * MR];
         let rows = t.a;
         let (mut b0p, mut b1p) = (t.b, t.b1.expect("two panels"));
@@ -607,14 +613,7 @@ mod x86_512 {
                 _mm512_storeu_ps(row.as_mut_ptr(), pair[0]);
                 _mm512_storeu_ps(row.as_mut_ptr().add(NR), pair[1]);
             }
-            for (r, row) in acc.iter().enumerate().take(t.rows) {
-                let dst = std::slice::from_raw_parts_mut(t.c.add(r * t.ldc), t.cols);
-                if t.accumulate {
-                    dst.iter_mut().zip(row).for_each(|(d, v)| *d += v);
-                } else {
-                    dst.copy_from_slice(&row[..t.cols]);
-                }
-            }
+            store(t, &acc);
         }
     }
 }

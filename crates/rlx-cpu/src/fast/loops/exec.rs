@@ -473,48 +473,19 @@ fn epilogue<T: Elem, L: LaneMath>(
 /// lacks the instructions.
 fn round_to_bf16<T: Elem>(dst: &mut [T], src: &[f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<half::bf16>() && avx512_bf16() {
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<half::bf16>()
+        && crate::fast::math::avx512_bf16()
+    {
         // SAFETY: T is bf16 (checked above); the features were detected.
         unsafe {
             let dst =
                 std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<half::bf16>(), dst.len());
-            round_to_bf16_avx512(dst, src);
+            crate::fast::math::round_to_bf16_avx512(dst, src);
         }
         return true;
     }
     let _ = (dst, src);
     false
-}
-
-/// True when the CPU has AVX-512F and AVX-512 BF16 (checked once).
-#[cfg(target_arch = "x86_64")]
-fn avx512_bf16() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
-    })
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bf16")]
-fn round_to_bf16_avx512(dst: &mut [half::bf16], src: &[f32]) {
-    use std::arch::x86_64::*;
-    let n = dst.len().min(src.len());
-    let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: i + 16 <= n for both slices.
-        unsafe {
-            let v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i)));
-            _mm256_storeu_si256(
-                dst.as_mut_ptr().add(i).cast(),
-                std::mem::transmute::<__m256bh, __m256i>(v),
-            );
-        }
-        i += 16;
-    }
-    for (d, &v) in dst[i..n].iter_mut().zip(&src[i..n]) {
-        *d = half::bf16::from_f32(v);
-    }
 }
 
 /// Copies `src` to `dst` with non-temporal stores where the CPU has AVX: outputs much larger
