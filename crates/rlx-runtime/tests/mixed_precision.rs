@@ -140,9 +140,9 @@ fn cuda_f16_products_match_cpu_f32() {
 }
 
 /// A MiniLM-shaped encoder (2 layers, 64 tokens, batch 2) in bf16 products on the CPU:
-/// AMX tiles where the CPU has them (the packed weights, from the second run on), attention
-/// widened to f32, bf16 epilogues in f32 lanes; within bf16's error of the f32 run, and the
-/// same again on a second run (packed weights).
+/// matmuls by a weight on AMX tiles where the CPU has them (packed from the second run on,
+/// epilogues block by block), attention kept in f32, bf16 loads and stores in f32 lanes;
+/// within bf16's error of the f32 run, on the first run and on the packed second one.
 #[test]
 fn bf16_encoder_stays_close_to_f32() {
     use rlx_ir::sample::{encoder, EncoderShape};
