@@ -26,9 +26,10 @@ pub use fast::plan::{plan_memory, Interval, MemoryPlan};
 pub use fast::{CpuOptions, CpuProgram, KernelTiming, ProfiledRun};
 pub use interp::{eval_op, run_graph, run_loop_kernel, run_program_reference};
 
-/// Number of worker threads the fast path uses by default (rayon's global pool).
+/// Number of threads the fast path uses by default: `RLX_CPU_THREADS`, else
+/// `RAYON_NUM_THREADS`, else the available cores.
 pub fn thread_count() -> usize {
-    rayon::current_num_threads()
+    fast::pool::default_threads()
 }
 
 /// The CPU model name from `/proc/cpuinfo` ("model name"), or "cpu" when unknown.

@@ -13,6 +13,7 @@ mod lower;
 pub(crate) mod math;
 pub(crate) mod memory;
 pub mod plan;
+pub(crate) mod pool;
 pub(crate) mod quant;
 
 use crate::check::{bind_leaves, check_program, ProgramInfo};
@@ -32,7 +33,8 @@ use std::time::Instant;
 /// Compile options of the fast path.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuOptions {
-    /// Worker threads; None uses rayon's global pool (all cores).
+    /// Threads; None uses the global pool ([`pool::global`]: `RLX_CPU_THREADS`, else
+    /// `RAYON_NUM_THREADS`, else all cores).
     pub threads: Option<usize>,
 }
 
@@ -87,7 +89,7 @@ pub struct CpuProgram {
     numels: Vec<usize>,
     arena_bytes: usize,
     arenas: Mutex<Vec<Arena>>,
-    pool: Option<rayon::ThreadPool>,
+    pool: Option<pool::Pool>,
     threads: usize,
 }
 
@@ -101,16 +103,14 @@ impl CpuProgram {
         let info = check_program(&program)?;
         let pool = match opts.threads {
             Some(n) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n.max(1))
-                    .build()
+                pool::Pool::new(n)
                     .map_err(|e| CpuError::Invalid(format!("cannot start {n} threads: {e}")))?,
             ),
             None => None,
         };
         let threads = opts
             .threads
-            .unwrap_or_else(rayon::current_num_threads)
+            .unwrap_or_else(|| pool::global().threads())
             .max(1);
         let ty = |b: BufferId| {
             let t = &program.buffers[b].ty;
@@ -276,10 +276,7 @@ impl CpuProgram {
                 &mut owned,
             );
             let go = || self.execute(&mem, params, timings);
-            match &self.pool {
-                Some(p) => p.install(go),
-                None => go(),
-            }
+            pool::with(self.pool.as_ref().unwrap_or_else(|| pool::global()), go)
         };
         self.arenas
             .lock()

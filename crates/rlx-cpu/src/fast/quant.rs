@@ -5,10 +5,10 @@
 //! (AVX2 + FMA kernels for Q4_0, Q4_1 and Q8_0, a block-to-stack-buffer path for the other
 //! formats) and dotted with every activation row. Many rows (prefill) take the *tile* path:
 //! a tile of `w`'s rows is dequantized into a small f32 buffer (one per task) and multiplied
-//! with gemm. Both split the output features over rayon.
+//! with gemm. Both split the output features over the pool ([`super::pool`]).
 
 use super::memory::OutPtr;
-use rayon::prelude::*;
+use crate::fast::pool;
 use rlx_ir::QuantFormat;
 
 /// Activation rows up to which the dot path is used.
@@ -83,7 +83,7 @@ impl QuantPlan {
         };
         let chunks = n.div_ceil(DOT_CHUNK);
         if self.threads > 1 {
-            (0..chunks).into_par_iter().for_each(task);
+            pool::for_each(chunks, task);
         } else {
             (0..chunks).for_each(task);
         }
@@ -126,7 +126,7 @@ impl QuantPlan {
         };
         let tiles = n.div_ceil(TILE);
         if self.threads > 1 {
-            (0..tiles).into_par_iter().for_each(task);
+            pool::for_each(tiles, task);
         } else {
             (0..tiles).for_each(task);
         }

@@ -13,8 +13,8 @@
 //! per-thread buffer first.
 
 use super::super::memory::Data;
+use crate::fast::pool;
 use half::bf16;
-use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -158,7 +158,7 @@ pub(crate) enum Out<'a> {
 }
 
 /// `c[m x n] = a[m x k] . b`, `a` and `c` row-major and contiguous; `threads > 1` splits
-/// row blocks (and, for few rows, column blocks) over the current rayon pool. Callers
+/// row blocks (and, for few rows, column blocks) over the current pool ([`pool`]). Callers
 /// check [`available`] first.
 pub(crate) fn gemm(m: usize, a: &[bf16], b: &AmxRhs, c: Out<'_>, threads: usize) {
     let (k, n) = (b.k, b.n);
@@ -187,14 +187,14 @@ pub(crate) fn gemm(m: usize, a: &[bf16], b: &AmxRhs, c: Out<'_>, threads: usize)
     } else if row_blocks >= 2 * threads {
         // a few row blocks per task; each task streams the whole weight
         let per = row_blocks.div_ceil(4 * threads).max(1) * B2;
-        (0..m.div_ceil(per))
-            .into_par_iter()
-            .for_each(|t| run(t * per..((t + 1) * per).min(m), 0..pairs));
+        pool::for_each(m.div_ceil(per), |t| {
+            run(t * per..((t + 1) * per).min(m), 0..pairs)
+        });
     } else {
         let per = pairs.div_ceil(2 * threads).max(1);
-        (0..pairs.div_ceil(per))
-            .into_par_iter()
-            .for_each(|t| run(0..m, t * per..((t + 1) * per).min(pairs)));
+        pool::for_each(pairs.div_ceil(per), |t| {
+            run(0..m, t * per..((t + 1) * per).min(pairs))
+        });
     }
 }
 
@@ -244,9 +244,9 @@ pub(crate) fn gemm_blocks(
         run(0..row_blocks);
     } else {
         let per = row_blocks.div_ceil(4 * threads).max(1);
-        (0..row_blocks.div_ceil(per))
-            .into_par_iter()
-            .for_each(|t| run(t * per..((t + 1) * per).min(row_blocks)));
+        pool::for_each(row_blocks.div_ceil(per), |t| {
+            run(t * per..((t + 1) * per).min(row_blocks))
+        });
     }
     true
 }

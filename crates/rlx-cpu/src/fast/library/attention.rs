@@ -7,9 +7,10 @@ use super::matmul::{gemm, Mat};
 use super::packed_gemm::{self, PackedRhs};
 use crate::fast::math;
 use crate::fast::memory::OutPtr;
+use crate::fast::pool;
 use crate::interp::index::{broadcast_strides, for_each_index};
-use rayon::prelude::*;
 use rlx_ir::AttnMask;
+use std::sync::Mutex;
 
 /// Query rows from which attention packs its k^T and v operands per head.
 const PACK_ROWS: usize = 32;
@@ -188,30 +189,40 @@ impl AttnPlan {
         let per = n_batch.div_ceil(self.workers);
         let gemm_threads = if self.workers == 1 { self.threads } else { 1 };
         let per_worker = self.per_worker();
-        let scratch: Vec<&mut [f32]> = if per_worker == 0 {
-            (0..self.workers).map(|_| Default::default()).collect()
+        let scratch: Vec<Mutex<&mut [f32]>> = if per_worker == 0 {
+            (0..self.workers).map(|_| Mutex::default()).collect()
         } else {
-            scratch.chunks_mut(per_worker).collect()
+            scratch.chunks_mut(per_worker).map(Mutex::new).collect()
         };
+        let scratch_of = |w: usize| scratch[w].lock().unwrap_or_else(|e| e.into_inner());
         // packing k^T and v costs about what `PACK_ROWS` query rows of arithmetic do: fewer
         // queries (decode steps, short prompts over a long cache) stay on the gemm crate
         let packed = packed_gemm::supported() && sq >= PACK_ROWS;
         if !self.scatter {
-            out.par_chunks_mut(per * sq * dv)
-                .zip(scratch.into_par_iter())
-                .enumerate()
-                .for_each(|(w, (outs, s))| {
-                    let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
-                    for (j, o) in outs.chunks_mut(sq * dv).enumerate() {
-                        self.one(w * per + j, q, k, v, mask, o, s, ops.as_mut(), gemm_threads);
-                    }
-                });
+            pool::for_each_chunk_mut(out, per * sq * dv, |w, outs| {
+                let mut s = scratch_of(w);
+                let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
+                for (j, o) in outs.chunks_mut(sq * dv).enumerate() {
+                    self.one(
+                        w * per + j,
+                        q,
+                        k,
+                        v,
+                        mask,
+                        o,
+                        &mut s,
+                        ops.as_mut(),
+                        gemm_threads,
+                    );
+                }
+            });
             return;
         }
         // Strided results interleave across batches: each matrix is computed into the
         // worker's scratch, then its rows are written where the view puts them.
         let dst = OutPtr(out.as_mut_ptr());
-        scratch.into_par_iter().enumerate().for_each(|(w, s)| {
+        pool::for_each(scratch.len(), |w| {
+            let mut s = scratch_of(w);
             let (scores, tile) = s.split_at_mut(sq * sk);
             let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
             for b in w * per..((w + 1) * per).min(n_batch) {

@@ -1,9 +1,10 @@
 //! f32 convolution (im2col + gemm, groups, bias) and pooling (windowed and global).
 
 use super::matmul::{gemm, Mat};
+use crate::fast::pool;
 use crate::interp::{pool_windows, PoolWindow};
-use rayon::prelude::*;
 use rlx_ir::{Conv2dParams, Pool2dParams, PoolKind};
+use std::sync::Mutex;
 
 /// A compiled NCHW/OIHW convolution.
 #[derive(Debug, Clone)]
@@ -81,19 +82,17 @@ impl ConvPlan {
         let col_len = self.cg * self.kh * self.kw * self.oh * self.ow;
         if self.workers > 1 {
             let per = self.n.div_ceil(self.workers);
-            let cols: Vec<&mut [f32]> = if self.pointwise {
-                (0..self.workers).map(|_| Default::default()).collect()
+            let cols: Vec<Mutex<&mut [f32]>> = if self.pointwise {
+                (0..self.workers).map(|_| Mutex::default()).collect()
             } else {
-                col.chunks_mut(col_len).collect()
+                col.chunks_mut(col_len).map(Mutex::new).collect()
             };
-            out.par_chunks_mut(per * img_out)
-                .zip(cols.into_par_iter())
-                .enumerate()
-                .for_each(|(wi, (outs, col))| {
-                    for (j, o) in outs.chunks_mut(img_out).enumerate() {
-                        self.image(wi * per + j, x, w, bias, o, col, 1);
-                    }
-                });
+            pool::for_each_chunk_mut(out, per * img_out, |wi, outs| {
+                let mut col = cols[wi].lock().unwrap_or_else(|e| e.into_inner());
+                for (j, o) in outs.chunks_mut(img_out).enumerate() {
+                    self.image(wi * per + j, x, w, bias, o, &mut col, 1);
+                }
+            });
         } else {
             for (b, o) in out.chunks_mut(img_out).enumerate() {
                 self.image(b, x, w, bias, o, col, self.threads);
@@ -186,9 +185,7 @@ impl ConvPlan {
         };
         let plane = oh * ow;
         if threads > 1 {
-            col.par_chunks_mut(plane)
-                .enumerate()
-                .for_each(|(r, row)| fill_row(r, row));
+            pool::for_each_chunk_mut(col, plane, fill_row);
         } else {
             col.chunks_mut(plane)
                 .enumerate()
@@ -227,40 +224,38 @@ impl PoolPlan {
             return;
         }
         let p = &self.p;
-        out.par_chunks_mut(plane_out)
-            .enumerate()
-            .for_each(|(pi, o)| {
-                let xp = &x[pi * h * w..(pi + 1) * h * w];
-                let mut k = 0;
-                for a in &self.wy {
-                    for b in &self.wx {
-                        let mut acc = match p.kind {
-                            PoolKind::Max => f32::NEG_INFINITY,
-                            PoolKind::Avg => 0.0,
-                        };
-                        for i in a.lo..a.hi {
-                            let row = &xp[(a.start + (i * p.dilation[0]) as isize) as usize * w..];
-                            for j in b.lo..b.hi {
-                                let v = row[(b.start + (j * p.dilation[1]) as isize) as usize];
-                                acc = match p.kind {
-                                    PoolKind::Max => acc.max(v),
-                                    PoolKind::Avg => acc + v,
-                                };
-                            }
-                        }
-                        if p.kind == PoolKind::Avg {
-                            let count = if p.count_include_pad {
-                                a.padded * b.padded
-                            } else {
-                                (a.hi - a.lo) * (b.hi - b.lo)
+        pool::for_each_chunk_mut(out, plane_out, |pi, o| {
+            let xp = &x[pi * h * w..(pi + 1) * h * w];
+            let mut k = 0;
+            for a in &self.wy {
+                for b in &self.wx {
+                    let mut acc = match p.kind {
+                        PoolKind::Max => f32::NEG_INFINITY,
+                        PoolKind::Avg => 0.0,
+                    };
+                    for i in a.lo..a.hi {
+                        let row = &xp[(a.start + (i * p.dilation[0]) as isize) as usize * w..];
+                        for j in b.lo..b.hi {
+                            let v = row[(b.start + (j * p.dilation[1]) as isize) as usize];
+                            acc = match p.kind {
+                                PoolKind::Max => acc.max(v),
+                                PoolKind::Avg => acc + v,
                             };
-                            acc = if count == 0 { 0.0 } else { acc / count as f32 };
                         }
-                        o[k] = acc;
-                        k += 1;
                     }
+                    if p.kind == PoolKind::Avg {
+                        let count = if p.count_include_pad {
+                            a.padded * b.padded
+                        } else {
+                            (a.hi - a.lo) * (b.hi - b.lo)
+                        };
+                        acc = if count == 0 { 0.0 } else { acc / count as f32 };
+                    }
+                    o[k] = acc;
+                    k += 1;
                 }
-            });
+            }
+        });
     }
 }
 
@@ -273,12 +268,11 @@ pub(crate) fn global_pool(kind: PoolKind, len: usize, x: &[f32], out: &mut [f32]
         });
         return;
     }
-    out.par_iter_mut()
-        .zip(x.par_chunks(len))
-        .for_each(|(o, row)| {
-            *o = match kind {
-                PoolKind::Max => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
-                PoolKind::Avg => super::norm::sum(row) / len as f32,
-            };
-        });
+    pool::for_each_chunk_mut(out, 1, |i, o| {
+        let row = &x[i * len..(i + 1) * len];
+        o[0] = match kind {
+            PoolKind::Max => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+            PoolKind::Avg => super::norm::sum(row) / len as f32,
+        };
+    });
 }

@@ -2,10 +2,10 @@
 //! lookup), concat and pad.
 
 use crate::fast::memory::Data;
+use crate::fast::pool;
 use crate::interp::index::{split_axis, strides};
 use crate::interp::pad_source;
 use crate::CpuError;
-use rayon::prelude::*;
 use rlx_ir::{DType, PadMode, TensorData};
 
 /// Below this many bytes, copies stay on one thread.
@@ -61,9 +61,7 @@ impl GatherPlan {
             dst.copy_from_slice(&data[src..src + self.row]);
         };
         if out.len() >= PAR_BYTES {
-            out.par_chunks_mut(self.row)
-                .enumerate()
-                .for_each(|(t, d)| copy(t, d));
+            pool::for_each_chunk_mut(out, self.row, copy);
         } else {
             out.chunks_mut(self.row)
                 .enumerate()
@@ -105,9 +103,7 @@ impl ConcatPlan {
             }
         };
         if out.len() >= PAR_BYTES {
-            out.par_chunks_mut(total)
-                .enumerate()
-                .for_each(|(o, d)| copy(o, d));
+            pool::for_each_chunk_mut(out, total, copy);
         } else {
             out.chunks_mut(total)
                 .enumerate()
@@ -204,9 +200,7 @@ impl PadPlan {
             dst[a * e..b * e].copy_from_slice(&srow[(a - before) * e..(b - before) * e]);
         };
         if out.len() >= PAR_BYTES {
-            out.par_chunks_mut(n_out * e)
-                .enumerate()
-                .for_each(|(i, d)| fill_row(i, d));
+            pool::for_each_chunk_mut(out, n_out * e, fill_row);
         } else {
             out.chunks_mut(n_out * e)
                 .enumerate()

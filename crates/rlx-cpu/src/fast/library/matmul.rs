@@ -1,6 +1,6 @@
 //! Batched matmul through the `gemm` crate, and the gemm wrapper other kernels share.
 
-use rayon::prelude::*;
+use crate::fast::pool;
 
 /// A row-major-ish matrix operand: elements at `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
@@ -11,9 +11,10 @@ pub(crate) struct Mat<'a, T> {
 }
 
 /// `c[m x n] (row stride ldc) = (accumulate ? c : 0) + scale * a[m x k] . b[k x n]` through
-/// gemm; `threads > 1` lets gemm split the work over rayon.
+/// gemm; `threads > 1` splits the work over the pool ([`pool`]) by rows, or by columns when
+/// the rows are few, each part one single-threaded gemm call.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm<T: Copy + Default + 'static>(
+pub(crate) fn gemm<T: Copy + Default + Send + Sync + 'static>(
     m: usize,
     n: usize,
     k: usize,
@@ -44,35 +45,62 @@ pub(crate) fn gemm<T: Copy + Default + 'static>(
         (k - 1) * b.rs + (n - 1) * b.cs < b.data.len(),
         "gemm rhs out of bounds"
     );
-    let par = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
+    // One gemm call over rows `rows` and columns `cols` of the result.
+    let part = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, c: *mut T| {
+        // SAFETY: the asserts above keep every strided access of the whole product inside
+        // the slices, a part reads and writes a subset of it, and parts write disjoint
+        // elements of `c`, which does not overlap `a` or `b` (distinct borrows).
+        unsafe {
+            gemm::gemm(
+                rows.len(),
+                cols.len(),
+                k,
+                c.add(rows.start * ldc + cols.start),
+                1,
+                ldc as isize,
+                accumulate,
+                a.data.as_ptr().add(rows.start * a.rs),
+                a.cs as isize,
+                a.rs as isize,
+                b.data.as_ptr().add(cols.start * b.cs),
+                b.cs as isize,
+                b.rs as isize,
+                one,
+                scale,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        }
     };
-    // SAFETY: the asserts above keep every strided access inside the slices, and `c` does
-    // not overlap `a` or `b` (distinct borrows).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            ldc as isize,
-            accumulate,
-            a.data.as_ptr(),
-            a.cs as isize,
-            a.rs as isize,
-            b.data.as_ptr(),
-            b.cs as isize,
-            b.rs as isize,
-            one,
-            scale,
-            false,
-            false,
-            false,
-            par,
-        )
+    let threads = threads.min(pool::threads());
+    if threads <= 1 || m * n * k < 1 << 15 {
+        return part(0..m, 0..n, c.as_mut_ptr());
+    }
+    // about two parts per thread, by rows unless they are too few to share
+    let parts = 2 * threads;
+    let out = OutPtr(c.as_mut_ptr());
+    if m >= parts * 4 || m >= n {
+        let per = m.div_ceil(parts);
+        pool::for_each(m.div_ceil(per), |t| {
+            part(t * per..((t + 1) * per).min(m), 0..n, out.get())
+        });
+    } else {
+        let per = n.div_ceil(parts);
+        pool::for_each(n.div_ceil(per), |t| {
+            part(0..m, t * per..((t + 1) * per).min(n), out.get())
+        });
+    }
+}
+
+/// The result pointer the parts of one product share (each writes its own elements).
+struct OutPtr<T>(*mut T);
+// SAFETY: parts write disjoint elements of the result, which outlives the region.
+unsafe impl<T> Sync for OutPtr<T> {}
+impl<T> OutPtr<T> {
+    fn get(&self) -> *mut T {
+        self.0
     }
 }
 
@@ -157,23 +185,21 @@ impl MatMulPlan {
                 self.threads,
             );
         } else if self.par_batches {
-            c.par_chunks_mut((m * n).max(1))
-                .enumerate()
-                .for_each(|(i, ci)| {
-                    gemm(
-                        m,
-                        n,
-                        k,
-                        mat_a(self.a_off[i]),
-                        mat_b(self.b_off[i]),
-                        ci,
-                        n,
-                        false,
-                        one,
-                        one,
-                        1,
-                    )
-                });
+            pool::for_each_chunk_mut(c, (m * n).max(1), |i, ci| {
+                gemm(
+                    m,
+                    n,
+                    k,
+                    mat_a(self.a_off[i]),
+                    mat_b(self.b_off[i]),
+                    ci,
+                    n,
+                    false,
+                    one,
+                    one,
+                    1,
+                )
+            });
         } else {
             for (i, ci) in c.chunks_mut((m * n).max(1)).enumerate() {
                 let (ao, bo) = (self.a_off[i], self.b_off[i]);

@@ -2,8 +2,8 @@
 //! in parallel; each row is a few vectorizable passes.
 
 use crate::fast::math;
+use crate::fast::pool;
 use crate::interp::arg_better;
-use rayon::prelude::*;
 use rlx_ir::ArgOp;
 
 /// Sum with eight partial accumulators, so the loop vectorizes.
@@ -61,31 +61,28 @@ pub(crate) fn softmax(x: &[f32], out: &mut [f32], n: usize, inner: usize, log: b
         return;
     }
     if inner == 1 {
-        out.par_chunks_mut(n)
-            .zip(x.par_chunks(n))
-            .for_each(|(o, x)| softmax_row(x, o, log));
+        pool::for_each_chunk_mut(out, n, |i, o| softmax_row(&x[i * n..(i + 1) * n], o, log));
         return;
     }
-    out.par_chunks_mut(n * inner)
-        .zip(x.par_chunks(n * inner))
-        .for_each(|(o, x)| {
-            let mut m = vec![f32::NEG_INFINITY; inner];
-            for row in x.chunks(inner) {
-                m.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
+    pool::for_each_chunk_mut(out, n * inner, |i, o| {
+        let x = &x[i * n * inner..(i + 1) * n * inner];
+        let mut m = vec![f32::NEG_INFINITY; inner];
+        for row in x.chunks(inner) {
+            m.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
+        }
+        let mut s = vec![0.0f32; inner];
+        for (orow, row) in o.chunks_mut(inner).zip(x.chunks(inner)) {
+            for ((o, &v), (s, &m)) in orow.iter_mut().zip(row).zip(s.iter_mut().zip(&m)) {
+                *o = math::exp::<false>(v - m);
+                *s += *o;
             }
-            let mut s = vec![0.0f32; inner];
-            for (orow, row) in o.chunks_mut(inner).zip(x.chunks(inner)) {
-                for ((o, &v), (s, &m)) in orow.iter_mut().zip(row).zip(s.iter_mut().zip(&m)) {
-                    *o = math::exp::<false>(v - m);
-                    *s += *o;
-                }
+        }
+        for (orow, row) in o.chunks_mut(inner).zip(x.chunks(inner)) {
+            for ((o, &v), (s, &m)) in orow.iter_mut().zip(row).zip(s.iter().zip(&m)) {
+                *o = if log { v - m - s.ln() } else { *o / s };
             }
-            for (orow, row) in o.chunks_mut(inner).zip(x.chunks(inner)) {
-                for ((o, &v), (s, &m)) in orow.iter_mut().zip(row).zip(s.iter().zip(&m)) {
-                    *o = if log { v - m - s.ln() } else { *o / s };
-                }
-            }
-        });
+        }
+    });
 }
 
 /// Layer norm (with `bias`) or RMS norm (without) over rows of `scale.len()` elements;
@@ -95,9 +92,9 @@ pub(crate) fn norm_rows(x: &[f32], out: &mut [f32], scale: &[f32], bias: Option<
     if len == 0 {
         return;
     }
-    out.par_chunks_mut(len)
-        .zip(x.par_chunks(len))
-        .for_each(|(o, x)| match bias {
+    pool::for_each_chunk_mut(out, len, |i, o| {
+        let x = &x[i * len..(i + 1) * len];
+        match bias {
             Some(b) => {
                 let mean = sum(x) / len as f32;
                 for (o, &v) in o.iter_mut().zip(x) {
@@ -117,7 +114,8 @@ pub(crate) fn norm_rows(x: &[f32], out: &mut [f32], scale: &[f32], bias: Option<
                     *o = v * inv * s;
                 }
             }
-        });
+        }
+    });
 }
 
 /// Index of the max/min along the middle axis of `[outer, n, inner]` (first on ties).
@@ -125,7 +123,7 @@ pub(crate) fn arg_reduce(op: ArgOp, x: &[f32], out: &mut [i64], n: usize, inner:
     if inner == 0 {
         return;
     }
-    out.par_chunks_mut(inner).enumerate().for_each(|(o, dst)| {
+    pool::for_each_chunk_mut(out, inner, |o, dst| {
         let block = &x[o * n * inner..(o + 1) * n * inner];
         for (i, d) in dst.iter_mut().enumerate() {
             let mut best = 0;

@@ -15,7 +15,7 @@
 //! `gemm` crate. `RLX_CPU_PACKED_GEMM=0` turns this path off (an A/B switch).
 
 use super::super::memory::{Data, OutPtr};
-use rayon::prelude::*;
+use crate::fast::pool;
 use std::ops::Range;
 
 /// Columns per weight panel (two 8-lane registers).
@@ -170,7 +170,7 @@ impl PackedRhs {
 }
 
 /// `c[m x n] = a[m x k] . b` with `a` and `c` row-major and contiguous; `threads > 1` splits
-/// the work over the current rayon pool. Needs [`supported`] only for speed: without AVX2
+/// the work over the current pool ([`pool`]). Needs [`supported`] only for speed: without AVX2
 /// and FMA the tiles run in plain Rust.
 pub(crate) fn gemm_packed(m: usize, a: &[f32], b: &PackedRhs, c: &mut [f32], threads: usize) {
     gemm_packed_strided(m, a, b.k, b, c, b.n, threads)
@@ -278,15 +278,14 @@ fn gemm_split(
         // work stealing evens out a thread that runs slow; the rows are first cut into one
         // equal share per thread, so the blocks add up evenly (blocks of the whole range
         // leave one thread a block more: 3 blocks of 256 rows on 2 threads ran at 71%)
-        row_tasks(m, threads)
-            .into_par_iter()
-            .for_each(|rows| run(rows, 0..panels));
+        let tasks = row_tasks(m, threads);
+        pool::for_each(tasks.len(), |t| run(tasks[t].clone(), 0..panels));
     } else {
         // about four tasks per thread; each rereads the activations (L2-resident)
         let per = panels.div_ceil(4 * threads).max(4);
-        (0..panels.div_ceil(per))
-            .into_par_iter()
-            .for_each(|t| run(0..m, t * per..((t + 1) * per).min(panels)));
+        pool::for_each(panels.div_ceil(per), |t| {
+            run(0..m, t * per..((t + 1) * per).min(panels))
+        });
     }
 }
 
@@ -648,10 +647,7 @@ mod tests {
 
     #[test]
     fn matches_f64_reference_over_edge_shapes() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
+        let pool = pool::Pool::new(3).unwrap();
         let shapes = [
             (1, 1, 1),
             (7, 17, 3),
@@ -669,7 +665,7 @@ mod tests {
             let packed = PackedRhs::pack(Data::F32(&b), k, n);
             for threads in [1, 2, 3] {
                 let mut c = vec![f32::NAN; m * n];
-                pool.install(|| gemm_packed(m, &a, &packed, &mut c, threads));
+                pool::with(&pool, || gemm_packed(m, &a, &packed, &mut c, threads));
                 let err = c
                     .iter()
                     .zip(&want)

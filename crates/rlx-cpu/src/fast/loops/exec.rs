@@ -7,7 +7,7 @@
 use super::lanes::{eval_f32, eval_f64, load, Direct, Inst, Lane, Layout, Loader, LANES};
 use super::{LoopExec, Strategy};
 use crate::fast::memory::{dispatch, Data, DataMut, Elem};
-use rayon::prelude::*;
+use crate::fast::pool;
 use rlx_ir::{DType, ReduceOp};
 
 /// Where a kernel input comes from.
@@ -228,9 +228,11 @@ fn drive<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [T]) {
         let _ = r;
     }
     let block = block_len(e);
-    out.par_chunks_mut(block).enumerate().for_each_init(
+    pool::for_each_chunk_mut_init(
+        out,
+        block,
         || Scratch::<L>::new(e),
-        |sc, (bi, chunk)| {
+        |sc, bi, chunk| {
             let mut start = bi * block;
             for sub in chunk.chunks_mut(LANES) {
                 let n = sub.len();
@@ -266,22 +268,20 @@ fn drive_split<T: Elem, L: LaneMath>(e: &LoopExec, srcs: &[Src<'_>], out: &mut [
     let mut start = 0;
     for sub in out.chunks_mut(LANES) {
         for j in 0..sub.len() {
-            let partials: Vec<L> = (0..n_parts)
-                .into_par_iter()
-                .map_init(
-                    || Scratch::<L>::new(e),
-                    |s, p| {
-                        reduce_point(
-                            e,
-                            s,
-                            srcs,
-                            start + j,
-                            p * step,
-                            ((p + 1) * step).min(e.n_red),
-                        )
-                    },
-                )
-                .collect();
+            let partials: Vec<L> = pool::map_init(
+                n_parts,
+                || Scratch::<L>::new(e),
+                |s, p| {
+                    reduce_point(
+                        e,
+                        s,
+                        srcs,
+                        start + j,
+                        p * step,
+                        ((p + 1) * step).min(e.n_red),
+                    )
+                },
+            );
             let acc = partials
                 .into_iter()
                 .fold(L::identity(r.op), |a, b| L::combine(r.op, a, b));
