@@ -7,7 +7,7 @@
 
 /// `a * b + c`, fused when `FMA`.
 #[inline(always)]
-fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA {
         a.mul_add(b, c)
     } else {
@@ -44,6 +44,32 @@ pub fn exp<const FMA: bool>(x: f32) -> f32 {
         x
     } else {
         v
+    }
+}
+
+/// e^x for softmax arguments (x <= 0 after the row max is subtracted): the polynomial of
+/// [`exp`] with one power-of-two scale and no overflow branch; below -87 (where e^x is
+/// under the smallest normal f32) the result is 0, as for a masked -inf. NaN in, NaN out.
+#[inline(always)]
+pub fn exp_nonpositive<const FMA: bool>(x: f32) -> f32 {
+    // `<` keeps a NaN as it is (f32::max would replace it)
+    let xc = if x < -87.0 { -87.0 } else { x };
+    let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
+    let n_f = t - 12_582_912.0;
+    let n = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let r = xc - n_f * 0.693_359_4 - n_f * -2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4f32;
+    p = madd::<FMA>(p, r, 1.398_199_9e-3);
+    p = madd::<FMA>(p, r, 8.333_452e-3);
+    p = madd::<FMA>(p, r, 4.166_579_6e-2);
+    p = madd::<FMA>(p, r, 1.666_666_5e-1);
+    p = madd::<FMA>(p, r, 5e-1);
+    let y = madd::<FMA>(p, r * r, r) + 1.0;
+    let scale = f32::from_bits((n.wrapping_add(127) as u32).wrapping_shl(23));
+    if x < -87.0 {
+        0.0
+    } else {
+        y * scale
     }
 }
 

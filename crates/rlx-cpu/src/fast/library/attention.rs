@@ -151,8 +151,10 @@ impl AttnPlan {
         self.workers * self.per_worker()
     }
 
+    /// Each worker's scratch: its scores, one reciprocal row sum per query, and its result
+    /// matrix when the result is not packed.
     fn per_worker(&self) -> usize {
-        self.sq * self.sk + if self.scatter { self.sq * self.dv } else { 0 }
+        self.sq * self.sk + self.sq + if self.scatter { self.sq * self.dv } else { 0 }
     }
 
     /// True when every batch's operands lie inside the buffers given (checked once per run:
@@ -223,7 +225,7 @@ impl AttnPlan {
         let dst = OutPtr(out.as_mut_ptr());
         pool::for_each(scratch.len(), |w| {
             let mut s = scratch_of(w);
-            let (scores, tile) = s.split_at_mut(sq * sk);
+            let (scores, tile) = s.split_at_mut(sq * sk + sq);
             let mut ops = packed.then(|| (PackedRhs::empty(), PackedRhs::empty()));
             for b in w * per..((w + 1) * per).min(n_batch) {
                 self.one(b, q, k, v, mask, tile, scores, ops.as_mut(), gemm_threads);
@@ -271,13 +273,17 @@ impl AttnPlan {
             &k[ko.off[b]..ko.end(b, sk, d)],
             &v[vo.off[b]..vo.end(b, sk, dv)],
         );
+        // the probabilities stay unnormalised through p.v; each result row is divided by
+        // its sum afterwards (dv values a row instead of sk)
+        let (s, inv) = s.split_at_mut(sq * sk);
+        let inv = &mut inv[..sq];
         match ops {
             Some((kt, vp)) if qo.cs == 1 && qo.rs >= d => {
                 // k^T[d x sk]: element (i, j) is k[j][i]
                 kt.repack(k, d, sk, ko.cs, ko.rs);
                 vp.repack(v, sk, dv, vo.rs, vo.cs);
                 packed_gemm::gemm_packed_strided(sq, q, qo.rs, kt, s, sk, threads);
-                self.softmax(b, s, mask);
+                self.softmax(b, s, inv, mask);
                 packed_gemm::gemm_packed(sq, s, vp, out, threads);
             }
             _ => {
@@ -295,7 +301,7 @@ impl AttnPlan {
                     1.0,
                     threads,
                 );
-                self.softmax(b, s, mask);
+                self.softmax(b, s, inv, mask);
                 let p = mat(&*s, sk, 1);
                 gemm(
                     sq,
@@ -312,21 +318,26 @@ impl AttnPlan {
                 );
             }
         }
+        for (row, &r) in out.chunks_mut(dv).zip(inv.iter()) {
+            row.iter_mut().for_each(|x| *x *= r);
+        }
     }
 
-    /// Scales, masks and normalises the score rows of batch `b` in place.
-    fn softmax(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
+    /// Masks and exponentiates the score rows of batch `b` in place (`e^(scale * (x - max))`,
+    /// unnormalised) and writes each row's reciprocal sum to `inv` (0 for a row with every
+    /// key masked, which is zeroed).
+    fn softmax(&self, b: usize, s: &mut [f32], inv: &mut [f32], mask: Option<&[f32]>) {
         #[cfg(target_arch = "x86_64")]
         if packed_gemm::avx512() {
             // SAFETY: AVX-512F (with AVX2 and FMA) is present.
-            return unsafe { self.softmax_avx512(b, s, mask) };
+            return unsafe { self.softmax_avx512(b, s, inv, mask) };
         }
         #[cfg(target_arch = "x86_64")]
         if packed_gemm::fma() {
             // SAFETY: AVX2 and FMA are present.
-            return unsafe { self.softmax_fma(b, s, mask) };
+            return unsafe { self.softmax_fma(b, s, inv, mask) };
         }
-        self.softmax_rows::<false>(b, s, mask)
+        self.softmax_rows::<false>(b, s, inv, mask)
     }
 
     /// [`AttnPlan::softmax`] compiled for AVX-512, so the exp pass runs 16 lanes wide.
@@ -335,8 +346,14 @@ impl AttnPlan {
     /// AVX-512F, AVX2 and FMA are present.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn softmax_avx512(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
-        self.softmax_rows::<true>(b, s, mask)
+    unsafe fn softmax_avx512(
+        &self,
+        b: usize,
+        s: &mut [f32],
+        inv: &mut [f32],
+        mask: Option<&[f32]>,
+    ) {
+        self.softmax_rows::<true>(b, s, inv, mask)
     }
 
     /// [`AttnPlan::softmax`] compiled for AVX2/FMA, so every pass vectorises 8 lanes wide.
@@ -345,14 +362,25 @@ impl AttnPlan {
     /// AVX2 and FMA are present.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn softmax_fma(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
-        self.softmax_rows::<true>(b, s, mask)
+    unsafe fn softmax_fma(&self, b: usize, s: &mut [f32], inv: &mut [f32], mask: Option<&[f32]>) {
+        self.softmax_rows::<true>(b, s, inv, mask)
     }
 
     #[inline(always)]
-    fn softmax_rows<const FMA: bool>(&self, b: usize, s: &mut [f32], mask: Option<&[f32]>) {
+    fn softmax_rows<const FMA: bool>(
+        &self,
+        b: usize,
+        s: &mut [f32],
+        inv: &mut [f32],
+        mask: Option<&[f32]>,
+    ) {
         let (sq, sk, scale) = (self.sq, self.sk, self.scale);
-        for (i, row) in s.chunks_mut(sk).enumerate() {
+        // Without a mask to add to the scaled scores, the scale folds into the exponent's
+        // FMA (a positive scale keeps the max where it is); with one, the scores are scaled
+        // and masked first.
+        let folded = mask.is_none() && scale > 0.0;
+        let k = if folded { scale } else { 1.0 };
+        for (i, (row, inv)) in s.chunks_mut(sk).zip(inv.iter_mut()).enumerate() {
             match mask {
                 Some(m) if self.m_cs == 1 => {
                     let m = &m[self.m_off[b] + i * self.m_rs..][..sk];
@@ -366,6 +394,7 @@ impl AttnPlan {
                         *x = *x * scale + m[base + j * self.m_cs];
                     }
                 }
+                None if folded => {}
                 None => row.iter_mut().for_each(|x| *x *= scale),
             }
             if self.mask == AttnMask::Causal {
@@ -376,24 +405,25 @@ impl AttnPlan {
             let max = super::norm::max(row);
             if max == f32::NEG_INFINITY {
                 row.fill(0.0);
+                *inv = 0.0;
                 continue;
             }
+            let shift = -k * max;
             // exp and its sum in one pass, sixteen partial sums so the loop vectorises
             let mut acc = [0.0f32; 16];
             let mut chunks = row.chunks_exact_mut(16);
             for c in &mut chunks {
                 for (a, x) in acc.iter_mut().zip(c.iter_mut()) {
-                    *x = math::exp::<FMA>(*x - max);
+                    *x = math::exp_nonpositive::<FMA>(math::madd::<FMA>(*x, k, shift));
                     *a += *x;
                 }
             }
             let mut total = 0.0;
             for x in chunks.into_remainder() {
-                *x = math::exp::<FMA>(*x - max);
+                *x = math::exp_nonpositive::<FMA>(math::madd::<FMA>(*x, k, shift));
                 total += *x;
             }
-            let inv = 1.0 / (acc.iter().sum::<f32>() + total);
-            row.iter_mut().for_each(|x| *x *= inv);
+            *inv = 1.0 / (acc.iter().sum::<f32>() + total);
         }
     }
 }
