@@ -357,21 +357,31 @@ unsafe fn block(
                     options(nostack, readonly)
                 );
             }
-            let acc_ptr = acc.as_mut_ptr() as *mut u8;
+            let c0 = pair * B2;
+            let nc = B2.min(n.saturating_sub(c0));
+            // A whole 32 x 32 f32 block goes from the tiles straight to its rows of `c`;
+            // partial blocks and bf16 results go through `acc` first.
+            let (dst, ld) = match c {
+                OutPtr::F32(c) if mr == B2 && nc == B2 => {
+                    (c.add((r0 - c_row) * n + c0) as *mut u8, n * 4)
+                }
+                _ => (acc.as_mut_ptr() as *mut u8, B2 * 4),
+            };
             asm!(
                 "tilestored [{p0} + {ld}], tmm0",
                 "tilestored [{p1} + {ld}], tmm1",
                 "tilestored [{p2} + {ld}], tmm2",
                 "tilestored [{p3} + {ld}], tmm3",
-                p0 = in(reg) acc_ptr,
-                p1 = in(reg) acc_ptr.add(T * 4),
-                p2 = in(reg) acc_ptr.add(T * B2 * 4),
-                p3 = in(reg) acc_ptr.add(T * B2 * 4 + T * 4),
-                ld = in(reg) B2 * 4,
+                p0 = in(reg) dst,
+                p1 = in(reg) dst.add(T * 4),
+                p2 = in(reg) dst.add(T * ld),
+                p3 = in(reg) dst.add(T * ld + T * 4),
+                ld = in(reg) ld,
                 options(nostack)
             );
-            let c0 = pair * B2;
-            let nc = B2.min(n.saturating_sub(c0));
+            if dst != acc.as_mut_ptr() as *mut u8 {
+                continue;
+            }
             for (r, row) in acc.iter().enumerate().take(mr) {
                 let at = (r0 + r - c_row) * n + c0;
                 match c {
