@@ -201,6 +201,7 @@ impl CudaProgram {
             flash_attention: Target::flash_from_env(),
             flash_warps: Target::flash_warps_from_env(),
             flash_keys: Target::flash_keys_from_env(),
+            flash_resident: Target::switch_from_env("RLX_CUDA_FLASH_RESIDENT"),
         })
     }
 

@@ -299,6 +299,27 @@ fn flash_attention_tiles_follow_the_problem() {
     // Causal blocks stop at their last visible key tile.
     let k = flash("flash_causal_sq17_sk40_f16");
     assert!(k.source.contains("kvis"), "{}", k.source);
+    // 768 matrices of 128 queries (head size 32): both 64-key tiles fit at once, so a block
+    // loads them once and runs both 64-query tiles of its matrix; causal blocks do not.
+    for mask in ["none", "additive"] {
+        let k = flash(&format!("flash_{mask}_d32_s128_bh768_f16"));
+        assert_eq!((k.launch.grid[0], k.launch.block), (768, 128));
+        assert!(
+            k.label.contains("all 2 resident for 2 query tiles"),
+            "{}",
+            k.label
+        );
+    }
+    let k = flash("flash_causal_d32_s128_bh768_f16");
+    assert_eq!(k.launch.grid[0], 768 * 2);
+    let per_tile = Target {
+        flash_resident: false,
+        ..Target::h200()
+    };
+    let p = plan_for(flash_cases(), "flash_none_d32_s128_bh768_f16", &per_tile).1;
+    let k = flash_kernels(&p)[0].clone();
+    assert_eq!(k.launch.grid[0], 768 * 2);
+    assert!(k.label.contains("2 in flight"), "{}", k.label);
 }
 
 #[test]

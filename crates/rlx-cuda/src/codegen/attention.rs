@@ -463,6 +463,16 @@ pub fn flash_mma(
     let q_tiles = sq.div_ceil(bq);
     let n_kt = sk.div_ceil(bk);
     let (kld, vld) = (d + 8, dv + 8);
+    // Resident: when every key/value tile is in shared memory at once and blocks stay
+    // plentiful, a block loads them once and runs all query tiles of its matrix over them
+    // (half the K/V traffic at two query tiles); causal blocks keep their own key range.
+    let resident = ctx.target.flash_resident
+        && stages >= n_kt
+        && q_tiles > 1
+        && mask != AttnMask::Causal
+        && batch >= 4 * ctx.target.sm_count as usize;
+    let qpb = if resident { q_tiles } else { 1 };
+    let q_blocks = q_tiles.div_ceil(qpb);
     let log2e = std::f64::consts::LOG2_E;
     let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
     // 32-bit offsets when every operand's and the result's reach fits: fewer registers and
@@ -601,7 +611,10 @@ pub fn flash_mma(
         .replace("@SCALE@", &format!("{:?}f", (scale * log2e) as f32))
         .replace("@MINB@", &min_blocks(d, dv, bk, threads))
         .replace("@T@", &threads.to_string())
-        .replace("@QT@", &q_tiles.to_string())
+        .replace("@QB@", &q_blocks.to_string())
+        .replace("@QPB@", &qpb.to_string())
+        .replace("@RESIDENT@", if resident { "1" } else { "0" })
+        .replace("@NKTALL@", &n_kt.to_string())
         .replace("@BQ@", &bq.to_string())
         .replace("@BK@", &bk.to_string())
         .replace("@ST@", &stages.to_string())
@@ -621,13 +634,18 @@ pub fn flash_mma(
         .replace("@SQ@", &sq.to_string())
         .replace("@TY@", ty);
     let launch = Launch {
-        grid: [(batch * q_tiles).clamp(1, i32::MAX as usize) as u32, 1],
+        grid: [(batch * q_blocks).clamp(1, i32::MAX as usize) as u32, 1],
         block: threads as u32,
         shared_bytes: tiles.shared_bytes as u32,
     };
     let mut k = finish(&ctx.kernel.name, "flash_mma", text, launch, args);
+    let flow = if resident {
+        format!("all {n_kt} resident for {qpb} query tiles")
+    } else {
+        format!("{stages} in flight")
+    };
     k.label += &format!(
-        " [tensor-core flash {ty} d{d}/{dv}: {bq}q x {bk}k tiles, {stages} in flight, {warps} warps, {}]",
+        " [tensor-core flash {ty} d{d}/{dv}: {bq}q x {bk}k tiles, {flow}, {warps} warps, {}]",
         match mask {
             AttnMask::None => "no mask",
             AttnMask::Causal => "causal",
@@ -646,19 +664,32 @@ extern __shared__ __align__(16) unsigned short rlx_fsmem[];
 const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 const int g = lane >> 2, tq = lane & 3;
 const float ninf = __int_as_float(0xff800000);
-const long long bi = blockIdx.x / @QT@;
-const int q0 = (int)(blockIdx.x % @QT@) * @BQ@;
-@BATCH@const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
-@NKT@auto load_tile = [&](int kt, int buf) {
+// A block takes QPB consecutive query tiles of one (batch, head) matrix.
+const long long bi = blockIdx.x / @QB@;
+const int qbase = (int)(blockIdx.x % @QB@) * (@QPB@ * @BQ@);
+@BATCH@auto load_tile = [&](int kt, int buf) {
 unsigned short* kb = rlx_fsmem + buf * (@BK@ * @KLD@);
 unsigned short* vb = rlx_fsmem + @ST@ * (@BK@ * @KLD@) + buf * (@BK@ * @VLD@);
 @LOADK@@LOADV@};
+#if @RESIDENT@
+// Every key/value tile of the matrix, loaded once for all of the block's query tiles.
+for (int t = 0; t < @NKTALL@; ++t) load_tile(t, t);
+rlx_cp_async_commit();
+rlx_cp_async_wait<0>();
+__syncthreads();
+#endif
+for (int qp = 0; qp < @QPB@; ++qp) {
+const int q0 = qbase + qp * @BQ@;
+if (q0 >= @SQ@) break;
+const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+@NKT@#if !@RESIDENT@
 // The first key/value tiles are on their way while Q is read.
 #pragma unroll
 for (int t = 0; t < @ST@ - 1; ++t) {
 if (t < n_kt) load_tile(t, t);
 rlx_cp_async_commit();
 }
+#endif
 // Q as A fragments, loaded once (rows past sq are zeros); qe2(row, c) is the pair of
 // elements c, c + 1 of a row, low half first.
 unsigned qa[@DC@][4];
@@ -679,10 +710,12 @@ for (int n = 0; n < @DVT@; ++n) { o[n][0] = 0.0f; o[n][1] = 0.0f; o[n][2] = 0.0f
 // Running max (log2 domain) and this lane's share of the running sum, rows r0 and r1.
 float m0 = ninf, m1 = ninf, l0 = 0.0f, l1 = 0.0f;
 for (int kt = 0; kt < n_kt; ++kt) {
+#if !@RESIDENT@
 if (kt + @ST@ - 1 < n_kt) load_tile(kt + @ST@ - 1, (kt + @ST@ - 1) % @ST@);
 rlx_cp_async_commit();
 rlx_cp_async_wait<@ST@ - 1>();
 __syncthreads();
+#endif
 const unsigned short* kb = rlx_fsmem + (kt % @ST@) * (@BK@ * @KLD@);
 const unsigned short* vb = rlx_fsmem + @ST@ * (@BK@ * @KLD@) + (kt % @ST@) * (@BK@ * @VLD@);
 // S = Q K^T: per 16 keys one ldmatrix.x4 gives B fragments of two n-tiles (keys +0..7 and
@@ -770,6 +803,7 @@ if (r0 < @SQ@) { const int i = r0; const float v0 = o[n][0] * inv0, v1 = o[n][1]
 @STORE@}
 if (r1 < @SQ@) { const int i = r1; const float v0 = o[n][2] * inv1, v1 = o[n][3] * inv1;
 @STORE@}
+}
 }
 }
 "#;

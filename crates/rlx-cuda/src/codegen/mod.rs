@@ -60,6 +60,10 @@ pub struct Target {
     /// most keys per flash-attention key/value tile: 0 chooses (64), or what
     /// `RLX_CUDA_FLASH_KEYS` says (16, 32 or 64)
     pub flash_keys: usize,
+    /// a flash block loads a matrix's keys and values once and runs every query tile of it
+    /// over them when they all fit in shared memory (and blocks stay plentiful); false
+    /// (`RLX_CUDA_FLASH_RESIDENT=0`) gives each query tile its own block
+    pub flash_resident: bool,
 }
 
 impl Target {
@@ -73,6 +77,7 @@ impl Target {
             flash_attention: true,
             flash_warps: Target::flash_warps_from_env(),
             flash_keys: Target::flash_keys_from_env(),
+            flash_resident: Target::switch_from_env("RLX_CUDA_FLASH_RESIDENT"),
         }
     }
 
@@ -111,7 +116,12 @@ impl Target {
     /// Whether the environment leaves tensor-core flash attention on: true unless
     /// `RLX_CUDA_FLASH=0`.
     pub fn flash_from_env() -> bool {
-        std::env::var("RLX_CUDA_FLASH").map_or(true, |v| v != "0")
+        Target::switch_from_env("RLX_CUDA_FLASH")
+    }
+
+    /// An on/off switch from the environment: on unless the variable is `0`.
+    pub fn switch_from_env(var: &str) -> bool {
+        std::env::var(var).map_or(true, |v| v != "0")
     }
 }
 

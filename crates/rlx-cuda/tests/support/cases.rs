@@ -440,8 +440,8 @@ pub fn head_split_cases() -> Vec<Case> {
 
 /// Attention the tensor-core flash kernel takes (f16 and bf16, sm_80+): head sizes 32, 64
 /// and 128; sequences of 1, 17, 128 and 300 (ragged key and query tiles); 1 and 24
-/// (batch x heads) matrices; no mask, causal and additive masks; default and explicit
-/// scales. Then the corners: causal with fewer queries than keys, a decode-like step (one
+/// (batch x heads) matrices, and 768 of head size 32 (one block per matrix, its keys and
+/// values resident); no mask, causal and additive masks; default and explicit scales. Then the corners: causal with fewer queries than keys, a decode-like step (one
 /// query against 300 keys with a key-padding mask of zeros and -inf), a fully masked query
 /// row (zeros, as the interpreter defines), a key-padding mask broadcast over rows, k/v
 /// broadcast over heads, a value head size other than the query's, and a fused epilogue.
@@ -456,6 +456,9 @@ pub fn flash_cases() -> Vec<Case> {
                 (128, 300, 1, 1, None),
                 (64, 300, 2, 12, Some(0.2)),
                 (128, 17, 2, 12, Some(1.0)),
+                // matrices enough for a block per matrix: keys and values stay resident
+                // while the block runs both query tiles
+                (32, 128, 64, 12, None),
             ] {
                 let name = format!("flash_{mask}_d{d}_s{seq}_bh{}_{dt}", batch * heads);
                 let mut b = Builder::new(&name, dt);
