@@ -417,7 +417,11 @@ fn vectorizable(l: &Layout, chunk: isize) -> bool {
 /// folded in), so neither S nor P ever reaches memory. Masks none / causal (key tiles past a
 /// block's last visible key are skipped) / additive (broadcast as in [`emit`]); a row whose
 /// keys are all masked yields zeros, as the interpreter defines. Q, K, V and the result go
-/// through `layouts`.
+/// through `layouts`. When every key/value tile of a matrix is in flight at once, the mask
+/// is not causal and there are at least four matrices per SM, a block is *resident*: it
+/// loads its matrix's K and V once and runs every query tile of it over them (each query
+/// tile had its own block reloading K and V before; attention 0.0568 → 0.0555 ms per layer
+/// for the encoder at batch 256 on an H200), `Target::flash_resident`.
 ///
 /// Fragment layouts relied on (PTX ISA, `mma.m16n8k16` with 16-bit A/B, f32 C/D; lane
 /// `t`, `g = t / 4`, `tq = t % 4`; a `.b32` register holds two 16-bit values, the lower
