@@ -45,7 +45,7 @@ pub struct Args {
     /// Device (quantized matmul runs on `cpu` today).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Worker threads (default: RAYON_NUM_THREADS or all cores).
+    /// Worker threads (default: RLX_CPU_THREADS, else RAYON_NUM_THREADS, else all cores).
     #[arg(long)]
     threads: Option<usize>,
 }
