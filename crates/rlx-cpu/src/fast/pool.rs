@@ -14,7 +14,7 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -206,9 +206,14 @@ impl Pool {
         let guard = if inline {
             None
         } else {
-            self.caller.try_lock().ok()
+            match self.caller.try_lock() {
+                Ok(g) => Some(g),
+                // a region that panicked earlier left nothing behind but the flag
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            }
         };
-        let Some(_guard) = guard else {
+        let Some(guard) = guard else {
             (0..n).for_each(f);
             return;
         };
@@ -235,6 +240,7 @@ impl Pool {
             std::hint::spin_loop();
         }
         s.job.store(ptr::null_mut(), Release);
+        drop(guard);
         assert!(
             !job.panicked.load(Relaxed),
             "a task of a parallel region panicked"
@@ -457,6 +463,8 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(ran.load(Relaxed), 16);
+        // the next region still shares out its tasks (the pool is not left held)
+        assert!(!pool.caller.is_poisoned() && pool.caller.try_lock().is_ok());
         // the pool still works
         let n = AtomicU64::new(0);
         pool.for_each(10, &|_| {
