@@ -282,15 +282,20 @@ impl<'a> DataMut<'a> {
 }
 
 /// A raw output pointer shared by parallel tasks that write disjoint elements.
-#[derive(Clone, Copy)]
-pub(crate) struct OutPtr(pub *mut f32);
+pub(crate) struct OutPtr<T = f32>(pub *mut T);
+impl<T> Clone for OutPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for OutPtr<T> {}
 // SAFETY: tasks write pairwise disjoint elements through it (see the call sites).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+unsafe impl<T: Send> Send for OutPtr<T> {}
+unsafe impl<T: Send> Sync for OutPtr<T> {}
 
-impl OutPtr {
+impl<T> OutPtr<T> {
     /// The pointer (a method, so closures capture the whole `Send + Sync` wrapper).
-    pub fn ptr(self) -> *mut f32 {
+    pub fn ptr(self) -> *mut T {
         self.0
     }
 }

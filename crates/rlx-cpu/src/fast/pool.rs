@@ -10,6 +10,7 @@
 //! its tasks inline on the calling thread; [`with`] chooses the pool the regions of a run
 //! use (a program's own, else the global one).
 
+use super::memory::OutPtr;
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -359,13 +360,13 @@ pub fn for_each_chunk_mut_init<T: Send, S>(
     // chunk made a task of every 384-element row of a layer norm, and the shared task
     // counter's cache line cost more than the rows.
     let groups = chunks.min(8 * threads());
-    let base = SendPtr(out.as_mut_ptr());
+    let base = OutPtr(out.as_mut_ptr());
     for_each_init(groups, init, |s, g| {
         for i in chunks * g / groups..chunks * (g + 1) / groups {
             let lo = i * size;
             let hi = (lo + size).min(len);
             // SAFETY: the chunks are disjoint and inside `out`, which outlives the region.
-            let chunk = unsafe { std::slice::from_raw_parts_mut(base.get().add(lo), hi - lo) };
+            let chunk = unsafe { std::slice::from_raw_parts_mut(base.ptr().add(lo), hi - lo) };
             f(s, i, chunk);
         }
     });
@@ -383,23 +384,6 @@ pub fn map_init<S, R: Send>(
     out.into_iter()
         .map(|r| r.expect("every task ran"))
         .collect()
-}
-
-/// A raw pointer tasks may share (each writes a disjoint part).
-struct SendPtr<T>(*mut T);
-impl<T> Clone for SendPtr<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for SendPtr<T> {}
-// SAFETY: used only for disjoint writes inside one region, which outlives none of them.
-unsafe impl<T: Send> Send for SendPtr<T> {}
-unsafe impl<T: Send> Sync for SendPtr<T> {}
-impl<T> SendPtr<T> {
-    fn get(self) -> *mut T {
-        self.0
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Batched matmul through the `gemm` crate, and the gemm wrapper other kernels share.
 
+use crate::fast::memory::OutPtr;
 use crate::fast::pool;
 
 /// A row-major-ish matrix operand: elements at `data[i * rs + j * cs]`.
@@ -84,23 +85,13 @@ pub(crate) fn gemm<T: Copy + Default + Send + Sync + 'static>(
     if m >= parts * 4 || m >= n {
         let per = m.div_ceil(parts);
         pool::for_each(m.div_ceil(per), |t| {
-            part(t * per..((t + 1) * per).min(m), 0..n, out.get())
+            part(t * per..((t + 1) * per).min(m), 0..n, out.ptr())
         });
     } else {
         let per = n.div_ceil(parts);
         pool::for_each(n.div_ceil(per), |t| {
-            part(0..m, t * per..((t + 1) * per).min(n), out.get())
+            part(0..m, t * per..((t + 1) * per).min(n), out.ptr())
         });
-    }
-}
-
-/// The result pointer the parts of one product share (each writes its own elements).
-struct OutPtr<T>(*mut T);
-// SAFETY: parts write disjoint elements of the result, which outlives the region.
-unsafe impl<T> Sync for OutPtr<T> {}
-impl<T> OutPtr<T> {
-    fn get(&self) -> *mut T {
-        self.0
     }
 }
 
