@@ -15,13 +15,11 @@ pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
-/// e^x, Cephes polynomial with a two-step power-of-two scale so that results in the
-/// subnormal range stay accurate. NaN in, NaN out.
+/// e^xc as `(y, n)` with e^xc = y * 2^n: the Cephes reduction (x*log2(e) rounded to
+/// nearest with the 1.5*2^23 trick — no libm, no SSE4.1 needed) and polynomial, for `xc`
+/// already inside the f32 exp range.
 #[inline(always)]
-pub fn exp<const FMA: bool>(x: f32) -> f32 {
-    let over = x > 88.722_84;
-    let xc = x.clamp(-104.0, 88.722_84);
-    // Round x*log2(e) to nearest with the 1.5*2^23 trick (no libm, no SSE4.1 needed).
+fn exp_parts<const FMA: bool>(xc: f32) -> (f32, i32) {
     let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
     let n_f = t - 12_582_912.0;
     let n = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
@@ -32,12 +30,23 @@ pub fn exp<const FMA: bool>(x: f32) -> f32 {
     p = madd::<FMA>(p, r, 4.166_579_6e-2);
     p = madd::<FMA>(p, r, 1.666_666_5e-1);
     p = madd::<FMA>(p, r, 5e-1);
-    let y = madd::<FMA>(p, r * r, r) + 1.0;
+    (madd::<FMA>(p, r * r, r) + 1.0, n)
+}
+
+/// 2^n as an f32, for n in the normal exponent range.
+#[inline(always)]
+fn pow2(n: i32) -> f32 {
+    f32::from_bits((n.wrapping_add(127) as u32).wrapping_shl(23))
+}
+
+/// e^x, Cephes polynomial with a two-step power-of-two scale so that results in the
+/// subnormal range stay accurate. NaN in, NaN out.
+#[inline(always)]
+pub fn exp<const FMA: bool>(x: f32) -> f32 {
+    let over = x > 88.722_84;
+    let (y, n) = exp_parts::<FMA>(x.clamp(-104.0, 88.722_84));
     let n1 = n >> 1;
-    let n2 = n.wrapping_sub(n1);
-    let s1 = f32::from_bits((n1.wrapping_add(127) as u32).wrapping_shl(23));
-    let s2 = f32::from_bits((n2.wrapping_add(127) as u32).wrapping_shl(23));
-    let v = y * s1 * s2;
+    let v = y * pow2(n1) * pow2(n.wrapping_sub(n1));
     if over {
         f32::INFINITY
     } else if x.is_nan() {
@@ -53,23 +62,11 @@ pub fn exp<const FMA: bool>(x: f32) -> f32 {
 #[inline(always)]
 pub fn exp_nonpositive<const FMA: bool>(x: f32) -> f32 {
     // `<` keeps a NaN as it is (f32::max would replace it)
-    let xc = if x < -87.0 { -87.0 } else { x };
-    let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
-    let n_f = t - 12_582_912.0;
-    let n = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
-    let r = xc - n_f * 0.693_359_4 - n_f * -2.121_944_4e-4;
-    let mut p = 1.987_569_1e-4f32;
-    p = madd::<FMA>(p, r, 1.398_199_9e-3);
-    p = madd::<FMA>(p, r, 8.333_452e-3);
-    p = madd::<FMA>(p, r, 4.166_579_6e-2);
-    p = madd::<FMA>(p, r, 1.666_666_5e-1);
-    p = madd::<FMA>(p, r, 5e-1);
-    let y = madd::<FMA>(p, r * r, r) + 1.0;
-    let scale = f32::from_bits((n.wrapping_add(127) as u32).wrapping_shl(23));
+    let (y, n) = exp_parts::<FMA>(if x < -87.0 { -87.0 } else { x });
     if x < -87.0 {
         0.0
     } else {
-        y * scale
+        y * pow2(n)
     }
 }
 
