@@ -61,10 +61,15 @@ fn print_plan(batch: usize) {
     let plan = rlx_cuda::plan::plan(&program, &target).expect("plans");
     for step in &plan.steps {
         match step {
-            rlx_cuda::plan::Step::Kernel(k) => println!(
-                "kernel {} {} grid={:?} block={}",
-                k.label, k.function, k.launch.grid, k.launch.block
-            ),
+            rlx_cuda::plan::Step::Kernel(k) => {
+                println!(
+                    "kernel {} {} grid={:?} block={}",
+                    k.label, k.function, k.launch.grid, k.launch.block
+                );
+                if common::flag("--source") {
+                    println!("{}", k.source);
+                }
+            }
             rlx_cuda::plan::Step::Gemm(g) => println!(
                 "gemm {} bias={} act={:?}",
                 g.describe(),

@@ -310,6 +310,14 @@ fn flash_attention_tiles_follow_the_problem() {
             k.label
         );
     }
+    // Without a mask or key guard the scale rides on the exponent's FMA (the row max is
+    // taken unscaled); masked and guarded kernels scale every score first.
+    let k = flash("flash_none_d32_s128_bh768_f16");
+    assert!(k.source.contains("rlx_ex2(fmaf(s[n][0], "), "{}", k.source);
+    assert!(!k.source.contains("float x = s[n][e] *"), "{}", k.source);
+    let k = flash("flash_additive_d32_s128_bh768_f16");
+    assert!(k.source.contains("float x = s[n][e] *"), "{}", k.source);
+    assert!(k.source.contains("rlx_ex2(s[n][0] - mu0)"), "{}", k.source);
     let k = flash("flash_causal_d32_s128_bh768_f16");
     assert_eq!(k.launch.grid[0], 768 * 2);
     let per_tile = Target {
