@@ -29,8 +29,18 @@ const LAYERS: usize = SHAPE.layers;
 const SEQ: usize = SHAPE.seq;
 
 /// The encoder for `batch` sequences, fp16; weights from a fixed seed (same for every batch).
+/// `--gelu-tanh` builds it with the tanh-approximated GELU (which cuBLASLt fuses into the
+/// FFN GEMM), to measure what a fused activation would save.
 fn encoder(batch: usize) -> SampleModel {
-    sample::encoder(SHAPE, batch, DType::F16)
+    let shape = if common::flag("--gelu-tanh") {
+        EncoderShape {
+            activation: rlx_ir::UnaryOp::GeluTanh,
+            ..SHAPE
+        }
+    } else {
+        SHAPE
+    };
+    sample::encoder(shape, batch, DType::F16)
 }
 
 fn dump(dir: &str, m: &SampleModel, input: &Tensor, out: &Tensor) -> std::io::Result<()> {
