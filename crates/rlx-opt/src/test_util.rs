@@ -51,12 +51,8 @@ pub fn run_program(p: &KernelProgram, g: &Graph, seed: u64) -> Vec<(String, Tens
         .unwrap_or_else(|e| panic!("run_program_reference: {e}\n{p}"))
 }
 
-/// Relative L2 distance of two tensors (NaN and infinities must match exactly).
-pub fn rel_l2(a: &Tensor, b: &Tensor) -> f64 {
-    rel_l2_floored(a, b, 0.0)
-}
-
-/// [`rel_l2`] with the reference's RMS taken as at least `floor`: an output that cancels
+/// Relative L2 distance of `a` from `b` (non-finite values must match exactly), with the
+/// reference's RMS taken as at least `floor`: an output that cancels
 /// to a small value (gelu(0.92) - 0.758 ≈ -0.002 in one random graph) is judged against
 /// the scale of the values it came from, so one f32 rounding of an O(1) intermediate
 /// (6e-8 there) does not read as a 3e-5 relative error.
