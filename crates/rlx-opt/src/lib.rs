@@ -27,6 +27,7 @@ mod rebuild;
 pub use error::{LegalizeError, OptError, UnsupportedNode};
 pub use legalize::{legalize, Caps, DispatchEntry, DispatchReport, How, OpSummary};
 pub use lower::{dump_kernels, lower, lower_stats, LowerStats};
+pub use passes::approximate::{approximate_gelu, GELU_TANH_MAX_ABS_ERROR};
 pub use passes::autocast::{autocast, autocast_where, AutocastReport};
 pub use passes::cse::{cse, CSE_MAX_CONSTANT_ELEMENTS};
 pub use passes::dce::dce;

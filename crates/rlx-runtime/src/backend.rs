@@ -23,6 +23,10 @@ pub struct CompileOptions {
     /// dtype (f16 or bf16) with f32 accumulation; weights read only by them are converted
     /// once when bound. `None`: the graph's own dtypes.
     pub precision: Option<rlx_ir::DType>,
+    /// Run exact GELU as its tanh approximation (opt-in; absolute error up to
+    /// [`rlx_opt::GELU_TANH_MAX_ABS_ERROR`]). On CUDA the tanh form fuses into the preceding
+    /// GEMM's cuBLASLt epilogue, which exact GELU cannot.
+    pub approximate_gelu: bool,
 }
 
 /// A device backend.

@@ -307,6 +307,11 @@ impl CompiledGraph {
         } else {
             self.graph.bind(&map)?
         };
+        let bound = if self.options.approximate_gelu {
+            rlx_opt::approximate_gelu(&bound)?.0
+        } else {
+            bound
+        };
         let bound = match self.options.precision {
             Some(low) => {
                 let takes = |op: &Op, weight: bool| self.backend.low_precision_product(op, weight);

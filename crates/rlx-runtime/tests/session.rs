@@ -236,3 +236,64 @@ fn unknown_and_unavailable_devices() {
     let e = Session::new(Device::Cuda).err().unwrap().to_string();
     assert!(e.contains("cuda") && e.contains("not available"), "{e}");
 }
+
+#[test]
+fn approximate_gelu_is_opt_in_and_stays_within_its_bound() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, Shape::of(&[8, 3]));
+    let w = g.param("w", DType::F32, [3, 2]);
+    let b = g.param("b", DType::F32, [2]);
+    let h = g.matmul(x, w).unwrap();
+    let h = g.add(h, b).unwrap();
+    let y = g.unary(UnaryOp::Gelu, h).unwrap();
+    g.output("y", y);
+    let (s, w, b) = session_with_params();
+    let x = Tensor::random(DType::F32, &[8, 3], 9);
+    let exact = s.compile(&g, CompileOptions::default()).unwrap();
+    let approx = s
+        .compile(
+            &g,
+            CompileOptions {
+                approximate_gelu: true,
+                ..CompileOptions::default()
+            },
+        )
+        .unwrap();
+    let none = std::collections::BTreeMap::new();
+    let has = |c: &rlx_runtime::CompiledGraph, op: UnaryOp| {
+        let v = c.variant(&none).unwrap();
+        v.graph.nodes().iter().any(|n| n.op == Op::Unary(op))
+    };
+    assert!(has(&exact, UnaryOp::Gelu) && !has(&exact, UnaryOp::GeluTanh));
+    assert!(has(&approx, UnaryOp::GeluTanh) && !has(&approx, UnaryOp::Gelu));
+    // The exact graph matches an f64 reference; the approximate one stays within the bound.
+    let pre: Vec<f64> = reference_affine(&x, &w, &b);
+    let want: Vec<f64> = pre.iter().map(|&v| rlx_ir::scalar::gelu(v)).collect();
+    close(
+        &exact.run(&inputs(x.clone())).unwrap()[0].1.to_f64_vec(),
+        &want,
+    );
+    let got = approx.run(&inputs(x)).unwrap()[0].1.to_f64_vec();
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0.0, f64::max);
+    assert!(
+        worst <= rlx_opt::GELU_TANH_MAX_ABS_ERROR + 1e-6,
+        "worst {worst}"
+    );
+}
+
+/// x @ w + b in f64 (x: [rows, 3], w: [3, 2], b: [2]).
+fn reference_affine(x: &Tensor, w: &Tensor, b: &Tensor) -> Vec<f64> {
+    let (x, w, b) = (x.to_f64_vec(), w.to_f64_vec(), b.to_f64_vec());
+    (0..x.len() / 3)
+        .flat_map(|r| {
+            let x = &x;
+            let w = &w;
+            let b = &b;
+            (0..2).map(move |c| (0..3).map(|k| x[r * 3 + k] * w[k * 2 + c]).sum::<f64>() + b[c])
+        })
+        .collect()
+}

@@ -113,4 +113,24 @@ fn embed_and_bench_minilm_json() {
     }
     assert_eq!(v["iters"], 3);
     assert_eq!(v["inputs"]["input_ids"], serde_json::json!([2, 16]));
+    assert_eq!(v["approximate_gelu"], false);
+
+    // The opt-in approximation is reported; BERT's GELU nodes run in the tanh form.
+    let o = rlx(&[
+        "bench",
+        &dir,
+        "--device",
+        "cpu",
+        "--dim",
+        "batch=2,seq=16",
+        "--warmup",
+        "1",
+        "--iters",
+        "2",
+        "--approximate-gelu",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["approximate_gelu"], true);
 }

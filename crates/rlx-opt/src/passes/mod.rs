@@ -1,5 +1,6 @@
 //! The graph passes, one per file, and the pipeline that runs them in a fixed, named order.
 
+pub mod approximate;
 pub mod autocast;
 pub mod cse;
 pub mod dce;

@@ -21,15 +21,15 @@ pub fn file_stem(name: &str) -> String {
         .collect()
 }
 
-/// Runs a model file once with the given inputs (`precision`: mixed precision, see
-/// [`CompileOptions::precision`]).
+/// Runs a model file once with the given inputs, compiled with `options` (mixed precision,
+/// approximate GELU; symbols are bound from the inputs at run time).
 pub fn run_model(
     path: &str,
     device_name: &str,
     input_args: &[String],
     out_dir: Option<&Path>,
     json: bool,
-    precision: Option<rlx_ir::DType>,
+    options: CompileOptions,
 ) -> CmdResult {
     let mut files: HashMap<String, Tensor> = HashMap::new();
     let mut random: Vec<String> = Vec::new();
@@ -89,10 +89,6 @@ pub fn run_model(
     for (name, t) in model.params {
         session.set_param(&name, t);
     }
-    let options = CompileOptions {
-        precision,
-        ..CompileOptions::default()
-    };
     let compiled = session.compile(&model.graph, options)?;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
