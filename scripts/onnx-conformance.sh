@@ -19,7 +19,10 @@ OUT=${ONNX_TESTS:-$ROOT/onnx-tests}
 SHARED=${RLX_SHARED:-$ROOT/../shared}
 EXPECT=$ROOT/tests/onnx/expected-pass.txt
 
-PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check onnx==1.23.2 numpy
+# ml_dtypes is pinned too: the node tests' expected outputs come from its conversions, and
+# 0.7.0 turned out-of-range float -> int4/int2 casts (undefined in numpy terms) from wrapping
+# into 0, which changed 24 generated cast tests overnight (2026-12-01).
+PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check onnx==1.23.2 numpy ml_dtypes==0.6.0
 if [ ! -d "$OUT/node" ]; then
   python3 "$SHARED/onnx/gen_node_tests.py" "$OUT" >/dev/null
 fi
