@@ -69,5 +69,7 @@ if [ -s "$skip_log" ]; then
   echo "Skipped tests:"
   sort -u "$skip_log" | sed 's/^/  /'
 fi
-echo "summary: $((${passed:-0} - skipped)) passed, ${failed:-0} failed, ${skipped} skipped"
+onnx_line=passed
+[ "$onnx_status" -eq 0 ] || onnx_line=FAILED
+echo "summary: $((${passed:-0} - skipped)) passed, ${failed:-0} failed, ${skipped} skipped; ONNX conformance ${onnx_line}; exit ${status}"
 exit "$status"
