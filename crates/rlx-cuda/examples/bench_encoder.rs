@@ -29,18 +29,16 @@ const LAYERS: usize = SHAPE.layers;
 const SEQ: usize = SHAPE.seq;
 
 /// The encoder for `batch` sequences, fp16; weights from a fixed seed (same for every batch).
-/// `--gelu-tanh` builds it with the tanh-approximated GELU (which cuBLASLt fuses into the
-/// FFN GEMM), to measure what a fused activation would save.
+/// `--approximate-gelu` runs its GELUs in the tanh form (`rlx_opt::approximate_gelu`, which
+/// cuBLASLt fuses into the FFN GEMM), to measure what a fused activation would save.
 fn encoder(batch: usize) -> SampleModel {
-    let shape = if common::flag("--gelu-tanh") {
-        EncoderShape {
-            activation: rlx_ir::UnaryOp::GeluTanh,
-            ..SHAPE
-        }
-    } else {
-        SHAPE
-    };
-    sample::encoder(shape, batch, DType::F16)
+    let mut m = sample::encoder(SHAPE, batch, DType::F16);
+    if common::flag("--approximate-gelu") {
+        m.graph = rlx_opt::approximate_gelu(&m.graph)
+            .expect("the encoder's GELUs rewrite")
+            .0;
+    }
+    m
 }
 
 fn dump(dir: &str, m: &SampleModel, input: &Tensor, out: &Tensor) -> std::io::Result<()> {

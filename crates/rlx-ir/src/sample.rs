@@ -20,9 +20,6 @@ pub struct EncoderShape {
     pub ffn: usize,
     /// tokens per sequence
     pub seq: usize,
-    /// the feed-forward block's activation (exact GELU in MiniLM; `GeluTanh` for GPT-2-style
-    /// models)
-    pub activation: UnaryOp,
 }
 
 impl EncoderShape {
@@ -33,7 +30,6 @@ impl EncoderShape {
         heads: 12,
         ffn: 1536,
         seq: 128,
-        activation: UnaryOp::Gelu,
     };
 }
 
@@ -147,7 +143,7 @@ pub fn encoder(s: EncoderShape, batch: usize, dtype: DType) -> SampleModel {
         let b1 = m.weight(format!("l{l}.ln1.b"), &[h], bias, dtype, &mut seed);
         let hid = m.graph.layer_norm(r, g1, b1, 1e-12).expect("shapes");
         let f = proj(&mut m, &mut seed, "ffn1", hid, h, s.ffn);
-        let f = m.graph.unary(s.activation, f).expect("encoder shapes");
+        let f = m.graph.unary(UnaryOp::Gelu, f).expect("encoder shapes");
         let f = proj(&mut m, &mut seed, "ffn2", f, s.ffn, h);
         let r = m.graph.add(f, hid).expect("encoder shapes");
         let g2 = m.weight(format!("l{l}.ln2.g"), &[h], gain, dtype, &mut seed);
@@ -173,7 +169,6 @@ mod tests {
             heads: 2,
             ffn: 16,
             seq: 3,
-            activation: UnaryOp::Gelu,
         };
         let a = encoder(tiny, 1, DType::F32);
         let b = encoder(tiny, 4, DType::F16);

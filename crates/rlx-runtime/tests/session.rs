@@ -20,17 +20,22 @@ fn mlp() -> Graph {
     g
 }
 
-fn reference(x: &Tensor, w: &Tensor, b: &Tensor) -> Vec<f64> {
+/// x @ w + b in f64 (x: [rows, 3], w: [3, 2], b: [2]).
+fn affine(x: &Tensor, w: &Tensor, b: &Tensor) -> Vec<f64> {
     let (x, w, b) = (x.to_f64_vec(), w.to_f64_vec(), b.to_f64_vec());
     let rows = x.len() / 3;
     let mut out = Vec::new();
     for r in 0..rows {
         for c in 0..2 {
-            let s: f64 = (0..3).map(|k| x[r * 3 + k] * w[k * 2 + c]).sum::<f64>() + b[c];
-            out.push(s.max(0.0));
+            out.push((0..3).map(|k| x[r * 3 + k] * w[k * 2 + c]).sum::<f64>() + b[c]);
         }
     }
     out
+}
+
+/// What [`mlp`] computes: relu(x @ w + b).
+fn reference(x: &Tensor, w: &Tensor, b: &Tensor) -> Vec<f64> {
+    affine(x, w, b).into_iter().map(|s| s.max(0.0)).collect()
 }
 
 fn session_with_params() -> (Session, Tensor, Tensor) {
@@ -267,7 +272,7 @@ fn approximate_gelu_is_opt_in_and_stays_within_its_bound() {
     assert!(has(&exact, UnaryOp::Gelu) && !has(&exact, UnaryOp::GeluTanh));
     assert!(has(&approx, UnaryOp::GeluTanh) && !has(&approx, UnaryOp::Gelu));
     // The exact graph matches an f64 reference; the approximate one stays within the bound.
-    let pre: Vec<f64> = reference_affine(&x, &w, &b);
+    let pre = affine(&x, &w, &b);
     let want: Vec<f64> = pre.iter().map(|&v| rlx_ir::scalar::gelu(v)).collect();
     close(
         &exact.run(&inputs(x.clone())).unwrap()[0].1.to_f64_vec(),
@@ -283,17 +288,4 @@ fn approximate_gelu_is_opt_in_and_stays_within_its_bound() {
         worst <= rlx_opt::GELU_TANH_MAX_ABS_ERROR + 1e-6,
         "worst {worst}"
     );
-}
-
-/// x @ w + b in f64 (x: [rows, 3], w: [3, 2], b: [2]).
-fn reference_affine(x: &Tensor, w: &Tensor, b: &Tensor) -> Vec<f64> {
-    let (x, w, b) = (x.to_f64_vec(), w.to_f64_vec(), b.to_f64_vec());
-    (0..x.len() / 3)
-        .flat_map(|r| {
-            let x = &x;
-            let w = &w;
-            let b = &b;
-            (0..2).map(move |c| (0..3).map(|k| x[r * 3 + k] * w[k * 2 + c]).sum::<f64>() + b[c])
-        })
-        .collect()
 }

@@ -86,21 +86,25 @@ fn embed_and_bench_minilm_json() {
         "the two sentences about cats are closer than the one about markets"
     );
 
-    let o = rlx(&[
-        "bench",
-        &dir,
-        "--device",
-        "cpu",
-        "--dim",
-        "batch=2,seq=16",
-        "--warmup",
-        "1",
-        "--iters",
-        "3",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    // `rlx bench` on the folder with `extra` flags, as parsed JSON.
+    let bench = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "bench",
+            &dir,
+            "--device",
+            "cpu",
+            "--dim",
+            "batch=2,seq=16",
+            "--warmup",
+            "1",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let o = rlx(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).expect("JSON")
+    };
+    let v = bench(&["--iters", "3"]);
     for key in [
         "model",
         "device",
@@ -115,22 +119,7 @@ fn embed_and_bench_minilm_json() {
     assert_eq!(v["inputs"]["input_ids"], serde_json::json!([2, 16]));
     assert_eq!(v["approximate_gelu"], false);
 
-    // The opt-in approximation is reported; BERT's GELU nodes run in the tanh form.
-    let o = rlx(&[
-        "bench",
-        &dir,
-        "--device",
-        "cpu",
-        "--dim",
-        "batch=2,seq=16",
-        "--warmup",
-        "1",
-        "--iters",
-        "2",
-        "--approximate-gelu",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    // The opt-in approximation is accepted and reported.
+    let v = bench(&["--iters", "2", "--approximate-gelu"]);
     assert_eq!(v["approximate_gelu"], true);
 }

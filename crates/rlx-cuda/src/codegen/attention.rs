@@ -611,11 +611,7 @@ pub fn flash_mma(
         && mask_code.is_empty()
         && scale > 0.0
         && std::env::var("RLX_CUDA_FLASH_FOLD").as_deref() != Ok("0");
-    let scale_loop = if fold {
-        String::new()
-    } else {
-        SCALE_LOOP.to_string()
-    };
+    let scale_loop = if fold { "" } else { SCALE_LOOP };
     let mx_scale = if fold {
         "mx0 *= @SCALE@;\nmx1 *= @SCALE@;\n"
     } else {
@@ -637,7 +633,7 @@ pub fn flash_mma(
         .replace("@NKT@", &n_kt_code)
         .replace("@LOADK@", &load_k)
         .replace("@LOADV@", &load_v)
-        .replace("@SCALELOOP@", &scale_loop)
+        .replace("@SCALELOOP@", scale_loop)
         .replace("@MXSCALE@", mx_scale)
         .replace("@EXARG0@", &exarg(0))
         .replace("@EXARG1@", &exarg(1))

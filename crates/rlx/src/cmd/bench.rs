@@ -39,14 +39,8 @@ pub struct Args {
     /// Also time every kernel (CPU only) and print the time per kernel kind.
     #[arg(long)]
     profile: bool,
-    /// Mixed precision: run f32 matrix products (matmul, conv, attention) in `f16` or
-    /// `bf16` with f32 accumulation; `f32` runs the model's own types.
-    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
-    precision: String,
-    /// Run exact GELU as its tanh approximation (opt-in: absolute error up to 4.7e-4); on
-    /// CUDA it then fuses into the preceding GEMM.
-    #[arg(long)]
-    approximate_gelu: bool,
+    #[command(flatten)]
+    compile: super::run::CompileFlags,
 }
 
 /// A model ready to bench: graph, weights, and the inputs of one run.
@@ -109,9 +103,7 @@ pub fn run(args: Args) -> CmdResult {
     let t_compile = Instant::now();
     let options = CompileOptions {
         bindings,
-        precision: super::run::precision(&args.precision),
-        approximate_gelu: args.approximate_gelu,
-        ..CompileOptions::default()
+        ..args.compile.options()
     };
     let compiled = session.compile(&graph, options)?;
     let compile_ms = t_compile.elapsed().as_secs_f64() * 1e3;
@@ -148,8 +140,8 @@ pub fn run(args: Args) -> CmdResult {
             "load_ms": load_ms,
             "min_ms": times[0],
             "inputs": shapes,
-            "precision": args.precision,
-            "approximate_gelu": args.approximate_gelu,
+            "precision": args.compile.precision,
+            "approximate_gelu": args.compile.approximate_gelu,
         });
         if let Some(p) = &profile {
             v["profile"] = p.to_json();
@@ -162,12 +154,7 @@ pub fn run(args: Args) -> CmdResult {
         println!("inputs    {}", shapes.join(" "));
         println!("load      {load_ms:.1} ms");
         println!("compile   {compile_ms:.1} ms");
-        if args.precision != "f32" {
-            println!("precision {} products, f32 accumulation", args.precision);
-        }
-        if args.approximate_gelu {
-            println!("gelu      tanh approximation (--approximate-gelu)");
-        }
+        args.compile.print();
         println!(
             "run       median {median_ms:.3} ms, p90 {p90_ms:.3} ms, min {:.3} ms ({iters} runs after {} warm-up)",
             times[0], args.warmup

@@ -27,22 +27,45 @@ pub struct Args {
     /// Write each output of a model file as `DIR/NAME.npy`.
     #[arg(long, value_name = "DIR")]
     output: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    compile: CompileFlags,
+}
+
+/// The compile options `rlx run` and `rlx bench` share.
+#[derive(clap::Args)]
+pub struct CompileFlags {
     /// Mixed precision: run f32 matrix products (matmul, conv, attention) in `f16` or
     /// `bf16` with f32 accumulation; `f32` runs the model's own types.
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
-    precision: String,
+    pub precision: String,
     /// Run exact GELU as its tanh approximation (opt-in: absolute error up to 4.7e-4); on
     /// CUDA it then fuses into the preceding GEMM.
     #[arg(long)]
-    approximate_gelu: bool,
+    pub approximate_gelu: bool,
 }
 
-/// The compile-time precision for a `--precision` value.
-pub fn precision(name: &str) -> Option<rlx_ir::DType> {
-    match name {
-        "f16" => Some(rlx_ir::DType::F16),
-        "bf16" => Some(rlx_ir::DType::BF16),
-        _ => None,
+impl CompileFlags {
+    /// The compile options these flags ask for (no symbol bindings).
+    pub fn options(&self) -> CompileOptions {
+        CompileOptions {
+            precision: match self.precision.as_str() {
+                "f16" => Some(rlx_ir::DType::F16),
+                "bf16" => Some(rlx_ir::DType::BF16),
+                _ => None,
+            },
+            approximate_gelu: self.approximate_gelu,
+            ..CompileOptions::default()
+        }
+    }
+
+    /// Prints the lines of the text report for the options that differ from the default.
+    pub fn print(&self) {
+        if self.precision != "f32" {
+            println!("precision {} products, f32 accumulation", self.precision);
+        }
+        if self.approximate_gelu {
+            println!("gelu      tanh approximation (--approximate-gelu)");
+        }
     }
 }
 
@@ -63,11 +86,7 @@ pub fn run(args: Args) -> CmdResult {
             &args.inputs,
             args.output.as_deref(),
             args.json,
-            CompileOptions {
-                precision: precision(&args.precision),
-                approximate_gelu: args.approximate_gelu,
-                ..CompileOptions::default()
-            },
+            args.compile.options(),
         ),
     }
 }
@@ -85,9 +104,7 @@ fn run_demo(args: Args) -> CmdResult {
     let n = images.shape()[0];
     let options = CompileOptions {
         bindings: HashMap::from([("batch".to_string(), n)]),
-        precision: precision(&args.precision),
-        approximate_gelu: args.approximate_gelu,
-        ..CompileOptions::default()
+        ..args.compile.options()
     };
     let compiled = session.compile(&model.graph, options)?;
     let compile_ms = t_load.elapsed().as_secs_f64() * 1e3;
@@ -128,8 +145,8 @@ fn run_demo(args: Args) -> CmdResult {
         let v = serde_json::json!({
             "model": model.name,
             "device": device.name(),
-            "precision": args.precision,
-            "approximate_gelu": args.approximate_gelu,
+            "precision": args.compile.precision,
+            "approximate_gelu": args.compile.approximate_gelu,
             "accuracy": accuracy,
             "outputs": {
                 "logits": {"dtype": logits.dtype().name(), "shape": logits.shape()},
@@ -149,9 +166,7 @@ fn run_demo(args: Args) -> CmdResult {
     } else {
         println!("model     {}", model.name);
         println!("device    {device}");
-        if args.precision != "f32" {
-            println!("precision {} products, f32 accumulation", args.precision);
-        }
+        args.compile.print();
         println!(
             "accuracy  {:.2}% ({correct}/{n} held-out digits)",
             accuracy * 100.0
