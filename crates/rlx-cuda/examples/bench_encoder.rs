@@ -86,6 +86,23 @@ fn print_plan(batch: usize) {
             ),
         }
     }
+    for c in &plan.choices {
+        println!(
+            "choice: steps {} + {} or one of {} fused kernels, chosen by timing",
+            c.gemm,
+            c.epilogue,
+            c.fused.len()
+        );
+        for k in &c.fused {
+            println!(
+                "  kernel {} {} grid={:?} block={} shared={}",
+                k.label, k.function, k.launch.grid, k.launch.block, k.launch.shared_bytes
+            );
+            if common::flag("--source") {
+                println!("{}", k.source);
+            }
+        }
+    }
     println!(
         "{} steps (launches per run), {} scratch regions",
         plan.steps.len(),

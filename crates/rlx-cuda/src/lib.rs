@@ -5,7 +5,8 @@
 //! - [`codegen`]: CUDA C emitted from kernel IR, one rule per op in a file per op family;
 //! - [`nvrtc`]: compilation for the device's own architecture with an on-disk cache;
 //! - [`plan`]: kernels become steps; [`plan_views`] lets attention read and write
-//!   head-split tensors in place of transposed copies.
+//!   head-split tensors in place of transposed copies; `plan_norm` offers a GEMM and the
+//!   norm of its rows as one kernel.
 
 pub mod blas;
 pub mod caps;
@@ -18,6 +19,7 @@ pub mod nvrtc;
 pub mod plan;
 mod plan_gemm;
 pub mod plan_merge;
+mod plan_norm;
 pub mod plan_views;
 pub mod probe;
 mod program;

@@ -117,15 +117,19 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
         .into_iter()
         .map(Some)
         .collect::<Vec<_>>();
+    // the kernel that planned exactly the last step, and that step's index
+    let mut last: Option<(usize, usize)> = None;
     for (i, kernel) in program.kernels.iter().enumerate() {
         if views.elided[i] {
             continue;
         }
+        let before = plan.steps.len();
         if let Some(first) = merges.at(i) {
             // A merged GEMM runs where its first member did; later members run in it.
             if let Some(step) = first.and_then(|g| merged[g].take()) {
                 plan.steps.push(step);
             }
+            last = None;
             continue;
         }
         let r = match kernel {
@@ -134,9 +138,16 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
                 plan_library(program, k, views.attention.get(&i), target, &mut plan)
             }
         };
-        if let Err(e) = r {
-            problems.push(format!("kernel `{}`: {e}", kernel.name()));
+        match r {
+            Err(e) => problems.push(format!("kernel `{}`: {e}", kernel.name())),
+            Ok(()) if plan.steps.len() == before + 1 => {
+                if let Some((j, _)) = last.filter(|&(_, s)| s + 1 == before) {
+                    crate::plan_norm::offer(program, j, i, target, &mut plan);
+                }
+            }
+            Ok(()) => {}
         }
+        last = (plan.steps.len() == before + 1).then_some((i, before));
     }
     if problems.is_empty() {
         Ok(plan)
@@ -161,7 +172,7 @@ fn plan_loop(
     Ok(())
 }
 
-fn types<'a>(program: &'a KernelProgram, ids: &[BufferId]) -> Vec<&'a TensorType> {
+pub(crate) fn types<'a>(program: &'a KernelProgram, ids: &[BufferId]) -> Vec<&'a TensorType> {
     ids.iter().map(|&b| &program.buffers[b].ty).collect()
 }
 
@@ -270,7 +281,10 @@ fn plan_attention(
 
 /// The op's own result type: the output buffer's type, or with an epilogue, the epilogue's
 /// input 0 dtype over the result shape.
-fn library_result(program: &KernelProgram, k: &LibraryKernel) -> Result<TensorType, String> {
+pub(crate) fn library_result(
+    program: &KernelProgram,
+    k: &LibraryKernel,
+) -> Result<TensorType, String> {
     let out = &program.buffers[k.output].ty;
     Ok(match &k.epilogue {
         None => out.clone(),

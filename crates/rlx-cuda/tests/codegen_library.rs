@@ -11,7 +11,7 @@ use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
 use rlx_ir::{DType, Op, UnaryOp};
 use support::cases::{
-    flash_cases, fused_gemm_cases, head_split_cases, library_cases, Builder, Case,
+    flash_cases, fused_gemm_cases, gemm_norm_cases, head_split_cases, library_cases, Builder, Case,
 };
 use support::{compile_check, lower_for_cuda};
 
@@ -570,8 +570,12 @@ fn encoder_ffn_kernels_take_the_wide_paths() {
         .collect();
     assert_eq!(gelu.len(), 1, "{:?}", labels(&p));
     let s = &gelu[0].source;
-    // too large a result for the fused tensor-core GEMMs: nothing to choose
-    assert!(p.choices.is_empty());
+    // too large a result for the fused tensor-core GEMMs: the GELU's GEMM offers nothing;
+    // the second GEMM and the layer norm after it may run as one kernel
+    assert_eq!(p.choices.len(), 1, "{:?}", labels(&p));
+    assert!(p.choices[0].fused[0]
+        .function
+        .starts_with("rlx_gemm_layer_norm_"));
     assert!(
         gelu[0].function.starts_with("rlx_ew_"),
         "{}",
@@ -706,6 +710,88 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
     println!("{} fused GEMM kernels", kernels.len());
     compile_check(
         "gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel",
+        &kernels,
+    );
+}
+
+/// A GEMM whose result only a row norm reads offers the GEMM + norm kernel (in every tiling
+/// that fits) as a choice against the GEMM step and the norm step; the kernel takes the
+/// operands, the norm's output, the GEMM epilogue's inputs, then the norm's parameters, and
+/// NVRTC compiles it. Nothing is offered where it cannot run: rows over 384 columns, f32,
+/// a result read by another kernel too, or `sm_90` without the `a` features.
+#[test]
+fn gemms_followed_by_a_row_norm_offer_the_gemm_norm_kernel() {
+    let mut kernels = Vec::new();
+    for case in gemm_norm_cases() {
+        let (program, p) = plan_with_program(gemm_norm_cases(), &case.name);
+        assert_eq!(p.choices.len(), 1, "{}: {:?}", case.name, labels(&p));
+        let c = &p.choices[0];
+        let Step::Gemm(g) = &p.steps[c.gemm] else {
+            panic!("{}: the choice's first step is no GEMM", case.name)
+        };
+        let Step::Kernel(norm) = &p.steps[c.epilogue] else {
+            panic!("{}: the choice's second step is no kernel", case.name)
+        };
+        assert_eq!(c.epilogue, c.gemm + 1);
+        let family = if case.name.contains("rms") {
+            "rlx_gemm_rms_norm_"
+        } else {
+            "rlx_gemm_layer_norm_"
+        };
+        let out = program.outputs[0].1;
+        for k in &c.fused {
+            assert!(k.function.starts_with(family), "{}", k.function);
+            assert_eq!(
+                k.launch.grid,
+                [1, g.m.div_ceil(128) as u32],
+                "{}",
+                case.name
+            );
+            assert_eq!(k.args[..2], [g.a.arg, g.b.arg]);
+            // the norm's own output (through the cast epilogue, the program's output)
+            let norm_out = norm.args[norm.args.len() - 1];
+            if case.name.contains("cast") {
+                assert_eq!(k.args[2], rlx_cuda::codegen::ArgRef::Buffer(out));
+            } else {
+                assert_eq!(k.args[2], norm_out, "{}", case.name);
+            }
+            assert!(k.source.contains("rlx_warp_sum(sq)"), "{}", k.source);
+        }
+        let lanes_full = g.n % 128 == 0;
+        assert_eq!(
+            c.fused[0].source.contains(&format!("if (c0 < {})", g.n)),
+            !lanes_full,
+            "{}",
+            case.name
+        );
+        kernels.extend(c.fused.iter().cloned());
+    }
+    // refusals: rows too long, f32, a second reader, sm_90
+    let refused = |name: &str, dt: DType, n: usize, second_reader: bool, target: &Target| {
+        let mut b = Builder::new(name, dt);
+        let x = b.input(dt, &[64, 64]);
+        let w = b.param(dt, &[64, n]);
+        let scale = b.param(dt, &[n]);
+        let shift = b.param(dt, &[n]);
+        let y = b.g().matmul(x, w).unwrap();
+        let mut z = b.g().layer_norm(y, scale, shift, 1e-5).unwrap();
+        if second_reader {
+            z = b.g().add(z, y).unwrap();
+        }
+        let (_, p) = plan_for(vec![b.done(z)], name, target);
+        assert!(p.choices.is_empty(), "{name}: {:?}", labels(&p));
+    };
+    let sm90 = Target {
+        arch: "sm_90".into(),
+        ..Target::h200()
+    };
+    refused("rows_448", DType::F16, 448, false, &Target::h200());
+    refused("f32_rows", DType::F32, 384, false, &Target::h200());
+    refused("second_reader", DType::F16, 384, true, &Target::h200());
+    refused("sm_90", DType::F16, 384, false, &sm90);
+    println!("{} GEMM + norm kernels", kernels.len());
+    compile_check(
+        "gemms_followed_by_a_row_norm_offer_the_gemm_norm_kernel",
         &kernels,
     );
 }

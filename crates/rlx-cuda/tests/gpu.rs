@@ -13,7 +13,8 @@ use rlx_ir::{DType, Graph, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use support::cases::{
-    flash_cases, fused_gemm_cases, head_split_cases, library_cases, merge_cases, wide_path_cases,
+    flash_cases, fused_gemm_cases, gemm_norm_cases, head_split_cases, library_cases, merge_cases,
+    wide_path_cases,
 };
 use support::{lower_for_cuda, rel_l2, tolerance};
 
@@ -613,6 +614,58 @@ fn fused_tensor_core_gemms_match_the_interpreter_in_every_tiling() {
         "{} fused-GEMM cases x {} modes, timing chose the fused kernel in {chosen}, {} failures",
         cases.len(),
         tilings + 2,
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn gemm_norm_kernels_match_the_interpreter_in_every_tiling() {
+    if !device_ready("gemm_norm_kernels_match_the_interpreter_in_every_tiling") {
+        return;
+    }
+    // only sm_90a offers the kernel; elsewhere every mode runs the two steps
+    let hopper = rlx_cuda::CudaProgram::target()
+        .ok()
+        .is_some_and(|t| t.arch == rlx_cuda::codegen::gemm_wgmma::ARCH);
+    let cases = gemm_norm_cases();
+    let mut failures = Vec::new();
+    let mut chosen = 0;
+    for c in &cases {
+        for mode in [
+            FusedGemm::Off,
+            FusedGemm::Force(0),
+            FusedGemm::Force(1),
+            FusedGemm::Timed,
+        ] {
+            let options = CudaOptions {
+                fused_gemm: mode,
+                autotune: true,
+                ..CudaOptions::default()
+            };
+            let label = format!("{} {mode:?}", c.name);
+            match check_with(&label, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
+                Ok(p) => {
+                    let fused = p.stats.fused_gemms;
+                    let want = match mode {
+                        FusedGemm::Off => Some(0),
+                        FusedGemm::Force(_) => Some(usize::from(hopper)),
+                        FusedGemm::Timed => None,
+                    };
+                    if mode == FusedGemm::Timed {
+                        chosen += fused;
+                    }
+                    if want.is_some_and(|w| w != fused) {
+                        failures.push(format!("{label}: {fused} fused kernels, want {want:?}"));
+                    }
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    println!(
+        "{} GEMM + norm cases x 4 modes, timing chose the fused kernel in {chosen}, {} failures",
+        cases.len(),
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

@@ -59,9 +59,13 @@ pub fn emit_nodes(
 /// A library kernel's fused elementwise epilogue, applied to each result element inside the
 /// library kernel itself. Input 0 is the library value; the others are read through their
 /// views at the element's coordinates.
+#[derive(Clone)]
 pub struct EpilogueCtx<'a> {
     /// the epilogue kernel
     pub kernel: &'a LoopKernel,
+    /// names of the extra parameters: `{prefix}1`, `{prefix}2`, ... (`ep` unless two
+    /// epilogues share a kernel, see [`EpilogueCtx::named`])
+    pub prefix: &'static str,
 }
 
 impl<'a> EpilogueCtx<'a> {
@@ -71,7 +75,16 @@ impl<'a> EpilogueCtx<'a> {
         let first = kernel.inputs.first()?;
         let identity = first.view.offset == 0 && first.view.strides == contiguous(&kernel.shape);
         let elementwise = kernel.reduce.is_none() && kernel.reduce_numel() == 1;
-        (identity && elementwise).then_some(EpilogueCtx { kernel })
+        (identity && elementwise).then_some(EpilogueCtx {
+            kernel,
+            prefix: "ep",
+        })
+    }
+
+    /// The same epilogue with its extra parameters named `{prefix}1, ...` (a kernel that
+    /// applies two epilogues names one of them apart).
+    pub fn named(self, prefix: &'static str) -> EpilogueCtx<'a> {
+        EpilogueCtx { prefix, ..self }
     }
 
     /// The dtype the library must produce (input 0's dtype).
@@ -89,7 +102,14 @@ impl<'a> EpilogueCtx<'a> {
         self.kernel.inputs[1..]
             .iter()
             .enumerate()
-            .map(|(i, inp)| format!(", const {}* __restrict__ ep{}", storage(inp.dtype), i + 1))
+            .map(|(i, inp)| {
+                format!(
+                    ", const {}* __restrict__ {}{}",
+                    storage(inp.dtype),
+                    self.prefix,
+                    i + 1
+                )
+            })
             .collect()
     }
 
@@ -162,7 +182,7 @@ impl<'a> EpilogueCtx<'a> {
                 (value.to_string(), true)
             } else {
                 let off = offset(&k.inputs[i].view.offset.to_string(), "q", &sp.strides[i]);
-                (format!("ep{i}[{off}]"), false)
+                (format!("{}{i}[{off}]", self.prefix), false)
             }
         };
         s += &emit_nodes(k, &k.needed(&[k.result]), "p", &elem, None)?;

@@ -36,7 +36,8 @@ use rlx_ir::DType;
 /// One tiling of the kernel (128 rows per block, two warpgroups).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WgmmaTile {
-    /// columns of C per block: 64, 128 or 256 (the `wgmma` instruction's n)
+    /// columns of C per block: a multiple of 64 up to 384, issued as `wgmma` instructions
+    /// of n up to 256 each ([`super::gemm_norm`] takes whole rows of up to 384)
     pub bn: usize,
     /// shared-memory pipeline depth (k tiles of 64)
     pub stages: usize,
@@ -46,13 +47,18 @@ pub struct WgmmaTile {
 }
 
 /// Rows of C per block.
-const BM: usize = 128;
+pub(super) const BM: usize = 128;
 /// k per shared-memory tile (one 128-byte swizzle row of 16-bit elements).
 const BK: usize = 64;
 /// Threads per block: two warpgroups.
-const THREADS: usize = 256;
+pub(super) const THREADS: usize = 256;
 /// Padding of the f32 result tile's rows in shared memory (elements).
-const CPAD: usize = 4;
+pub(super) const CPAD: usize = 4;
+/// Most columns per block: 384 keep 192 f32 accumulators per thread, and the f32 result
+/// tile (128 x 388 x 4 bytes) fits in shared memory.
+pub const MAX_BN: usize = 384;
+/// Most columns one `wgmma` instruction computes.
+const MAX_N: usize = 256;
 
 impl WgmmaTile {
     /// Bytes of one pipeline stage: the A tile then the B tile.
@@ -104,7 +110,8 @@ pub fn applies(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> bool {
     let dtype = ctx.inputs[0].0;
     let eight = |x: usize| x.is_multiple_of(8);
     ctx.target.arch == ARCH
-        && matches!(tile.bn, 64 | 128 | 256)
+        && tile.bn.is_multiple_of(64)
+        && (64..=MAX_BN).contains(&tile.bn)
         && tile.inflight <= 1
         && tile.stages >= 2 + tile.inflight
         && matches!(dtype, DType::F16 | DType::BF16)
@@ -120,22 +127,41 @@ pub fn applies(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> bool {
         && tile.shared_bytes() <= ctx.target.max_shared
 }
 
-/// The inline-PTX statement issuing one `wgmma.m64n{n}k16` into accumulators `acc[0..n/2]`
-/// with A and B from the descriptors `da` and `db` (B read transposed: N-major).
-fn wgmma_asm(n: usize, ty: &str) -> String {
-    let regs = n / 2;
-    let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
-    let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(acc[{i}])")).collect();
-    format!(
-        "asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, {one}, 0;\\n\
-         wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{list}}}, %{da}, %{db}, p, 1, 1, 0, 1;\\n}}\\n\"\n\
-         : {outs}\n: \"l\"(da), \"l\"(db), \"r\"(1));\n",
-        one = format_args!("%{}", regs + 2),
-        list = list.join(", "),
-        da = regs,
-        db = regs + 1,
-        outs = outs.join(", "),
-    )
+/// The PTX type of the operands: `f16` or `bf16`.
+pub(super) fn operand_type(ctx: &LibCtx) -> &'static str {
+    if ctx.inputs[0].0 == DType::BF16 {
+        "bf16"
+    } else {
+        "f16"
+    }
+}
+
+/// The inline-PTX statements issuing one k16 step of a `bn`-column tile: `wgmma`
+/// instructions of n up to 256 each, the `c`-th (from column `c * 256`) into accumulators
+/// from `acc[c * 128]`, with A from descriptor `da` and B from `db` advanced by its first
+/// 64-column block (8 KiB each; B read transposed: N-major).
+fn wgmma_issue(bn: usize, ty: &str) -> String {
+    let mut s = String::new();
+    for first in (0..bn).step_by(MAX_N) {
+        let n = MAX_N.min(bn - first);
+        let (a0, regs) = (first / 2, n / 2);
+        let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+        let outs: Vec<String> = (0..regs)
+            .map(|i| format!("\"+f\"(acc[{}])", a0 + i))
+            .collect();
+        s += &format!(
+            "asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, {one}, 0;\\n\
+             wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{list}}}, %{da}, %{db}, p, 1, 1, 0, 1;\\n}}\\n\"\n\
+             : {outs}\n: \"l\"(da), \"l\"(db + {adv}ull), \"r\"(1));\n",
+            one = format_args!("%{}", regs + 2),
+            list = list.join(", "),
+            da = regs,
+            db = regs + 1,
+            outs = outs.join(", "),
+            adv = (first / 64) * (8192 >> 4),
+        );
+    }
+    s
 }
 
 /// Emits the fused GEMM for `g` in `tile`; `ctx` supplies operand types and the epilogue.
@@ -149,28 +175,10 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
             g.m, g.n, g.k
         ));
     }
-    let ty = if ctx.inputs[0].0 == DType::BF16 {
-        "bf16"
-    } else {
-        "f16"
-    };
+    let ty = operand_type(ctx);
     let store = tile_store(ctx, (g.m, g.n), (BM, tile.bn, tile.bn + CPAD), THREADS)?;
-    let a_chunks = BM * BK / 8;
-    let b_chunks = BK * tile.bn / 8;
-    let text = g
-        .fill(TEMPLATE, ctx, &store)
-        .replace("@WGMMA@", &wgmma_asm(tile.bn, ty))
-        .replace("@MINB@", &tile.min_blocks().to_string())
-        .replace("@BN@", &tile.bn.to_string())
-        .replace("@ACC@", &(tile.bn / 2).to_string())
-        .replace("@S@", &tile.stages.to_string())
-        .replace("@PD@", &(tile.stages - 1 - tile.inflight).to_string())
-        .replace("@INF@", &tile.inflight.to_string())
-        .replace("@STAGE@", &tile.stage_bytes().to_string())
-        .replace("@ABYTES@", &(BM * BK * 2).to_string())
-        .replace("@CLD@", &(tile.bn + CPAD).to_string())
-        .replace("@ACH@", &(a_chunks / THREADS).to_string())
-        .replace("@BCH@", &(b_chunks / THREADS).to_string());
+    let params = ctx.in_params() + &ctx.out_params();
+    let text = kernel_text(ctx, g, tile, &params, &store);
     let mut args = ctx.args();
     args[0] = g.a.0;
     args[1] = g.b.0;
@@ -186,6 +194,34 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
         g.m, g.n, g.k, tile.bn, tile.stages, tile.inflight
     );
     Ok(k)
+}
+
+/// The kernel's text for `g` in `tile` with parameter list `params` and `store`, the code
+/// that writes the finished f32 tile (`cs`, 128 rows of `tile.bn + CPAD`, block origin
+/// `bm0`, `bn0`) to memory; shared with [`super::gemm_norm`].
+pub(super) fn kernel_text(
+    ctx: &LibCtx,
+    g: &MmaGemm,
+    tile: &WgmmaTile,
+    params: &str,
+    store: &str,
+) -> String {
+    let ty = operand_type(ctx);
+    let a_chunks = BM * BK / 8;
+    let b_chunks = BK * tile.bn / 8;
+    g.fill(&TEMPLATE.replace("@PARAMS@", params), ctx, store)
+        .replace("@WGMMA@", &wgmma_issue(tile.bn, ty))
+        .replace("@MINB@", &tile.min_blocks().to_string())
+        .replace("@BN@", &tile.bn.to_string())
+        .replace("@ACC@", &(tile.bn / 2).to_string())
+        .replace("@S@", &tile.stages.to_string())
+        .replace("@PD@", &(tile.stages - 1 - tile.inflight).to_string())
+        .replace("@INF@", &tile.inflight.to_string())
+        .replace("@STAGE@", &tile.stage_bytes().to_string())
+        .replace("@ABYTES@", &(BM * BK * 2).to_string())
+        .replace("@CLD@", &(tile.bn + CPAD).to_string())
+        .replace("@ACH@", &(a_chunks / THREADS).to_string())
+        .replace("@BCH@", &(b_chunks / THREADS).to_string())
 }
 
 /// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage (1024-aligned):

@@ -20,6 +20,7 @@ pub mod dtype;
 mod expr;
 pub mod gather;
 pub mod gemm_mma;
+pub mod gemm_norm;
 pub mod gemm_wgmma;
 mod group;
 pub mod index;

@@ -367,7 +367,7 @@ fn register_rows(
 
 /// eps in the type the norm computes in (f32 for f16/bf16/f32, f64 for f64), not rounded to
 /// the tensor's dtype: a 1e-12 eps would be 0 in f16 and a constant row would divide by zero.
-fn eps_literal(dtype: rlx_ir::DType, eps: f64) -> String {
+pub(super) fn eps_literal(dtype: rlx_ir::DType, eps: f64) -> String {
     let compute = if dtype == rlx_ir::DType::F64 {
         rlx_ir::DType::F64
     } else {

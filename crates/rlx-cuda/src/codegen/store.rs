@@ -7,6 +7,7 @@ use rlx_ir::kernel::LibraryKernel;
 use rlx_ir::{DType, TensorType};
 
 /// Everything a library-kernel emitter needs.
+#[derive(Clone)]
 pub struct LibCtx<'a> {
     /// the kernel
     pub kernel: &'a LibraryKernel,

@@ -687,3 +687,44 @@ pub fn fused_gemm_cases() -> Vec<Case> {
     }
     cases
 }
+
+/// Matmuls whose result only a layer norm or RMS norm over its rows reads: the
+/// post-norm transformer's `LayerNorm(x W + bias + residual)` and variants (no epilogue on
+/// the GEMM, an RMS norm, a norm with its own cast epilogue, rows that do not fill a
+/// warp's lanes, a partial last block, short and long k) — the cases the GEMM + norm kernel
+/// ([`rlx_cuda::codegen::gemm_norm`]) is offered for.
+pub fn gemm_norm_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (dt, rows, k, n, kind) in [
+        (DType::F16, 256, 384, 384, "bias_residual_ln"),
+        (DType::BF16, 300, 96, 136, "bias_residual_ln"),
+        (DType::F16, 130, 1536, 384, "bias_residual_ln"),
+        (DType::F16, 50, 24, 64, "ln"),
+        (DType::BF16, 200, 128, 256, "rms"),
+        (DType::F16, 129, 64, 320, "ln_cast_f32"),
+    ] {
+        let name = format!("gemm_norm_{kind}_{rows}x{k}x{n}_{dt}");
+        let mut b = Builder::new(&name, dt);
+        let x = b.input(dt, &[rows, k]);
+        let w = b.param(dt, &[k, n]);
+        let mut y = b.g().matmul(x, w).unwrap();
+        if kind.starts_with("bias_residual") {
+            let bias = b.param(dt, &[n]);
+            let r = b.input(dt, &[rows, n]);
+            y = b.g().add(y, bias).unwrap();
+            y = b.g().add(y, r).unwrap();
+        }
+        let scale = b.param(dt, &[n]);
+        y = if kind == "rms" {
+            b.g().rms_norm(y, scale, 1e-6).unwrap()
+        } else {
+            let shift = b.param(dt, &[n]);
+            b.g().layer_norm(y, scale, shift, 1e-12).unwrap()
+        };
+        if kind == "ln_cast_f32" {
+            y = b.g().cast(y, DType::F32).unwrap();
+        }
+        cases.push(b.done(y));
+    }
+    cases
+}

@@ -1,0 +1,118 @@
+//! Planning of a GEMM and the layer norm (or RMS norm) of its result as one kernel
+//! ([`crate::codegen::gemm_norm`]): offered as a [`Choice`] against the two planned steps
+//! when the norm reads nothing but the GEMM's own result, row by row, and nothing else
+//! reads that result. Timing at compile decides, as for the other fused GEMMs.
+
+use crate::codegen::gemm_mma::MmaGemm;
+use crate::codegen::gemm_norm::{self, RowNorm};
+use crate::codegen::store::{numel, LibCtx};
+use crate::codegen::{gemm_wgmma, ArgRef, Target};
+use crate::plan::{library_result, root, types, Choice, Plan, Step};
+use rlx_ir::kernel::{Kernel, KernelProgram};
+use rlx_ir::Op;
+
+/// True unless `RLX_CUDA_GEMM_NORM=0` (for A/B runs).
+pub fn enabled() -> bool {
+    Target::switch_from_env("RLX_CUDA_GEMM_NORM")
+}
+
+/// Offers the GEMM + norm kernel for kernel `norm_at` (planned as the last step) reading the
+/// result of kernel `gemm_at` (planned as the one step before it). Nothing is offered
+/// unless `gemm_at` is a matmul run as one plain GEMM (no batch, no strides, its epilogue
+/// fused into cuBLASLt or absent), `norm_at` a layer or RMS norm over exactly the GEMM's
+/// rows that reads the GEMM's result as its x alone (not as a parameter, nor in its own
+/// epilogue), no other kernel or output reads that result, and the target has `wgmma`.
+pub fn offer(
+    program: &KernelProgram,
+    gemm_at: usize,
+    norm_at: usize,
+    target: &Target,
+    plan: &mut Plan,
+) {
+    if !enabled() || !gemm_wgmma::enabled() || target.arch != gemm_wgmma::ARCH {
+        return;
+    }
+    let (Kernel::Library(gk), Kernel::Library(nk)) =
+        (&program.kernels[gemm_at], &program.kernels[norm_at])
+    else {
+        return;
+    };
+    let (axis, eps, layer) = match nk.op {
+        Op::LayerNorm { axis, eps } => (axis, eps, true),
+        Op::RmsNorm { axis, eps } => (axis, eps, false),
+        _ => return,
+    };
+    let steps = plan.steps.len();
+    if gk.op != Op::MatMul || steps < 2 || !matches!(plan.steps[steps - 1], Step::Kernel(_)) {
+        return;
+    }
+    let Step::Gemm(spec) = &plan.steps[steps - 2] else {
+        return;
+    };
+    let plain = |o: &crate::gemm::Operand, b| {
+        o.arg == ArgRef::Buffer(b) && o.offset == 0 && o.row_stride.is_none()
+    };
+    let result = root(program, gk.output);
+    if spec.batch != 1
+        || spec.outer != 1
+        || spec.trans_b
+        || spec.alpha != 1.0
+        || !plain(&spec.a, gk.inputs[0])
+        || !plain(&spec.b, gk.inputs[1])
+        || !plain(&spec.c, gk.output)
+        || root(program, nk.inputs[0]) != result
+        || program.kernels[norm_at].reads()[1..]
+            .iter()
+            .any(|&b| root(program, b) == result)
+        || !sole_reader(program, result, norm_at)
+    {
+        return;
+    }
+    let (g_ins, n_ins) = (types(program, &gk.inputs), types(program, &nk.inputs));
+    let (Ok(g_res), Ok(n_res)) = (library_result(program, gk), library_result(program, nk)) else {
+        return;
+    };
+    let (Ok(gctx), Ok(nctx)) = (
+        LibCtx::new(gk, &g_ins, &g_res, target),
+        LibCtx::new(nk, &n_ins, &n_res, target),
+    ) else {
+        return;
+    };
+    if gctx.unfused_epilogue()
+        || nctx.unfused_epilogue()
+        || numel(&nctx.inputs[0].1[axis.min(nctx.inputs[0].1.len())..]) != spec.n
+    {
+        return;
+    }
+    let g = MmaGemm {
+        m: spec.m,
+        n: spec.n,
+        k: spec.k,
+        a: (spec.a.arg, 0, spec.k),
+        b: (spec.b.arg, 0, spec.n),
+    };
+    let norm = |ctx| RowNorm { ctx, eps, layer };
+    let fused: Vec<_> = gemm_norm::tiles(spec.n)
+        .iter()
+        .filter(|t| gemm_norm::applies(&gctx, &norm(nctx.clone()), &g, t))
+        .filter_map(|t| gemm_norm::emit(&gctx, norm(nctx.clone()), &g, t).ok())
+        .collect();
+    if !fused.is_empty() {
+        plan.choices.push(Choice {
+            gemm: steps - 2,
+            epilogue: steps - 1,
+            fused,
+        });
+    }
+}
+
+/// True when kernel `reader` is the only kernel that reads buffer `b` (through any alias)
+/// and `b` is no program output.
+fn sole_reader(program: &KernelProgram, b: usize, reader: usize) -> bool {
+    program.outputs.iter().all(|(_, o)| root(program, *o) != b)
+        && program
+            .kernels
+            .iter()
+            .enumerate()
+            .all(|(i, k)| i == reader || k.reads().iter().all(|&r| root(program, r) != b))
+}
