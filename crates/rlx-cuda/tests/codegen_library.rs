@@ -755,7 +755,7 @@ fn gemms_followed_by_a_row_norm_offer_the_gemm_norm_kernel() {
             } else {
                 assert_eq!(k.args[2], norm_out, "{}", case.name);
             }
-            assert!(k.source.contains("rlx_warp_sum(sq)"), "{}", k.source);
+            assert!(k.source.contains("rlx_warp_sum(sq[i])"), "{}", k.source);
         }
         let lanes_full = g.n % 128 == 0;
         assert_eq!(

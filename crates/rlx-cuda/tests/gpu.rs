@@ -632,12 +632,12 @@ fn gemm_norm_kernels_match_the_interpreter_in_every_tiling() {
     let mut failures = Vec::new();
     let mut chosen = 0;
     for c in &cases {
-        for mode in [
-            FusedGemm::Off,
-            FusedGemm::Force(0),
-            FusedGemm::Force(1),
-            FusedGemm::Timed,
-        ] {
+        // every tiling the widest case offers (fewer clamp to their last)
+        let tilings = rlx_cuda::codegen::gemm_norm::tiles(64).len();
+        let modes = std::iter::once(FusedGemm::Off)
+            .chain((0..tilings).map(FusedGemm::Force))
+            .chain(std::iter::once(FusedGemm::Timed));
+        for mode in modes {
             let options = CudaOptions {
                 fused_gemm: mode,
                 autotune: true,
@@ -664,8 +664,9 @@ fn gemm_norm_kernels_match_the_interpreter_in_every_tiling() {
         }
     }
     println!(
-        "{} GEMM + norm cases x 4 modes, timing chose the fused kernel in {chosen}, {} failures",
+        "{} GEMM + norm cases x {} modes, timing chose the fused kernel in {chosen}, {} failures",
         cases.len(),
+        rlx_cuda::codegen::gemm_norm::tiles(64).len() + 2,
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

@@ -113,6 +113,24 @@ impl<'a> EpilogueCtx<'a> {
             .collect()
     }
 
+    /// The extra inputs read as whole tensors of the result's shape, element for element
+    /// (a residual): parameter name, element offset and dtype of each.
+    pub fn full_inputs(&self) -> Vec<(String, usize, DType)> {
+        let whole = contiguous(&self.kernel.shape);
+        self.kernel.inputs[1..]
+            .iter()
+            .enumerate()
+            .filter(|(_, inp)| inp.view.strides == whole)
+            .map(|(i, inp)| {
+                (
+                    format!("{}{}", self.prefix, i + 1),
+                    inp.view.offset,
+                    inp.dtype,
+                )
+            })
+            .collect()
+    }
+
     /// Extra pointer arguments, matching [`EpilogueCtx::params`].
     pub fn args(&self) -> Vec<ArgRef> {
         self.kernel.inputs[1..]

@@ -47,15 +47,16 @@ impl RowNorm<'_> {
 }
 
 /// The tilings offered for an `n`-column result: 128 x `bn` blocks with 3 pipeline stages,
-/// and 4 where shared memory holds them (rows of up to 256 columns).
+/// and 4 where shared memory holds them (rows of up to 256 columns), each with the MMAs of
+/// a k tile waited for before the next is issued or left running while it is.
 pub fn tiles(n: usize) -> Vec<WgmmaTile> {
     let bn = n.next_multiple_of(64);
-    [3, 4]
+    [(3, 0), (3, 1), (4, 0), (4, 1)]
         .into_iter()
-        .map(|stages| WgmmaTile {
+        .map(|(stages, inflight)| WgmmaTile {
             bn,
             stages,
-            inflight: 0,
+            inflight,
         })
         .filter(|t| t.shared_bytes() <= 227 * 1024)
         .collect()
@@ -131,7 +132,7 @@ pub fn emit(
         storage(out_dtype)
     );
     let store = row_store(gemm, &norm, g, tile)?;
-    let text = gemm_wgmma::kernel_text(gemm, g, tile, &params, &store);
+    let text = gemm_wgmma::kernel_text(gemm, g, tile, (&params, &prefetch(gemm, g), &store));
     // operands, the norm's output, the GEMM epilogue's inputs, the norm's parameters, the
     // norm epilogue's inputs
     let mut args = gemm.args();
@@ -154,7 +155,7 @@ pub fn emit(
     let mut k = finish(&gemm.kernel.name, family, text, launch, args);
     k.label += &format!(
         " [Hopper tensor-core GEMM {} m{} n{} k{} + {} ({}) in its store: 128x{} tiles, \
-         2 warpgroups, {} stages]",
+         2 warpgroups, {} stages, {} in flight]",
         gemm_wgmma::operand_type(gemm),
         g.m,
         g.n,
@@ -162,16 +163,45 @@ pub fn emit(
         family.trim_start_matches("gemm_"),
         norm.ctx.kernel.name,
         tile.bn,
-        tile.stages
+        tile.stages,
+        tile.inflight
     );
     Ok(k)
 }
 
+/// Statements that ask L2 for the block's rows of each epilogue input read element for
+/// element (a residual) before the main loop, so the store, which waits on those loads
+/// row by row, finds them there rather than in device memory.
+fn prefetch(gemm: &LibCtx, g: &MmaGemm) -> String {
+    let Some(e) = &gemm.epilogue else {
+        return String::new();
+    };
+    e.full_inputs()
+        .iter()
+        .map(|(name, offset, dtype)| {
+            format!(
+                "{{\n\
+                 const char* pf = reinterpret_cast<const char*>({name} + {offset} + (long long)bm0 * {n});\n\
+                 const int pf_bytes = min({BM}, {m} - bm0) * {row_bytes};\n\
+                 for (int o = tid * 128; o < pf_bytes; o += {THREADS} * 128) \
+                 asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(pf + o));\n\
+                 }}\n",
+                n = g.n,
+                m = g.m,
+                row_bytes = g.n * dtype.size_bytes(),
+            )
+        })
+        .collect()
+}
+
 /// Columns per lane group: four f32 values from the tile, four results per store.
 const GROUP: usize = 4;
+/// Rows a warp normalises at once: their epilogue loads are in flight together and their
+/// reductions interleave (one row at a time waits out a memory latency per row).
+const ROWS_AT_ONCE: usize = 8;
 
-/// The store: each warp normalises rows `warp, warp + 8, ...` of the block's 128 (see the
-/// module docs).
+/// The store: each warp normalises rows `warp, warp + 8, ...` of the block's 128,
+/// [`ROWS_AT_ONCE`] at a time (see the module docs).
 fn row_store(
     gemm: &LibCtx,
     norm: &RowNorm,
@@ -181,14 +211,16 @@ fn row_store(
     let n = g.n;
     let groups = n / GROUP;
     let per_lane = groups.div_ceil(32);
+    let warps = THREADS / 32;
     let ity = if g.m * n < (1 << 31) {
         "int"
     } else {
         "long long"
     };
     // lane groups past the row's end exist only when the groups do not fill every lane
+    let full = groups.is_multiple_of(32);
     let guard = |body: &str, otherwise: &str| {
-        if groups.is_multiple_of(32) {
+        if full {
             body.to_string()
         } else {
             format!("if (c0 < {n}) {{\n{body}}} else {{\n{otherwise}}}\n")
@@ -209,6 +241,7 @@ fn row_store(
     }
     let x_dtype = norm.ctx.inputs[0].0;
     let gemm_value = gemm.store_at("hv", ("row", "col", n), "val", ity)?;
+    let zero = format!("#pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) x[i][j][e] = 0.0f;\n");
     let read = guard(
         &format!(
             "const float4 v = *reinterpret_cast<const float4*>(cs + r * {cld} + c0);\n\
@@ -217,30 +250,49 @@ fn row_store(
              const int col = c0 + e;\n\
              const float val = vs[e];\n\
              {hty} hv;\n\
-             {gemm_value}x[j][e] = {x};\n\
-             sum += x[j][e];\n\
+             {gemm_value}x[i][j][e] = {x};\n\
+             sum[i] += x[i][j][e];\n\
              }}\n",
             cld = tile.bn + CPAD,
             hty = storage(x_dtype),
             x = load(x_dtype, "hv"),
         ),
-        &format!("#pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) x[j][e] = 0.0f;\n"),
+        &zero,
     );
-    let center = if norm.layer {
-        "const float mean = rlx_warp_sum(sum) / (float)@N@;\n\
-         float sq = 0.0f;\n\
-         #pragma unroll\nfor (int j = 0; j < @PL@; ++j)\n\
-         #pragma unroll\nfor (int e = 0; e < 4; ++e) { const float d = x[j][e] - mean; sq += (lane + 32 * j) * 4 < @N@ ? d * d : 0.0f; }\n"
+    // lanes past the row's end hold zeros, which a centred square must not count
+    let live = if full {
+        String::new()
     } else {
-        "float sq = 0.0f;\n\
-         #pragma unroll\nfor (int j = 0; j < @PL@; ++j)\n\
-         #pragma unroll\nfor (int e = 0; e < 4; ++e) sq += x[j][e] * x[j][e];\n"
+        format!("if ((lane + 32 * j) * {GROUP} < {n}) ")
+    };
+    let center = if norm.layer {
+        format!(
+            "float mean[{R}], sq[{R}];\n\
+             #pragma unroll\nfor (int i = 0; i < {R}; ++i) mean[i] = rlx_warp_sum(sum[i]) / (float){n};\n\
+             #pragma unroll\nfor (int i = 0; i < {R}; ++i) {{\n\
+             sq[i] = 0.0f;\n\
+             #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j)\n\
+             {live}{{\n\
+             #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) {{ const float d = x[i][j][e] - mean[i]; sq[i] += d * d; }}\n\
+             }}\n}}\n",
+            R = ROWS_AT_ONCE,
+        )
+    } else {
+        format!(
+            "float sq[{R}];\n\
+             #pragma unroll\nfor (int i = 0; i < {R}; ++i) {{\n\
+             sq[i] = 0.0f;\n\
+             #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j)\n\
+             #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) sq[i] += x[i][j][e] * x[i][j][e];\n\
+             }}\n",
+            R = ROWS_AT_ONCE,
+        )
     };
     let eps = super::norm::eps_literal(x_dtype, norm.eps);
     let y = if norm.layer {
-        "(x[j][e] - mean) * rstd * nv1[j][e] + nv2[j][e]"
+        "(x[i][j][e] - mean[i]) * rstd[i] * nv1[j][e] + nv2[j][e]"
     } else {
-        "x[j][e] * rstd * nv1[j][e]"
+        "x[i][j][e] * rstd[i] * nv1[j][e]"
     };
     let out_dtype = norm.ctx.out_dtype();
     let norm_value = norm.ctx.store_at("ov[e]", ("row", "col", n), "y", ity)?;
@@ -266,25 +318,33 @@ fn row_store(
         "",
     );
     s += &format!(
-        "for (int r = warp; r < {BM}; r += {warps}) {{\n\
+        "#pragma unroll 1\n\
+         for (int b = 0; b < {batches}; ++b) {{\n\
+         if (bm0 + warp + {warps} * {R} * b >= {m}) break;\n\
+         float x[{R}][{per_lane}][{GROUP}];\n\
+         float sum[{R}];\n\
+         #pragma unroll\nfor (int i = 0; i < {R}; ++i) {{\n\
+         const int r = warp + {warps} * ({R} * b + i);\n\
          const int row = bm0 + r;\n\
-         if (row >= {m}) break;\n\
-         float x[{per_lane}][{GROUP}];\n\
-         float sum = 0.0f;\n\
+         sum[i] = 0.0f;\n\
          #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j) {{\n\
          const int c0 = (lane + 32 * j) * {GROUP};\n\
-         {read}}}\n\
+         if (row < {m}) {{\n{read}}} else {{\n{zero}}}\n\
+         }}\n}}\n\
          {center}\
-         const float rstd = rsqrtf(rlx_warp_sum(sq) / (float){n} + {eps});\n\
+         float rstd[{R}];\n\
+         #pragma unroll\nfor (int i = 0; i < {R}; ++i) rstd[i] = rsqrtf(rlx_warp_sum(sq[i]) / (float){n} + {eps});\n\
+         #pragma unroll\nfor (int i = 0; i < {R}; ++i) {{\n\
+         const int row = bm0 + warp + {warps} * ({R} * b + i);\n\
+         if (row < {m}) {{\n\
          #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j) {{\n\
          const int c0 = (lane + 32 * j) * {GROUP};\n\
          {store}}}\n\
+         }}\n}}\n\
          }}\n",
-        warps = THREADS / 32,
+        batches = BM / (warps * ROWS_AT_ONCE),
+        R = ROWS_AT_ONCE,
         m = g.m,
-        center = center
-            .replace("@N@", &n.to_string())
-            .replace("@PL@", &per_lane.to_string()),
     );
     Ok(s)
 }

@@ -178,7 +178,7 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
     let ty = operand_type(ctx);
     let store = tile_store(ctx, (g.m, g.n), (BM, tile.bn, tile.bn + CPAD), THREADS)?;
     let params = ctx.in_params() + &ctx.out_params();
-    let text = kernel_text(ctx, g, tile, &params, &store);
+    let text = kernel_text(ctx, g, tile, (&params, "", &store));
     let mut args = ctx.args();
     args[0] = g.a.0;
     args[1] = g.b.0;
@@ -196,32 +196,36 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
     Ok(k)
 }
 
-/// The kernel's text for `g` in `tile` with parameter list `params` and `store`, the code
-/// that writes the finished f32 tile (`cs`, 128 rows of `tile.bn + CPAD`, block origin
-/// `bm0`, `bn0`) to memory; shared with [`super::gemm_norm`].
+/// The kernel's text for `g` in `tile` with parameter list `params`, `pre` (statements run
+/// before the main loop) and `store`, the code that writes the finished f32 tile (`cs`, 128
+/// rows of `tile.bn + CPAD`, block origin `bm0`, `bn0`) to memory; shared with
+/// [`super::gemm_norm`].
 pub(super) fn kernel_text(
     ctx: &LibCtx,
     g: &MmaGemm,
     tile: &WgmmaTile,
-    params: &str,
-    store: &str,
+    (params, pre, store): (&str, &str, &str),
 ) -> String {
     let ty = operand_type(ctx);
     let a_chunks = BM * BK / 8;
     let b_chunks = BK * tile.bn / 8;
-    g.fill(&TEMPLATE.replace("@PARAMS@", params), ctx, store)
-        .replace("@WGMMA@", &wgmma_issue(tile.bn, ty))
-        .replace("@MINB@", &tile.min_blocks().to_string())
-        .replace("@BN@", &tile.bn.to_string())
-        .replace("@ACC@", &(tile.bn / 2).to_string())
-        .replace("@S@", &tile.stages.to_string())
-        .replace("@PD@", &(tile.stages - 1 - tile.inflight).to_string())
-        .replace("@INF@", &tile.inflight.to_string())
-        .replace("@STAGE@", &tile.stage_bytes().to_string())
-        .replace("@ABYTES@", &(BM * BK * 2).to_string())
-        .replace("@CLD@", &(tile.bn + CPAD).to_string())
-        .replace("@ACH@", &(a_chunks / THREADS).to_string())
-        .replace("@BCH@", &(b_chunks / THREADS).to_string())
+    g.fill(
+        &TEMPLATE.replace("@PARAMS@", params).replace("@PRE@", pre),
+        ctx,
+        store,
+    )
+    .replace("@WGMMA@", &wgmma_issue(tile.bn, ty))
+    .replace("@MINB@", &tile.min_blocks().to_string())
+    .replace("@BN@", &tile.bn.to_string())
+    .replace("@ACC@", &(tile.bn / 2).to_string())
+    .replace("@S@", &tile.stages.to_string())
+    .replace("@PD@", &(tile.stages - 1 - tile.inflight).to_string())
+    .replace("@INF@", &tile.inflight.to_string())
+    .replace("@STAGE@", &tile.stage_bytes().to_string())
+    .replace("@ABYTES@", &(BM * BK * 2).to_string())
+    .replace("@CLD@", &(tile.bn + CPAD).to_string())
+    .replace("@ACH@", &(a_chunks / THREADS).to_string())
+    .replace("@BCH@", &(b_chunks / THREADS).to_string())
 }
 
 /// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage (1024-aligned):
@@ -236,7 +240,7 @@ const unsigned short* A = (const unsigned short*)in0 + @AOFF@;
 const unsigned short* B = (const unsigned short*)in1 + @BOFF@;
 const unsigned base = (rlx_smem_u32(rlx_wsmem) + 1023u) & ~1023u;
 unsigned char* gbase = rlx_wsmem + (base - rlx_smem_u32(rlx_wsmem));
-auto load = [&](int kt, int s) {
+@PRE@auto load = [&](int kt, int s) {
 const unsigned as = base + s * @STAGE@;
 const unsigned bs = as + @ABYTES@;
 const int k0 = kt * 64;
