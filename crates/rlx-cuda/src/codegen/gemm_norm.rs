@@ -19,7 +19,7 @@
 
 use super::dtype::{load, storage};
 use super::gemm_mma::MmaGemm;
-use super::gemm_wgmma::{self, WgmmaTile, BM, CPAD, MAX_BN, THREADS};
+use super::gemm_wgmma::{self, WgmmaTile, CPAD, MAX_BN};
 use super::store::{numel, LibCtx};
 use super::{finish, EmittedKernel, Launch};
 use rlx_ir::DType;
@@ -46,20 +46,35 @@ impl RowNorm<'_> {
     }
 }
 
-/// The tilings offered for an `n`-column result: 128 x `bn` blocks with 3 pipeline stages,
-/// and 4 where shared memory holds them (rows of up to 256 columns), each with the MMAs of
-/// a k tile waited for before the next is issued or left running while it is.
+/// Shared memory of one SM on Hopper (bytes), of which each resident block takes 1 KiB more
+/// than it asks for.
+const SM_SHARED: usize = 228 * 1024;
+
+/// The tilings offered for an `n`-column result: 128 x `bn` blocks (two warpgroups, one
+/// block per SM) with 3 or 4 pipeline stages where they fit, the MMAs of a k tile waited for
+/// before the next is issued or left running while it is; and 64 x `bn` blocks (one
+/// warpgroup) with as many stages as leave room for two blocks per SM, so one block's
+/// store runs while the other multiplies.
 pub fn tiles(n: usize) -> Vec<WgmmaTile> {
     let bn = n.next_multiple_of(64);
-    [(3, 0), (3, 1), (4, 0), (4, 1)]
+    let tile = |bm, stages, inflight| WgmmaTile {
+        bm,
+        bn,
+        stages,
+        inflight,
+    };
+    let mut out: Vec<WgmmaTile> = [(3, 0), (3, 1), (4, 0), (4, 1)]
         .into_iter()
-        .map(|(stages, inflight)| WgmmaTile {
-            bn,
-            stages,
-            inflight,
-        })
+        .map(|(s, f)| tile(128, s, f))
         .filter(|t| t.shared_bytes() <= 227 * 1024)
-        .collect()
+        .collect();
+    if let Some(s) = (2..=4)
+        .rev()
+        .find(|&s| 2 * (tile(64, s, 0).shared_bytes() + 1024) <= SM_SHARED)
+    {
+        out.push(tile(64, s, 0));
+    }
+    out
 }
 
 /// True when the kernel runs this GEMM and norm in this tiling: the GEMM kernel applies,
@@ -132,7 +147,13 @@ pub fn emit(
         storage(out_dtype)
     );
     let store = row_store(gemm, &norm, g, tile)?;
-    let text = gemm_wgmma::kernel_text(gemm, g, tile, (&params, &prefetch(gemm, g), &store));
+    let pre = if knob("nopf") {
+        String::new()
+    } else {
+        prefetch(gemm, g, tile)
+    };
+    let store = if knob("noepi") { String::new() } else { store };
+    let text = gemm_wgmma::kernel_text(gemm, g, tile, (&params, &pre, &store));
     // operands, the norm's output, the GEMM epilogue's inputs, the norm's parameters, the
     // norm epilogue's inputs
     let mut args = gemm.args();
@@ -143,8 +164,8 @@ pub fn emit(
     args.extend(&norm_args[1..=norm.params()]);
     args.extend(&norm_args[2 + norm.params()..]);
     let launch = Launch {
-        grid: [1, g.m.div_ceil(BM) as u32],
-        block: THREADS as u32,
+        grid: [1, g.m.div_ceil(tile.bm) as u32],
+        block: tile.threads() as u32,
         shared_bytes: tile.shared_bytes() as u32,
     };
     let family = if norm.layer {
@@ -154,15 +175,17 @@ pub fn emit(
     };
     let mut k = finish(&gemm.kernel.name, family, text, launch, args);
     k.label += &format!(
-        " [Hopper tensor-core GEMM {} m{} n{} k{} + {} ({}) in its store: 128x{} tiles, \
-         2 warpgroups, {} stages, {} in flight]",
+        " [Hopper tensor-core GEMM {} m{} n{} k{} + {} ({}) in its store: {}x{} tiles, \
+         {} warpgroups, {} stages, {} in flight]",
         gemm_wgmma::operand_type(gemm),
         g.m,
         g.n,
         g.k,
         family.trim_start_matches("gemm_"),
         norm.ctx.kernel.name,
+        tile.bm,
         tile.bn,
+        tile.bm / 64,
         tile.stages,
         tile.inflight
     );
@@ -172,7 +195,7 @@ pub fn emit(
 /// Statements that ask L2 for the block's rows of each epilogue input read element for
 /// element (a residual) before the main loop, so the store, which waits on those loads
 /// row by row, finds them there rather than in device memory.
-fn prefetch(gemm: &LibCtx, g: &MmaGemm) -> String {
+fn prefetch(gemm: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> String {
     let Some(e) = &gemm.epilogue else {
         return String::new();
     };
@@ -189,6 +212,8 @@ fn prefetch(gemm: &LibCtx, g: &MmaGemm) -> String {
                 n = g.n,
                 m = g.m,
                 row_bytes = g.n * dtype.size_bytes(),
+                BM = tile.bm,
+                THREADS = tile.threads(),
             )
         })
         .collect()
@@ -198,32 +223,47 @@ fn prefetch(gemm: &LibCtx, g: &MmaGemm) -> String {
 const GROUP: usize = 4;
 /// Rows a warp normalises at once: their epilogue loads are in flight together and their
 /// reductions interleave (one row at a time waits out a memory latency per row).
-const ROWS_AT_ONCE: usize = 8;
+const ROWS_AT_ONCE_DEFAULT: usize = 8;
+fn rows_at_once() -> usize {
+    std::env::var("RLX_GN_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ROWS_AT_ONCE_DEFAULT)
+}
+fn knob(v: &str) -> bool {
+    std::env::var("RLX_GN_VARIANT").is_ok_and(|x| x.split(',').any(|y| y == v))
+}
 
 /// The store: each warp normalises rows `warp, warp + 8, ...` of the block's 128,
-/// [`ROWS_AT_ONCE`] at a time (see the module docs).
+/// [`ROWS_AT_ONCE`] at a time (see the module docs). Loads are not branched around: a row
+/// past `m` reads the last row and a lane group past `n` the first group (their results
+/// are dropped), so a batch's loads all issue before the first is waited for; only the
+/// stores are guarded.
 fn row_store(
     gemm: &LibCtx,
     norm: &RowNorm,
     g: &MmaGemm,
     tile: &WgmmaTile,
 ) -> Result<String, String> {
-    let n = g.n;
+    let (m, n) = (g.m, g.n);
     let groups = n / GROUP;
     let per_lane = groups.div_ceil(32);
-    let warps = THREADS / 32;
-    let ity = if g.m * n < (1 << 31) {
+    let warps = tile.threads() / 32;
+    let rows = rows_at_once();
+    let ity = if m * n < (1 << 31) {
         "int"
     } else {
         "long long"
     };
-    // lane groups past the row's end exist only when the groups do not fill every lane
+    // lane groups past the row's end exist only when the groups do not fill every lane;
+    // rows past the end only when the last block is partial
     let full = groups.is_multiple_of(32);
-    let guard = |body: &str, otherwise: &str| {
+    let whole_blocks = m.is_multiple_of(tile.bm);
+    let in_row = |c: &str| {
         if full {
-            body.to_string()
+            "true".to_string()
         } else {
-            format!("if (c0 < {n}) {{\n{body}}} else {{\n{otherwise}}}\n")
+            format!("({c} < {n})")
         }
     };
     let mut s = String::new();
@@ -240,52 +280,60 @@ fn row_store(
         );
     }
     let x_dtype = norm.ctx.inputs[0].0;
-    let gemm_value = gemm.store_at("hv", ("row", "col", n), "val", ity)?;
-    let zero = format!("#pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) x[i][j][e] = 0.0f;\n");
-    let read = guard(
-        &format!(
-            "const float4 v = *reinterpret_cast<const float4*>(cs + r * {cld} + c0);\n\
-             const float vs[4] = {{v.x, v.y, v.z, v.w}};\n\
-             #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) {{\n\
-             const int col = c0 + e;\n\
-             const float val = vs[e];\n\
-             {hty} hv;\n\
-             {gemm_value}x[i][j][e] = {x};\n\
-             sum[i] += x[i][j][e];\n\
-             }}\n",
-            cld = tile.bn + CPAD,
-            hty = storage(x_dtype),
-            x = load(x_dtype, "hv"),
-        ),
-        &zero,
-    );
-    // lanes past the row's end hold zeros, which a centred square must not count
-    let live = if full {
-        String::new()
+    let gemm_value = if knob("nores") {
+        format!("hv = {};\n", super::dtype::store(x_dtype, "val"))
     } else {
-        format!("if ((lane + 32 * j) * {GROUP} < {n}) ")
+        gemm.store_at("hv", ("row", "col", n), "val", ity)?
     };
+    let row_of = |i: &str| format!("bm0 + warp + {warps} * ({rows} * b + {i})");
+    let read = format!(
+        "{{\n\
+         const int r = warp + {warps} * ({rows} * b + i);\n\
+         const int row = {row};\n\
+         sum[i] = 0.0f;\n\
+         #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j) {{\n\
+         const bool live = {live};\n\
+         const int c0 = live ? (lane + 32 * j) * {GROUP} : 0;\n\
+         const float4 v = *reinterpret_cast<const float4*>(cs + r * {cld} + c0);\n\
+         const float vs[4] = {{v.x, v.y, v.z, v.w}};\n\
+         #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) {{\n\
+         const int col = c0 + e;\n\
+         const float val = vs[e];\n\
+         {hty} hv;\n\
+         {gemm_value}x[i][j][e] = live ? {x} : 0.0f;\n\
+         sum[i] += x[i][j][e];\n\
+         }}\n}}\n}}\n",
+        row = if whole_blocks {
+            "bm0 + r".to_string()
+        } else {
+            format!("min(bm0 + r, {})", m - 1)
+        },
+        live = in_row(&format!("(lane + 32 * j) * {GROUP}")),
+        cld = tile.bn + CPAD,
+        hty = storage(x_dtype),
+        x = load(x_dtype, "hv"),
+    );
+    let inv_n = super::dtype::literal(DType::F32, 1.0 / n as f64);
     let center = if norm.layer {
         format!(
-            "float mean[{R}], sq[{R}];\n\
-             #pragma unroll\nfor (int i = 0; i < {R}; ++i) mean[i] = rlx_warp_sum(sum[i]) / (float){n};\n\
-             #pragma unroll\nfor (int i = 0; i < {R}; ++i) {{\n\
+            "float mean[{rows}], sq[{rows}];\n\
+             #pragma unroll\nfor (int i = 0; i < {rows}; ++i) mean[i] = rlx_warp_sum(sum[i]) * {inv_n};\n\
+             #pragma unroll\nfor (int i = 0; i < {rows}; ++i) {{\n\
              sq[i] = 0.0f;\n\
-             #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j)\n\
-             {live}{{\n\
-             #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) {{ const float d = x[i][j][e] - mean[i]; sq[i] += d * d; }}\n\
+             #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j) {{\n\
+             const bool live = {live};\n\
+             #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) {{ const float d = x[i][j][e] - mean[i]; sq[i] += live ? d * d : 0.0f; }}\n\
              }}\n}}\n",
-            R = ROWS_AT_ONCE,
+            live = in_row(&format!("(lane + 32 * j) * {GROUP}")),
         )
     } else {
         format!(
-            "float sq[{R}];\n\
-             #pragma unroll\nfor (int i = 0; i < {R}; ++i) {{\n\
+            "float sq[{rows}];\n\
+             #pragma unroll\nfor (int i = 0; i < {rows}; ++i) {{\n\
              sq[i] = 0.0f;\n\
              #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j)\n\
              #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) sq[i] += x[i][j][e] * x[i][j][e];\n\
-             }}\n",
-            R = ROWS_AT_ONCE,
+             }}\n"
         )
     };
     let eps = super::norm::eps_literal(x_dtype, norm.eps);
@@ -304,47 +352,45 @@ fn row_store(
             .to_string(),
         _ => format!("#pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) out[lin0 + e] = ov[e];\n"),
     };
-    let store = guard(
-        &format!(
-            "__align__(16) {oty} ov[{GROUP}];\n\
-             #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) {{\n\
-             const int col = c0 + e;\n\
-             const float y = {y};\n\
-             {norm_value}}}\n\
-             const {ity} lin0 = ({ity})row * {n} + c0;\n\
-             {write}",
-            oty = storage(out_dtype),
-        ),
-        "",
+    let mut store = format!(
+        "__align__(16) {oty} ov[{GROUP}];\n\
+         #pragma unroll\nfor (int e = 0; e < {GROUP}; ++e) {{\n\
+         const int col = c0 + e;\n\
+         const float y = {y};\n\
+         {norm_value}}}\n\
+         const {ity} lin0 = ({ity})row * {n} + c0;\n\
+         {write}",
+        oty = storage(out_dtype),
     );
+    if !full {
+        store = format!("if (c0 < {n}) {{\n{store}}}\n");
+    }
+    let row_guard = if whole_blocks {
+        String::new()
+    } else {
+        format!("if (row < {m}) ")
+    };
     s += &format!(
         "#pragma unroll 1\n\
          for (int b = 0; b < {batches}; ++b) {{\n\
-         if (bm0 + warp + {warps} * {R} * b >= {m}) break;\n\
-         float x[{R}][{per_lane}][{GROUP}];\n\
-         float sum[{R}];\n\
-         #pragma unroll\nfor (int i = 0; i < {R}; ++i) {{\n\
-         const int r = warp + {warps} * ({R} * b + i);\n\
-         const int row = bm0 + r;\n\
-         sum[i] = 0.0f;\n\
-         #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j) {{\n\
-         const int c0 = (lane + 32 * j) * {GROUP};\n\
-         if (row < {m}) {{\n{read}}} else {{\n{zero}}}\n\
-         }}\n}}\n\
+         if ({first} >= {m}) break;\n\
+         float x[{rows}][{per_lane}][{GROUP}];\n\
+         float sum[{rows}];\n\
+         #pragma unroll\nfor (int i = 0; i < {rows}; ++i) {read}\
          {center}\
-         float rstd[{R}];\n\
-         #pragma unroll\nfor (int i = 0; i < {R}; ++i) rstd[i] = rsqrtf(rlx_warp_sum(sq[i]) / (float){n} + {eps});\n\
-         #pragma unroll\nfor (int i = 0; i < {R}; ++i) {{\n\
-         const int row = bm0 + warp + {warps} * ({R} * b + i);\n\
-         if (row < {m}) {{\n\
+         float rstd[{rows}];\n\
+         #pragma unroll\nfor (int i = 0; i < {rows}; ++i) rstd[i] = rsqrtf(rlx_warp_sum(sq[i]) * {inv_n} + {eps});\n\
+         #pragma unroll\nfor (int i = 0; i < {rows}; ++i) {{\n\
+         const int row = {row_i};\n\
+         {row_guard}{{\n\
          #pragma unroll\nfor (int j = 0; j < {per_lane}; ++j) {{\n\
          const int c0 = (lane + 32 * j) * {GROUP};\n\
          {store}}}\n\
          }}\n}}\n\
          }}\n",
-        batches = BM / (warps * ROWS_AT_ONCE),
-        R = ROWS_AT_ONCE,
-        m = g.m,
+        batches = tile.bm / (warps * rows),
+        first = row_of("0"),
+        row_i = row_of("i"),
     );
     Ok(s)
 }

@@ -33,9 +33,11 @@ use super::store::LibCtx;
 use super::{finish, EmittedKernel, Launch};
 use rlx_ir::DType;
 
-/// One tiling of the kernel (128 rows per block, two warpgroups).
+/// One tiling of the kernel: a warpgroup per 64 rows of the block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WgmmaTile {
+    /// rows of C per block: 128 (two warpgroups) or 64 (one)
+    pub bm: usize,
     /// columns of C per block: a multiple of 64 up to 384, issued as `wgmma` instructions
     /// of n up to 256 each ([`super::gemm_norm`] takes whole rows of up to 384)
     pub bn: usize,
@@ -46,12 +48,8 @@ pub struct WgmmaTile {
     pub inflight: usize,
 }
 
-/// Rows of C per block.
-pub(super) const BM: usize = 128;
 /// k per shared-memory tile (one 128-byte swizzle row of 16-bit elements).
 const BK: usize = 64;
-/// Threads per block: two warpgroups.
-pub(super) const THREADS: usize = 256;
 /// Padding of the f32 result tile's rows in shared memory (elements).
 pub(super) const CPAD: usize = 4;
 /// Most columns per block: 384 keep 192 f32 accumulators per thread, and the f32 result
@@ -63,14 +61,19 @@ const MAX_N: usize = 256;
 impl WgmmaTile {
     /// Bytes of one pipeline stage: the A tile then the B tile.
     fn stage_bytes(&self) -> usize {
-        (BM * BK + BK * self.bn) * 2
+        (self.bm * BK + BK * self.bn) * 2
+    }
+
+    /// Threads per block: a warpgroup (128) per 64 rows.
+    pub fn threads(&self) -> usize {
+        2 * self.bm
     }
 
     /// Dynamic shared memory in bytes: the pipeline or the f32 result tile (the same memory,
     /// reused), whichever is larger, plus 1 KiB to align the swizzled tiles to 1024 bytes.
     pub fn shared_bytes(&self) -> usize {
         let pipeline = self.stages * self.stage_bytes();
-        pipeline.max(BM * (self.bn + CPAD) * 4) + 1024
+        pipeline.max(self.bm * (self.bn + CPAD) * 4) + 1024
     }
 
     /// Blocks per SM the registers must allow: as many as shared memory lets in (228 KiB
@@ -84,11 +87,13 @@ impl WgmmaTile {
 /// eight tried on an H200 for tall GEMMs), and 64-column tiles for short ones.
 pub const WGMMA_TILES: [WgmmaTile; 2] = [
     WgmmaTile {
+        bm: 128,
         bn: 128,
         stages: 3,
         inflight: 0,
     },
     WgmmaTile {
+        bm: 128,
         bn: 64,
         stages: 4,
         inflight: 0,
@@ -123,7 +128,8 @@ pub fn applies(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> bool {
         && [g.n, g.k, g.a.1, g.a.2, g.b.1, g.b.2]
             .into_iter()
             .all(eight)
-        && g.m.div_ceil(BM) <= 65_535
+        && matches!(tile.bm, 64 | 128)
+        && g.m.div_ceil(tile.bm) <= 65_535
         && tile.shared_bytes() <= ctx.target.max_shared
 }
 
@@ -176,22 +182,34 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
         ));
     }
     let ty = operand_type(ctx);
-    let store = tile_store(ctx, (g.m, g.n), (BM, tile.bn, tile.bn + CPAD), THREADS)?;
+    let store = tile_store(
+        ctx,
+        (g.m, g.n),
+        (tile.bm, tile.bn, tile.bn + CPAD),
+        tile.threads(),
+    )?;
     let params = ctx.in_params() + &ctx.out_params();
     let text = kernel_text(ctx, g, tile, (&params, "", &store));
     let mut args = ctx.args();
     args[0] = g.a.0;
     args[1] = g.b.0;
     let launch = Launch {
-        grid: [g.n.div_ceil(tile.bn) as u32, g.m.div_ceil(BM) as u32],
-        block: THREADS as u32,
+        grid: [g.n.div_ceil(tile.bn) as u32, g.m.div_ceil(tile.bm) as u32],
+        block: tile.threads() as u32,
         shared_bytes: tile.shared_bytes() as u32,
     };
     let mut k = finish(&ctx.kernel.name, "gemm_wgmma", text, launch, args);
     k.label += &format!(
-        " [Hopper tensor-core GEMM {ty} m{} n{} k{}: 128x{} tiles, 2 warpgroups, {} stages, \
+        " [Hopper tensor-core GEMM {ty} m{} n{} k{}: {}x{} tiles, {} warpgroups, {} stages, \
          {} in flight, fused epilogue]",
-        g.m, g.n, g.k, tile.bn, tile.stages, tile.inflight
+        g.m,
+        g.n,
+        g.k,
+        tile.bm,
+        tile.bn,
+        tile.bm / 64,
+        tile.stages,
+        tile.inflight
     );
     Ok(k)
 }
@@ -207,8 +225,8 @@ pub(super) fn kernel_text(
     (params, pre, store): (&str, &str, &str),
 ) -> String {
     let ty = operand_type(ctx);
-    let a_chunks = BM * BK / 8;
-    let b_chunks = BK * tile.bn / 8;
+    let a_chunks = tile.bm * BK / 8;
+    let threads = tile.threads();
     g.fill(
         &TEMPLATE.replace("@PARAMS@", params).replace("@PRE@", pre),
         ctx,
@@ -222,20 +240,21 @@ pub(super) fn kernel_text(
     .replace("@PD@", &(tile.stages - 1 - tile.inflight).to_string())
     .replace("@INF@", &tile.inflight.to_string())
     .replace("@STAGE@", &tile.stage_bytes().to_string())
-    .replace("@ABYTES@", &(BM * BK * 2).to_string())
+    .replace("@ABYTES@", &(tile.bm * BK * 2).to_string())
+    .replace("@BM@", &tile.bm.to_string())
+    .replace("@T@", &threads.to_string())
     .replace("@CLD@", &(tile.bn + CPAD).to_string())
-    .replace("@ACH@", &(a_chunks / THREADS).to_string())
-    .replace("@BCH@", &(b_chunks / THREADS).to_string())
+    .replace("@ACH@", &(a_chunks / threads).to_string())
 }
 
 /// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage (1024-aligned):
 /// A as 128 rows of 128 bytes, then B as `bn / 64` blocks of 64 rows (k) of 128 bytes (64
 /// columns). Descriptors: start address >> 4 in bits 0..13, leading byte
 /// offset >> 4 in 16..29, stride byte offset >> 4 in 32..45, 128-byte swizzle (1) in 62..63.
-const TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(256, @MINB@) RLX_FN(@PARAMS@) {
+const TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@, @MINB@) RLX_FN(@PARAMS@) {
 extern __shared__ __align__(1024) unsigned char rlx_wsmem[];
 const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-const int bm0 = blockIdx.y * 128, bn0 = blockIdx.x * @BN@;
+const int bm0 = blockIdx.y * @BM@, bn0 = blockIdx.x * @BN@;
 const unsigned short* A = (const unsigned short*)in0 + @AOFF@;
 const unsigned short* B = (const unsigned short*)in1 + @BOFF@;
 const unsigned base = (rlx_smem_u32(rlx_wsmem) + 1023u) & ~1023u;
@@ -246,19 +265,21 @@ const unsigned bs = as + @ABYTES@;
 const int k0 = kt * 64;
 #pragma unroll
 for (int i = 0; i < @ACH@; ++i) {
-const int t = tid + i * 256;
+const int t = tid + i * @T@;
 const int r = t >> 3, c = t & 7;
 const int gr = bm0 + r, gk = k0 + c * 8;
 const bool ok = gr < @M@ && gk < @K@;
 const unsigned dst = as + r * 128 + ((c ^ (r & 7)) << 4);
 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(A + (ok ? (long long)gr * @LDA@ + gk : 0)), "r"(ok ? 16 : 0) : "memory");
 }
+// B: 16-byte chunk `tid % 8` of each 64-column block, rows `tid / 8` apart by T / 8, so a
+// thread's addresses differ by constants (the swizzle `r % 8` is the same for all of them)
 #pragma unroll
-for (int i = 0; i < @BCH@; ++i) {
-const int t = tid + i * 256;
-const int r = t / (@BN@ / 8), cn = t % (@BN@ / 8);
-const int nb = cn >> 3, c = cn & 7;
-const int gk = k0 + r, gn = bn0 + cn * 8;
+for (int nb = 0; nb < @BN@ / 64; ++nb)
+#pragma unroll
+for (int q = 0; q < 64 / (@T@ / 8); ++q) {
+const int c = tid & 7, r = (tid >> 3) + q * (@T@ / 8);
+const int gk = k0 + r, gn = bn0 + nb * 64 + c * 8;
 const bool ok = gk < @K@ && gn < @N@;
 const unsigned dst = bs + nb * 8192 + r * 128 + ((c ^ (r & 7)) << 4);
 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(B + (ok ? (long long)gk * @LDB@ + gn : 0)), "r"(ok ? 16 : 0) : "memory");
