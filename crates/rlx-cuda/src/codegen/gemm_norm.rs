@@ -68,11 +68,15 @@ pub fn tiles(n: usize) -> Vec<WgmmaTile> {
         .map(|(s, f)| tile(128, s, f))
         .filter(|t| t.shared_bytes() <= 227 * 1024)
         .collect();
-    if let Some(s) = (2..=4)
-        .rev()
-        .find(|&s| 2 * (tile(64, s, 0).shared_bytes() + 1024) <= SM_SHARED)
-    {
-        out.push(tile(64, s, 0));
+    // the deepest pipelines that leave room for two blocks per SM, and for one
+    for per_sm in [2, 1] {
+        if let Some(s) = (2..=4)
+            .rev()
+            .find(|&s| per_sm * (tile(64, s, 0).shared_bytes() + 1024) <= SM_SHARED)
+            .filter(|&s| !out.contains(&tile(64, s, 0)))
+        {
+            out.push(tile(64, s, 0));
+        }
     }
     out
 }
@@ -146,7 +150,11 @@ pub fn emit(
         gemm.in_params(),
         storage(out_dtype)
     );
-    let store = row_store(gemm, &norm, g, tile)?;
+    let store = if knob("smem") {
+        gemm_wgmma::smem_tail(&row_store(gemm, &norm, g, tile)?)
+    } else {
+        register_store(gemm, &norm, g)?
+    };
     let pre = if knob("nopf") {
         String::new()
     } else {
@@ -166,7 +174,11 @@ pub fn emit(
     let launch = Launch {
         grid: [1, g.m.div_ceil(tile.bm) as u32],
         block: tile.threads() as u32,
-        shared_bytes: tile.shared_bytes() as u32,
+        shared_bytes: if knob("smem") {
+            tile.shared_bytes()
+        } else {
+            tile.pipeline_bytes()
+        } as u32,
     };
     let family = if norm.layer {
         "gemm_layer_norm"
@@ -232,6 +244,134 @@ fn rows_at_once() -> usize {
 }
 fn knob(v: &str) -> bool {
     std::env::var("RLX_GN_VARIANT").is_ok_and(|x| x.split(',').any(|y| y == v))
+}
+
+/// The store, straight from the accumulators: a thread holds two rows of its warpgroup's
+/// 64 (`lane / 4` and 8 below it, in its warp's 16), 2 of every 8 columns of each, so a
+/// row's 4 threads (a lane quad) hold it whole. Each applies the GEMM's epilogue to its
+/// values in place (rounded to the stored dtype as the unfused GEMM would), the row's sums
+/// take two shuffles within the quad, and the normalised values go out through the norm's
+/// epilogue, 2 columns per store. Loads are not branched around (a row past `m` reads the
+/// last row and is not stored), so they all issue before the first is waited for.
+fn register_store(gemm: &LibCtx, norm: &RowNorm, g: &MmaGemm) -> Result<String, String> {
+    let (m, n) = (g.m, g.n);
+    let blocks = n / 8;
+    let ity = if m * n < (1 << 31) {
+        "int"
+    } else {
+        "long long"
+    };
+    let x_dtype = norm.ctx.inputs[0].0;
+    let gemm_value = if knob("nores") {
+        format!("hv = {};\n", super::dtype::store(x_dtype, "val"))
+    } else {
+        gemm.store_at("hv", ("row", "col", n), "val", ity)?
+    };
+    // each parameter's two values for the thread's column pair, one load for both when
+    // it is a whole row of a 16-bit dtype
+    let mut params = String::new();
+    for p in 1..=norm.params() {
+        let (dt, shape) = &norm.ctx.inputs[p];
+        params += &if numel(shape) == 1 {
+            let v = load(*dt, &format!("nrm{p}[0]"));
+            format!("const float pv{p}[2] = {{{v}, {v}}};\n")
+        } else if dt.size_bytes() == 2 {
+            format!(
+                "float pv{p}[2];\n{{\n\
+                 const unsigned pw = *reinterpret_cast<const unsigned*>(nrm{p} + 8 * j + cq);\n\
+                 pv{p}[0] = {};\npv{p}[1] = {};\n}}\n",
+                load(*dt, "(unsigned short)(pw & 0xffffu)"),
+                load(*dt, "(unsigned short)(pw >> 16)")
+            )
+        } else {
+            format!(
+                "float pv{p}[2] = {{{}, {}}};\n",
+                load(*dt, &format!("nrm{p}[8 * j + cq]")),
+                load(*dt, &format!("nrm{p}[8 * j + cq + 1]"))
+            )
+        };
+    }
+    let y = if norm.layer {
+        "(acc[i] - mean[h]) * rstd[h] * pv1[e] + pv2[e]"
+    } else {
+        "acc[i] * rstd[h] * pv1[e]"
+    };
+    let out_dtype = norm.ctx.out_dtype();
+    let norm_value = norm.ctx.store_at("ov[e]", ("row", "col", n), "y", ity)?;
+    let write = match 2 * out_dtype.size_bytes() {
+        4 => "*reinterpret_cast<unsigned*>(out + lin0) = *reinterpret_cast<const unsigned*>(ov);\n",
+        8 => "*reinterpret_cast<uint2*>(out + lin0) = *reinterpret_cast<const uint2*>(ov);\n",
+        _ => "out[lin0] = ov[0];\nout[lin0 + 1] = ov[1];\n",
+    };
+    let inv_n = super::dtype::literal(DType::F32, 1.0 / n as f64);
+    let eps = super::norm::eps_literal(x_dtype, norm.eps);
+    let quad = |v: &str| {
+        format!(
+            "{v} += __shfl_xor_sync(0xffffffffu, {v}, 1);\n\
+             {v} += __shfl_xor_sync(0xffffffffu, {v}, 2);\n"
+        )
+    };
+    let clamp = if m.is_multiple_of(64) {
+        "bm0 + r".to_string()
+    } else {
+        format!("min(bm0 + r, {})", m - 1)
+    };
+    let center = if norm.layer {
+        format!(
+            "mean[h] = sum[h] * {inv_n};\n\
+             #pragma unroll\nfor (int j = 0; j < {blocks}; ++j)\n\
+             #pragma unroll\nfor (int e = 0; e < 2; ++e) {{ const float d = acc[4 * j + 2 * h + e] - mean[h]; sq[h] += d * d; }}\n"
+        )
+    } else {
+        format!(
+            "#pragma unroll\nfor (int j = 0; j < {blocks}; ++j)\n\
+             #pragma unroll\nfor (int e = 0; e < 2; ++e) sq[h] += acc[4 * j + 2 * h + e] * acc[4 * j + 2 * h + e];\n"
+        )
+    };
+    Ok(format!(
+        "{{\n\
+         const int cq = (lane & 3) * 2;\n\
+         float sum[2] = {{0.0f, 0.0f}}, sq[2] = {{0.0f, 0.0f}}, mean[2] = {{0.0f, 0.0f}}, rstd[2];\n\
+         #pragma unroll\nfor (int h = 0; h < 2; ++h) {{\n\
+         const int r = wg * 64 + (warp & 3) * 16 + (lane >> 2) + 8 * h;\n\
+         const int row = {clamp};\n\
+         #pragma unroll\nfor (int j = 0; j < {blocks}; ++j)\n\
+         #pragma unroll\nfor (int e = 0; e < 2; ++e) {{\n\
+         const int col = 8 * j + cq + e;\n\
+         const float val = acc[4 * j + 2 * h + e];\n\
+         {hty} hv;\n\
+         {gemm_value}acc[4 * j + 2 * h + e] = {x};\n\
+         sum[h] += acc[4 * j + 2 * h + e];\n\
+         }}\n\
+         }}\n\
+         {quad_sum0}{quad_sum1}\
+         #pragma unroll\nfor (int h = 0; h < 2; ++h) {{\n{center}}}\n\
+         {quad_sq0}{quad_sq1}\
+         #pragma unroll\nfor (int h = 0; h < 2; ++h) {{\n\
+         rstd[h] = rsqrtf(sq[h] * {inv_n} + {eps});\n\
+         const int row = bm0 + wg * 64 + (warp & 3) * 16 + (lane >> 2) + 8 * h;\n\
+         if (row < {m}) {{\n\
+         #pragma unroll\nfor (int j = 0; j < {blocks}; ++j) {{\n\
+         {params}\
+         __align__(8) {oty} ov[2];\n\
+         #pragma unroll\nfor (int e = 0; e < 2; ++e) {{\n\
+         const int i = 4 * j + 2 * h + e;\n\
+         const int col = 8 * j + cq + e;\n\
+         const float y = {y};\n\
+         {norm_value}}}\n\
+         const {ity} lin0 = ({ity})row * {n} + 8 * j + cq;\n\
+         {write}}}\n\
+         }}\n\
+         }}\n\
+         }}\n",
+        hty = storage(x_dtype),
+        x = load(x_dtype, "hv"),
+        oty = storage(out_dtype),
+        quad_sum0 = quad("sum[0]"),
+        quad_sum1 = quad("sum[1]"),
+        quad_sq0 = quad("sq[0]"),
+        quad_sq1 = quad("sq[1]"),
+    ))
 }
 
 /// The store: each warp normalises rows `warp, warp + 8, ...` of the block's 128,

@@ -64,6 +64,12 @@ impl WgmmaTile {
         (self.bm * BK + BK * self.bn) * 2
     }
 
+    /// Dynamic shared memory of the pipeline alone (for a store that needs no f32 tile),
+    /// plus 1 KiB to align the swizzled tiles to 1024 bytes.
+    pub fn pipeline_bytes(&self) -> usize {
+        self.stages * self.stage_bytes() + 1024
+    }
+
     /// Threads per block: a warpgroup (128) per 64 rows.
     pub fn threads(&self) -> usize {
         2 * self.bm
@@ -189,7 +195,8 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
         tile.threads(),
     )?;
     let params = ctx.in_params() + &ctx.out_params();
-    let text = kernel_text(ctx, g, tile, (&params, "", &store));
+    let tail = SMEM_TAIL.replace("@STORE@", &store);
+    let text = kernel_text(ctx, g, tile, (&params, "", &tail));
     let mut args = ctx.args();
     args[0] = g.a.0;
     args[1] = g.b.0;
@@ -215,22 +222,26 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
 }
 
 /// The kernel's text for `g` in `tile` with parameter list `params`, `pre` (statements run
-/// before the main loop) and `store`, the code that writes the finished f32 tile (`cs`, 128
-/// rows of `tile.bn + CPAD`, block origin `bm0`, `bn0`) to memory; shared with
-/// [`super::gemm_norm`].
+/// before the main loop) and `tail`, what runs after it: the accumulators `acc` hold the
+/// warpgroup's 64 rows (accumulator `i` of a thread: row `wg * 64 + (warp % 4) * 16 +
+/// lane / 4`, plus 8 for `(i / 2)` odd; column `(i / 4) * 8 + (lane % 4) * 2`, plus 1 for
+/// `i` odd; block origin `bm0`, `bn0`). Shared with [`super::gemm_norm`].
 pub(super) fn kernel_text(
     ctx: &LibCtx,
     g: &MmaGemm,
     tile: &WgmmaTile,
-    (params, pre, store): (&str, &str, &str),
+    (params, pre, tail): (&str, &str, &str),
 ) -> String {
     let ty = operand_type(ctx);
     let a_chunks = tile.bm * BK / 8;
     let threads = tile.threads();
     g.fill(
-        &TEMPLATE.replace("@PARAMS@", params).replace("@PRE@", pre),
+        &TEMPLATE
+            .replace("@PARAMS@", params)
+            .replace("@PRE@", pre)
+            .replace("@TAIL@", tail),
         ctx,
-        store,
+        "",
     )
     .replace("@WGMMA@", &wgmma_issue(tile.bn, ty))
     .replace("@MINB@", &tile.min_blocks().to_string())
@@ -324,7 +335,18 @@ for (int i = 0; i < @ACC@; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
 for (int i = 0; i < @ACC@; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
-// The tile goes through shared memory (f32, rows of CLD) so the epilogue is written once
+@TAIL@}
+"#;
+
+/// What follows the main loop in [`emit`]'s kernel: the tile goes through shared memory
+/// (f32, rows of `CLD`) so the epilogue is written once and each warp stores whole row
+/// segments (`@STORE@`, [`tile_store`]).
+pub(super) fn smem_tail(store: &str) -> String {
+    SMEM_TAIL.replace("@STORE@", store)
+}
+
+/// The tail [`smem_tail`] fills.
+const SMEM_TAIL: &str = r#"// The tile goes through shared memory (f32, rows of CLD) so the epilogue is written once
 // and each warp stores whole row segments. Accumulator i of a thread: column block i / 4,
 // row +8 for (i / 2) odd, column +1 for i odd (the mma.sync m16n8 layout per 8 columns).
 rlx_cp_async_wait<0>();
@@ -339,5 +361,4 @@ for (int h = 0; h < 2; ++h)
 *reinterpret_cast<float2*>(cs + (r0 + h * 8) * @CLD@ + j * 8 + c0) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
 }
 __syncthreads();
-@STORE@}
-"#;
+@STORE@"#;
