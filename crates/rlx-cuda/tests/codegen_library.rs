@@ -753,23 +753,23 @@ fn gemms_followed_by_a_row_norm_offer_the_gemm_norm_kernel() {
             } else {
                 assert_eq!(k.args[2], norm_out, "{}", case.name);
             }
-            // the row's statistics over its lane quad, straight from the accumulators
-            assert!(
-                k.source
-                    .contains("sq[1] += __shfl_xor_sync(0xffffffffu, sq[1], 2);"),
+            // the rows' statistics by warp shuffles; rows past the end read the last row,
+            // so only a partial last block needs the clamp
+            assert!(k.source.contains("rlx_warp_sum(sq[i])"), "{}", k.source);
+            assert_eq!(
+                k.source.contains(&format!("min(bm0 + r, {})", g.m - 1)),
+                g.m % bm != 0,
                 "{}",
-                k.source
+                k.label
+            );
+            // lane groups past the row's end only where 4-column groups do not fill the lanes
+            assert_eq!(
+                k.source.contains(&format!("* 4 < {})", g.n)),
+                g.n % 128 != 0,
+                "{}",
+                k.label
             );
         }
-        // rows past the end read the last row: only a partial last block needs the clamp
-        assert_eq!(
-            c.fused[0]
-                .source
-                .contains(&format!("min(bm0 + r, {})", g.m - 1)),
-            g.m % 64 != 0,
-            "{}",
-            case.name
-        );
         kernels.extend(c.fused.iter().cloned());
     }
     // refusals: rows too long, f32, a second reader, sm_90

@@ -5,17 +5,30 @@
 //! and the norm kernel reads it back (at the encoder's batch 256, 2 x 25 MB per norm). Here
 //! it never leaves the SM.
 //!
-//! The kernel is [`super::gemm_wgmma`]'s (two warpgroups, 128 rows per block, `wgmma` from
-//! swizzled shared memory fed by `cp.async`) with the block as wide as the rows
-//! (`bn = n` rounded up to 64, one block column), and a store that gives each warp 16 of
-//! the block's rows: a lane takes 4-column groups `lane, lane + 32, ...` of the row from the
-//! f32 tile in shared memory, applies the GEMM's own epilogue (bias, residual, ...) and
-//! rounds to its dtype exactly as the unfused GEMM would store it, then takes the row's mean
-//! and the variance around it with warp shuffles (two passes over registers, as the norm
-//! kernel does), and writes the normalised, scaled and shifted row through the norm's own
-//! epilogue with 8- or 16-byte stores. Each lane's scale and shift values are loaded once per
-//! block. Offered as a [`crate::plan::Choice`] against the GEMM step plus the norm step and
-//! chosen by timing at compile.
+//! The kernel is [`super::gemm_wgmma`]'s (a warpgroup per 64 rows of the block, `wgmma`
+//! from swizzled shared memory fed by `cp.async`) with the block as wide as the rows (`bn =
+//! n` rounded up to 64, one block column) and its f32 tile staged in shared memory. The
+//! store gives each warp every 8th (or 4th) row of the block, 8 rows at a time: a lane takes
+//! the 4-column groups `lane, lane + 32, ...` of a row, applies the GEMM's own epilogue
+//! (bias, residual, ...) and rounds to its dtype exactly as the unfused GEMM would store
+//! it, then takes the row's mean and the variance around it with warp shuffles (two passes
+//! over registers, as the norm kernel does), and writes the normalised, scaled and shifted
+//! row through the norm's own epilogue with 8- or 16-byte stores. Loads are not branched
+//! around, so a batch's residual loads are all in flight at once, and the block's rows of a
+//! residual are asked of L2 before the main loop. Offered as a [`crate::plan::Choice`]
+//! against the GEMM step plus the norm step and chosen by timing at compile.
+//!
+//! Measured on an H200 (2026-12-01, `RLX_CUDA_TUNE_LOG=1 bench_encoder --batches 256`, f16,
+//! m 32768): the attention output projection + bias + residual + layer norm (n 384, k 384)
+//! takes 0.041 ms against 0.044 for cuBLASLt and the norm kernel, so it is chosen; the FFN's
+//! second GEMM + layer norm (k 1536) takes 0.085 against 0.076 and is not. With the store
+//! removed the GEMM alone takes 0.021 / 0.068 ms: the store costs ~0.02 ms, because every
+//! block of a wave reaches it at once and then only writes and reads device memory (the
+//! residual, the result). Tried and slower: rows one at a time with branches around their
+//! loads (0.064 ms, every load waited for alone), the norm straight from the accumulators
+//! with a lane quad per row (0.055 ms: 4-byte accesses spread over 8 rows per instruction).
+//! At batch 32 (m 4096, 32 blocks of 128 rows) cuBLASLt and the norm kernel win (0.009 vs
+//! 0.015 ms).
 
 use super::dtype::{load, storage};
 use super::gemm_mma::MmaGemm;
@@ -68,15 +81,12 @@ pub fn tiles(n: usize) -> Vec<WgmmaTile> {
         .map(|(s, f)| tile(128, s, f))
         .filter(|t| t.shared_bytes() <= 227 * 1024)
         .collect();
-    // the deepest pipelines that leave room for two blocks per SM, and for one
-    for per_sm in [2, 1] {
-        if let Some(s) = (2..=4)
-            .rev()
-            .find(|&s| per_sm * (tile(64, s, 0).shared_bytes() + 1024) <= SM_SHARED)
-            .filter(|&s| !out.contains(&tile(64, s, 0)))
-        {
-            out.push(tile(64, s, 0));
-        }
+    // the deepest pipeline that leaves room for two blocks per SM
+    if let Some(s) = (2..=4)
+        .rev()
+        .find(|&s| 2 * (tile(64, s, 0).shared_bytes() + 1024) <= SM_SHARED)
+    {
+        out.push(tile(64, s, 0));
     }
     out
 }
@@ -150,17 +160,8 @@ pub fn emit(
         gemm.in_params(),
         storage(out_dtype)
     );
-    let store = if knob("smem") {
-        gemm_wgmma::smem_tail(&row_store(gemm, &norm, g, tile)?)
-    } else {
-        register_store(gemm, &norm, g)?
-    };
-    let pre = if knob("nopf") {
-        String::new()
-    } else {
-        prefetch(gemm, g, tile)
-    };
-    let store = if knob("noepi") { String::new() } else { store };
+    let store = gemm_wgmma::smem_tail(&row_store(gemm, &norm, g, tile)?);
+    let pre = prefetch(gemm, g, tile);
     let text = gemm_wgmma::kernel_text(gemm, g, tile, (&params, &pre, &store));
     // operands, the norm's output, the GEMM epilogue's inputs, the norm's parameters, the
     // norm epilogue's inputs
@@ -174,11 +175,7 @@ pub fn emit(
     let launch = Launch {
         grid: [1, g.m.div_ceil(tile.bm) as u32],
         block: tile.threads() as u32,
-        shared_bytes: if knob("smem") {
-            tile.shared_bytes()
-        } else {
-            tile.pipeline_bytes()
-        } as u32,
+        shared_bytes: tile.shared_bytes() as u32,
     };
     let family = if norm.layer {
         "gemm_layer_norm"
@@ -235,144 +232,7 @@ fn prefetch(gemm: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> String {
 const GROUP: usize = 4;
 /// Rows a warp normalises at once: their epilogue loads are in flight together and their
 /// reductions interleave (one row at a time waits out a memory latency per row).
-const ROWS_AT_ONCE_DEFAULT: usize = 8;
-fn rows_at_once() -> usize {
-    std::env::var("RLX_GN_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(ROWS_AT_ONCE_DEFAULT)
-}
-fn knob(v: &str) -> bool {
-    std::env::var("RLX_GN_VARIANT").is_ok_and(|x| x.split(',').any(|y| y == v))
-}
-
-/// The store, straight from the accumulators: a thread holds two rows of its warpgroup's
-/// 64 (`lane / 4` and 8 below it, in its warp's 16), 2 of every 8 columns of each, so a
-/// row's 4 threads (a lane quad) hold it whole. Each applies the GEMM's epilogue to its
-/// values in place (rounded to the stored dtype as the unfused GEMM would), the row's sums
-/// take two shuffles within the quad, and the normalised values go out through the norm's
-/// epilogue, 2 columns per store. Loads are not branched around (a row past `m` reads the
-/// last row and is not stored), so they all issue before the first is waited for.
-fn register_store(gemm: &LibCtx, norm: &RowNorm, g: &MmaGemm) -> Result<String, String> {
-    let (m, n) = (g.m, g.n);
-    let blocks = n / 8;
-    let ity = if m * n < (1 << 31) {
-        "int"
-    } else {
-        "long long"
-    };
-    let x_dtype = norm.ctx.inputs[0].0;
-    let gemm_value = if knob("nores") {
-        format!("hv = {};\n", super::dtype::store(x_dtype, "val"))
-    } else {
-        gemm.store_at("hv", ("row", "col", n), "val", ity)?
-    };
-    // each parameter's two values for the thread's column pair, one load for both when
-    // it is a whole row of a 16-bit dtype
-    let mut params = String::new();
-    for p in 1..=norm.params() {
-        let (dt, shape) = &norm.ctx.inputs[p];
-        params += &if numel(shape) == 1 {
-            let v = load(*dt, &format!("nrm{p}[0]"));
-            format!("const float pv{p}[2] = {{{v}, {v}}};\n")
-        } else if dt.size_bytes() == 2 {
-            format!(
-                "float pv{p}[2];\n{{\n\
-                 const unsigned pw = *reinterpret_cast<const unsigned*>(nrm{p} + 8 * j + cq);\n\
-                 pv{p}[0] = {};\npv{p}[1] = {};\n}}\n",
-                load(*dt, "(unsigned short)(pw & 0xffffu)"),
-                load(*dt, "(unsigned short)(pw >> 16)")
-            )
-        } else {
-            format!(
-                "float pv{p}[2] = {{{}, {}}};\n",
-                load(*dt, &format!("nrm{p}[8 * j + cq]")),
-                load(*dt, &format!("nrm{p}[8 * j + cq + 1]"))
-            )
-        };
-    }
-    let y = if norm.layer {
-        "(acc[i] - mean[h]) * rstd[h] * pv1[e] + pv2[e]"
-    } else {
-        "acc[i] * rstd[h] * pv1[e]"
-    };
-    let out_dtype = norm.ctx.out_dtype();
-    let norm_value = norm.ctx.store_at("ov[e]", ("row", "col", n), "y", ity)?;
-    let write = match 2 * out_dtype.size_bytes() {
-        4 => "*reinterpret_cast<unsigned*>(out + lin0) = *reinterpret_cast<const unsigned*>(ov);\n",
-        8 => "*reinterpret_cast<uint2*>(out + lin0) = *reinterpret_cast<const uint2*>(ov);\n",
-        _ => "out[lin0] = ov[0];\nout[lin0 + 1] = ov[1];\n",
-    };
-    let inv_n = super::dtype::literal(DType::F32, 1.0 / n as f64);
-    let eps = super::norm::eps_literal(x_dtype, norm.eps);
-    let quad = |v: &str| {
-        format!(
-            "{v} += __shfl_xor_sync(0xffffffffu, {v}, 1);\n\
-             {v} += __shfl_xor_sync(0xffffffffu, {v}, 2);\n"
-        )
-    };
-    let clamp = if m.is_multiple_of(64) {
-        "bm0 + r".to_string()
-    } else {
-        format!("min(bm0 + r, {})", m - 1)
-    };
-    let center = if norm.layer {
-        format!(
-            "mean[h] = sum[h] * {inv_n};\n\
-             #pragma unroll\nfor (int j = 0; j < {blocks}; ++j)\n\
-             #pragma unroll\nfor (int e = 0; e < 2; ++e) {{ const float d = acc[4 * j + 2 * h + e] - mean[h]; sq[h] += d * d; }}\n"
-        )
-    } else {
-        format!(
-            "#pragma unroll\nfor (int j = 0; j < {blocks}; ++j)\n\
-             #pragma unroll\nfor (int e = 0; e < 2; ++e) sq[h] += acc[4 * j + 2 * h + e] * acc[4 * j + 2 * h + e];\n"
-        )
-    };
-    Ok(format!(
-        "{{\n\
-         const int cq = (lane & 3) * 2;\n\
-         float sum[2] = {{0.0f, 0.0f}}, sq[2] = {{0.0f, 0.0f}}, mean[2] = {{0.0f, 0.0f}}, rstd[2];\n\
-         #pragma unroll\nfor (int h = 0; h < 2; ++h) {{\n\
-         const int r = wg * 64 + (warp & 3) * 16 + (lane >> 2) + 8 * h;\n\
-         const int row = {clamp};\n\
-         #pragma unroll\nfor (int j = 0; j < {blocks}; ++j)\n\
-         #pragma unroll\nfor (int e = 0; e < 2; ++e) {{\n\
-         const int col = 8 * j + cq + e;\n\
-         const float val = acc[4 * j + 2 * h + e];\n\
-         {hty} hv;\n\
-         {gemm_value}acc[4 * j + 2 * h + e] = {x};\n\
-         sum[h] += acc[4 * j + 2 * h + e];\n\
-         }}\n\
-         }}\n\
-         {quad_sum0}{quad_sum1}\
-         #pragma unroll\nfor (int h = 0; h < 2; ++h) {{\n{center}}}\n\
-         {quad_sq0}{quad_sq1}\
-         #pragma unroll\nfor (int h = 0; h < 2; ++h) {{\n\
-         rstd[h] = rsqrtf(sq[h] * {inv_n} + {eps});\n\
-         const int row = bm0 + wg * 64 + (warp & 3) * 16 + (lane >> 2) + 8 * h;\n\
-         if (row < {m}) {{\n\
-         #pragma unroll\nfor (int j = 0; j < {blocks}; ++j) {{\n\
-         {params}\
-         __align__(8) {oty} ov[2];\n\
-         #pragma unroll\nfor (int e = 0; e < 2; ++e) {{\n\
-         const int i = 4 * j + 2 * h + e;\n\
-         const int col = 8 * j + cq + e;\n\
-         const float y = {y};\n\
-         {norm_value}}}\n\
-         const {ity} lin0 = ({ity})row * {n} + 8 * j + cq;\n\
-         {write}}}\n\
-         }}\n\
-         }}\n\
-         }}\n",
-        hty = storage(x_dtype),
-        x = load(x_dtype, "hv"),
-        oty = storage(out_dtype),
-        quad_sum0 = quad("sum[0]"),
-        quad_sum1 = quad("sum[1]"),
-        quad_sq0 = quad("sq[0]"),
-        quad_sq1 = quad("sq[1]"),
-    ))
-}
+const ROWS_AT_ONCE: usize = 8;
 
 /// The store: each warp normalises rows `warp, warp + 8, ...` of the block's 128,
 /// [`ROWS_AT_ONCE`] at a time (see the module docs). Loads are not branched around: a row
@@ -389,7 +249,7 @@ fn row_store(
     let groups = n / GROUP;
     let per_lane = groups.div_ceil(32);
     let warps = tile.threads() / 32;
-    let rows = rows_at_once();
+    let rows = ROWS_AT_ONCE;
     let ity = if m * n < (1 << 31) {
         "int"
     } else {
@@ -420,11 +280,7 @@ fn row_store(
         );
     }
     let x_dtype = norm.ctx.inputs[0].0;
-    let gemm_value = if knob("nores") {
-        format!("hv = {};\n", super::dtype::store(x_dtype, "val"))
-    } else {
-        gemm.store_at("hv", ("row", "col", n), "val", ity)?
-    };
+    let gemm_value = gemm.store_at("hv", ("row", "col", n), "val", ity)?;
     let row_of = |i: &str| format!("bm0 + warp + {warps} * ({rows} * b + {i})");
     let read = format!(
         "{{\n\

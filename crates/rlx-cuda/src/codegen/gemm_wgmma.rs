@@ -17,16 +17,20 @@
 //! and a persistent kernel whose warpgroups take turns, so one's epilogue overlaps the
 //! other's MMAs; until then large problems keep cuBLASLt.
 //!
-//! The kernel: a block of two warpgroups (256 threads) computes a `128 x bn` tile, each
-//! warpgroup 64 rows with one `wgmma.m64n{bn}k16` per 16 of k. `k` advances in steps of 64
-//! through a `stages`-deep ring of shared-memory tiles filled by `cp.async` (16-byte chunks,
-//! zero-filled past `m`, `n` and `k`), copies running `stages - 1 - inflight` tiles ahead of
-//! the tile being multiplied while `inflight` earlier tiles' MMAs may still run
-//! (`wgmma.wait_group`). Both operands sit in the 128-byte swizzled layouts `wgmma` reads: A K-major (a 128-byte row per 64 k, 16-byte chunk
-//! `c` of row `r` at chunk `c ^ (r % 8)`), B N-major (blocks of 64 columns, a 128-byte row
-//! per k, the same swizzle over k), read transposed (`imm-trans-b`). The finished tile is
-//! staged through shared memory as f32 and stored through the epilogue by
-//! `gemm_mma::tile_store`, as in [`super::gemm_mma`].
+//! The kernel: a block of one or two warpgroups (128 threads per 64 rows) computes a
+//! `bm x bn` tile, each warpgroup 64 rows with `wgmma.m64n{n}k16` instructions of up to 256
+//! columns each per 16 of k (a 384-column tile issues a 256- and a 128-column one). `k`
+//! advances in steps of 64 through a `stages`-deep ring of shared-memory tiles filled by
+//! `cp.async` (16-byte chunks, zero-filled past `m`, `n` and `k`; a thread's chunks of B lie
+//! at constant offsets from each other, so their addresses cost no registers), copies
+//! running `stages - 1 - inflight` tiles ahead of the tile being multiplied while
+//! `inflight` earlier tiles' MMAs may still run (`wgmma.wait_group`). Both operands sit in
+//! the 128-byte swizzled layouts `wgmma` reads: A K-major (a 128-byte row per 64 k, 16-byte
+//! chunk `c` of row `r` at chunk `c ^ (r % 8)`), B N-major (blocks of 64 columns, a 128-byte
+//! row per k, the same swizzle over k), read transposed (`imm-trans-b`). The finished tile
+//! is staged through shared memory as f32 and stored through the epilogue by
+//! `gemm_mma::tile_store`, as in [`super::gemm_mma`]; [`super::gemm_norm`] stores it
+//! through a row norm instead.
 
 use super::gemm_mma::{tile_store, MmaGemm};
 use super::store::LibCtx;
@@ -62,12 +66,6 @@ impl WgmmaTile {
     /// Bytes of one pipeline stage: the A tile then the B tile.
     fn stage_bytes(&self) -> usize {
         (self.bm * BK + BK * self.bn) * 2
-    }
-
-    /// Dynamic shared memory of the pipeline alone (for a store that needs no f32 tile),
-    /// plus 1 KiB to align the swizzled tiles to 1024 bytes.
-    pub fn pipeline_bytes(&self) -> usize {
-        self.stages * self.stage_bytes() + 1024
     }
 
     /// Threads per block: a warpgroup (128) per 64 rows.
