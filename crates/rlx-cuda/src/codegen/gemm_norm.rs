@@ -234,8 +234,8 @@ const GROUP: usize = 4;
 /// reductions interleave (one row at a time waits out a memory latency per row).
 const ROWS_AT_ONCE: usize = 8;
 
-/// The store: each warp normalises rows `warp, warp + 8, ...` of the block's 128,
-/// [`ROWS_AT_ONCE`] at a time (see the module docs). Loads are not branched around: a row
+/// The store: each of the block's `w` warps normalises rows `warp, warp + w, ...` of its
+/// rows, [`ROWS_AT_ONCE`] at a time (see the module docs). Loads are not branched around: a row
 /// past `m` reads the last row and a lane group past `n` the first group (their results
 /// are dropped), so a batch's loads all issue before the first is waited for; only the
 /// stores are guarded.
