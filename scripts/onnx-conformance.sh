@@ -24,6 +24,10 @@ EXPECT=$ROOT/tests/onnx/expected-pass.txt
 # into 0, which changed 24 generated cast tests overnight (2026-12-01).
 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check onnx==1.23.2 numpy ml_dtypes==0.6.0
 if [ ! -d "$OUT/node" ]; then
+  if [ ! -f "$SHARED/onnx/gen_node_tests.py" ]; then
+    echo "onnx-conformance: $SHARED/onnx/gen_node_tests.py not found (the shared folder beside the checkout); set RLX_SHARED to its path" >&2
+    exit 1
+  fi
   python3 "$SHARED/onnx/gen_node_tests.py" "$OUT" >/dev/null
 fi
 DATA=$(python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data"))')
