@@ -559,6 +559,50 @@ fn autotuned_gemms_match_the_heuristic_choice() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Runs every case with the fused kernels off, forced in each of `tilings` tilings, and
+/// chosen by timing, comparing each run with the interpreter and the number of fused
+/// kernels with `forced` (per case, when forced) or 0 (off). Returns how many timing chose
+/// and the failures.
+fn check_fused_modes(
+    cases: &[support::cases::Case],
+    tilings: usize,
+    forced: usize,
+) -> (usize, Vec<String>) {
+    let mut failures = Vec::new();
+    let mut chosen = 0;
+    for c in cases {
+        let modes = std::iter::once(FusedGemm::Off)
+            .chain((0..tilings).map(FusedGemm::Force))
+            .chain(std::iter::once(FusedGemm::Timed));
+        for mode in modes {
+            let options = CudaOptions {
+                fused_gemm: mode,
+                autotune: true,
+                ..CudaOptions::default()
+            };
+            let label = format!("{} {mode:?}", c.name);
+            match check_with(&label, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
+                Ok(p) => {
+                    let fused = p.stats.fused_gemms;
+                    let want = match mode {
+                        FusedGemm::Off => Some(0),
+                        FusedGemm::Force(_) => Some(forced),
+                        FusedGemm::Timed => None,
+                    };
+                    if mode == FusedGemm::Timed {
+                        chosen += fused;
+                    }
+                    if want.is_some_and(|w| w != fused) {
+                        failures.push(format!("{label}: {fused} fused kernels, want {want:?}"));
+                    }
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    (chosen, failures)
+}
+
 #[test]
 fn fused_tensor_core_gemms_match_the_interpreter_in_every_tiling() {
     if !device_ready("fused_tensor_core_gemms_match_the_interpreter_in_every_tiling") {
@@ -578,38 +622,7 @@ fn fused_tensor_core_gemms_match_the_interpreter_in_every_tiling() {
             0
         };
     let cases = fused_gemm_cases();
-    let mut failures = Vec::new();
-    let mut chosen = 0;
-    for c in &cases {
-        let modes = std::iter::once(FusedGemm::Off)
-            .chain((0..tilings).map(FusedGemm::Force))
-            .chain(std::iter::once(FusedGemm::Timed));
-        for mode in modes {
-            let options = CudaOptions {
-                fused_gemm: mode,
-                autotune: true,
-                ..CudaOptions::default()
-            };
-            let label = format!("{} {mode:?}", c.name);
-            match check_with(&label, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
-                Ok(p) => {
-                    let fused = p.stats.fused_gemms;
-                    let want = match mode {
-                        FusedGemm::Off => Some(0),
-                        FusedGemm::Force(_) => Some(usize::from(sm80)),
-                        FusedGemm::Timed => None,
-                    };
-                    if mode == FusedGemm::Timed {
-                        chosen += fused;
-                    }
-                    if want.is_some_and(|w| w != fused) {
-                        failures.push(format!("{label}: {fused} fused GEMMs, want {want:?}"));
-                    }
-                }
-                Err(e) => failures.push(e),
-            }
-        }
-    }
+    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(sm80));
     println!(
         "{} fused-GEMM cases x {} modes, timing chose the fused kernel in {chosen}, {} failures",
         cases.len(),
@@ -629,44 +642,13 @@ fn gemm_norm_kernels_match_the_interpreter_in_every_tiling() {
         .ok()
         .is_some_and(|t| t.arch == rlx_cuda::codegen::gemm_wgmma::ARCH);
     let cases = gemm_norm_cases();
-    let mut failures = Vec::new();
-    let mut chosen = 0;
-    for c in &cases {
-        // every tiling the widest case offers (fewer clamp to their last)
-        let tilings = rlx_cuda::codegen::gemm_norm::tiles(64).len();
-        let modes = std::iter::once(FusedGemm::Off)
-            .chain((0..tilings).map(FusedGemm::Force))
-            .chain(std::iter::once(FusedGemm::Timed));
-        for mode in modes {
-            let options = CudaOptions {
-                fused_gemm: mode,
-                autotune: true,
-                ..CudaOptions::default()
-            };
-            let label = format!("{} {mode:?}", c.name);
-            match check_with(&label, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
-                Ok(p) => {
-                    let fused = p.stats.fused_gemms;
-                    let want = match mode {
-                        FusedGemm::Off => Some(0),
-                        FusedGemm::Force(_) => Some(usize::from(hopper)),
-                        FusedGemm::Timed => None,
-                    };
-                    if mode == FusedGemm::Timed {
-                        chosen += fused;
-                    }
-                    if want.is_some_and(|w| w != fused) {
-                        failures.push(format!("{label}: {fused} fused kernels, want {want:?}"));
-                    }
-                }
-                Err(e) => failures.push(e),
-            }
-        }
-    }
+    // every tiling the widest case offers (fewer clamp to their last)
+    let tilings = rlx_cuda::codegen::gemm_norm::tiles(64).len();
+    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(hopper));
     println!(
         "{} GEMM + norm cases x {} modes, timing chose the fused kernel in {chosen}, {} failures",
         cases.len(),
-        rlx_cuda::codegen::gemm_norm::tiles(64).len() + 2,
+        tilings + 2,
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

@@ -160,7 +160,7 @@ pub fn emit(
         gemm.in_params(),
         storage(out_dtype)
     );
-    let store = gemm_wgmma::smem_tail(&row_store(gemm, &norm, g, tile)?);
+    let store = row_store(gemm, &norm, g, tile)?;
     let pre = prefetch(gemm, g, tile);
     let text = gemm_wgmma::kernel_text(gemm, g, tile, (&params, &pre, &store));
     // operands, the norm's output, the GEMM epilogue's inputs, the norm's parameters, the
@@ -184,19 +184,14 @@ pub fn emit(
     };
     let mut k = finish(&gemm.kernel.name, family, text, launch, args);
     k.label += &format!(
-        " [Hopper tensor-core GEMM {} m{} n{} k{} + {} ({}) in its store: {}x{} tiles, \
-         {} warpgroups, {} stages, {} in flight]",
+        " [Hopper tensor-core GEMM {} m{} n{} k{} + {} ({}) in its store: {}]",
         gemm_wgmma::operand_type(gemm),
         g.m,
         g.n,
         g.k,
         family.trim_start_matches("gemm_"),
         norm.ctx.kernel.name,
-        tile.bm,
-        tile.bn,
-        tile.bm / 64,
-        tile.stages,
-        tile.inflight
+        tile.describe()
     );
     Ok(k)
 }

@@ -68,6 +68,19 @@ impl WgmmaTile {
         (self.bm * BK + BK * self.bn) * 2
     }
 
+    /// The tiling in words, for kernel labels: `128x384 tiles, 2 warpgroups, 3 stages, 0 in
+    /// flight`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}x{} tiles, {} warpgroups, {} stages, {} in flight",
+            self.bm,
+            self.bn,
+            self.bm / 64,
+            self.stages,
+            self.inflight
+        )
+    }
+
     /// Threads per block: a warpgroup (128) per 64 rows.
     pub fn threads(&self) -> usize {
         2 * self.bm
@@ -193,8 +206,7 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
         tile.threads(),
     )?;
     let params = ctx.in_params() + &ctx.out_params();
-    let tail = SMEM_TAIL.replace("@STORE@", &store);
-    let text = kernel_text(ctx, g, tile, (&params, "", &tail));
+    let text = kernel_text(ctx, g, tile, (&params, "", &store));
     let mut args = ctx.args();
     args[0] = g.a.0;
     args[1] = g.b.0;
@@ -205,41 +217,32 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
     };
     let mut k = finish(&ctx.kernel.name, "gemm_wgmma", text, launch, args);
     k.label += &format!(
-        " [Hopper tensor-core GEMM {ty} m{} n{} k{}: {}x{} tiles, {} warpgroups, {} stages, \
-         {} in flight, fused epilogue]",
+        " [Hopper tensor-core GEMM {ty} m{} n{} k{}: {}, fused epilogue]",
         g.m,
         g.n,
         g.k,
-        tile.bm,
-        tile.bn,
-        tile.bm / 64,
-        tile.stages,
-        tile.inflight
+        tile.describe()
     );
     Ok(k)
 }
 
 /// The kernel's text for `g` in `tile` with parameter list `params`, `pre` (statements run
-/// before the main loop) and `tail`, what runs after it: the accumulators `acc` hold the
-/// warpgroup's 64 rows (accumulator `i` of a thread: row `wg * 64 + (warp % 4) * 16 +
-/// lane / 4`, plus 8 for `(i / 2)` odd; column `(i / 4) * 8 + (lane % 4) * 2`, plus 1 for
-/// `i` odd; block origin `bm0`, `bn0`). Shared with [`super::gemm_norm`].
+/// before the main loop) and `store`, the code that writes the finished f32 tile (`cs`,
+/// `tile.bm` rows of `tile.bn + CPAD`, block origin `bm0`, `bn0`) to memory; shared with
+/// [`super::gemm_norm`].
 pub(super) fn kernel_text(
     ctx: &LibCtx,
     g: &MmaGemm,
     tile: &WgmmaTile,
-    (params, pre, tail): (&str, &str, &str),
+    (params, pre, store): (&str, &str, &str),
 ) -> String {
     let ty = operand_type(ctx);
     let a_chunks = tile.bm * BK / 8;
     let threads = tile.threads();
     g.fill(
-        &TEMPLATE
-            .replace("@PARAMS@", params)
-            .replace("@PRE@", pre)
-            .replace("@TAIL@", tail),
+        &TEMPLATE.replace("@PARAMS@", params).replace("@PRE@", pre),
         ctx,
-        "",
+        store,
     )
     .replace("@WGMMA@", &wgmma_issue(tile.bn, ty))
     .replace("@MINB@", &tile.min_blocks().to_string())
@@ -257,7 +260,7 @@ pub(super) fn kernel_text(
 }
 
 /// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage (1024-aligned):
-/// A as 128 rows of 128 bytes, then B as `bn / 64` blocks of 64 rows (k) of 128 bytes (64
+/// A as `bm` rows of 128 bytes, then B as `bn / 64` blocks of 64 rows (k) of 128 bytes (64
 /// columns). Descriptors: start address >> 4 in bits 0..13, leading byte
 /// offset >> 4 in 16..29, stride byte offset >> 4 in 32..45, 128-byte swizzle (1) in 62..63.
 const TEMPLATE: &str = r#"extern "C" __global__ void __launch_bounds__(@T@, @MINB@) RLX_FN(@PARAMS@) {
@@ -333,18 +336,7 @@ for (int i = 0; i < @ACC@; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
 for (int i = 0; i < @ACC@; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
-@TAIL@}
-"#;
-
-/// What follows the main loop in [`emit`]'s kernel: the tile goes through shared memory
-/// (f32, rows of `CLD`) so the epilogue is written once and each warp stores whole row
-/// segments (`@STORE@`, [`tile_store`]).
-pub(super) fn smem_tail(store: &str) -> String {
-    SMEM_TAIL.replace("@STORE@", store)
-}
-
-/// The tail [`smem_tail`] fills.
-const SMEM_TAIL: &str = r#"// The tile goes through shared memory (f32, rows of CLD) so the epilogue is written once
+// The tile goes through shared memory (f32, rows of CLD) so the epilogue is written once
 // and each warp stores whole row segments. Accumulator i of a thread: column block i / 4,
 // row +8 for (i / 2) odd, column +1 for i odd (the mma.sync m16n8 layout per 8 columns).
 rlx_cp_async_wait<0>();
@@ -359,4 +351,5 @@ for (int h = 0; h < 2; ++h)
 *reinterpret_cast<float2*>(cs + (r0 + h * 8) * @CLD@ + j * 8 + c0) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
 }
 __syncthreads();
-@STORE@"#;
+@STORE@}
+"#;
