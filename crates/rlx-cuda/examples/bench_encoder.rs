@@ -88,9 +88,9 @@ fn print_plan(batch: usize) {
     }
     for c in &plan.choices {
         println!(
-            "choice: steps {} + {} or one of {} fused kernels, chosen by timing",
-            c.gemm,
-            c.epilogue,
+            "choice: steps {} to {} or one of {} fused kernels, chosen by timing",
+            c.first,
+            c.last,
             c.fused.len()
         );
         for k in &c.fused {

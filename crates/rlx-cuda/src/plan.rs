@@ -29,22 +29,32 @@ pub struct Plan {
     pub scratch: Vec<usize>,
     /// buffers built from params or constants (`ArgRef::Derived(i)`): merged GEMM weights
     pub derived: Vec<crate::plan_merge::Derived>,
-    /// fused kernels that may replace a GEMM step and its epilogue step, chosen by timing
+    /// fused kernels that may replace a run of steps, chosen by timing; two choices' step
+    /// ranges are disjoint or one holds the other (decided in order, so the outer one is
+    /// timed against whatever the inner one decided)
     pub choices: Vec<Choice>,
 }
 
-/// A measured alternative: one kernel that does what a GEMM step and the epilogue kernel
-/// right after it do together (a tensor-core GEMM storing through the epilogue), emitted in
-/// several tilings. Which runs (the two steps, or one of the tilings) is decided at compile
-/// by timing them on the device; without timing the two steps run.
+/// A measured alternative: one kernel that does what the steps `first..=last` do together
+/// (a tensor-core GEMM storing through the epilogue kernel's work, or through a row norm,
+/// or also applying the producer's epilogue to its A operand), emitted in several tilings.
+/// Which runs (the steps, or one of the tilings) is decided at compile by timing them on the
+/// device; without timing the steps run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
-    /// index of the GEMM step
-    pub gemm: usize,
-    /// index of the epilogue step (`gemm + 1`)
-    pub epilogue: usize,
+    /// index of the first step the fused kernel replaces (where it runs)
+    pub first: usize,
+    /// index of the last step it replaces
+    pub last: usize,
     /// the fused kernel in each tiling (same arguments)
     pub fused: Vec<EmittedKernel>,
+}
+
+impl Choice {
+    /// The steps the fused kernel replaces.
+    pub fn steps(&self) -> std::ops::RangeInclusive<usize> {
+        self.first..=self.last
+    }
 }
 
 impl Plan {
@@ -63,8 +73,8 @@ impl Plan {
             .chain(self.choices.iter().flat_map(|c| c.fused.iter()))
     }
 
-    /// The buffers and scratches each step touches. A fused alternative counts at its GEMM
-    /// step, so whatever it reads or writes is live there whichever way the step runs.
+    /// The buffers and scratches each step touches. A fused alternative counts at its first
+    /// step, so whatever it reads or writes is live there whichever way the steps run.
     pub fn touches(&self) -> Vec<Vec<ArgRef>> {
         let mut touches: Vec<Vec<ArgRef>> = self
             .steps
@@ -81,7 +91,7 @@ impl Plan {
             .collect();
         for c in &self.choices {
             for k in &c.fused {
-                touches[c.gemm].extend(k.args.iter().copied());
+                touches[c.first].extend(k.args.iter().copied());
             }
         }
         touches
@@ -119,6 +129,8 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
         .collect::<Vec<_>>();
     // the kernel that planned exactly the last step, and that step's index
     let mut last: Option<(usize, usize)> = None;
+    // the steps each kernel planned (start, end)
+    let mut spans = vec![(0, 0); program.kernels.len()];
     for (i, kernel) in program.kernels.iter().enumerate() {
         if views.elided[i] {
             continue;
@@ -138,11 +150,12 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
                 plan_library(program, k, views.attention.get(&i), target, &mut plan)
             }
         };
+        spans[i] = (before, plan.steps.len());
         match r {
             Err(e) => problems.push(format!("kernel `{}`: {e}", kernel.name())),
             Ok(()) if plan.steps.len() == before + 1 => {
                 if let Some((j, _)) = last.filter(|&(_, s)| s + 1 == before) {
-                    crate::plan_norm::offer(program, j, i, target, &mut plan);
+                    crate::plan_norm::offer(program, (j, i), &spans, target, &mut plan);
                 }
             }
             Ok(()) => {}

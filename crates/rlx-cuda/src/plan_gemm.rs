@@ -172,8 +172,8 @@ fn fused_choice(
     }
     if !fused.is_empty() {
         plan.choices.push(Choice {
-            gemm,
-            epilogue: gemm + 1,
+            first: gemm,
+            last: gemm + 1,
             fused,
         });
     }

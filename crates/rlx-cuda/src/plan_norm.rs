@@ -6,7 +6,7 @@
 use crate::codegen::gemm_mma::MmaGemm;
 use crate::codegen::gemm_norm::{self, RowNorm};
 use crate::codegen::store::{numel, LibCtx};
-use crate::codegen::{gemm_wgmma, ArgRef, Target};
+use crate::codegen::{gemm_wgmma, ArgRef, EpilogueCtx, Target};
 use crate::plan::{library_result, root, types, Choice, Plan, Step};
 use rlx_ir::kernel::{Kernel, KernelProgram};
 use rlx_ir::Op;
@@ -22,10 +22,12 @@ pub fn enabled() -> bool {
 /// fused into cuBLASLt or absent), `norm_at` a layer or RMS norm over exactly the GEMM's
 /// rows that reads the GEMM's result as its x alone (not as a parameter, nor in its own
 /// epilogue), no other kernel or output reads that result, and the target has `wgmma`.
+/// With [`Target::a_prologue`], a second choice also takes in the epilogue step of the GEMM
+/// that produced A (see [`offer_mapped`]). `spans` holds the steps each kernel planned.
 pub fn offer(
     program: &KernelProgram,
-    gemm_at: usize,
-    norm_at: usize,
+    (gemm_at, norm_at): (usize, usize),
+    spans: &[(usize, usize)],
     target: &Target,
     plan: &mut Plan,
 ) {
@@ -92,18 +94,78 @@ pub fn offer(
         b: (spec.b.arg, 0, spec.n),
     };
     let norm = |ctx| RowNorm { ctx, eps, layer };
-    let fused: Vec<_> = gemm_norm::tiles(spec.n)
-        .iter()
-        .filter(|t| gemm_norm::applies(&gctx, &norm(nctx.clone()), &g, t))
-        .filter_map(|t| gemm_norm::emit(&gctx, norm(nctx.clone()), &g, t).ok())
-        .collect();
+    let emit_all = |map: Option<&EpilogueCtx>| -> Vec<_> {
+        gemm_norm::tiles(spec.n)
+            .iter()
+            .filter(|t| gemm_norm::applies(&gctx, &norm(nctx.clone()), &g, t))
+            .filter_map(|t| gemm_norm::emit(&gctx, norm(nctx.clone()), &g, t, map).ok())
+            .collect()
+    };
+    let fused = emit_all(None);
     if !fused.is_empty() {
         plan.choices.push(Choice {
-            gemm: steps - 2,
-            epilogue: steps - 1,
+            first: steps - 2,
+            last: steps - 1,
             fused,
         });
     }
+    if let Some(map) = a_map(program, (gk.inputs[0], gemm_at), spans, target, plan) {
+        let fused = emit_all(Some(&map));
+        if !fused.is_empty() {
+            plan.choices.push(Choice {
+                first: steps - 3,
+                last: steps - 1,
+                fused,
+            });
+        }
+    }
+}
+
+/// The epilogue a GEMM may apply to its A operand `a` in place of the epilogue step of the
+/// GEMM that produced it ([`Target::a_prologue`]), when the plan's last three steps are that
+/// epilogue step, the GEMM reading `a` (kernel `reader`) and one more: `a` is the result of
+/// a matmul planned as a cuBLASLt GEMM plus its elementwise epilogue run in place over the
+/// result (same dtype), that epilogue reads nothing else of `a`, `reader` is the only kernel
+/// that reads `a`, `a` is no output, and no other choice takes in that epilogue step. The
+/// fused kernel then reads the GEMM's raw result and the epilogue step does not run.
+fn a_map<'a>(
+    program: &'a KernelProgram,
+    (a, reader): (usize, usize),
+    spans: &[(usize, usize)],
+    target: &Target,
+    plan: &Plan,
+) -> Option<EpilogueCtx<'a>> {
+    let steps = plan.steps.len();
+    if !target.a_prologue || steps < 4 {
+        return None;
+    }
+    let x = root(program, a);
+    let producer = program.kernels.iter().position(|k| match k {
+        Kernel::Library(l) => root(program, l.output) == x,
+        Kernel::Loop(l) => root(program, l.output) == x,
+    })?;
+    let Kernel::Library(pk) = &program.kernels[producer] else {
+        return None;
+    };
+    let epi = pk.epilogue.as_ref()?;
+    let map = EpilogueCtx::fusable(epi)?;
+    let out = ArgRef::Buffer(pk.output);
+    let in_place = |k: &crate::codegen::EmittedKernel| {
+        k.args.first() == Some(&out) && k.args.last() == Some(&out)
+    };
+    let planned = spans[producer] == (steps - 4, steps - 2)
+        && matches!(&plan.steps[steps - 4], Step::Gemm(s) if s.c.arg == out)
+        && matches!(&plan.steps[steps - 3], Step::Kernel(k) if in_place(k));
+    let ok = pk.op == Op::MatMul
+        && planned
+        && map.input_dtype() == map.out_dtype()
+        && epi.inputs[1..].iter().all(|i| root(program, i.buffer) != x)
+        && sole_reader(program, x, reader)
+        && !plan
+            .choices
+            .iter()
+            .any(|c| c.steps().contains(&(steps - 3)));
+    ok.then_some(map)
 }
 
 /// True when kernel `reader` is the only kernel that reads buffer `b` (through any alias)

@@ -40,6 +40,10 @@ pub struct CudaOptions {
     /// epilogue in its store ([`crate::plan::Choice`]); `RLX_CUDA_FUSED_GEMM=0` turns it off,
     /// `RLX_CUDA_TUNE_LOG=1` prints each candidate's time
     pub fused_gemm: FusedGemm,
+    /// a GEMM may apply the elementwise epilogue of the GEMM that produced its A operand as
+    /// it loads A, in place of that epilogue's own pass ([`Target::a_prologue`], offered as a
+    /// timed choice); off unless `RLX_CUDA_A_PROLOGUE=1`
+    pub a_prologue: bool,
 }
 
 /// When a [`crate::plan::Choice`] runs its fused kernel instead of cuBLASLt plus the
@@ -77,7 +81,7 @@ enum Route {
     Step,
     /// as tiling `.1` of choice `.0`
     Fused(usize, usize),
-    /// not at all (done by the fused kernel at the GEMM step)
+    /// not at all (done by the fused kernel at the choice's first step)
     Skip,
 }
 
@@ -91,6 +95,7 @@ impl Default for CudaOptions {
             merge_gemms: crate::plan_merge::enabled(),
             autotune: crate::tune::enabled_from_env(),
             fused_gemm: FusedGemm::from_env(),
+            a_prologue: Target::a_prologue_from_env(),
         }
     }
 }
@@ -202,6 +207,7 @@ impl CudaProgram {
             flash_warps: Target::flash_warps_from_env(),
             flash_keys: Target::flash_keys_from_env(),
             flash_resident: Target::switch_from_env("RLX_CUDA_FLASH_RESIDENT"),
+            a_prologue: Target::a_prologue_from_env(),
         })
     }
 
@@ -222,6 +228,7 @@ impl CudaProgram {
         device.bind()?;
         let target = Target {
             flash_attention: options.flash_attention,
+            a_prologue: options.a_prologue,
             ..Self::target()?
         };
         let plan = crate::plan::plan_with(&program, &target, options.merge_gemms)?;
@@ -468,8 +475,8 @@ impl CudaProgram {
         Ok(compiled)
     }
 
-    /// Decides each [`crate::plan::Choice`]: forced, timed against cuBLASLt plus the
-    /// epilogue kernel (when autotuning; decisions cached per process by the fused kernel's
+    /// Decides each [`crate::plan::Choice`], in order: forced, timed against its steps as
+    /// decided so far (when autotuning; decisions cached per process by the fused kernel's
     /// content hash, which names the problem and epilogue), or left to the planned steps.
     fn choose_fused(&mut self, options: &CudaOptions) -> Result<(), CudaError> {
         static DECIDED: std::sync::OnceLock<Mutex<HashMap<String, Option<usize>>>> =
@@ -479,6 +486,9 @@ impl CudaProgram {
         for ci in 0..self.plan.choices.len() {
             let c = &self.plan.choices[ci];
             let last = c.fused.len() - 1;
+            if !self.nests(ci) {
+                continue;
+            }
             let pick = match options.fused_gemm {
                 FusedGemm::Off => None,
                 FusedGemm::Force(t) => Some(t.min(last)),
@@ -508,10 +518,22 @@ impl CudaProgram {
             };
             if let Some(t) = pick {
                 let c = &self.plan.choices[ci];
-                self.route[c.gemm] = Route::Fused(ci, t);
-                self.route[c.epilogue] = Route::Skip;
+                // what ran in these steps before (an inner choice's kernel, or the steps)
+                // gives way to this choice's kernel
+                for i in c.steps() {
+                    match self.route[i] {
+                        Route::Step => self.stats.launches -= 1,
+                        Route::Fused(..) => {
+                            self.stats.launches -= 1;
+                            self.stats.fused_gemms -= 1;
+                        }
+                        Route::Skip => {}
+                    }
+                    self.route[i] = Route::Skip;
+                }
+                self.route[c.first] = Route::Fused(ci, t);
                 self.stats.fused_gemms += 1;
-                self.stats.launches -= 1;
+                self.stats.launches += 1;
             }
         }
         if timed > 0 {
@@ -529,21 +551,34 @@ impl CudaProgram {
             ArgRef::Buffer(b) => matches!(self.homes[root(&self.program, b)], Some(Home::Arena(_))),
             ArgRef::Derived(_) => false,
         };
-        let gemm_out = match &self.plan.steps[c.gemm] {
+        // a GEMM writes its c; a kernel its last argument, or its first when it runs in place
+        let steps_out = c.steps().all(|i| match &self.plan.steps[i] {
             Step::Gemm(g) => in_arena(g.c.arg),
-            Step::Kernel(_) => false,
-        };
-        let epi_out = match &self.plan.steps[c.epilogue] {
             Step::Kernel(k) => k.args.last().is_some_and(|&a| in_arena(a)) && in_arena(k.args[0]),
-            Step::Gemm(_) => false,
-        };
+        });
         // fused kernels take operands a, b, then the output, then epilogue inputs
         let fused_out = c.fused.iter().all(|k| in_arena(k.args[2]));
-        gemm_out && epi_out && fused_out
+        steps_out && fused_out
     }
 
-    /// Times choice `ci`: the GEMM step plus its epilogue step against each fused tiling,
-    /// round-robin ([`crate::tune::fastest`]); Some(tiling) when a fused one is faster.
+    /// True when every choice decided before `ci` that runs a fused kernel lies wholly inside
+    /// `ci`'s steps or wholly outside them (the plan offers no other kind; a partial overlap
+    /// is left to the earlier decision).
+    fn nests(&self, ci: usize) -> bool {
+        let c = &self.plan.choices[ci];
+        self.route.iter().all(|r| match *r {
+            Route::Fused(cj, _) => {
+                let o = &self.plan.choices[cj];
+                let inside = c.first <= o.first && o.last <= c.last;
+                let apart = o.last < c.first || c.last < o.first;
+                inside || apart
+            }
+            _ => true,
+        })
+    }
+
+    /// Times choice `ci`: its steps, run as decided so far (an inner choice's kernel runs in
+    /// place of its steps), against each fused tiling, round-robin ([`crate::tune::fastest`]); Some(tiling) when a fused one is faster.
     fn time_choice(&self, ci: usize) -> Result<Option<usize>, CudaError> {
         let c = &self.plan.choices[ci];
         let mut failure = None;
@@ -553,8 +588,7 @@ impl CudaProgram {
                 .device
                 .time_enqueued(crate::tune::WARMUP, crate::tune::TIMED, || {
                     if i == 0 {
-                        self.enqueue_planned(c.gemm)?;
-                        self.enqueue_planned(c.epilogue)
+                        c.steps().try_for_each(|s| self.enqueue_step(s))
                     } else {
                         self.launch_fused(ci, i - 1)
                     }

@@ -11,7 +11,8 @@ use rlx_cuda::gemm::Activation;
 use rlx_cuda::plan::{plan, Plan, Step};
 use rlx_ir::{DType, Op, UnaryOp};
 use support::cases::{
-    flash_cases, fused_gemm_cases, gemm_norm_cases, head_split_cases, library_cases, Builder, Case,
+    ffn_norm_cases, flash_cases, fused_gemm_cases, gemm_norm_cases, head_split_cases,
+    library_cases, Builder, Case,
 };
 use support::{compile_check, lower_for_cuda};
 
@@ -610,12 +611,8 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
         let (_, p) = plan_with_program(fused_gemm_cases(), &case.name);
         assert_eq!(p.choices.len(), 1, "{}", case.name);
         let c = &p.choices[0];
-        assert!(matches!(p.steps[c.gemm], Step::Gemm(_)), "{}", case.name);
-        assert!(
-            matches!(p.steps[c.epilogue], Step::Kernel(_)),
-            "{}",
-            case.name
-        );
+        assert!(matches!(p.steps[c.first], Step::Gemm(_)), "{}", case.name);
+        assert!(matches!(p.steps[c.last], Step::Kernel(_)), "{}", case.name);
         assert_eq!(
             c.fused.len(),
             MMA_TILES.len() + WGMMA_TILES.len(),
@@ -623,7 +620,7 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
             case.name
         );
         // operands a and b, the output, then the epilogue kernel's extra inputs
-        let Step::Kernel(epi) = &p.steps[c.epilogue] else {
+        let Step::Kernel(epi) = &p.steps[c.last] else {
             unreachable!()
         };
         for (i, k) in c.fused.iter().enumerate() {
@@ -726,13 +723,13 @@ fn gemms_followed_by_a_row_norm_offer_the_gemm_norm_kernel() {
         let (program, p) = plan_with_program(gemm_norm_cases(), &case.name);
         assert_eq!(p.choices.len(), 1, "{}: {:?}", case.name, labels(&p));
         let c = &p.choices[0];
-        let Step::Gemm(g) = &p.steps[c.gemm] else {
+        let Step::Gemm(g) = &p.steps[c.first] else {
             panic!("{}: the choice's first step is no GEMM", case.name)
         };
-        let Step::Kernel(norm) = &p.steps[c.epilogue] else {
+        let Step::Kernel(norm) = &p.steps[c.last] else {
             panic!("{}: the choice's second step is no kernel", case.name)
         };
-        assert_eq!(c.epilogue, c.gemm + 1);
+        assert_eq!(c.last, c.first + 1);
         let family = if case.name.contains("rms") {
             "rlx_gemm_rms_norm_"
         } else {
@@ -798,6 +795,97 @@ fn gemms_followed_by_a_row_norm_offer_the_gemm_norm_kernel() {
     println!("{} GEMM + norm kernels", kernels.len());
     compile_check(
         "gemms_followed_by_a_row_norm_offer_the_gemm_norm_kernel",
+        &kernels,
+    );
+}
+
+/// With `a_prologue`, a feed-forward block's second GEMM and the norm after it offer a
+/// second choice that also takes in the first GEMM's epilogue step (run in place over its
+/// result): the same tilings and launches as the GEMM + norm choice, reading the first
+/// GEMM's raw result as A and applying that epilogue to A's tiles in shared memory, its
+/// inputs (the bias) as the last arguments; every kernel NVRTC compiles. Without the option,
+/// or when another kernel also reads the intermediate, only the GEMM + norm choice is left.
+#[test]
+fn feed_forward_blocks_offer_the_first_epilogue_applied_to_the_second_gemms_a() {
+    use rlx_cuda::codegen::ArgRef;
+    let on = Target {
+        a_prologue: true,
+        ..Target::h200()
+    };
+    let off = Target {
+        a_prologue: false,
+        ..Target::h200()
+    };
+    let mut kernels = Vec::new();
+    for case in ffn_norm_cases() {
+        let (program, p) = plan_for(ffn_norm_cases(), &case.name, &on);
+        assert_eq!(p.choices.len(), 2, "{}: {:?}", case.name, labels(&p));
+        let (norm, mapped) = (&p.choices[0], &p.choices[1]);
+        assert_eq!((mapped.first, mapped.last), (norm.first - 1, norm.last));
+        let Step::Gemm(first) = &p.steps[mapped.first - 1] else {
+            panic!("{}: no GEMM before the epilogue step", case.name)
+        };
+        let Step::Kernel(epi) = &p.steps[mapped.first] else {
+            panic!(
+                "{}: the mapped choice does not start at a kernel",
+                case.name
+            )
+        };
+        // the epilogue runs in place over the first GEMM's result
+        assert_eq!(epi.args[0], first.c.arg, "{}", case.name);
+        assert_eq!(epi.args.last(), Some(&first.c.arg), "{}", case.name);
+        let same = |a: ArgRef, b: ArgRef| match (a, b) {
+            (ArgRef::Buffer(a), ArgRef::Buffer(b)) => {
+                rlx_cuda::plan::root(&program, a) == rlx_cuda::plan::root(&program, b)
+            }
+            _ => a == b,
+        };
+        assert_eq!(mapped.fused.len(), norm.fused.len(), "{}", case.name);
+        for (k, n) in mapped.fused.iter().zip(&norm.fused) {
+            assert_eq!(k.launch, n.launch, "{}", k.label);
+            assert_eq!(k.args[..n.args.len()], n.args[..], "{}", k.label);
+            assert!(same(k.args[0], first.c.arg), "{}", k.label);
+            assert_eq!(
+                k.args[n.args.len()..],
+                epi.args[1..epi.args.len() - 1],
+                "{}",
+                k.label
+            );
+            assert!(k.label.contains(" on A mapped by "), "{}", k.label);
+            // the thread's own chunks, rewritten only inside A
+            assert!(k.source.contains("if (gr < "), "{}", k.source);
+            let map_inputs = epi.args.len() - 2;
+            assert_eq!(k.source.contains("aep1"), map_inputs > 0, "{}", case.name);
+        }
+        let (_, p_off) = plan_for(ffn_norm_cases(), &case.name, &off);
+        assert_eq!(p_off.choices.len(), 1, "{}", case.name);
+        assert_eq!(p_off.choices[0], *norm, "{}", case.name);
+        kernels.extend(mapped.fused.iter().cloned());
+    }
+    // the intermediate read by another kernel too: no mapped choice
+    let dt = DType::F16;
+    let mut b = Builder::new("ffn_second_reader", dt);
+    let x = b.input(dt, &[130, 64]);
+    let w1 = b.param(dt, &[64, 1024]);
+    let w2 = b.param(dt, &[1024, 64]);
+    let w3 = b.param(dt, &[1024, 64]);
+    let scale = b.param(dt, &[64]);
+    let shift = b.param(dt, &[64]);
+    let h = b.g().matmul(x, w1).unwrap();
+    let h = b.g().unary(UnaryOp::Gelu, h).unwrap();
+    let y = b.g().matmul(h, w2).unwrap();
+    let z = b.g().layer_norm(y, scale, shift, 1e-5).unwrap();
+    let other = b.g().matmul(h, w3).unwrap();
+    let z = b.g().add(z, other).unwrap();
+    let (_, p) = plan_for(vec![b.done(z)], "ffn_second_reader", &on);
+    assert!(
+        p.choices.iter().all(|c| c.last == c.first + 1),
+        "{:?}",
+        labels(&p)
+    );
+    println!("{} mapped GEMM + norm kernels", kernels.len());
+    compile_check(
+        "feed_forward_blocks_offer_the_first_epilogue_applied_to_the_second_gemms_a",
         &kernels,
     );
 }

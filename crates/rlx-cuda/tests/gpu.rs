@@ -567,6 +567,7 @@ fn check_fused_modes(
     cases: &[support::cases::Case],
     tilings: usize,
     forced: usize,
+    a_prologue: bool,
 ) -> (usize, Vec<String>) {
     let mut failures = Vec::new();
     let mut chosen = 0;
@@ -578,6 +579,7 @@ fn check_fused_modes(
             let options = CudaOptions {
                 fused_gemm: mode,
                 autotune: true,
+                a_prologue,
                 ..CudaOptions::default()
             };
             let label = format!("{} {mode:?}", c.name);
@@ -622,7 +624,7 @@ fn fused_tensor_core_gemms_match_the_interpreter_in_every_tiling() {
             0
         };
     let cases = fused_gemm_cases();
-    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(sm80));
+    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(sm80), false);
     println!(
         "{} fused-GEMM cases x {} modes, timing chose the fused kernel in {chosen}, {} failures",
         cases.len(),
@@ -644,9 +646,33 @@ fn gemm_norm_kernels_match_the_interpreter_in_every_tiling() {
     let cases = gemm_norm_cases();
     // every tiling the widest case offers (fewer clamp to their last)
     let tilings = rlx_cuda::codegen::gemm_norm::tiles(64).len();
-    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(hopper));
+    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(hopper), false);
     println!(
         "{} GEMM + norm cases x {} modes, timing chose the fused kernel in {chosen}, {} failures",
+        cases.len(),
+        tilings + 2,
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The feed-forward blocks whose second GEMM applies the first GEMM's epilogue to A as it
+/// loads it, with the norm in its store (`CudaOptions::a_prologue`): off, forced in every
+/// tiling (one fused kernel then runs the first GEMM's epilogue, the second GEMM and the
+/// norm), and timed, each run against the interpreter.
+#[test]
+fn gemm_norm_kernels_with_the_first_epilogue_on_a_match_the_interpreter() {
+    if !device_ready("gemm_norm_kernels_with_the_first_epilogue_on_a_match_the_interpreter") {
+        return;
+    }
+    let hopper = rlx_cuda::CudaProgram::target()
+        .ok()
+        .is_some_and(|t| t.arch == rlx_cuda::codegen::gemm_wgmma::ARCH);
+    let cases = support::cases::ffn_norm_cases();
+    let tilings = rlx_cuda::codegen::gemm_norm::tiles(64).len();
+    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(hopper), true);
+    println!(
+        "{} feed-forward cases x {} modes, timing chose a fused kernel in {chosen}, {} failures",
         cases.len(),
         tilings + 2,
         failures.len()

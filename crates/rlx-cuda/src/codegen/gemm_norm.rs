@@ -34,7 +34,7 @@ use super::dtype::{load, storage};
 use super::gemm_mma::MmaGemm;
 use super::gemm_wgmma::{self, WgmmaTile, CPAD, MAX_BN};
 use super::store::{numel, LibCtx};
-use super::{finish, EmittedKernel, Launch};
+use super::{finish, EmittedKernel, EpilogueCtx, Launch};
 use rlx_ir::DType;
 
 /// The norm that follows the GEMM: its frame (inputs x, scale and, for layer norm, shift;
@@ -112,17 +112,24 @@ pub fn applies(gemm: &LibCtx, norm: &RowNorm, g: &MmaGemm, tile: &WgmmaTile) -> 
 }
 
 /// Emits the GEMM + norm kernel for `g` in `tile`; `gemm` is the GEMM's context (operands,
-/// its epilogue), `norm` the norm's.
+/// its epilogue), `norm` the norm's, `a_map` the elementwise epilogue of the kernel that
+/// produced A when the GEMM applies it to A as it loads it ([`gemm_wgmma::a_map`]; its
+/// extra inputs become the kernel's last arguments).
 ///
 /// # Errors
-/// The problem is outside [`applies`], or an epilogue node no rule accepts.
+/// The problem is outside [`applies`] (or the map does not read and write A's dtype), or
+/// an epilogue node no rule accepts.
 pub fn emit(
     gemm: &LibCtx,
     norm: RowNorm,
     g: &MmaGemm,
     tile: &WgmmaTile,
+    a_map: Option<&EpilogueCtx>,
 ) -> Result<EmittedKernel, String> {
-    if !applies(gemm, &norm, g, tile) {
+    let a_dtype = gemm.inputs[0].0;
+    if !applies(gemm, &norm, g, tile)
+        || a_map.is_some_and(|m| m.input_dtype() != a_dtype || m.out_dtype() != a_dtype)
+    {
         return Err(format!(
             "no GEMM + norm kernel for m{} n{} k{} in {tile:?}",
             g.m, g.n, g.k
@@ -155,14 +162,20 @@ pub fn emit(
         .as_ref()
         .map(|e| e.params())
         .unwrap_or_default();
+    let a_map = a_map.map(|m| m.clone().named("aep"));
+    let map_params = a_map.as_ref().map(|m| m.params()).unwrap_or_default();
     let params = format!(
-        "{}, {}* __restrict__ out{gemm_epi}{norm_params}{norm_epi}",
+        "{}, {}* __restrict__ out{gemm_epi}{norm_params}{norm_epi}{map_params}",
         gemm.in_params(),
         storage(out_dtype)
     );
     let store = row_store(gemm, &norm, g, tile)?;
     let pre = prefetch(gemm, g, tile);
-    let text = gemm_wgmma::kernel_text(gemm, g, tile, (&params, &pre, &store));
+    let map = match &a_map {
+        Some(m) => gemm_wgmma::a_map(m, g, tile)?,
+        None => String::new(),
+    };
+    let text = gemm_wgmma::kernel_text(gemm, g, tile, (&params, &pre, &map, &store));
     // operands, the norm's output, the GEMM epilogue's inputs, the norm's parameters, the
     // norm epilogue's inputs
     let mut args = gemm.args();
@@ -172,6 +185,9 @@ pub fn emit(
     let norm_args = norm.ctx.args();
     args.extend(&norm_args[1..=norm.params()]);
     args.extend(&norm_args[2 + norm.params()..]);
+    if let Some(m) = &a_map {
+        args.extend(m.args());
+    }
     let launch = Launch {
         grid: [1, g.m.div_ceil(tile.bm) as u32],
         block: tile.threads() as u32,
@@ -183,8 +199,12 @@ pub fn emit(
         "gemm_rms_norm"
     };
     let mut k = finish(&gemm.kernel.name, family, text, launch, args);
+    let mapped = a_map
+        .as_ref()
+        .map(|m| format!(" on A mapped by {}", m.kernel.name))
+        .unwrap_or_default();
     k.label += &format!(
-        " [Hopper tensor-core GEMM {} m{} n{} k{} + {} ({}) in its store: {}]",
+        " [Hopper tensor-core GEMM {} m{} n{} k{}{mapped} + {} ({}) in its store: {}]",
         gemm_wgmma::operand_type(gemm),
         g.m,
         g.n,

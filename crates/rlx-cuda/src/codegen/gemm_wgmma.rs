@@ -32,8 +32,10 @@
 //! `gemm_mma::tile_store`, as in [`super::gemm_mma`]; [`super::gemm_norm`] stores it
 //! through a row norm instead.
 
+use super::dtype::load;
 use super::gemm_mma::{tile_store, MmaGemm};
 use super::store::LibCtx;
+use super::EpilogueCtx;
 use super::{finish, EmittedKernel, Launch};
 use rlx_ir::DType;
 
@@ -206,7 +208,7 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
         tile.threads(),
     )?;
     let params = ctx.in_params() + &ctx.out_params();
-    let text = kernel_text(ctx, g, tile, (&params, "", &store));
+    let text = kernel_text(ctx, g, tile, (&params, "", "", &store));
     let mut args = ctx.args();
     args[0] = g.a.0;
     args[1] = g.b.0;
@@ -227,14 +229,15 @@ pub fn emit(ctx: &LibCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<EmittedKernel
 }
 
 /// The kernel's text for `g` in `tile` with parameter list `params`, `pre` (statements run
-/// before the main loop) and `store`, the code that writes the finished f32 tile (`cs`,
-/// `tile.bm` rows of `tile.bn + CPAD`, block origin `bm0`, `bn0`) to memory; shared with
-/// [`super::gemm_norm`].
+/// before the main loop), `a_map` (statements run on each k tile of A once it has landed in
+/// shared memory, see [`a_map`]) and `store`, the code that writes the finished f32 tile
+/// (`cs`, `tile.bm` rows of `tile.bn + CPAD`, block origin `bm0`, `bn0`) to memory; shared
+/// with [`super::gemm_norm`].
 pub(super) fn kernel_text(
     ctx: &LibCtx,
     g: &MmaGemm,
     tile: &WgmmaTile,
-    (params, pre, store): (&str, &str, &str),
+    (params, pre, a_map, store): (&str, &str, &str, &str),
 ) -> String {
     let ty = operand_type(ctx);
     let a_chunks = tile.bm * BK / 8;
@@ -244,6 +247,7 @@ pub(super) fn kernel_text(
         ctx,
         store,
     )
+    .replace("@AMAP@", a_map)
     .replace("@WGMMA@", &wgmma_issue(tile.bn, ty))
     .replace("@MINB@", &tile.min_blocks().to_string())
     .replace("@BN@", &tile.bn.to_string())
@@ -257,6 +261,52 @@ pub(super) fn kernel_text(
     .replace("@T@", &threads.to_string())
     .replace("@CLD@", &(tile.bn + CPAD).to_string())
     .replace("@ACH@", &(a_chunks / threads).to_string())
+}
+
+/// Statements that apply `map`, the elementwise epilogue of the kernel that produced A, to
+/// the thread's own chunks of A's k tile `kt` once they have landed in shared memory (each
+/// thread rewrites the 16-byte chunks it copied, so its own `cp.async` wait covers them; the
+/// fence and barrier after the hole publish them to the tensor cores). The map sees element
+/// (row, k) of A as element (row, col) of its own result, reads its extra inputs as
+/// `aep1, ...` and rounds to A's dtype, exactly as the producer's epilogue kernel would have
+/// stored it; chunks past `m` or `k` stay the zeros `cp.async` filled in.
+///
+/// # Errors
+/// A node of the map no rule accepts.
+pub(super) fn a_map(map: &EpilogueCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<String, String> {
+    let dtype = map.input_dtype();
+    let ity = if g.m * g.k < (1 << 31) {
+        "int"
+    } else {
+        "long long"
+    };
+    let (stmts, var) = map.apply_at(("gr", "col", g.k), &load(dtype, "h"), ity)?;
+    Ok(format!(
+        "{{\n\
+         unsigned char* ast = gbase + (kt % {stages}) * {stage};\n\
+         #pragma unroll\nfor (int i = 0; i < {ach}; ++i) {{\n\
+         const int t = tid + i * {threads};\n\
+         const int r = t >> 3, c = t & 7;\n\
+         const int gr = bm0 + r, gk = kt * 64 + c * 8;\n\
+         if (gr < {m} && gk < {k}) {{\n\
+         uint4* p = reinterpret_cast<uint4*>(ast + r * 128 + ((c ^ (r & 7)) << 4));\n\
+         const uint4 v = *p;\n\
+         unsigned w[4] = {{v.x, v.y, v.z, v.w}};\n\
+         #pragma unroll\nfor (int j = 0; j < 8; ++j) {{\n\
+         const int col = gk + j;\n\
+         const unsigned short h = (unsigned short)(w[j >> 1] >> (16 * (j & 1)));\n\
+         {stmts}\
+         w[j >> 1] = (j & 1) ? ((w[j >> 1] & 0xffffu) | ((unsigned){var} << 16)) : ((w[j >> 1] & 0xffff0000u) | (unsigned){var});\n\
+         }}\n\
+         *p = make_uint4(w[0], w[1], w[2], w[3]);\n\
+         }}\n}}\n}}\n",
+        stages = tile.stages,
+        stage = tile.stage_bytes(),
+        ach = tile.bm * BK / 8 / tile.threads(),
+        threads = tile.threads(),
+        m = g.m,
+        k = g.k,
+    ))
 }
 
 /// The kernel with `@NAME@` holes [`emit`] fills. Shared memory per stage (1024-aligned):
@@ -311,7 +361,7 @@ for (int kt = 0; kt < KT; ++kt) {
 // tensor cores' (async proxy) reads, the barrier everyone's, and it also means both
 // warpgroups are done with tile kt - 1 - INF, whose slot the next copy reuses
 rlx_cp_async_wait<@PD@ - 1>();
-asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+@AMAP@asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 __syncthreads();
 {
 const int nk = kt + @PD@;

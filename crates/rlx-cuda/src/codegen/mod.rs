@@ -65,6 +65,11 @@ pub struct Target {
     /// over them when they all fit in shared memory (and blocks stay plentiful); false
     /// (`RLX_CUDA_FLASH_RESIDENT=0`) gives each query tile its own block
     pub flash_resident: bool,
+    /// a GEMM may apply the elementwise epilogue of the GEMM that produced its A operand as
+    /// A's tiles land in shared memory, so that epilogue's pass over memory goes (offered as
+    /// a timed choice; off unless `RLX_CUDA_A_PROLOGUE=1` until it has been measured and
+    /// checked on a GPU, see `plan_norm`)
+    pub a_prologue: bool,
 }
 
 impl Target {
@@ -79,7 +84,14 @@ impl Target {
             flash_warps: Target::flash_warps_from_env(),
             flash_keys: Target::flash_keys_from_env(),
             flash_resident: Target::switch_from_env("RLX_CUDA_FLASH_RESIDENT"),
+            a_prologue: Target::a_prologue_from_env(),
         }
+    }
+
+    /// Whether the environment asks for A prologues ([`Target::a_prologue`]):
+    /// `RLX_CUDA_A_PROLOGUE=1`.
+    pub fn a_prologue_from_env() -> bool {
+        std::env::var("RLX_CUDA_A_PROLOGUE").is_ok_and(|v| v == "1")
     }
 
     /// The compute capability as `10 * major + minor` (`sm_90` → 90), None when `arch` is

@@ -728,3 +728,45 @@ pub fn gemm_norm_cases() -> Vec<Case> {
     }
     cases
 }
+
+/// Feed-forward blocks whose second GEMM and the row norm after it may run as one kernel
+/// that also applies the first GEMM's elementwise epilogue to its A operand as it loads it
+/// (`CudaOptions::a_prologue`): the post-norm encoder's `LayerNorm(GELU(x W1 + b1) W2 + b2 +
+/// x)` with a partial last block, SiLU into an RMS norm in bf16, and a second GEMM whose k
+/// (200) ends in a partial k tile. The first GEMM's result is large enough that it gets no
+/// fused choice of its own.
+pub fn ffn_norm_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (dt, rows, hidden, ffn, kind) in [
+        (DType::F16, 130, 384, 1536, "bias_gelu_residual_ln"),
+        (DType::BF16, 200, 128, 512, "silu_rms"),
+        (DType::F16, 400, 64, 200, "bias_gelu_residual_ln"),
+    ] {
+        let name = format!("ffn_norm_{kind}_{rows}x{hidden}x{ffn}_{dt}");
+        let mut b = Builder::new(&name, dt);
+        let x = b.input(dt, &[rows, hidden]);
+        let w1 = b.param(dt, &[hidden, ffn]);
+        let w2 = b.param(dt, &[ffn, hidden]);
+        let mut h = b.g().matmul(x, w1).unwrap();
+        h = if kind.starts_with("bias_gelu") {
+            let b1 = b.param(dt, &[ffn]);
+            let h = b.g().add(h, b1).unwrap();
+            b.g().unary(UnaryOp::Gelu, h).unwrap()
+        } else {
+            b.g().unary(UnaryOp::Silu, h).unwrap()
+        };
+        let mut y = b.g().matmul(h, w2).unwrap();
+        let scale = b.param(dt, &[hidden]);
+        y = if kind.ends_with("residual_ln") {
+            let b2 = b.param(dt, &[hidden]);
+            let shift = b.param(dt, &[hidden]);
+            y = b.g().add(y, b2).unwrap();
+            y = b.g().add(y, x).unwrap();
+            b.g().layer_norm(y, scale, shift, 1e-12).unwrap()
+        } else {
+            b.g().rms_norm(y, scale, 1e-6).unwrap()
+        };
+        cases.push(b.done(y));
+    }
+    cases
+}
