@@ -855,6 +855,14 @@ fn feed_forward_blocks_offer_the_first_epilogue_applied_to_the_second_gemms_a() 
             // the thread's own chunks, rewritten only inside A
             assert!(k.source.contains("if (gr < "), "{}", k.source);
             let map_inputs = epi.args.len() - 2;
+            // eight elements of a chunk at once, the bias read as one 16-byte vector
+            assert!(k.source.contains("const uint4 av_0 = "), "{}", k.source);
+            assert_eq!(
+                k.source.contains("const uint4 aepv1_0 = "),
+                map_inputs > 0,
+                "{}",
+                case.name
+            );
             assert_eq!(k.source.contains("aep1"), map_inputs > 0, "{}", case.name);
         }
         let (_, p_off) = plan_for(ffn_norm_cases(), &case.name, &off);

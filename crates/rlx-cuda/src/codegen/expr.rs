@@ -3,7 +3,11 @@
 
 use super::dtype::{cast, compute, literal, load, storage, store};
 use super::index::{contiguous, coords, offset, IndexSpace};
+use super::vector::Wide;
 use super::{binary::binary, unary::unary, ArgRef};
+
+/// Elements [`EpilogueCtx::apply_wide`] handles at once: one 16-byte vector of 16-bit floats.
+pub const WIDE: usize = 8;
 use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::DType;
 
@@ -174,6 +178,72 @@ impl<'a> EpilogueCtx<'a> {
             _ => coords(&format!("(({ity}){row} * {n} + {col})"), "q", &sp.dims, ity),
         };
         self.apply_coords(&sp, at, value)
+    }
+
+    /// [`EpilogueCtx::apply_at`] for the [`WIDE`] elements at `row`, columns `col ..` of the
+    /// result seen as a matrix of `n` columns (`col` a multiple of [`WIDE`]), whose library
+    /// values are `values`: each extra input read once as a [`WIDE`]-element vector (a whole
+    /// tensor, or a row repeated over rows such as a bias) or as a single value. Returns the
+    /// statements and each element's stored-form result; None when an input is read any
+    /// other way, or its offset or dtype allows no vector (then apply element by element).
+    ///
+    /// # Errors
+    /// A node the rules do not accept.
+    pub fn apply_wide(
+        &self,
+        (row, col, n): (&str, &str, usize),
+        values: &[String],
+        ity: &str,
+    ) -> Option<Result<(String, Vec<String>), String>> {
+        let k = self.kernel;
+        let sp = self.space();
+        // the index space as rows of n columns, or one run of elements
+        let two = match sp.dims.as_slice() {
+            [_, last] if *last == n => true,
+            [_] => false,
+            _ => return None,
+        };
+        let mut loads = String::new();
+        let mut vectors = vec![None; k.inputs.len()];
+        for (i, inp) in k.inputs.iter().enumerate().skip(1) {
+            let aligned = inp.view.offset.is_multiple_of(WIDE);
+            let full = format!("({ity}){row} * {n} + {col}");
+            let at = match (sp.strides[i].as_slice(), two) {
+                ([0, 0], true) | ([0], false) => continue,
+                ([o, 1], true) if *o == n as isize && aligned => full,
+                ([1], false) if aligned => full,
+                ([0, 1], true) if aligned => col.to_string(),
+                _ => return None,
+            };
+            let w = Wide::new(inp.dtype, WIDE)?;
+            let var = format!("{}v{i}", self.prefix);
+            loads += &w.load(
+                &var,
+                &format!("{}{i}", self.prefix),
+                &format!("{} + {at}", inp.view.offset),
+            );
+            vectors[i] = Some((w, var));
+        }
+        let need = k.needed(&[k.result]);
+        let mut body = loads;
+        let mut outs = Vec::with_capacity(WIDE);
+        for (l, value) in values.iter().enumerate().take(WIDE) {
+            let elem = |i: usize| match &vectors[i] {
+                _ if i == 0 => (value.clone(), true),
+                Some((w, var)) => (w.elem(var, l), false),
+                None => (
+                    format!("{}{i}[{}]", self.prefix, k.inputs[i].view.offset),
+                    false,
+                ),
+            };
+            let prefix = format!("{}e{l}_", self.prefix);
+            match emit_nodes(k, &need, &prefix, &elem, None) {
+                Ok(text) => body += &text,
+                Err(e) => return Some(Err(e)),
+            }
+            outs.push(store(k.out_dtype(), &format!("{prefix}{}", k.result)));
+        }
+        Some(Ok((body, outs)))
     }
 
     /// The epilogue's index space: its dims merged where every input's strides allow.

@@ -33,8 +33,10 @@
 //! through a row norm instead.
 
 use super::dtype::load;
+use super::expr::WIDE;
 use super::gemm_mma::{tile_store, MmaGemm};
 use super::store::LibCtx;
+use super::vector::Wide;
 use super::EpilogueCtx;
 use super::{finish, EmittedKernel, Launch};
 use rlx_ir::DType;
@@ -269,7 +271,10 @@ pub(super) fn kernel_text(
 /// fence and barrier after the hole publish them to the tensor cores). The map sees element
 /// (row, k) of A as element (row, col) of its own result, reads its extra inputs as
 /// `aep1, ...` and rounds to A's dtype, exactly as the producer's epilogue kernel would have
-/// stored it; chunks past `m` or `k` stay the zeros `cp.async` filled in.
+/// stored it; chunks past `m` or `k` stay the zeros `cp.async` filled in. A chunk's eight
+/// elements are mapped together, the map's inputs read as one vector each where their
+/// layout allows ([`EpilogueCtx::apply_wide`]: a bias is one 16-byte load per chunk), else
+/// element by element.
 ///
 /// # Errors
 /// A node of the map no rule accepts.
@@ -280,7 +285,26 @@ pub(super) fn a_map(map: &EpilogueCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<
     } else {
         "long long"
     };
-    let (stmts, var) = map.apply_at(("gr", "col", g.k), &load(dtype, "h"), ity)?;
+    let w = Wide::new(dtype, WIDE).ok_or("no vector moves for A's dtype")?;
+    let values: Vec<String> = (0..WIDE).map(|l| load(dtype, &w.elem("av", l))).collect();
+    // the chunk's eight elements at once (the map's inputs read as vectors), or one by one
+    let (body, outs) = match map.apply_wide(("gr", "gk", g.k), &values, ity) {
+        Some(r) => r?,
+        None => {
+            let mut body = String::new();
+            let mut outs = Vec::with_capacity(WIDE);
+            for (l, value) in values.iter().enumerate() {
+                let col = format!("(gk + {l})");
+                let (stmts, var) = map.apply_at(("gr", &col, g.k), value, ity)?;
+                body += &format!(
+                    "{} am{l};\n{{\n{stmts}am{l} = {var};\n}}\n",
+                    super::dtype::storage(map.out_dtype())
+                );
+                outs.push(format!("am{l}"));
+            }
+            (body, outs)
+        }
+    };
     Ok(format!(
         "{{\n\
          unsigned char* ast = gbase + (kt % {stages}) * {stage};\n\
@@ -289,17 +313,10 @@ pub(super) fn a_map(map: &EpilogueCtx, g: &MmaGemm, tile: &WgmmaTile) -> Result<
          const int r = t >> 3, c = t & 7;\n\
          const int gr = bm0 + r, gk = kt * 64 + c * 8;\n\
          if (gr < {m} && gk < {k}) {{\n\
-         uint4* p = reinterpret_cast<uint4*>(ast + r * 128 + ((c ^ (r & 7)) << 4));\n\
-         const uint4 v = *p;\n\
-         unsigned w[4] = {{v.x, v.y, v.z, v.w}};\n\
-         #pragma unroll\nfor (int j = 0; j < 8; ++j) {{\n\
-         const int col = gk + j;\n\
-         const unsigned short h = (unsigned short)(w[j >> 1] >> (16 * (j & 1)));\n\
-         {stmts}\
-         w[j >> 1] = (j & 1) ? ((w[j >> 1] & 0xffffu) | ((unsigned){var} << 16)) : ((w[j >> 1] & 0xffff0000u) | (unsigned){var});\n\
-         }}\n\
-         *p = make_uint4(w[0], w[1], w[2], w[3]);\n\
-         }}\n}}\n}}\n",
+         unsigned short* ap = reinterpret_cast<unsigned short*>(ast + r * 128 + ((c ^ (r & 7)) << 4));\n\
+         {load}{body}{store}}}\n}}\n}}\n",
+        load = w.load("av", "ap", "0"),
+        store = w.store("ap", "0", &outs),
         stages = tile.stages,
         stage = tile.stage_bytes(),
         ach = tile.bm * BK / 8 / tile.threads(),
