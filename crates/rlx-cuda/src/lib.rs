@@ -23,6 +23,7 @@ mod plan_norm;
 pub mod plan_views;
 pub mod probe;
 mod program;
+mod route;
 pub mod tune;
 pub mod weights;
 

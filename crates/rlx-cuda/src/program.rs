@@ -8,6 +8,7 @@ use crate::codegen::{program_source, ArgRef, Target};
 use crate::device::{CudaDevice, Function, Graph, Module};
 use crate::memory::{DeviceBuffer, DeviceMemory, Pinned, ALIGN};
 use crate::plan::{root, Plan, Step};
+use crate::route::{self, Route};
 use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
@@ -72,17 +73,6 @@ impl FusedGemm {
             Err(_) => FusedGemm::Timed,
         }
     }
-}
-
-/// How a step runs once fused alternatives are decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
-    /// as planned
-    Step,
-    /// as tiling `.1` of choice `.0`
-    Fused(usize, usize),
-    /// not at all (done by the fused kernel at the choice's first step)
-    Skip,
 }
 
 impl Default for CudaOptions {
@@ -486,7 +476,7 @@ impl CudaProgram {
         for ci in 0..self.plan.choices.len() {
             let c = &self.plan.choices[ci];
             let last = c.fused.len() - 1;
-            if !self.nests(ci) {
+            if !route::nests(&self.route, &self.plan.choices, ci) {
                 continue;
             }
             let pick = match options.fused_gemm {
@@ -517,23 +507,9 @@ impl CudaProgram {
                 }
             };
             if let Some(t) = pick {
-                let c = &self.plan.choices[ci];
-                // what ran in these steps before (an inner choice's kernel, or the steps)
-                // gives way to this choice's kernel
-                for i in c.steps() {
-                    match self.route[i] {
-                        Route::Step => self.stats.launches -= 1,
-                        Route::Fused(..) => {
-                            self.stats.launches -= 1;
-                            self.stats.fused_gemms -= 1;
-                        }
-                        Route::Skip => {}
-                    }
-                    self.route[i] = Route::Skip;
-                }
-                self.route[c.first] = Route::Fused(ci, t);
-                self.stats.fused_gemms += 1;
-                self.stats.launches += 1;
+                let (launches, fused) = route::take(&mut self.route, &self.plan.choices, ci, t);
+                self.stats.launches = self.stats.launches.saturating_add_signed(launches);
+                self.stats.fused_gemms = self.stats.fused_gemms.saturating_add_signed(fused);
             }
         }
         if timed > 0 {
@@ -561,24 +537,9 @@ impl CudaProgram {
         steps_out && fused_out
     }
 
-    /// True when every choice decided before `ci` that runs a fused kernel lies wholly inside
-    /// `ci`'s steps or wholly outside them (the plan offers no other kind; a partial overlap
-    /// is left to the earlier decision).
-    fn nests(&self, ci: usize) -> bool {
-        let c = &self.plan.choices[ci];
-        self.route.iter().all(|r| match *r {
-            Route::Fused(cj, _) => {
-                let o = &self.plan.choices[cj];
-                let inside = c.first <= o.first && o.last <= c.last;
-                let apart = o.last < c.first || c.last < o.first;
-                inside || apart
-            }
-            _ => true,
-        })
-    }
-
     /// Times choice `ci`: its steps, run as decided so far (an inner choice's kernel runs in
-    /// place of its steps), against each fused tiling, round-robin ([`crate::tune::fastest`]); Some(tiling) when a fused one is faster.
+    /// place of its steps), against each fused tiling, round-robin
+    /// ([`crate::tune::fastest`]); Some(tiling) when a fused one is faster.
     fn time_choice(&self, ci: usize) -> Result<Option<usize>, CudaError> {
         let c = &self.plan.choices[ci];
         let mut failure = None;
