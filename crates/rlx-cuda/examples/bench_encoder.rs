@@ -12,6 +12,8 @@
 //! algorithm per GEMM instead of timing up to eight at compile, `tune_ms`). `--dump` writes the weights, the batch-1 input and
 //! RLX's batch-1 output as raw little-endian files plus `manifest.txt`, so
 //! `scripts/bench/encoder_torch.py --weights DIR` runs PyTorch on the same numbers.
+//! `--nvrtc` (no GPU needed) times NVRTC on the plan's kernels: one module against the
+//! parts `CudaProgram::compile` compiles in parallel.
 
 mod common;
 
@@ -110,7 +112,71 @@ fn print_plan(batch: usize) {
     );
 }
 
+/// Compiles the plan's kernels with NVRTC twice, uncached (no GPU needed): as one module,
+/// and split into parts compiled in parallel as `CudaProgram::compile` does; prints both
+/// wall times.
+fn time_nvrtc(batch: usize) {
+    let m = encoder(batch);
+    let program = lower_for_cuda(&m.graph).expect("lowers");
+    let target = rlx_cuda::codegen::Target {
+        flash_attention: rlx_cuda::codegen::Target::flash_from_env(),
+        ..rlx_cuda::codegen::Target::h200()
+    };
+    let plan = rlx_cuda::plan::plan(&program, &target).expect("plans");
+    let opts = rlx_cuda::nvrtc::options(&target.arch);
+    let one = rlx_cuda::codegen::program_source(plan.all_kernels());
+    let start = Instant::now();
+    if let Err(e) = rlx_cuda::nvrtc::compile("rlx_program", &one, &opts) {
+        println!("SKIPPED: nvrtc: {e}");
+        return;
+    }
+    let serial = start.elapsed().as_secs_f64() * 1e3;
+    let parts: Vec<String> = rlx_cuda::codegen::program_sources(plan.all_kernels())
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    let start = Instant::now();
+    let times: Vec<f64> = std::thread::scope(|scope| {
+        let handles: Vec<_> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, src)| {
+                let opts = &opts;
+                scope.spawn(move || {
+                    let t = Instant::now();
+                    rlx_cuda::nvrtc::compile(&format!("rlx_program_{i}"), src, opts)
+                        .map(|_| t.elapsed().as_secs_f64() * 1e3)
+                        .unwrap_or(f64::NAN)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(f64::NAN))
+            .collect()
+    });
+    let parallel = start.elapsed().as_secs_f64() * 1e3;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let each: Vec<String> = times.iter().map(|t| format!("{t:.0}")).collect();
+    println!(
+        "nvrtc batch={batch} functions={} one_module_ms={serial:.0} parts={} parallel_ms={parallel:.0} part_ms=[{}] cores={cores} source_kib={}",
+        plan.all_kernels().map(|k| &k.function).collect::<std::collections::HashSet<_>>().len(),
+        parts.len(),
+        each.join(","),
+        one.len() / 1024
+    );
+}
+
 fn main() {
+    if common::flag("--nvrtc") {
+        for b in arg("--batches", "1,32,256")
+            .split(',')
+            .filter_map(|s| s.parse().ok())
+        {
+            time_nvrtc(b);
+        }
+        return;
+    }
     if common::flag("--plan") {
         print_plan(
             arg("--batches", "1")
@@ -168,12 +234,13 @@ fn main() {
         let mut dev = program.time_steps(iters).unwrap_or_default();
         let finite = out[0].1.to_f64_vec().iter().all(|v| v.is_finite());
         println!(
-            "encoder batch={batch} fp16 device_median_ms={:.4} device_p90_ms={:.4} run_median_ms={:.4} launches={} functions={} compile_ms={:.1} nvrtc_ms={:.1} tune_ms={:.1} tuned_gemms={} fused_gemms={} cached={} cuda_graph={} arena_mib={:.1} finite={finite}",
+            "encoder batch={batch} fp16 device_median_ms={:.4} device_p90_ms={:.4} run_median_ms={:.4} launches={} functions={} modules={} compile_ms={:.1} nvrtc_ms={:.1} tune_ms={:.1} tuned_gemms={} fused_gemms={} cached={} cuda_graph={} arena_mib={:.1} finite={finite}",
             quantile(&mut dev, 0.5),
             quantile(&mut dev, 0.9),
             quantile(&mut e2e, 0.5),
             program.stats.launches,
             program.stats.functions,
+            program.stats.modules,
             compile_ms,
             program.stats.nvrtc_ms,
             program.stats.tune_ms,

@@ -132,6 +132,44 @@ pub fn compile_cached(name: &str, source: &str, arch: &str) -> Result<Cubin, Cud
     })
 }
 
+/// [`compile_cached`] for each of `sources` (a program's parts, see
+/// [`crate::codegen::program_sources`]), the uncached ones compiled at the same time on as
+/// many threads as the machine has cores (NVRTC allows concurrent calls on separate
+/// programs). Part `i` is named `{name}_{i}`.
+///
+/// # Errors
+/// As [`compile_cached`], for the first part (in order) that fails.
+pub fn compile_all_cached(
+    name: &str,
+    sources: &[String],
+    arch: &str,
+) -> Result<Vec<Cubin>, CudaError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, sources.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<Option<Result<Cubin, CudaError>>> = Vec::new();
+    results.resize_with(sources.len(), || None);
+    let done = std::sync::Mutex::new(results);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(source) = sources.get(i) else {
+                    break;
+                };
+                let r = compile_cached(&format!("{name}_{i}"), source, arch);
+                done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+            });
+        }
+    });
+    done.into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(CudaError::Invalid("a part was not compiled".into()))))
+        .collect()
+}
+
 fn write_source(dir: &Path, key: &str, source: &str) -> String {
     let path = dir.join(format!("{key}-failed.cu"));
     let ok = std::fs::create_dir_all(dir).is_ok() && std::fs::write(&path, source).is_ok();

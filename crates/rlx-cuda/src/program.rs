@@ -1,10 +1,10 @@
-//! A compiled CUDA program: planned steps, one NVRTC module, prepared GEMMs, one planned
+//! A compiled CUDA program: planned steps, NVRTC modules, prepared GEMMs, one planned
 //! arena for every intermediate, fixed device buffers for inputs, constants and weights, and
 //! pinned staging. The first run captures every kernel and GEMM as one CUDA graph; later
 //! runs copy inputs in, replay it, and copy outputs out.
 
 use crate::blas::{Blas, PreparedGemm};
-use crate::codegen::{program_source, ArgRef, Target};
+use crate::codegen::{program_sources, ArgRef, Target};
 use crate::device::{CudaDevice, Function, Graph, Module};
 use crate::memory::{DeviceBuffer, DeviceMemory, Pinned, ALIGN};
 use crate::plan::{root, Plan, Step};
@@ -99,8 +99,11 @@ pub struct CompileStats {
     pub functions: usize,
     /// NVRTC time in milliseconds (0 when cached)
     pub nvrtc_ms: f64,
-    /// the module came from the disk cache
+    /// the modules came from the disk cache
     pub cached: bool,
+    /// modules the program's kernels were compiled into (in parallel, see
+    /// [`crate::codegen::program_sources`])
+    pub modules: usize,
     /// bytes of the planned arena
     pub arena_bytes: usize,
     /// milliseconds spent timing GEMM algorithms (0 with autotuning off, or when every GEMM
@@ -110,6 +113,33 @@ pub struct CompileStats {
     pub tuned_gemms: usize,
     /// GEMM + epilogue pairs running as one fused tensor-core kernel
     pub fused_gemms: usize,
+}
+
+/// The loaded modules of a program and which holds each function.
+#[derive(Default)]
+struct Modules {
+    list: Vec<Module>,
+    of: HashMap<String, usize>,
+}
+
+impl Modules {
+    /// Adds a loaded module holding functions `names`.
+    fn add(&mut self, module: Module, names: &[String]) {
+        for n in names {
+            self.of.insert(n.clone(), self.list.len());
+        }
+        self.list.push(module);
+    }
+
+    /// Function `name` from the module that holds it (see [`Module::function`]).
+    fn function(&self, name: &str, shared_bytes: u32) -> Result<Function, CudaError> {
+        let m = self
+            .of
+            .get(name)
+            .and_then(|&i| self.list.get(i))
+            .ok_or_else(|| CudaError::Invalid(format!("no module holds function {name}")))?;
+        m.function(name, shared_bytes)
+    }
 }
 
 /// Where a program buffer lives on the device.
@@ -151,7 +181,7 @@ pub struct CudaProgram {
     program: KernelProgram,
     plan: Plan,
     source: String,
-    _module: Option<Module>,
+    _modules: Modules,
     functions: Vec<Option<Function>>,
     /// per plan choice, the function of each fused tiling
     choice_functions: Vec<Vec<Function>>,
@@ -226,19 +256,26 @@ impl CudaProgram {
             launches: plan.steps.len(),
             ..CompileStats::default()
         };
-        let source = program_source(plan.all_kernels());
-        let module = if plan.all_kernels().next().is_some() {
+        let parts = program_sources(plan.all_kernels());
+        let source = crate::codegen::program_source(plan.all_kernels());
+        let modules = if parts.is_empty() {
+            Modules::default()
+        } else {
             let start = Instant::now();
-            let cubin = crate::nvrtc::compile_cached("rlx_program", &source, &target.arch)?;
-            stats.cached = cubin.cached;
-            stats.nvrtc_ms = if cubin.cached {
+            let sources: Vec<String> = parts.iter().map(|(s, _)| s.clone()).collect();
+            let cubins = crate::nvrtc::compile_all_cached("rlx_program", &sources, &target.arch)?;
+            stats.cached = cubins.iter().all(|c| c.cached);
+            stats.nvrtc_ms = if stats.cached {
                 0.0
             } else {
                 start.elapsed().as_secs_f64() * 1e3
             };
-            Some(device.load_module(&cubin.image)?)
-        } else {
-            None
+            stats.modules = cubins.len();
+            let mut modules = Modules::default();
+            for ((_, names), cubin) in parts.iter().zip(&cubins) {
+                modules.add(device.load_module(&cubin.image)?, names);
+            }
+            modules
         };
         let mut names = std::collections::HashSet::new();
         let mut functions = Vec::new();
@@ -253,10 +290,7 @@ impl CudaProgram {
             match step {
                 Step::Kernel(k) => {
                     names.insert(k.function.clone());
-                    let m = module
-                        .as_ref()
-                        .ok_or_else(|| CudaError::Invalid("kernels without a module".into()))?;
-                    functions.push(Some(m.function(&k.function, k.launch.shared_bytes)?));
+                    functions.push(Some(modules.function(&k.function, k.launch.shared_bytes)?));
                     gemms.push(None);
                 }
                 Step::Gemm(g) => {
@@ -270,13 +304,10 @@ impl CudaProgram {
         }
         let mut choice_functions = Vec::with_capacity(plan.choices.len());
         for c in &plan.choices {
-            let m = module
-                .as_ref()
-                .ok_or_else(|| CudaError::Invalid("kernels without a module".into()))?;
             let fs = c
                 .fused
                 .iter()
-                .map(|k| m.function(&k.function, k.launch.shared_bytes))
+                .map(|k| modules.function(&k.function, k.launch.shared_bytes))
                 .collect::<Result<Vec<_>, _>>()?;
             choice_functions.push(fs);
         }
@@ -439,7 +470,7 @@ impl CudaProgram {
             program,
             plan,
             source,
-            _module: module,
+            _modules: modules,
             functions,
             choice_functions,
             route: vec![Route::Step; n_steps],

@@ -229,6 +229,55 @@ pub fn program_source<'a>(kernels: impl IntoIterator<Item = &'a EmittedKernel>) 
     out
 }
 
+/// Most modules [`program_sources`] splits a program into.
+pub const MAX_PARTS: usize = 8;
+
+/// Source bytes (kernels, prelude aside) below which a program stays one module: NVRTC's
+/// fixed cost per program would outweigh compiling in parallel.
+pub const PART_BYTES: usize = 8 * 1024;
+
+/// The program's sources split into parts NVRTC compiles in parallel, one module each: every
+/// distinct function once, in up to [`MAX_PARTS`] parts of about [`PART_BYTES`] or more,
+/// balanced by source length (largest first, each to the lightest part; within a part the
+/// functions keep their order), each part with the prelude. Deterministic, so each part's
+/// cache key stays the same from run to run and a changed kernel recompiles only its part.
+/// Returns each part's source and its functions' names.
+pub fn program_sources<'a>(
+    kernels: impl IntoIterator<Item = &'a EmittedKernel>,
+) -> Vec<(String, Vec<String>)> {
+    let mut seen = std::collections::HashSet::new();
+    let distinct: Vec<&EmittedKernel> = kernels
+        .into_iter()
+        .filter(|k| seen.insert(k.function.clone()))
+        .collect();
+    let total: usize = distinct.iter().map(|k| k.source.len()).sum();
+    let parts = (total / PART_BYTES)
+        .clamp(1, MAX_PARTS)
+        .min(distinct.len().max(1));
+    let mut by_size: Vec<usize> = (0..distinct.len()).collect();
+    by_size.sort_by_key(|&i| (std::cmp::Reverse(distinct[i].source.len()), i));
+    let mut load = vec![0usize; parts];
+    let mut part_of = vec![0usize; distinct.len()];
+    for i in by_size {
+        let lightest = (0..parts).min_by_key(|&p| (load[p], p)).unwrap_or(0);
+        load[lightest] += distinct[i].source.len();
+        part_of[i] = lightest;
+    }
+    (0..parts)
+        .map(|p| {
+            let mut source = String::from(PRELUDE);
+            let mut names = Vec::new();
+            for (k, _) in distinct.iter().zip(&part_of).filter(|(_, &q)| q == p) {
+                source.push('\n');
+                source.push_str(&k.source);
+                names.push(k.function.clone());
+            }
+            (source, names)
+        })
+        .filter(|(_, names)| !names.is_empty())
+        .collect()
+}
+
 /// Parameter list text: `const T* __restrict__ in0, ...` for inputs, then the output.
 pub fn params(inputs: &[(&str, String)], output: (&str, String), restrict: bool) -> String {
     let r = if restrict { " __restrict__" } else { "" };
@@ -243,4 +292,59 @@ pub fn params(inputs: &[(&str, String)], output: (&str, String), restrict: bool)
 /// Blocks for a grid-stride loop over `n` items, `per_block` items per block per pass.
 pub fn grid_for(n: usize, per_block: usize) -> usize {
     n.div_ceil(per_block.max(1)).clamp(1, 1 << 30)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(name: &str, bytes: usize) -> EmittedKernel {
+        let body = format!("// {name} {}\n", "x".repeat(bytes));
+        finish(
+            name,
+            "t",
+            format!("extern \"C\" __global__ void RLX_FN() {{\n{body}}}\n"),
+            Launch::linear(1, 32),
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn large_programs_split_into_balanced_parts_with_every_function_once() {
+        // a small program stays one module
+        let small = [kernel("a", 100), kernel("b", 200)];
+        let parts = program_sources(&small);
+        assert_eq!(parts.len(), 1);
+        assert_eq!(
+            parts[0].1,
+            [small[0].function.clone(), small[1].function.clone()]
+        );
+        assert!(parts[0].0.starts_with(PRELUDE));
+        // four large kernels and many small ones (one repeated): balanced parts, each
+        // function in exactly one, each part led by the prelude, the same split every time
+        let mut ks: Vec<EmittedKernel> =
+            (0..4).map(|i| kernel(&format!("big{i}"), 30_000)).collect();
+        ks.extend((0..12).map(|i| kernel(&format!("small{i}"), 2_000 + i)));
+        ks.push(ks[5].clone());
+        let parts = program_sources(&ks);
+        assert_eq!(parts, program_sources(&ks));
+        assert!(
+            parts.len() > 1 && parts.len() <= MAX_PARTS,
+            "{}",
+            parts.len()
+        );
+        let mut names: Vec<&String> = parts.iter().flat_map(|(_, n)| n).collect();
+        names.sort();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len());
+        assert_eq!(names.len(), 16);
+        let sizes: Vec<usize> = parts.iter().map(|(s, _)| s.len() - PRELUDE.len()).collect();
+        let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+        assert!(hi - lo <= 30_100, "{sizes:?}");
+        for (s, n) in &parts {
+            assert!(s.starts_with(PRELUDE));
+            assert!(n.iter().all(|f| s.contains(f.as_str())));
+        }
+    }
 }
