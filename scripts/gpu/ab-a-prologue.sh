@@ -28,19 +28,13 @@ RLX_CUDA_A_PROLOGUE=1 RLX_CUDA_FUSED_GEMM=force:2 timeout 200 .gpu/bench_encoder
   --iters 20 --warmup 5 --profile > "$out/profile-forced.log" 2>&1
 echo "profile (mapped kernel forced, 64-row tiling): rc=$?"; grep -E 'ms  ' "$out/profile-forced.log" | head -9
 : > "$out/ab.log"
-stamp() { nvidia-smi --query-gpu=temperature.gpu,power.draw,clocks.sm --format=csv,noheader >> "$out/ab.log"; }
-for round in 1 2 3; do
-  for v in 0 1; do
-    stamp
-    echo "## round $round A_PROLOGUE=$v (100 after 20)" >> "$out/ab.log"
-    RLX_CUDA_A_PROLOGUE=$v timeout 200 .gpu/bench_encoder --batches 256 --iters 100 --warmup 20 \
-      2>&1 | grep -E '^encoder' >> "$out/ab.log"
-  done
-done
-for v in 0 1; do
-  stamp
-  echo "## sustained A_PROLOGUE=$v (1000 after 100)" >> "$out/ab.log"
-  RLX_CUDA_A_PROLOGUE=$v timeout 200 .gpu/bench_encoder --batches 256 --iters 1000 --warmup 100 \
+# one encoder reading at batch 256 with the option at $1, $2 runs after $3 warm-up ($4 names it)
+reading() {
+  nvidia-smi --query-gpu=temperature.gpu,power.draw,clocks.sm --format=csv,noheader >> "$out/ab.log"
+  echo "## $4 A_PROLOGUE=$1 ($2 after $3)" >> "$out/ab.log"
+  RLX_CUDA_A_PROLOGUE=$1 timeout 200 .gpu/bench_encoder --batches 256 --iters "$2" --warmup "$3" \
     2>&1 | grep -E '^encoder' >> "$out/ab.log"
-done
+}
+for round in 1 2 3; do for v in 0 1; do reading $v 100 20 "round $round"; done; done
+for v in 0 1; do reading $v 1000 100 sustained; done
 cat "$out/ab.log"

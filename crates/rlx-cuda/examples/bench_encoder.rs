@@ -60,8 +60,9 @@ fn dump(dir: &str, m: &SampleModel, input: &Tensor, out: &Tensor) -> std::io::Re
     std::fs::write(format!("{dir}/manifest.txt"), manifest)
 }
 
-/// Prints the plan (no GPU needed): kernels and GEMMs per run.
-fn print_plan(batch: usize) {
+/// The encoder's plan for an H200 at `batch`, made without a GPU (the environment's
+/// switches apply), and that target.
+fn offline_plan(batch: usize) -> (rlx_cuda::codegen::Target, rlx_cuda::plan::Plan) {
     let m = encoder(batch);
     let program = lower_for_cuda(&m.graph).expect("lowers");
     let target = rlx_cuda::codegen::Target {
@@ -69,6 +70,12 @@ fn print_plan(batch: usize) {
         ..rlx_cuda::codegen::Target::h200()
     };
     let plan = rlx_cuda::plan::plan(&program, &target).expect("plans");
+    (target, plan)
+}
+
+/// Prints the plan (no GPU needed): kernels and GEMMs per run.
+fn print_plan(batch: usize) {
+    let (_, plan) = offline_plan(batch);
     for step in &plan.steps {
         match step {
             rlx_cuda::plan::Step::Kernel(k) => {
@@ -112,59 +119,37 @@ fn print_plan(batch: usize) {
     );
 }
 
-/// Compiles the plan's kernels with NVRTC twice, uncached (no GPU needed): as one module,
-/// and split into parts compiled in parallel as `CudaProgram::compile` does; prints both
-/// wall times.
+/// Compiles the plan's kernels with NVRTC twice, each into an empty cache folder (no GPU
+/// needed): as one module, and as the parts `CudaProgram::compile` compiles in parallel
+/// (`nvrtc::compile_all_cached`); prints both wall times.
 fn time_nvrtc(batch: usize) {
-    let m = encoder(batch);
-    let program = lower_for_cuda(&m.graph).expect("lowers");
-    let target = rlx_cuda::codegen::Target {
-        flash_attention: rlx_cuda::codegen::Target::flash_from_env(),
-        ..rlx_cuda::codegen::Target::h200()
+    let (target, plan) = offline_plan(batch);
+    let kernels = || plan.all_kernels();
+    let timed = |sources: &[String]| {
+        let dir = std::env::temp_dir().join(format!("rlx-nvrtc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::env::set_var("RLX_CUDA_CACHE", &dir);
+        let start = Instant::now();
+        let r = rlx_cuda::nvrtc::compile_all_cached("rlx_program", sources, &target.arch);
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let _ = std::fs::remove_dir_all(&dir);
+        r.map(|_| ms)
     };
-    let plan = rlx_cuda::plan::plan(&program, &target).expect("plans");
-    let opts = rlx_cuda::nvrtc::options(&target.arch);
-    let one = rlx_cuda::codegen::program_source(plan.all_kernels());
-    let start = Instant::now();
-    if let Err(e) = rlx_cuda::nvrtc::compile("rlx_program", &one, &opts) {
-        println!("SKIPPED: nvrtc: {e}");
-        return;
-    }
-    let serial = start.elapsed().as_secs_f64() * 1e3;
-    let parts: Vec<String> = rlx_cuda::codegen::program_sources(plan.all_kernels())
+    let one = vec![rlx_cuda::codegen::program_source(kernels())];
+    let parts: Vec<String> = rlx_cuda::codegen::program_sources(kernels())
         .into_iter()
         .map(|(s, _)| s)
         .collect();
-    let start = Instant::now();
-    let times: Vec<f64> = std::thread::scope(|scope| {
-        let handles: Vec<_> = parts
-            .iter()
-            .enumerate()
-            .map(|(i, src)| {
-                let opts = &opts;
-                scope.spawn(move || {
-                    let t = Instant::now();
-                    rlx_cuda::nvrtc::compile(&format!("rlx_program_{i}"), src, opts)
-                        .map(|_| t.elapsed().as_secs_f64() * 1e3)
-                        .unwrap_or(f64::NAN)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(f64::NAN))
-            .collect()
-    });
-    let parallel = start.elapsed().as_secs_f64() * 1e3;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let each: Vec<String> = times.iter().map(|t| format!("{t:.0}")).collect();
-    println!(
-        "nvrtc batch={batch} functions={} one_module_ms={serial:.0} parts={} parallel_ms={parallel:.0} part_ms=[{}] cores={cores} source_kib={}",
-        plan.all_kernels().map(|k| &k.function).collect::<std::collections::HashSet<_>>().len(),
-        parts.len(),
-        each.join(","),
-        one.len() / 1024
-    );
+    match (timed(&one), timed(&parts)) {
+        (Ok(serial), Ok(parallel)) => println!(
+            "nvrtc batch={batch} functions={} one_module_ms={serial:.0} parts={} parallel_ms={parallel:.0} cores={} source_kib={}",
+            kernels().map(|k| &k.function).collect::<std::collections::HashSet<_>>().len(),
+            parts.len(),
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            one[0].len() / 1024
+        ),
+        (Err(e), _) | (_, Err(e)) => println!("SKIPPED: nvrtc: {e}"),
+    }
 }
 
 fn main() {

@@ -23,7 +23,7 @@ pub fn enabled() -> bool {
 /// rows that reads the GEMM's result as its x alone (not as a parameter, nor in its own
 /// epilogue), no other kernel or output reads that result, and the target has `wgmma`.
 /// With [`Target::a_prologue`], a second choice also takes in the epilogue step of the GEMM
-/// that produced A (see [`offer_mapped`]). `spans` holds the steps each kernel planned.
+/// that produced A (see [`producer_map`]). `spans` holds the steps each kernel planned.
 pub fn offer(
     program: &KernelProgram,
     (gemm_at, norm_at): (usize, usize),
@@ -109,7 +109,7 @@ pub fn offer(
             fused,
         });
     }
-    if let Some(map) = a_map(program, (gk.inputs[0], gemm_at), spans, target, plan) {
+    if let Some(map) = producer_map(program, (gk.inputs[0], gemm_at), spans, target, plan) {
         let fused = emit_all(Some(&map));
         if !fused.is_empty() {
             plan.choices.push(Choice {
@@ -128,7 +128,7 @@ pub fn offer(
 /// result (same dtype), that epilogue reads nothing else of `a`, `reader` is the only kernel
 /// that reads `a`, `a` is no output, and no other choice takes in that epilogue step. The
 /// fused kernel then reads the GEMM's raw result and the epilogue step does not run.
-fn a_map<'a>(
+fn producer_map<'a>(
     program: &'a KernelProgram,
     (a, reader): (usize, usize),
     spans: &[(usize, usize)],
@@ -140,10 +140,10 @@ fn a_map<'a>(
         return None;
     }
     let x = root(program, a);
-    let producer = program.kernels.iter().position(|k| match k {
-        Kernel::Library(l) => root(program, l.output) == x,
-        Kernel::Loop(l) => root(program, l.output) == x,
-    })?;
+    let producer = program
+        .kernels
+        .iter()
+        .position(|k| root(program, k.output()) == x)?;
     let Kernel::Library(pk) = &program.kernels[producer] else {
         return None;
     };

@@ -634,26 +634,30 @@ fn fused_tensor_core_gemms_match_the_interpreter_in_every_tiling() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-#[test]
-fn gemm_norm_kernels_match_the_interpreter_in_every_tiling() {
-    if !device_ready("gemm_norm_kernels_match_the_interpreter_in_every_tiling") {
-        return;
-    }
-    // only sm_90a offers the kernel; elsewhere every mode runs the two steps
+/// Runs `cases` through [`check_fused_modes`] with every GEMM + norm tiling (fewer clamp to
+/// their last), expecting one fused kernel when forced on `sm_90a`, the only target that
+/// offers the kernel (elsewhere every mode runs the planned steps).
+fn check_gemm_norm_cases(what: &str, cases: &[support::cases::Case], a_prologue: bool) {
     let hopper = rlx_cuda::CudaProgram::target()
         .ok()
         .is_some_and(|t| t.arch == rlx_cuda::codegen::gemm_wgmma::ARCH);
-    let cases = gemm_norm_cases();
-    // every tiling the widest case offers (fewer clamp to their last)
     let tilings = rlx_cuda::codegen::gemm_norm::tiles(64).len();
-    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(hopper), false);
+    let (chosen, failures) = check_fused_modes(cases, tilings, usize::from(hopper), a_prologue);
     println!(
-        "{} GEMM + norm cases x {} modes, timing chose the fused kernel in {chosen}, {} failures",
+        "{} {what} cases x {} modes, timing chose a fused kernel in {chosen}, {} failures",
         cases.len(),
         tilings + 2,
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn gemm_norm_kernels_match_the_interpreter_in_every_tiling() {
+    if !device_ready("gemm_norm_kernels_match_the_interpreter_in_every_tiling") {
+        return;
+    }
+    check_gemm_norm_cases("GEMM + norm", &gemm_norm_cases(), false);
 }
 
 /// The feed-forward blocks whose second GEMM applies the first GEMM's epilogue to A as it
@@ -665,17 +669,5 @@ fn gemm_norm_kernels_with_the_first_epilogue_on_a_match_the_interpreter() {
     if !device_ready("gemm_norm_kernels_with_the_first_epilogue_on_a_match_the_interpreter") {
         return;
     }
-    let hopper = rlx_cuda::CudaProgram::target()
-        .ok()
-        .is_some_and(|t| t.arch == rlx_cuda::codegen::gemm_wgmma::ARCH);
-    let cases = support::cases::ffn_norm_cases();
-    let tilings = rlx_cuda::codegen::gemm_norm::tiles(64).len();
-    let (chosen, failures) = check_fused_modes(&cases, tilings, usize::from(hopper), true);
-    println!(
-        "{} feed-forward cases x {} modes, timing chose a fused kernel in {chosen}, {} failures",
-        cases.len(),
-        tilings + 2,
-        failures.len()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    check_gemm_norm_cases("feed-forward", &support::cases::ffn_norm_cases(), true);
 }
