@@ -180,9 +180,43 @@ fn plan_loop(
     }
     let out = root(program, k.output);
     let restrict = !k.inputs.iter().any(|i| root(program, i.buffer) == out);
+    let reads: Vec<ArgRef> = k.inputs.iter().map(|i| ArgRef::Buffer(i.buffer)).collect();
+    let back = fresh_stream(program, plan, &reads).is_some_and(|b| walks_back(target, b));
     plan.steps
-        .push(Step::Kernel(loops::emit(k, target, restrict)?));
+        .push(Step::Kernel(loops::emit(k, target, restrict, back)?));
     Ok(())
+}
+
+/// Whether a streaming kernel should walk back to front over what the step just before it
+/// wrote front to back, `written` bytes ([`Target::walk_back_above`]): when that is more than
+/// about half the L2, only its end is still there, and the forward walk would evict it before reaching
+/// it. Walking back, the kernel reads that end from L2 and writes its own output's start
+/// last, which the next step (a GEMM reading front to back) then finds in L2.
+pub(crate) fn walks_back(target: &Target, written: usize) -> bool {
+    target.walk_back_above.is_some_and(|t| written > t)
+}
+
+/// The bytes of the argument among `reads` that the plan's last step wrote front to back
+/// (a cuBLASLt GEMM, or a kernel that did not walk back), if any.
+fn fresh_stream(program: &KernelProgram, plan: &Plan, reads: &[ArgRef]) -> Option<usize> {
+    let written = match plan.steps.last()? {
+        Step::Gemm(g) => g.c.arg,
+        Step::Kernel(k) if !k.walks_back => *k.args.last()?,
+        Step::Kernel(_) => return None,
+    };
+    let same = |a: &ArgRef| match (a, written) {
+        (ArgRef::Buffer(a), ArgRef::Buffer(w)) => root(program, *a) == root(program, w),
+        (a, w) => *a == w,
+    };
+    reads.iter().any(same).then_some(())?;
+    match written {
+        ArgRef::Buffer(w) => {
+            let ty = &program.buffers[root(program, w)].ty;
+            Some(ty.shape.numel()? * ty.dtype.size_bytes())
+        }
+        ArgRef::Scratch(i) => plan.scratch.get(i).copied(),
+        _ => None,
+    }
 }
 
 pub(crate) fn types<'a>(program: &'a KernelProgram, ids: &[BufferId]) -> Vec<&'a TensorType> {
@@ -230,7 +264,7 @@ fn plan_library(
         Op::GlobalPool(kind) => codegen::pool::global(&ctx, *kind),
         Op::ArgReduce { op, axis, .. } => codegen::argreduce::emit(&ctx, *op, *axis),
         Op::Attention { mask, scale } => {
-            return plan_attention(k, &ctx, *mask, *scale, views, plan).map_err(with);
+            return plan_attention(program, k, &ctx, *mask, *scale, views, plan).map_err(with);
         }
         Op::MatMul => return crate::plan_gemm::matmul(program, k, &ctx, plan).map_err(with),
         Op::Conv2d(p) => return crate::plan_gemm::conv2d(k, &ctx, p, plan).map_err(with),
@@ -260,6 +294,7 @@ fn plan_library(
 /// the GEMM form for large half-precision problems, else the CUDA-core fused kernel. Steps
 /// that replace copies say so in their labels, which profiles print.
 fn plan_attention(
+    program: &KernelProgram,
     k: &LibraryKernel,
     ctx: &LibCtx,
     mask: AttnMask,
@@ -274,7 +309,11 @@ fn plan_attention(
     let first = plan.steps.len();
     let gemm_forced = std::env::var("RLX_CUDA_ATTN_GEMM").is_ok_and(|v| v == "1");
     if !gemm_forced && codegen::attention::flash_applies(ctx, &layouts) {
-        let kernel = codegen::attention::flash_mma(ctx, mask, scale, &layouts)?;
+        let mut kernel = codegen::attention::flash_mma(ctx, mask, scale, &layouts, false)?;
+        let reads = &kernel.args[..kernel.args.len() - 1];
+        if fresh_stream(program, plan, reads).is_some_and(|b| walks_back(ctx.target, b)) {
+            kernel = codegen::attention::flash_mma(ctx, mask, scale, &layouts, true)?;
+        }
         plan.steps.push(Step::Kernel(kernel));
     } else if !crate::plan_gemm::attention(k, ctx, mask, scale, &layouts, plan)? {
         let kernel = codegen::attention::emit(ctx, mask, scale, &layouts)?;

@@ -210,7 +210,10 @@ fn gemm_target(
             .iter()
             .skip(1)
             .any(|i| root(program, i.buffer) == root(program, k.output));
-    let mut emitted = loops::emit(&e, ctx.target, restrict)?;
+    // The GEMM writes `src` front to back just before this step reads it.
+    let back =
+        crate::plan::walks_back(ctx.target, numel(&ctx.result.1) * ctx.result.0.size_bytes());
+    let mut emitted = loops::emit(&e, ctx.target, restrict, back)?;
     emitted.args[0] = src;
     Ok((src, Some(Step::Kernel(emitted))))
 }

@@ -19,6 +19,8 @@ pub struct CudaDeviceFacts {
     pub sm_count: u32,
     /// shared memory per block with opt-in, in bytes
     pub max_shared_per_block: usize,
+    /// L2 cache, in bytes
+    pub l2_bytes: usize,
 }
 
 impl CudaDeviceFacts {
@@ -69,6 +71,7 @@ fn probe_once() -> Result<CudaDeviceFacts, String> {
         sm_count: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).max(0) as u32,
         max_shared_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).max(0)
             as usize,
+        l2_bytes: attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE).max(0) as usize,
     })
 }
 

@@ -903,3 +903,69 @@ fn feed_forward_blocks_offer_the_first_epilogue_applied_to_the_second_gemms_a() 
         }
     }
 }
+
+#[test]
+fn streams_the_step_before_wrote_walk_back_to_front_past_the_threshold_and_compile() {
+    let at = |t: Option<usize>| Target {
+        walk_back_above: t,
+        ..Target::h200()
+    };
+    let walking = |p: &Plan| -> Vec<rlx_cuda::codegen::EmittedKernel> {
+        p.kernels().filter(|k| k.walks_back).cloned().collect()
+    };
+    let mut kernels = Vec::new();
+    // a projection then attention (flash on f16/bf16); a GEMM then its bias + GELU pass
+    let ffn = ffn_norm_cases()[0].name.clone();
+    let cases: [(fn() -> Vec<Case>, &str); 3] = [
+        (head_split_cases, "head_split_gemm_none_f16"),
+        (head_split_cases, "head_split_small_causal_bf16"),
+        (ffn_norm_cases, &ffn),
+    ];
+    for (cases, name) in cases {
+        // small streams stay forward under the default threshold (half of 50 MiB), and off
+        for t in [Some(25 << 20), None] {
+            let (_, p) = plan_for(cases(), name, &at(t));
+            assert!(walking(&p).is_empty(), "{name} at {t:?}: {:?}", labels(&p));
+        }
+        let (program, p) = plan_for(cases(), name, &at(Some(0)));
+        let back = walking(&p);
+        assert_eq!(back.len(), 1, "{name}: {:?}", labels(&p));
+        let k = &back[0];
+        assert!(k.label.contains("walks back to front"), "{}", k.label);
+        let walk = if k.function.starts_with("rlx_flash_mma_") {
+            "gridDim.x - 1 - blockIdx.x"
+        } else {
+            " - 1 - w0;"
+        };
+        assert!(k.source.contains(walk), "{name}: {}", k.source);
+        // it reads what the step right before it wrote
+        let i = p
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Kernel(s) if s == k))
+            .unwrap();
+        let Step::Gemm(g) = &p.steps[i - 1] else {
+            panic!(
+                "{name}: no GEMM before the walking kernel: {:?}",
+                labels(&p)
+            )
+        };
+        let same = |a: &rlx_cuda::codegen::ArgRef| match (a, g.c.arg) {
+            (rlx_cuda::codegen::ArgRef::Buffer(a), rlx_cuda::codegen::ArgRef::Buffer(c)) => {
+                rlx_cuda::plan::root(&program, *a) == rlx_cuda::plan::root(&program, c)
+            }
+            (a, c) => *a == c,
+        };
+        assert!(k.args.iter().any(same), "{name}: {:?}", k.args);
+        // the step after a walking kernel walks forward again
+        assert!(
+            p.steps[i + 1..]
+                .iter()
+                .all(|s| !matches!(s, Step::Kernel(s) if s.walks_back)),
+            "{name}: {:?}",
+            labels(&p)
+        );
+        kernels.push(k.clone());
+    }
+    compile_check("walking_back_kernels_compile_with_nvrtc", &kernels);
+}

@@ -9,7 +9,7 @@ use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 use support::*;
 
 fn emit(k: &rlx_ir::kernel::LoopKernel) -> EmittedKernel {
-    loops::emit(k, &Target::h200(), true).unwrap_or_else(|e| panic!("{e}\n{k}"))
+    loops::emit(k, &Target::h200(), true, false).unwrap_or_else(|e| panic!("{e}\n{k}"))
 }
 
 /// out = relu(x + bias) with bias broadcast along rows: merged to two dims.
@@ -310,7 +310,7 @@ fn half_chains_move_sixteen_bytes_two_vectors_per_thread() {
     for dt in [DType::F16, DType::BF16, DType::F32] {
         for cols in [384, 1536, 100, 4097] {
             for restrict in [true, false] {
-                let k = loops::emit(&bias_gelu(dt, 64, cols), &Target::h200(), restrict)
+                let k = loops::emit(&bias_gelu(dt, 64, cols), &Target::h200(), restrict, false)
                     .unwrap_or_else(|e| panic!("{e}"));
                 let s = &k.source;
                 let wide = dt != DType::F32 && cols % 8 == 0;

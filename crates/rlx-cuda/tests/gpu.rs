@@ -671,3 +671,45 @@ fn gemm_norm_kernels_with_the_first_epilogue_on_a_match_the_interpreter() {
     }
     check_gemm_norm_cases("feed-forward", &support::cases::ffn_norm_cases(), true);
 }
+
+#[test]
+fn streams_walked_back_to_front_match_the_interpreter() {
+    if !device_ready("streams_walked_back_to_front_match_the_interpreter") {
+        return;
+    }
+    // every stream the step before wrote walks back, whatever its size
+    let options = CudaOptions {
+        walk_back: rlx_cuda::WalkBack::Always,
+        ..CudaOptions::default()
+    };
+    let cases: Vec<support::cases::Case> = head_split_cases()
+        .into_iter()
+        .chain(support::cases::ffn_norm_cases())
+        .chain(
+            wide_path_cases()
+                .into_iter()
+                .filter(|c| c.name.contains("gelu")),
+        )
+        .collect();
+    let mut failures = Vec::new();
+    let mut walked = 0;
+    for c in &cases {
+        match check_with(&c.name, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
+            Ok(p) => {
+                let n = p.plan().kernels().filter(|k| k.walks_back).count();
+                // f16/bf16 projections feed a flash kernel or an 8-wide GELU pass
+                if n == 0 && c.dtype != DType::F32 {
+                    failures.push(format!("{}: no kernel walked back", c.name));
+                }
+                walked += n;
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    println!(
+        "{} cases, {walked} kernels walking back to front, {} failures",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -440,6 +440,9 @@ fn vectorizable(l: &Layout, chunk: isize) -> bool {
 ///   The S accumulators of key columns 16kc..16kc+15 (two n-tiles) are therefore exactly
 ///   the A fragment of P for k-chunk kc after packing pairs: no shuffles.
 ///
+/// With `back` the blocks take the (matrix, query tiles) items last to first
+/// ([`Target::walk_back_above`](super::Target::walk_back_above)).
+///
 /// # Errors
 /// The problem is outside what [`flash_applies`] accepts, or an epilogue node no rule
 /// accepts.
@@ -448,6 +451,7 @@ pub fn flash_mma(
     mask: AttnMask,
     scale: Option<f64>,
     layouts: &Layouts,
+    back: bool,
 ) -> Result<EmittedKernel, String> {
     if !flash_applies(ctx, layouts) {
         return Err(
@@ -645,6 +649,14 @@ pub fn flash_mma(
         .replace("@MINB@", &min_blocks(d, dv, bk, threads))
         .replace("@T@", &threads.to_string())
         .replace("@QB@", &q_blocks.to_string())
+        .replace(
+            "@BX@",
+            if back {
+                "gridDim.x - 1 - blockIdx.x"
+            } else {
+                "blockIdx.x"
+            },
+        )
         .replace("@QPB@", &qpb.to_string())
         .replace("@RESIDENT@", if resident { "1" } else { "0" })
         .replace("@NKTALL@", &n_kt.to_string())
@@ -673,18 +685,20 @@ pub fn flash_mma(
         shared_bytes: tiles.shared_bytes as u32,
     };
     let mut k = finish(&ctx.kernel.name, "flash_mma", text, launch, args);
+    k.walks_back = back;
     let flow = if resident {
         format!("all {n_kt} resident for {qpb} query tiles")
     } else {
         format!("{stages} in flight")
     };
     k.label += &format!(
-        " [tensor-core flash {ty} d{d}/{dv}: {bq}q x {bk}k tiles, {flow}, {warps} warps, {}]",
+        " [tensor-core flash {ty} d{d}/{dv}: {bq}q x {bk}k tiles, {flow}, {warps} warps, {}{}]",
         match mask {
             AttnMask::None => "no mask",
             AttnMask::Causal => "causal",
             AttnMask::Additive => "additive mask",
-        }
+        },
+        if back { ", walks back to front" } else { "" }
     );
     Ok(k)
 }
@@ -712,9 +726,11 @@ extern __shared__ __align__(16) unsigned short rlx_fsmem[];
 const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 const int g = lane >> 2, tq = lane & 3;
 const float ninf = __int_as_float(0xff800000);
-// A block takes QPB consecutive query tiles of one (batch, head) matrix.
-const long long bi = blockIdx.x / @QB@;
-const int qbase = (int)(blockIdx.x % @QB@) * (@QPB@ * @BQ@);
+// A block takes QPB consecutive query tiles of one (batch, head) matrix; walking back, block
+// 0 takes the last item.
+const unsigned bx = @BX@;
+const long long bi = bx / @QB@;
+const int qbase = (int)(bx % @QB@) * (@QPB@ * @BQ@);
 @BATCH@auto load_tile = [&](int kt, int buf) {
 unsigned short* kb = rlx_fsmem + buf * (@BK@ * @KLD@);
 unsigned short* vb = rlx_fsmem + @ST@ * (@BK@ * @KLD@) + buf * (@BK@ * @VLD@);

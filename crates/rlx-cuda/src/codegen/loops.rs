@@ -42,11 +42,18 @@ pub fn reduce_shape(rows: usize, len: usize, target: &Target) -> ReduceShape {
     }
 }
 
-/// Emits a loop kernel. `restrict` is false when the output buffer is also read.
+/// Emits a loop kernel. `restrict` is false when the output buffer is also read; `back`
+/// asks an 8-wide elementwise kernel to walk its elements back to front ([`Target::walk_back_above`];
+/// the other forms ignore it, and [`EmittedKernel::walks_back`] says which happened).
 ///
 /// # Errors
 /// The kernel breaks the IR contract, or uses an op on a dtype no rule accepts.
-pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKernel, String> {
+pub fn emit(
+    k: &LoopKernel,
+    target: &Target,
+    restrict: bool,
+    back: bool,
+) -> Result<EmittedKernel, String> {
     k.verify()?;
     let n_out = k.shape.len();
     let n = k.numel();
@@ -90,10 +97,15 @@ pub fn emit(k: &LoopKernel, target: &Target, restrict: bool) -> Result<EmittedKe
     args.push(ArgRef::Buffer(k.output));
     match &k.reduce {
         None if let Some(reads) = wide_reads(k, &outer) => {
-            let text = elementwise_wide(k, &outer, &reads, ity, &ps)?;
+            let text = elementwise_wide(k, &outer, &reads, ity, &ps, back)?;
             let per_block = BLOCK as usize * WIDE_PER_THREAD;
             let launch = Launch::linear(grid_for(n / WIDE, per_block), BLOCK);
-            Ok(finish(&k.name, "ew", text, launch, args))
+            let mut e = finish(&k.name, "ew", text, launch, args);
+            e.walks_back = back;
+            if back {
+                e.label += " [walks back to front]";
+            }
+            Ok(e)
         }
         None if let Some(reads) = vec4_reads(k, &outer) => {
             let text = elementwise_vec4(k, &outer, &reads, ity, &ps)?;
@@ -289,13 +301,16 @@ fn wide_reads(k: &LoopKernel, outer: &IndexSpace) -> Option<Vec<VecRead>> {
 /// Two 8-element vectors per thread per pass (`uint4` for f16/bf16, two `float4` for f32
 /// inputs), vector `v` and `v + 256` of the block's span so that each load of a warp is
 /// contiguous: every load of both vectors is issued before any arithmetic, and the stores
-/// come last (the output may be an input, in place).
+/// come last (the output may be an input, in place). With `back`, pass `w0` of the loop
+/// handles vector `n8 - 1 - w0` (and the second vector 256 before it), so the blocks that run
+/// first take the end of the tensor.
 fn elementwise_wide(
     k: &LoopKernel,
     outer: &IndexSpace,
     reads: &[VecRead],
     ity: &str,
     ps: &str,
+    back: bool,
 ) -> Result<String, String> {
     let n8 = k.numel() / WIDE;
     let inner8 = outer.dims.last().copied().unwrap_or(WIDE) / WIDE;
@@ -365,17 +380,28 @@ fn elementwise_wide(
     }
     let span = BLOCK as usize * WIDE_PER_THREAD;
     let mut heads = String::new();
-    for u in 1..WIDE_PER_THREAD {
-        heads += &format!(
-            "const {ity} v{u} = v0 + {};\n\
-             const bool h{u} = v{u} < {n8};\n",
-            u * BLOCK as usize
-        );
+    if back {
+        heads += &format!("const {ity} v0 = {n8} - 1 - w0;\n");
     }
+    for u in 1..WIDE_PER_THREAD {
+        let step = u * BLOCK as usize;
+        heads += &if back {
+            format!(
+                "const bool h{u} = w0 + {step} < {n8};\n\
+                 const {ity} v{u} = v0 - {step};\n"
+            )
+        } else {
+            format!(
+                "const {ity} v{u} = v0 + {step};\n\
+                 const bool h{u} = v{u} < {n8};\n"
+            )
+        };
+    }
+    let w = if back { "w0" } else { "v0" };
     Ok(format!(
         "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n\
-         for ({ity} v0 = ({ity})blockIdx.x * {span} + threadIdx.x; v0 < {n8}; \
-         v0 += ({ity})gridDim.x * {span}) {{\n\
+         for ({ity} {w} = ({ity})blockIdx.x * {span} + threadIdx.x; {w} < {n8}; \
+         {w} += ({ity})gridDim.x * {span}) {{\n\
          {heads}{loads}{body}{stores}}}\n}}\n"
     ))
 }

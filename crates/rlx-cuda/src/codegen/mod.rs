@@ -52,6 +52,11 @@ pub struct Target {
     pub sm_count: u32,
     /// shared memory per block with opt-in, in bytes
     pub max_shared: usize,
+    /// a streaming kernel (8-wide elementwise, flash attention) whose input the step just
+    /// before it wrote front to back, more than this many bytes, walks it back to front, so
+    /// it starts on the part still in L2 and leaves its own output's start there for the next
+    /// step; None never (see [`crate::WalkBack`], which sets it to half the L2 by default)
+    pub walk_back_above: Option<usize>,
     /// f16/bf16 attention runs as the tensor-core flash kernel on sm_80 and newer
     /// ([`attention::flash_mma`]); false keeps the older paths (`RLX_CUDA_FLASH=0`)
     pub flash_attention: bool,
@@ -80,6 +85,7 @@ impl Target {
             arch: "sm_90a".into(),
             sm_count: 132,
             max_shared: 227 * 1024,
+            walk_back_above: crate::WalkBack::from_env().threshold(50 * 1024 * 1024),
             flash_attention: true,
             flash_warps: Target::flash_warps_from_env(),
             flash_keys: Target::flash_keys_from_env(),
@@ -185,6 +191,8 @@ pub struct EmittedKernel {
     pub launch: Launch,
     /// pointer arguments in order
     pub args: Vec<ArgRef>,
+    /// the kernel walks its index space back to front (see [`Target::walk_back_above`])
+    pub walks_back: bool,
 }
 
 /// Finishes a kernel: `text` uses `RLX_FN` where the function name goes; the name becomes
@@ -213,6 +221,7 @@ pub fn finish(
         function,
         launch,
         args,
+        walks_back: false,
     }
 }
 
