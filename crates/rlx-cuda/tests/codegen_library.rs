@@ -904,6 +904,9 @@ fn feed_forward_blocks_offer_the_first_epilogue_applied_to_the_second_gemms_a() 
     }
 }
 
+/// A function listing test cases.
+type CaseList = fn() -> Vec<Case>;
+
 #[test]
 fn streams_the_step_before_wrote_walk_back_to_front_past_the_threshold_and_compile() {
     let at = |t: Option<usize>| Target {
@@ -916,7 +919,7 @@ fn streams_the_step_before_wrote_walk_back_to_front_past_the_threshold_and_compi
     let mut kernels = Vec::new();
     // a projection then attention (flash on f16/bf16); a GEMM then its bias + GELU pass
     let ffn = ffn_norm_cases()[0].name.clone();
-    let cases: [(fn() -> Vec<Case>, &str); 3] = [
+    let cases: [(CaseList, &str); 3] = [
         (head_split_cases, "head_split_gemm_none_f16"),
         (head_split_cases, "head_split_small_causal_bf16"),
         (ffn_norm_cases, &ffn),

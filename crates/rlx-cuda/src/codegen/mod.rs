@@ -72,8 +72,8 @@ pub struct Target {
     pub flash_resident: bool,
     /// a GEMM may apply the elementwise epilogue of the GEMM that produced its A operand as
     /// A's tiles land in shared memory, so that epilogue's pass over memory goes (offered as
-    /// a timed choice; off unless `RLX_CUDA_A_PROLOGUE=1` until it has been measured and
-    /// checked on a GPU, see `plan_norm`)
+    /// a timed choice; off unless `RLX_CUDA_A_PROLOGUE=1`: on an H200 the exact GELU beside
+    /// the tensor cores made it slower than the steps it replaces, see `plan_norm`)
     pub a_prologue: bool,
 }
 
