@@ -12,7 +12,7 @@ use rlx_cuda::plan::{plan, Plan, Step};
 use rlx_ir::{DType, Op, UnaryOp};
 use support::cases::{
     ffn_norm_cases, flash_cases, fused_gemm_cases, gemm_norm_cases, head_split_cases,
-    library_cases, Builder, Case,
+    library_cases, wide_path_cases, Builder, Case,
 };
 use support::{compile_check, lower_for_cuda};
 
@@ -907,6 +907,19 @@ fn feed_forward_blocks_offer_the_first_epilogue_applied_to_the_second_gemms_a() 
 /// A function listing test cases.
 type CaseList = fn() -> Vec<Case>;
 
+/// A GEMM whose bias + GELU pass takes the scalar elementwise form (odd columns).
+fn scalar_gelu_case() -> Vec<Case> {
+    let dt = DType::F32;
+    let mut b = Builder::new("gelu_bias_odd_f32", dt);
+    let x = b.input(dt, &[33, 64]);
+    let w = b.param(dt, &[64, 101]);
+    let bias = b.param(dt, &[101]);
+    let y = b.g().matmul(x, w).unwrap();
+    let y = b.g().add(y, bias).unwrap();
+    let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+    vec![b.done(y)]
+}
+
 #[test]
 fn streams_the_step_before_wrote_walk_back_to_front_past_the_threshold_and_compile() {
     let at = |t: Option<usize>| Target {
@@ -919,10 +932,13 @@ fn streams_the_step_before_wrote_walk_back_to_front_past_the_threshold_and_compi
     let mut kernels = Vec::new();
     // a projection then attention (flash on f16/bf16); a GEMM then its bias + GELU pass
     let ffn = ffn_norm_cases()[0].name.clone();
-    let cases: [(CaseList, &str); 3] = [
+    let cases: [(CaseList, &str); 5] = [
         (head_split_cases, "head_split_gemm_none_f16"),
         (head_split_cases, "head_split_small_causal_bf16"),
         (ffn_norm_cases, &ffn),
+        // the 4-wide and the scalar elementwise forms (f32)
+        (wide_path_cases, "wide_gelu_bias_1536_f32"),
+        (scalar_gelu_case, "gelu_bias_odd_f32"),
     ];
     for (cases, name) in cases {
         // small streams stay forward under the default threshold (half of 50 MiB), and off
@@ -938,7 +954,7 @@ fn streams_the_step_before_wrote_walk_back_to_front_past_the_threshold_and_compi
         let walk = if k.function.starts_with("rlx_flash_mma_") {
             "gridDim.x - 1 - blockIdx.x"
         } else {
-            " - 1 - w0;"
+            " - 1 - w"
         };
         assert!(k.source.contains(walk), "{name}: {}", k.source);
         // it reads what the step right before it wrote

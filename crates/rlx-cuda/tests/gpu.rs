@@ -697,8 +697,9 @@ fn streams_walked_back_to_front_match_the_interpreter() {
         match check_with(&c.name, &c.graph, &c.inputs, &c.params, c.dtype, &options) {
             Ok(p) => {
                 let n = p.plan().kernels().filter(|k| k.walks_back).count();
-                // f16/bf16 projections feed a flash kernel or an 8-wide GELU pass
-                if n == 0 && c.dtype != DType::F32 {
+                // f16/bf16 projections feed a flash kernel; every GEMM here feeds its
+                // elementwise epilogue pass (any width) except f32 attention's
+                if n == 0 && (c.dtype != DType::F32 || !c.name.starts_with("head_split")) {
                     failures.push(format!("{}: no kernel walked back", c.name));
                 }
                 walked += n;

@@ -43,8 +43,9 @@ pub fn reduce_shape(rows: usize, len: usize, target: &Target) -> ReduceShape {
 }
 
 /// Emits a loop kernel. `restrict` is false when the output buffer is also read; `back`
-/// asks an 8-wide elementwise kernel to walk its elements back to front ([`Target::walk_back_above`];
-/// the other forms ignore it, and [`EmittedKernel::walks_back`] says which happened).
+/// asks an elementwise kernel to walk its elements back to front
+/// ([`Target::walk_back_above`]; reductions ignore it, and [`EmittedKernel::walks_back`] says
+/// which happened).
 ///
 /// # Errors
 /// The kernel breaks the IR contract, or uses an op on a dtype no rule accepts.
@@ -100,22 +101,17 @@ pub fn emit(
             let text = elementwise_wide(k, &outer, &reads, ity, &ps, back)?;
             let per_block = BLOCK as usize * WIDE_PER_THREAD;
             let launch = Launch::linear(grid_for(n / WIDE, per_block), BLOCK);
-            let mut e = finish(&k.name, "ew", text, launch, args);
-            e.walks_back = back;
-            if back {
-                e.label += " [walks back to front]";
-            }
-            Ok(e)
+            Ok(walking(finish(&k.name, "ew", text, launch, args), back))
         }
         None if let Some(reads) = vec4_reads(k, &outer) => {
-            let text = elementwise_vec4(k, &outer, &reads, ity, &ps)?;
+            let text = elementwise_vec4(k, &outer, &reads, ity, &ps, back)?;
             let launch = Launch::linear(grid_for(n / 4, BLOCK as usize), BLOCK);
-            Ok(finish(&k.name, "ew", text, launch, args))
+            Ok(walking(finish(&k.name, "ew", text, launch, args), back))
         }
         None => {
-            let text = elementwise(k, &outer, ity, &ps)?;
+            let text = elementwise(k, &outer, ity, &ps, back)?;
             let launch = Launch::linear(grid_for(n, BLOCK as usize), BLOCK);
-            Ok(finish(&k.name, "ew", text, launch, args))
+            Ok(walking(finish(&k.name, "ew", text, launch, args), back))
         }
         Some(_) => {
             let shape = reduce_shape(n, r, target);
@@ -128,6 +124,30 @@ pub fn emit(
             let launch = Launch::linear(grid_for(n, rows_per_block).min(1 << 20), BLOCK);
             Ok(finish(&k.name, "red", text, launch, args))
         }
+    }
+}
+
+/// Marks an elementwise kernel emitted walking back to front (`back`) as such.
+fn walking(mut e: EmittedKernel, back: bool) -> EmittedKernel {
+    e.walks_back = back;
+    if back {
+        e.label += " [walks back to front]";
+    }
+    e
+}
+
+/// The head of a grid-stride loop binding `idx` to each of `0..n` in turn, one per thread and
+/// pass; with `back` the first pass of block 0 takes the last index (`idx = n - 1 - w`).
+fn index_loop(ity: &str, n: usize, back: bool) -> String {
+    if back {
+        format!(
+            "for ({ity} w = blockIdx.x * {BLOCK} + threadIdx.x; w < {n}; w += gridDim.x * {BLOCK}) {{\n\
+             const {ity} idx = {n} - 1 - w;\n"
+        )
+    } else {
+        format!(
+            "for ({ity} idx = blockIdx.x * {BLOCK} + threadIdx.x; idx < {n}; idx += gridDim.x * {BLOCK}) {{\n"
+        )
     }
 }
 
@@ -145,14 +165,20 @@ fn base_offsets(k: &LoopKernel, outer: &IndexSpace, ity: &str) -> String {
         .collect()
 }
 
-fn elementwise(k: &LoopKernel, outer: &IndexSpace, ity: &str, ps: &str) -> Result<String, String> {
+fn elementwise(
+    k: &LoopKernel,
+    outer: &IndexSpace,
+    ity: &str,
+    ps: &str,
+    back: bool,
+) -> Result<String, String> {
     let n = k.numel();
     let elem = |i: usize| (format!("in{i}[b{i}]"), false);
     let body = emit_nodes(k, &k.needed(&[k.result]), "e", &elem, None)?;
     Ok(format!(
         "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n\
-         for ({ity} idx = blockIdx.x * {BLOCK} + threadIdx.x; idx < {n}; idx += gridDim.x * {BLOCK}) {{\n\
-         {}{}{}out[idx] = {};\n}}\n}}\n",
+         {}{}{}{}out[idx] = {};\n}}\n}}\n",
+        index_loop(ity, n, back),
         coords("idx", "o", &outer.dims, ity),
         base_offsets(k, outer, ity),
         body,
@@ -239,6 +265,7 @@ fn elementwise_vec4(
     reads: &[VecRead],
     ity: &str,
     ps: &str,
+    back: bool,
 ) -> Result<String, String> {
     let n4 = k.numel() / 4;
     let inner4 = outer.dims.last().copied().unwrap_or(4) / 4;
@@ -274,8 +301,8 @@ fn elementwise_vec4(
     let lane = |l: usize| store(out_dt, &format!("e{l}_{r}"));
     Ok(format!(
         "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n\
-         for ({ity} idx = blockIdx.x * {BLOCK} + threadIdx.x; idx < {n4}; idx += gridDim.x * {BLOCK}) {{\n\
-         {loads}{body}reinterpret_cast<{vt}*>(out)[idx] = {make}({}, {}, {}, {});\n}}\n}}\n",
+         {}{loads}{body}reinterpret_cast<{vt}*>(out)[idx] = {make}({}, {}, {}, {});\n}}\n}}\n",
+        index_loop(ity, n4, back),
         lane(0),
         lane(1),
         lane(2),

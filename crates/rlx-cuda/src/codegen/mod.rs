@@ -52,7 +52,7 @@ pub struct Target {
     pub sm_count: u32,
     /// shared memory per block with opt-in, in bytes
     pub max_shared: usize,
-    /// a streaming kernel (8-wide elementwise, flash attention) whose input the step just
+    /// a streaming kernel (elementwise, flash attention) whose input the step just
     /// before it wrote front to back, more than this many bytes, walks it back to front, so
     /// it starts on the part still in L2 and leaves its own output's start there for the next
     /// step; None never (see [`crate::WalkBack`], which sets it to half the L2 by default)
