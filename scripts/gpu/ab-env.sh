@@ -4,7 +4,7 @@
 # values in turn, alternating, over the protocol (ROUNDS rounds of 100 runs after 20,
 # default 3), then SUSTAINED runs after 100 (default 1000; 0 skips) for the first and the last
 # value, sampling the SM clock, power and throttle reasons every 50 ms while they run.
-#   bash scripts/gpu/ab-env.sh RLX_CUDA_REVERSE "- ew attn all" [batch]   (- leaves it unset)
+#   bash scripts/gpu/ab-env.sh RLX_CUDA_WALK_BACK "0 -" [batch]   (- leaves it unset)
 # Writes $OUT/ab-<variable>.log (the readings) and $OUT/smi-<variable>.csv (the samples).
 set -u
 var=$1; values=$2; batch=${3:-256}

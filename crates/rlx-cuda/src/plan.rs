@@ -189,9 +189,9 @@ fn plan_loop(
 
 /// Whether a streaming kernel should walk back to front over what the step just before it
 /// wrote front to back, `written` bytes ([`Target::walk_back_above`]): when that is more than
-/// about half the L2, only its end is still there, and the forward walk would evict it before reaching
-/// it. Walking back, the kernel reads that end from L2 and writes its own output's start
-/// last, which the next step (a GEMM reading front to back) then finds in L2.
+/// about half the L2, only its end is still there, and a forward walk would evict that end
+/// before reaching it. Walking back, the kernel reads that end from L2 and writes its own
+/// output's start last, which the next step (a GEMM reading front to back) then finds in L2.
 pub(crate) fn walks_back(target: &Target, written: usize) -> bool {
     target.walk_back_above.is_some_and(|t| written > t)
 }
@@ -309,11 +309,9 @@ fn plan_attention(
     let first = plan.steps.len();
     let gemm_forced = std::env::var("RLX_CUDA_ATTN_GEMM").is_ok_and(|v| v == "1");
     if !gemm_forced && codegen::attention::flash_applies(ctx, &layouts) {
-        let mut kernel = codegen::attention::flash_mma(ctx, mask, scale, &layouts, false)?;
-        let reads = &kernel.args[..kernel.args.len() - 1];
-        if fresh_stream(program, plan, reads).is_some_and(|b| walks_back(ctx.target, b)) {
-            kernel = codegen::attention::flash_mma(ctx, mask, scale, &layouts, true)?;
-        }
+        let reads = [layouts.q.arg, layouts.k.arg, layouts.v.arg];
+        let back = fresh_stream(program, plan, &reads).is_some_and(|b| walks_back(ctx.target, b));
+        let kernel = codegen::attention::flash_mma(ctx, mask, scale, &layouts, back)?;
         plan.steps.push(Step::Kernel(kernel));
     } else if !crate::plan_gemm::attention(k, ctx, mask, scale, &layouts, plan)? {
         let kernel = codegen::attention::emit(ctx, mask, scale, &layouts)?;

@@ -52,8 +52,8 @@ pub struct CudaOptions {
 /// Which streaming kernels walk their input back to front: those reading what the step just
 /// before them wrote front to back, when that is too large to stay in L2 whole (the forward
 /// walk would evict its still-cached end before reaching it). On the H200 at the encoder's
-/// batch 256 (the GELU pass over 100 MB, attention over 75 MB) this made a run 1.6% faster
-/// over 1000 runs under the power cap.
+/// batch 256 (the GELU pass over 100 MB, attention over 75 MB) this made a run 0.7–2.1%
+/// faster over 100 runs and 1.2% over 1000 (BENCHMARKS.md, session 21).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WalkBack {
     /// never (`RLX_CUDA_WALK_BACK=0`)
