@@ -24,6 +24,7 @@
 //! once and every token reuses it.
 
 pub mod hf;
+pub mod sample;
 
 use rlx_gguf::{ChatTokenizer, GgufError, GgufFile, QuantFormat};
 use rlx_ir::{
@@ -350,6 +351,22 @@ impl Llama {
         Llama::from_gguf(&GgufFile::open(path)?)
     }
 
+    /// The stored format and `(n, k)` (output rows, inputs per row) of projection `name`
+    /// (`blk.L.attn_q.weight`, `output.weight`, ...), or None when there is no such weight.
+    pub fn linear(&self, name: &str) -> Option<(QuantFormat, usize, usize)> {
+        self.linears.get(name).map(|l| (l.format, l.n, l.k))
+    }
+
+    /// A weight by name (projections as packed `u8` bytes, norms as f32).
+    pub fn param(&self, name: &str) -> Option<&Arc<Tensor>> {
+        self.params.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    /// The name of the LM head weight (`output.weight`, or the embedding when tied).
+    pub fn head_name(&self) -> &str {
+        &self.head
+    }
+
     /// Bytes of weights one decode step reads: every projection and norm, plus one
     /// embedding row (the embedding table itself only when it is also the LM head).
     pub fn bytes_per_token(&self) -> usize {
@@ -542,6 +559,13 @@ pub struct Sampling {
     pub temperature: f64,
     /// nucleus sampling mass (1 keeps every token)
     pub top_p: f64,
+    /// keep only the `top_k` most likely tokens (0 keeps every token)
+    pub top_k: usize,
+    /// drop tokens less likely than `min_p` times the most likely one (0 keeps every token)
+    pub min_p: f64,
+    /// divide positive logits (multiply negative ones) of tokens already in the sequence by
+    /// this (1 is off)
+    pub repetition_penalty: f64,
     /// RNG seed
     pub seed: u64,
 }
@@ -551,14 +575,77 @@ impl Default for Sampling {
         Sampling {
             temperature: 0.0,
             top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
             seed: 0,
         }
+    }
+}
+
+impl Sampling {
+    /// True when only a temperature (or greedy) is asked for: what a device can sample
+    /// without sorting (argmax of logits / T plus Gumbel noise).
+    pub fn is_plain(&self) -> bool {
+        self.top_p >= 1.0 && self.top_k == 0 && self.min_p <= 0.0 && self.repetition_penalty == 1.0
+    }
+
+    /// Checks the ranges: temperature >= 0, top_p and min_p in [0, 1], penalty > 0.
+    ///
+    /// # Errors
+    /// The first setting out of range, named.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.temperature >= 0.0) {
+            return Err(format!("temperature {} must be >= 0", self.temperature));
+        }
+        if !(0.0..=1.0).contains(&self.top_p) {
+            return Err(format!("top_p {} must be in [0, 1]", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(format!("min_p {} must be in [0, 1]", self.min_p));
+        }
+        if !(self.repetition_penalty > 0.0) {
+            return Err(format!(
+                "repetition_penalty {} must be > 0",
+                self.repetition_penalty
+            ));
+        }
+        Ok(())
     }
 }
 
 /// Picks a token from logits: argmax at temperature 0 (first on ties), else softmax at the
 /// temperature restricted to the smallest set of tokens whose mass reaches `top_p`.
 pub fn sample(logits: &[f32], s: &Sampling, rng: &mut SplitMix64) -> u32 {
+    sample_with_history(logits, s, rng, &[])
+}
+
+/// [`sample`] with the tokens of the sequence so far (for the repetition penalty); applies,
+/// in order, the penalty, greedy at temperature 0, then temperature, top-k, min-p and
+/// top-p.
+pub fn sample_with_history(
+    logits: &[f32],
+    s: &Sampling,
+    rng: &mut SplitMix64,
+    history: &[u32],
+) -> u32 {
+    let penalized: Vec<f32>;
+    let logits = if s.repetition_penalty != 1.0 && !history.is_empty() {
+        let mut v = logits.to_vec();
+        let p = s.repetition_penalty as f32;
+        let mut seen = history.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        for &t in &seen {
+            if let Some(x) = v.get_mut(t as usize) {
+                *x = if *x > 0.0 { *x / p } else { *x * p };
+            }
+        }
+        penalized = v;
+        &penalized[..]
+    } else {
+        logits
+    };
     let argmax = || {
         let mut best = 0;
         for (i, &v) in logits.iter().enumerate() {
@@ -578,6 +665,14 @@ pub fn sample(logits: &[f32], s: &Sampling, rng: &mut SplitMix64) -> u32 {
         .map(|(i, &v)| (((v as f64 - max) / s.temperature).exp(), i as u32))
         .collect();
     probs.sort_by(|a, b| b.0.total_cmp(&a.0));
+    if s.top_k > 0 {
+        probs.truncate(s.top_k);
+    }
+    if s.min_p > 0.0 {
+        let floor = probs[0].0 * s.min_p;
+        let keep = probs.iter().take_while(|p| p.0 >= floor).count().max(1);
+        probs.truncate(keep);
+    }
     let total: f64 = probs.iter().map(|p| p.0).sum();
     let top_p = s.top_p.clamp(0.0, 1.0);
     let mut kept = 0.0;
@@ -788,7 +883,9 @@ impl<'a, R: Runner> Generator<'a, R> {
         let out = self.runner.run(prefill, &inputs).map_err(run_err)?;
         let cache_mut = cache.as_mut().expect("present");
         let logits = write_rows(c, cache_mut, &out, 0, t)?;
-        let mut next = sample(logits, sampling, &mut rng);
+        let mut history = prompt.to_vec();
+        let mut next = sample_with_history(logits, sampling, &mut rng, &history);
+        history.push(next);
         stats.prefill_s = start.elapsed().as_secs_f64();
         stats.tokens.push(next);
         on_token(next);
@@ -835,7 +932,8 @@ impl<'a, R: Runner> Generator<'a, R> {
             let out = result.map_err(run_err)?;
             let cache_mut = cache.as_mut().expect("returned");
             let logits = write_rows(c, cache_mut, &out, pos, 1)?;
-            next = sample(logits, sampling, &mut rng);
+            next = sample_with_history(logits, sampling, &mut rng, &history);
+            history.push(next);
             // the row just written becomes visible to the next step
             if let Some(TensorData::F32(mv)) = inputs.get_mut("mask").map(|t| t.data_mut()) {
                 for r in 0..g {

@@ -39,6 +39,15 @@ pub struct Args {
     /// Also time every kernel (CPU only) and print the time per kernel kind.
     #[arg(long)]
     profile: bool,
+    /// Llama models: prompt tokens per sequence (random ids).
+    #[arg(long, default_value_t = 512)]
+    prompt_tokens: usize,
+    /// Llama models: tokens generated per sequence (the first comes from the prefill).
+    #[arg(long, default_value_t = 128)]
+    gen_tokens: usize,
+    /// Llama models: sequences decoding together (CUDA).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
     #[command(flatten)]
     compile: super::run::CompileFlags,
 }
@@ -172,52 +181,118 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[i]
 }
 
-/// Llama-family models (GGUF, or a Hugging Face folder): compile the prefill and decode
-/// graphs (timed apart), then time greedy decode steps with a KV cache; `--warmup` steps are
-/// run and dropped first.
+/// Llama-family models (GGUF, or a Hugging Face folder), as llama-bench measures them:
+/// `--batch` sequences of `--prompt-tokens` random prompt tokens are prefilled (timed per
+/// sequence), then decode `--gen-tokens` tokens together (timed per step, after `--warmup`
+/// untimed steps of a warm-up batch that also compiles and captures what the timed one
+/// replays). Prefill and decode tokens/s are reported apart.
 fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult {
-    use rlx_models::llama::{Generator, Llama, Sampling};
+    use super::llm::{Engine, EngineSettings};
+    use rlx_models::llama::{Llama, Sampling};
+    let device = if args.device == "auto" {
+        super::llm::llm_device("auto")?
+    } else {
+        device
+    };
     let t_load = Instant::now();
     let model = Llama::open(Path::new(path))?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
-    let runner =
-        super::generate::SessionRunner::new(Session::new(device)?, CompileOptions::default());
-    let mut gen = Generator::new(&model, runner);
-    gen.stop_ids.clear();
-    let prompt = model.tokenizer.encode("The capital of France is")?;
-    let iters = args.iters.max(1);
-    let stats = gen.generate(
-        &prompt,
-        args.warmup + iters + 1,
-        &Sampling::default(),
-        |_| {},
-    )?;
-    let mut times: Vec<f64> = stats.step_s[args.warmup.min(stats.step_s.len())..]
-        .iter()
-        .map(|s| s * 1e3)
+    let (n_prompt, n_gen, batch) = (
+        args.prompt_tokens.max(1),
+        args.gen_tokens.max(2),
+        args.batch.max(1),
+    );
+    let vocab = model.config.vocab as u64;
+    let mut rng = rlx_ir::SplitMix64(42);
+    let prompts: Vec<Vec<u32>> = (0..batch)
+        .map(|_| {
+            (0..n_prompt)
+                .map(|_| (rng.next_u64() % vocab) as u32)
+                .collect()
+        })
         .collect();
+    let t_compile = Instant::now();
+    let settings = EngineSettings {
+        threads: None,
+        max_sequences: batch,
+        context: Some(n_prompt + n_gen + args.warmup + 1),
+    };
+    let mut engine = Engine::new(&model, device, settings)?;
+    let greedy = Sampling::default();
+    let (prefill_s, steps_ms, compile_ms) = match &mut engine {
+        #[cfg(feature = "cuda")]
+        Engine::Cuda(e) => {
+            // warm-up: compiles nothing more, but captures the batch's decode graph
+            let mut ids = Vec::new();
+            for p in &prompts {
+                ids.push(e.add(&p[..p.len().min(8)], greedy)?.0);
+            }
+            for _ in 0..args.warmup.max(1) {
+                e.step()?;
+            }
+            for id in ids.drain(..) {
+                e.remove(id);
+            }
+            let compile_ms = t_compile.elapsed().as_secs_f64() * 1e3;
+            let mut prefill_s = 0.0;
+            for p in &prompts {
+                let t = Instant::now();
+                ids.push(e.add(p, greedy)?.0);
+                prefill_s += t.elapsed().as_secs_f64();
+            }
+            let mut steps = Vec::new();
+            for _ in 1..n_gen {
+                let t = Instant::now();
+                e.step()?;
+                steps.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            for id in ids {
+                e.remove(id);
+            }
+            (prefill_s, steps, compile_ms)
+        }
+        Engine::Graph(_) if batch > 1 => {
+            return Err(format!(
+                "--batch {batch}: batched decoding runs on CUDA (--device cuda); the {device} \
+                 path generates one sequence at a time"
+            )
+            .into())
+        }
+        _ => {
+            let st = engine.generate(&prompts[0], n_gen, &greedy, &[], &mut |_| {})?;
+            let compile_ms = st.compile_s * 1e3;
+            let skip = args.warmup.min(st.step_s.len().saturating_sub(1));
+            let steps = st.step_s[skip..].iter().map(|s| s * 1e3).collect();
+            (st.prefill_s, steps, compile_ms)
+        }
+    };
+    let mut times = steps_ms.clone();
     if times.is_empty() {
         return Err("no decode steps were timed".into());
     }
     times.sort_by(f64::total_cmp);
     let (median_ms, p90_ms) = (quantile(&times, 0.5), quantile(&times, 0.9));
-    let compile_ms = stats.compile_s * 1e3;
-    let prefill_ms = stats.prefill_s * 1e3;
+    let total_ms: f64 = steps_ms.iter().sum();
+    let decode_tok_s = (batch * steps_ms.len()) as f64 / (total_ms / 1e3).max(1e-12);
+    let prefill_tok_s = (batch * n_prompt) as f64 / prefill_s.max(1e-12);
     if args.json {
         let v = serde_json::json!({
             "model": path,
             "device": device.name(),
+            "load_ms": load_ms,
             "compile_ms": compile_ms,
+            "batch": batch,
+            "prompt_tokens": n_prompt,
+            "gen_tokens": n_gen,
+            "prefill_ms": prefill_s * 1e3,
+            "prefill_tok_s": prefill_tok_s,
+            "decode_tok_s": decode_tok_s,
             "median_ms": median_ms,
             "p90_ms": p90_ms,
+            "min_ms": times[0],
             "iters": times.len(),
             "warmup": args.warmup,
-            "load_ms": load_ms,
-            "min_ms": times[0],
-            "unit": "decode step (one token)",
-            "decode_tok_s": 1e3 / median_ms,
-            "prefill_ms": prefill_ms,
-            "prompt_tokens": prompt.len(),
+            "unit": "decode step (one token per sequence)",
             "weight_bytes": model.bytes_per_token(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -225,14 +300,16 @@ fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult
         println!("model     {path}");
         println!("device    {device}");
         println!("load      {load_ms:.1} ms");
-        println!("compile   {compile_ms:.1} ms (prefill + decode graphs)");
-        println!("prefill   {prefill_ms:.1} ms ({} tokens)", prompt.len());
+        println!("setup     {compile_ms:.1} ms (compile, upload, warm-up)");
         println!(
-            "decode    median {median_ms:.3} ms/token ({:.1} tok/s), p90 {p90_ms:.3} ms, min {:.3} ms ({} steps after {} warm-up)",
-            1e3 / median_ms,
+            "prefill   {:.1} ms for {batch} x {n_prompt} tokens ({prefill_tok_s:.1} tok/s)",
+            prefill_s * 1e3
+        );
+        println!(
+            "decode    {decode_tok_s:.1} tok/s in all; median {median_ms:.3} ms/step, p90 \
+             {p90_ms:.3} ms, min {:.3} ms ({} steps of {batch} sequences)",
             times[0],
             times.len(),
-            args.warmup
         );
     }
     Ok(())

@@ -3,11 +3,11 @@
 //! Tokens stream to stdout as they are produced; prompt and decode tokens/s go to stderr at
 //! the end (or, with `--json`, one JSON object with text, tokens and timings to stdout).
 
-use super::model::device;
+use super::llm::{llm_device, Engine, EngineSettings};
 use super::CmdResult;
 use rlx_gguf::chat_prompt;
 use rlx_ir::{Graph, Tensor};
-use rlx_models::llama::{Generator, Llama, Runner, Sampling};
+use rlx_models::llama::{Llama, Runner, Sampling};
 use rlx_runtime::{CompileOptions, CompiledGraph, Session};
 use std::collections::HashMap;
 use std::io::Write;
@@ -18,8 +18,9 @@ use std::time::Instant;
 /// Arguments of `rlx generate`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The prompt text.
-    prompt: String,
+    /// The prompt text; several prompts generate together (one batch on CUDA).
+    #[arg(required = true)]
+    prompts: Vec<String>,
     /// A GGUF file, a folder holding one, or a Hugging Face Llama folder (`config.json`,
     /// safetensors, `tokenizer.json`).
     #[arg(long)]
@@ -33,6 +34,15 @@ pub struct Args {
     /// Nucleus sampling: keep the most likely tokens up to this probability mass.
     #[arg(long, default_value_t = 1.0)]
     top_p: f64,
+    /// Keep only the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Drop tokens less likely than this fraction of the most likely one (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f64,
+    /// Penalise tokens already in the sequence (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f64,
     /// Seed of the sampling RNG.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -42,12 +52,19 @@ pub struct Args {
     /// Print one JSON object (text, tokens, timings) instead of streaming.
     #[arg(long)]
     json: bool,
-    /// Device (quantized matmul runs on `cpu` today).
-    #[arg(long, default_value = "cpu")]
+    /// Device: `auto` (CUDA where available, else the CPU), `cuda` or `cpu`.
+    #[arg(long, default_value = "auto")]
     device: String,
     /// Worker threads (default: RLX_CPU_THREADS, else RAYON_NUM_THREADS, else all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Generate `--max-tokens` tokens even past an end-of-sequence token (benchmarks,
+    /// comparisons with other runtimes).
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Rows of KV cache per sequence (CUDA; default: the model's context).
+    #[arg(long)]
+    context: Option<usize>,
 }
 
 /// Compiles and runs the generator's graphs in one session.
@@ -93,44 +110,95 @@ impl Runner for SessionRunner {
 
 /// Generates and prints.
 pub fn run(args: Args) -> CmdResult {
-    if !(0.0..=1.0).contains(&args.top_p) || args.temperature < 0.0 {
-        return Err("--top-p must be in [0, 1] and --temperature >= 0".into());
-    }
-    let device = device(&args.device)?;
+    let sampling = Sampling {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+        repetition_penalty: args.repeat_penalty,
+        seed: args.seed,
+    };
+    sampling.validate()?;
+    let device = llm_device(&args.device)?;
     let path = &args.model;
     let t0 = Instant::now();
     // GGUF file or folder, or a Hugging Face folder; the file mappings are dropped once
     // loaded: weights live (packed) in the model's params.
     let model = Llama::open(path)?;
     let load_s = t0.elapsed().as_secs_f64();
-    let text = if args.chat {
-        chat_prompt(model.tokenizer.chat_template.as_deref(), &args.prompt)
-    } else {
-        args.prompt.clone()
-    };
-    let prompt = model.tokenizer.encode(&text)?;
-    let options = CompileOptions {
+    let texts: Vec<String> = args
+        .prompts
+        .iter()
+        .map(|p| {
+            if args.chat {
+                chat_prompt(model.tokenizer.chat_template.as_deref(), p)
+            } else {
+                p.clone()
+            }
+        })
+        .collect();
+    let mut prompts = Vec::new();
+    for t in &texts {
+        prompts.push(model.tokenizer.encode(t)?);
+    }
+    let settings = EngineSettings {
         threads: args.threads,
-        ..Default::default()
+        max_sequences: prompts.len(),
+        context: args.context,
     };
-    let runner = SessionRunner::new(Session::new(device)?, options);
-    let mut gen = Generator::new(&model, runner);
-    let sampling = Sampling {
-        temperature: args.temperature,
-        top_p: args.top_p,
-        seed: args.seed,
-    };
+    let mut engine = Engine::new(&model, device, settings)?;
     let tok = &model.tokenizer;
+    let stop_ids = if args.ignore_eos {
+        Vec::new()
+    } else {
+        tok.stop_ids.clone()
+    };
+    if prompts.len() > 1 {
+        let r = engine.generate_batch(&prompts, args.max_tokens, &sampling, &stop_ids)?;
+        let mut results = Vec::new();
+        for (i, ids) in r.tokens.iter().enumerate() {
+            let text = tok.decode(ids, true)?;
+            if !args.json {
+                println!("[{i}] {}{text}", args.prompts[i]);
+            }
+            results.push(serde_json::json!({
+                "prompt": texts[i],
+                "prompt_tokens": prompts[i],
+                "text": text,
+                "tokens": ids,
+            }));
+        }
+        let tok_s = r.generated as f64 / r.seconds.max(1e-12);
+        if args.json {
+            let j = serde_json::json!({
+                "model": path.display().to_string(),
+                "device": device.name(),
+                "results": results,
+                "timings": {"load_s": load_s, "total_s": r.seconds, "generated_tok_s": tok_s},
+            });
+            println!("{j}");
+        } else {
+            eprintln!(
+                "{} prompts on {device}: {} tokens in {:.2} s ({tok_s:.1} tok/s, prefill \
+                 included) | load {load_s:.2} s",
+                prompts.len(),
+                r.generated,
+                r.seconds
+            );
+        }
+        return Ok(());
+    }
+    let prompt = &prompts[0];
     let mut ids: Vec<u32> = Vec::new();
     let mut printed = 0usize;
     let mut out = std::io::stdout();
     if !args.json {
         // echo the user's text (not the chat template around it)
-        print!("{}{}", args.prompt, if args.chat { "\n" } else { "" });
+        print!("{}{}", args.prompts[0], if args.chat { "\n" } else { "" });
         let _ = out.flush();
     }
-    let stats = gen.generate(&prompt, args.max_tokens, &sampling, |id| {
-        if args.json || gen_stop(tok, id) {
+    let stats = engine.generate(prompt, args.max_tokens, &sampling, &stop_ids, &mut |id| {
+        if args.json || stop_ids.contains(&id) {
             ids.push(id);
             return;
         }
@@ -148,7 +216,8 @@ pub fn run(args: Args) -> CmdResult {
     if args.json {
         let j = serde_json::json!({
             "model": path.display().to_string(),
-            "prompt": text,
+            "device": device.name(),
+            "prompt": texts[0],
             "prompt_tokens": stats.prompt_tokens,
             "text": gen_text,
             "tokens": stats.tokens,
@@ -171,8 +240,8 @@ pub fn run(args: Args) -> CmdResult {
         }
         println!();
         eprintln!(
-            "prompt: {} tokens, {:.1} tok/s | decode: {} tokens, {:.1} tok/s | load {:.2} s, \
-             compile {:.2} s",
+            "{device} | prompt: {} tokens, {:.1} tok/s | decode: {} tokens, {:.1} tok/s | load \
+             {:.2} s, compile {:.2} s",
             stats.prompt_tokens.len(),
             stats.prefill_tok_s(),
             stats.decode_steps,
@@ -182,8 +251,4 @@ pub fn run(args: Args) -> CmdResult {
         );
     }
     Ok(())
-}
-
-fn gen_stop(tok: &rlx_gguf::ChatTokenizer, id: u32) -> bool {
-    tok.stop_ids.contains(&id)
 }

@@ -5,6 +5,7 @@ pub mod devices;
 pub mod dump;
 pub mod embed;
 pub mod generate;
+pub mod llm;
 pub mod mem;
 pub mod model;
 pub mod npy;

@@ -1,0 +1,898 @@
+//! [`CudaLlm`]: a Llama-family model resident on the GPU, with a paged KV cache shared by
+//! many sequences. A forward step runs `m` token rows at once — a chunk of one prompt
+//! (prefill) or one new token of each of `m` sequences (batched decode) — through
+//! hand-written kernels (`kernels.cu`): embedding lookup, RMSNorm, matrix-vector products
+//! that dequantize the stored weights on the fly (q/k/v with RoPE and the KV-cache write in
+//! their epilogue, the residual adds in theirs, SwiGLU in the down projection's input),
+//! split attention over the paged cache, and sampling. Tokens, positions, sequence slots,
+//! seeds and temperatures of the rows live in device memory, so a decode step of `m` rows is
+//! captured once as a CUDA graph and replayed; only the token ids come back to the host.
+
+use crate::kv::{BlockTable, BLOCK_ROWS};
+use crate::weights::{upload, Matrix, Weights};
+use crate::LlmError;
+use rlx_cuda::codegen::Launch;
+use rlx_cuda::device::{CudaDevice, Function, Graph, Module};
+use rlx_cuda::memory::{DeviceBuffer, DeviceMemory, Pinned};
+use rlx_gguf::QuantFormat;
+use rlx_ir::SplitMix64;
+use rlx_models::llama::{sample_with_history, GenerationStats, Llama, Sampling};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The CUDA source of the kernels, without the per-format products (see [`kernel_source`]).
+pub const KERNELS: &str = include_str!("kernels.cu");
+
+/// Positions one attention block takes (`ATT_SPLIT` in the kernels).
+const SPLIT_LEN: usize = 128;
+
+/// The kernel-name suffix of a weight format.
+pub fn format_suffix(f: QuantFormat) -> &'static str {
+    f.name()
+}
+
+fn format_macro(f: QuantFormat) -> &'static str {
+    match f {
+        QuantFormat::F32 => "F_F32",
+        QuantFormat::F16 => "F_F16",
+        QuantFormat::BF16 => "F_BF16",
+        QuantFormat::Q8_0 => "F_Q8_0",
+        QuantFormat::Q4_0 => "F_Q4_0",
+        QuantFormat::Q4_1 => "F_Q4_1",
+        QuantFormat::Q4K => "F_Q4K",
+        QuantFormat::Q5K => "F_Q5K",
+        QuantFormat::Q6K => "F_Q6K",
+    }
+}
+
+/// The source of the kernels for weights stored in `formats`: the shared kernels plus the
+/// matrix-vector products and embedding lookups of those formats only (each format costs
+/// NVRTC seconds; the result is cached on disk).
+pub fn kernel_source(formats: &[QuantFormat]) -> String {
+    let mut s = String::from(KERNELS);
+    let mut done = Vec::new();
+    for &f in formats {
+        if done.contains(&f) {
+            continue;
+        }
+        done.push(f);
+        let (sfx, mac) = (format_suffix(f), format_macro(f));
+        s.push_str(&format!(
+            "GEMV_FORMAT({sfx}, {mac})\nEMBED_KERNEL({sfx}, {mac})\n"
+        ));
+    }
+    s
+}
+
+/// The kernel names of [`kernel_source`] for `formats`.
+pub fn kernel_names(formats: &[QuantFormat]) -> Vec<String> {
+    let mut names = Vec::new();
+    for f in QuantFormat::ALL.into_iter().filter(|f| formats.contains(f)) {
+        for mr in [1, 4, 8] {
+            names.push(format!("gemv{mr}_{}", format_suffix(f)));
+        }
+        names.push(format!("embed_{}", format_suffix(f)));
+    }
+    for n in ["attention_f32", "attention_f16", "sample_rows"] {
+        names.push(n.to_string());
+    }
+    names
+}
+
+/// Settings of a [`CudaLlm`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmOptions {
+    /// sequences that may decode together (sequence slots)
+    pub max_sequences: usize,
+    /// rows per sequence (prompt + generated); None: the model's trained context
+    pub context: Option<usize>,
+    /// KV-cache rows shared by all sequences; None: `context` rows for each of
+    /// `max_sequences` sequences, or what fits in 90% of the free device memory
+    pub kv_rows: Option<usize>,
+    /// prompt tokens per prefill step
+    pub prefill_chunk: usize,
+    /// replay decode steps from captured CUDA graphs (off: launch every kernel each step)
+    pub graphs: bool,
+}
+
+impl Default for LlmOptions {
+    fn default() -> Self {
+        LlmOptions {
+            max_sequences: 32,
+            context: None,
+            kv_rows: None,
+            prefill_chunk: 128,
+            graphs: true,
+        }
+    }
+}
+
+/// A sequence in the engine (the slot of its KV blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub usize);
+
+struct Seq {
+    /// rows in the cache (the next position)
+    pos: usize,
+    /// the last token (the next step's input)
+    last: u32,
+    sampling: Sampling,
+    rng: SplitMix64,
+    /// prompt and generated tokens (for the repetition penalty)
+    history: Vec<u32>,
+}
+
+/// Model sizes the kernels need.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    layers: usize,
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    ffn: usize,
+    vocab: usize,
+    eps: f64,
+}
+
+/// Byte offsets of the per-row arrays inside the rows buffer (device and pinned alike).
+#[derive(Debug, Clone, Copy)]
+struct RowsLayout {
+    tokens: usize,
+    pos: usize,
+    slot: usize,
+    temps: usize,
+    seeds: usize,
+    bytes: usize,
+}
+
+impl RowsLayout {
+    fn new(cap: usize) -> RowsLayout {
+        let a = |b: usize| b.div_ceil(256) * 256;
+        let tokens = 0;
+        let pos = a(tokens + cap * 4);
+        let slot = a(pos + cap * 4);
+        let temps = a(slot + cap * 4);
+        let seeds = a(temps + cap * 4);
+        RowsLayout {
+            tokens,
+            pos,
+            slot,
+            temps,
+            seeds,
+            bytes: a(seeds + cap * 8),
+        }
+    }
+}
+
+/// Device scratch for up to `cap` rows.
+struct Scratch {
+    x: DeviceBuffer,
+    q: DeviceBuffer,
+    att: DeviceBuffer,
+    ffn: DeviceBuffer,
+    logits: DeviceBuffer,
+    part: DeviceBuffer,
+    /// per (row, head) counters of finished attention splits (zero between kernels)
+    tickets: DeviceBuffer,
+    rows: DeviceBuffer,
+}
+
+/// A Llama-family model on the GPU with a paged KV cache (see the module docs).
+pub struct CudaLlm {
+    dev: Arc<CudaDevice>,
+    /// kernels by name (valid while `_module` lives)
+    fns: HashMap<String, Function>,
+    _module: Module,
+    shape: Shape,
+    weights: Weights,
+    kv_half: bool,
+    kv_pool: DeviceBuffer,
+    layer_bytes: usize,
+    table: BlockTable,
+    table_dev: DeviceBuffer,
+    cap: usize,
+    splits: usize,
+    layout: RowsLayout,
+    s: Scratch,
+    /// rows staging, token and logits downloads, block-table rows
+    pinned_rows: Pinned,
+    pinned_out: Pinned,
+    pinned_table: Pinned,
+    graphs: HashMap<(usize, bool), Graph>,
+    seqs: Vec<Option<Seq>>,
+    /// the sequence slots whose rows the device holds, in order, when its tokens and
+    /// positions are those of the next step (a plain step moved them on itself)
+    staged: Option<Vec<usize>>,
+    options: LlmOptions,
+    /// seconds spent compiling (NVRTC, cached on disk) and uploading
+    pub setup_s: f64,
+}
+
+/// The stored formats of a model's projections and embedding.
+fn model_formats(model: &Llama) -> Vec<QuantFormat> {
+    let c = &model.config;
+    let mut names = vec![
+        "token_embd.weight".to_string(),
+        model.head_name().to_string(),
+    ];
+    for l in 0..c.layers {
+        for p in [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ] {
+            names.push(format!("blk.{l}.{p}.weight"));
+        }
+    }
+    let mut formats: Vec<QuantFormat> = names
+        .iter()
+        .filter_map(|n| model.linear(n).map(|l| l.0))
+        .collect();
+    formats.sort_by_key(|f| f.name());
+    formats.dedup();
+    formats
+}
+
+fn bits(v: f64) -> u64 {
+    v.to_bits()
+}
+
+impl CudaLlm {
+    /// Uploads `model`'s weights, compiles the kernels and allocates the KV cache.
+    ///
+    /// # Errors
+    /// No CUDA device (with the probe's reason), NVRTC missing or failing, a weight the
+    /// kernels cannot read, or out of device memory.
+    pub fn new(model: &Llama, options: LlmOptions) -> Result<CudaLlm, LlmError> {
+        let start = Instant::now();
+        let c = &model.config;
+        let dev = CudaDevice::get()?;
+        let mem = DeviceMemory::get()?;
+        let lock = dev.clone();
+        let _queue = lock.queue();
+        dev.bind()?;
+        if c.head_dim > 256 || c.head_dim % 32 != 0 {
+            return Err(LlmError::Model(format!(
+                "head size {} is not supported by the CUDA kernels (a multiple of 32, at most \
+                 256)",
+                c.head_dim
+            )));
+        }
+        let shape = Shape {
+            layers: c.layers,
+            hidden: c.hidden,
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+            ffn: c.ffn,
+            vocab: c.vocab,
+            eps: c.eps,
+        };
+        let arch = format!(
+            "sm_{}{}",
+            dev.facts.compute_capability.0, dev.facts.compute_capability.1
+        );
+        let formats = model_formats(model);
+        let source = kernel_source(&formats);
+        let cubin = rlx_cuda::nvrtc::compile_cached("rlx_llm", &source, &arch)?;
+        let module = dev.load_module(&cubin.image)?;
+        let mut fns = HashMap::new();
+        for name in kernel_names(&formats) {
+            let f = module.function(&name, 0)?;
+            fns.insert(name, f);
+        }
+        let weights = upload(&dev, &mem, model)?;
+        // f32 checkpoints keep an f32 cache (exact parity); 16-bit and quantized ones f16
+        let kv_half = weights
+            .layers
+            .first()
+            .and_then(|l| l.qkv.first())
+            .is_none_or(|p| p.matrix.format != QuantFormat::F32);
+        let context = options.context.unwrap_or(c.context).min(c.context).max(1);
+        let max_blocks = context.div_ceil(BLOCK_ROWS);
+        let max_sequences = options.max_sequences.max(1);
+        let elt = if kv_half { 2 } else { 4 };
+        let row_bytes = c.layers * 2 * c.kv_heads * c.head_dim * elt;
+        let kv_rows = match options.kv_rows {
+            Some(r) => r,
+            None => {
+                let want = context * max_sequences;
+                let (free, _) = dev.mem_info();
+                let fits = (free as f64 * 0.9) as usize / row_bytes.max(1);
+                want.min(fits.max(context))
+            }
+        };
+        let blocks = kv_rows.div_ceil(BLOCK_ROWS).max(1);
+        let layer_bytes = blocks * 2 * c.kv_heads * BLOCK_ROWS * c.head_dim * elt;
+        let kv_pool = mem.alloc(layer_bytes * c.layers)?;
+        let table = BlockTable::new(blocks, max_sequences, max_blocks);
+        let table_dev = mem.alloc(max_sequences * max_blocks * 4)?;
+        let cap = options.prefill_chunk.max(max_sequences).max(1);
+        let splits = (max_blocks * BLOCK_ROWS).div_ceil(SPLIT_LEN).max(1);
+        let (qd, kvd) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let _ = kvd;
+        let layout = RowsLayout::new(cap);
+        let f = 4usize;
+        let s = Scratch {
+            x: mem.alloc(cap * c.hidden * f)?,
+            q: mem.alloc(cap * qd * f)?,
+            att: mem.alloc(cap * qd * f)?,
+            ffn: mem.alloc(cap * 2 * c.ffn * f)?,
+            logits: mem.alloc(max_sequences * c.vocab * f)?,
+            part: mem.alloc(cap * c.heads * splits * (c.head_dim + 2) * f)?,
+            tickets: mem.alloc(cap * c.heads * 4)?,
+            rows: mem.alloc(layout.bytes)?,
+        };
+        dev.upload(s.tickets.ptr(), &vec![0u8; cap * c.heads * 4])?;
+        let pinned_rows = Pinned::new(&dev, layout.bytes)?;
+        let pinned_out = Pinned::new(&dev, (max_sequences * c.vocab * 4).max(cap * 4))?;
+        let pinned_table = Pinned::new(&dev, max_sequences * max_blocks * 4)?;
+        dev.sync()?;
+        Ok(CudaLlm {
+            dev,
+            fns,
+            _module: module,
+            shape,
+            weights,
+            kv_half,
+            kv_pool,
+            layer_bytes,
+            table,
+            table_dev,
+            cap,
+            splits,
+            layout,
+            s,
+            pinned_rows,
+            pinned_out,
+            pinned_table,
+            graphs: HashMap::new(),
+            seqs: (0..max_sequences).map(|_| None).collect(),
+            staged: None,
+            options,
+            setup_s: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Bytes of weights on the device.
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes
+    }
+
+    /// Bytes of the KV cache (every block of every layer).
+    pub fn kv_bytes(&self) -> usize {
+        self.kv_pool.bytes()
+    }
+
+    /// Rows one sequence may hold (prompt + generated).
+    pub fn context(&self) -> usize {
+        self.table.max_blocks * BLOCK_ROWS
+    }
+
+    /// KV blocks not held by any sequence, and the block size in rows.
+    pub fn free_kv_rows(&self) -> usize {
+        self.table.free_blocks() * BLOCK_ROWS
+    }
+
+    /// Sequences in the engine.
+    pub fn active(&self) -> Vec<SeqId> {
+        (0..self.seqs.len())
+            .filter(|&i| self.seqs[i].is_some())
+            .map(SeqId)
+            .collect()
+    }
+
+    fn go(&self, name: &str, grid: [u32; 2], block: u32, args: &[u64]) -> Result<(), LlmError> {
+        let f = self
+            .fns
+            .get(name)
+            .ok_or_else(|| LlmError::Invalid(format!("no kernel `{name}`")))?;
+        let launch = Launch {
+            grid,
+            block,
+            shared_bytes: 0,
+        };
+        Ok(self.dev.launch(f, &launch, args, name)?)
+    }
+
+    fn rows_ptr(&self, off: usize, r: usize, size: usize) -> u64 {
+        self.s.rows.ptr() + (off + r * size) as u64
+    }
+
+    /// Enqueues a matrix-vector product over `m` rows of `x`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &self,
+        w: &Matrix,
+        row0: usize,
+        x: u64,
+        m: usize,
+        in_mode: u64,
+        y: u64,
+        y_stride: usize,
+        out_mode: u64,
+        qkv: Option<(usize, u64)>,
+        norm: Option<&DeviceBuffer>,
+    ) -> Result<(), LlmError> {
+        let sh = &self.shape;
+        let mr = match m {
+            1 => 1,
+            2..=4 => 4,
+            _ => 8,
+        };
+        let name = format!("gemv{mr}_{}", format_suffix(w.format));
+        let grid = [w.n.div_ceil(8) as u32, m.div_ceil(mr) as u32];
+        let (qd, kvd) = (sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim);
+        let (bias, inv_freq, cache) = match qkv {
+            Some((layer, bias)) => (
+                bias,
+                self.weights.inv_freq.ptr(),
+                self.kv_pool.ptr() + (layer * self.layer_bytes) as u64,
+            ),
+            None => (0, 0, 0),
+        };
+        let l = &self.layout;
+        let args = [
+            w.buf.ptr(),
+            w.row_bytes() as u64,
+            w.n as u64,
+            w.k as u64,
+            row0 as u64,
+            x,
+            m as u64,
+            in_mode,
+            y,
+            y_stride as u64,
+            out_mode,
+            bias,
+            inv_freq,
+            self.rows_ptr(l.pos, 0, 4),
+            self.rows_ptr(l.slot, 0, 4),
+            self.table_dev.ptr(),
+            cache,
+            qd as u64,
+            kvd as u64,
+            sh.head_dim as u64,
+            sh.kv_heads as u64,
+            BLOCK_ROWS as u64,
+            self.table.max_blocks as u64,
+            u64::from(self.kv_half),
+            norm.map_or(0, DeviceBuffer::ptr),
+            bits(sh.eps),
+        ];
+        self.go(&name, grid, 128, &args)
+    }
+
+    /// Enqueues one forward step of rows `0..m` (their tokens, positions and slots already
+    /// in the rows buffer); logits for rows `head..m` (at logits rows `0..m - head`), then
+    /// sampling into their tokens when `sample` (moving their positions on when `advance`).
+    fn enqueue_forward(
+        &self,
+        m: usize,
+        head: usize,
+        sample: bool,
+        advance: bool,
+    ) -> Result<(), LlmError> {
+        let sh = self.shape;
+        let w = &self.weights;
+        let l = &self.layout;
+        let (qd, hd) = (sh.heads * sh.head_dim, sh.head_dim);
+        let f = 4u64;
+        let x = self.s.x.ptr();
+        let emb = &w.embed;
+        self.go(
+            &format!("embed_{}", format_suffix(emb.format)),
+            [m as u32, 1],
+            128,
+            &[
+                emb.buf.ptr(),
+                emb.row_bytes() as u64,
+                self.rows_ptr(l.tokens, 0, 4),
+                x,
+                sh.hidden as u64,
+                bits(1.0),
+            ],
+        )?;
+        let att_kernel = if self.kv_half {
+            "attention_f16"
+        } else {
+            "attention_f32"
+        };
+        for (li, layer) in w.layers.iter().enumerate() {
+            let bias = layer.qkv_bias.as_ref().map_or(0, |b| b.ptr());
+            for p in &layer.qkv {
+                let (q, norm) = (self.s.q.ptr(), Some(&layer.attn_norm));
+                self.gemv(&p.matrix, p.row0, x, m, 0, q, qd, 2, Some((li, bias)), norm)?;
+            }
+            let cache = self.kv_pool.ptr() + (li * self.layer_bytes) as u64;
+            self.go(
+                att_kernel,
+                [self.splits as u32, (sh.heads * m) as u32],
+                128,
+                &[
+                    self.s.q.ptr(),
+                    cache,
+                    self.table_dev.ptr(),
+                    self.rows_ptr(l.pos, 0, 4),
+                    self.rows_ptr(l.slot, 0, 4),
+                    self.s.part.ptr(),
+                    self.s.att.ptr(),
+                    self.s.tickets.ptr(),
+                    sh.heads as u64,
+                    sh.kv_heads as u64,
+                    hd as u64,
+                    BLOCK_ROWS as u64,
+                    self.table.max_blocks as u64,
+                    self.splits as u64,
+                    bits(1.0 / (hd as f64).sqrt()),
+                ],
+            )?;
+            let att = self.s.att.ptr();
+            self.gemv(&layer.o, 0, att, m, 0, x, sh.hidden, 1, None, None)?;
+            for p in &layer.gate_up {
+                let (ffn, norm) = (self.s.ffn.ptr(), Some(&layer.ffn_norm));
+                self.gemv(&p.matrix, p.row0, x, m, 0, ffn, 2 * sh.ffn, 0, None, norm)?;
+            }
+            let ffn = self.s.ffn.ptr();
+            self.gemv(&layer.down, 0, ffn, m, 1, x, sh.hidden, 1, None, None)?;
+        }
+        let n = m - head;
+        if n == 0 {
+            return Ok(());
+        }
+        let xh = x + (head * sh.hidden) as u64 * f;
+        let logits = self.s.logits.ptr();
+        let norm = Some(&w.out_norm);
+        self.gemv(w.head(), 0, xh, n, 0, logits, sh.vocab, 0, None, norm)?;
+        if sample {
+            self.go(
+                "sample_rows",
+                [n as u32, 1],
+                1024,
+                &[
+                    logits,
+                    sh.vocab as u64,
+                    self.rows_ptr(l.tokens, head, 4),
+                    self.rows_ptr(l.pos, head, 4),
+                    self.rows_ptr(l.temps, head, 4),
+                    self.rows_ptr(l.seeds, head, 8),
+                    u64::from(advance),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Writes rows `0..rows.len()` (token, position, slot, temperature, seed) to pinned
+    /// memory and enqueues their upload.
+    fn stage_rows(&mut self, rows: &[(u32, usize, usize, f32, u64)]) -> Result<(), LlmError> {
+        let l = self.layout;
+        // the previous upload from this pinned buffer must have left it
+        self.dev.sync()?;
+        let buf = self.pinned_rows.as_mut_slice();
+        for (r, &(tok, pos, slot, temp, seed)) in rows.iter().enumerate() {
+            buf[l.tokens + 4 * r..][..4].copy_from_slice(&(tok as i32).to_le_bytes());
+            buf[l.pos + 4 * r..][..4].copy_from_slice(&(pos as i32).to_le_bytes());
+            buf[l.slot + 4 * r..][..4].copy_from_slice(&(slot as i32).to_le_bytes());
+            buf[l.temps + 4 * r..][..4].copy_from_slice(&temp.to_le_bytes());
+            buf[l.seeds + 8 * r..][..8].copy_from_slice(&seed.to_le_bytes());
+        }
+        self.dev
+            .upload(self.s.rows.ptr(), &self.pinned_rows.as_slice()[..l.bytes])?;
+        Ok(())
+    }
+
+    /// Reserves cache rows for `slot` and uploads its block-table row when it grew.
+    fn reserve(&mut self, slot: usize, rows: usize) -> Result<(), LlmError> {
+        let before = self.table.blocks(slot).len();
+        self.table.reserve(slot, rows)?;
+        let blocks = self.table.blocks(slot);
+        if blocks.len() != before {
+            let mb = self.table.max_blocks;
+            let at = slot * mb * 4;
+            let dst = &mut self.pinned_table.as_mut_slice()[at..at + blocks.len() * 4];
+            for (i, b) in blocks.iter().enumerate() {
+                dst[4 * i..4 * i + 4].copy_from_slice(&(*b as i32).to_le_bytes());
+            }
+            self.dev.upload(
+                self.table_dev.ptr() + at as u64,
+                &self.pinned_table.as_slice()[at..at + blocks.len() * 4],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn temp(s: &Sampling) -> f32 {
+        s.temperature.max(0.0) as f32
+    }
+
+    /// Adds a sequence: runs its prompt (in chunks of `prefill_chunk` rows) and returns its
+    /// id with the first generated token. The sequence then takes part in every
+    /// [`CudaLlm::step`] until [`CudaLlm::remove`]d.
+    ///
+    /// # Errors
+    /// An empty prompt, a token outside the vocabulary, no free sequence slot, a prompt
+    /// longer than the context, the KV cache full, or a device failure. Other sequences
+    /// are unaffected.
+    pub fn add(&mut self, prompt: &[u32], sampling: Sampling) -> Result<(SeqId, u32), LlmError> {
+        sampling.validate().map_err(LlmError::Invalid)?;
+        self.check_prompt(prompt)?;
+        let dev = self.dev.clone();
+        let _queue = dev.queue();
+        dev.bind()?;
+        let slot = self.table.open()?;
+        let result = self.prefill(slot, prompt, &sampling);
+        match result {
+            Ok(first) => {
+                let mut history = prompt.to_vec();
+                history.push(first);
+                self.seqs[slot] = Some(Seq {
+                    pos: prompt.len(),
+                    last: first,
+                    sampling,
+                    rng: SplitMix64(sampling.seed ^ 0x5eed),
+                    history,
+                });
+                Ok((SeqId(slot), first))
+            }
+            Err(e) => {
+                self.table.close(slot);
+                Err(e)
+            }
+        }
+    }
+
+    fn prefill(&mut self, slot: usize, prompt: &[u32], s: &Sampling) -> Result<u32, LlmError> {
+        self.reserve(slot, prompt.len() + 1)?;
+        let chunk = self.options.prefill_chunk.clamp(1, self.cap);
+        let mut first = 0;
+        for (ci, part) in prompt.chunks(chunk).enumerate() {
+            let start = ci * chunk;
+            let rows: Vec<_> = part
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (t, start + i, slot, Self::temp(s), s.seed))
+                .collect();
+            self.stage_rows(&rows)?;
+            let last = start + part.len() == prompt.len();
+            let m = part.len();
+            self.staged = None;
+            self.enqueue_forward(m, if last { m - 1 } else { m }, last && s.is_plain(), false)?;
+            if last {
+                first = if s.is_plain() {
+                    let at = self.layout.tokens + 4 * (m - 1);
+                    self.download_i32(self.s.rows.ptr() + at as u64, 1)?[0] as u32
+                } else {
+                    let logits = self.download_logits(1)?;
+                    let mut rng = SplitMix64(s.seed ^ 0x5eed);
+                    sample_with_history(&logits[0], s, &mut rng, prompt)
+                };
+            }
+        }
+        Ok(first)
+    }
+
+    /// The logits after `prompt` (the last position's, `vocab` values), without keeping a
+    /// sequence: for scoring and for checks against other runtimes.
+    ///
+    /// # Errors
+    /// As [`CudaLlm::add`].
+    pub fn logits(&mut self, prompt: &[u32]) -> Result<Vec<f32>, LlmError> {
+        let host = Sampling {
+            top_k: 1,
+            ..Sampling::default()
+        };
+        self.check_prompt(prompt)?;
+        let dev = self.dev.clone();
+        let _queue = dev.queue();
+        dev.bind()?;
+        let slot = self.table.open()?;
+        let r = self
+            .prefill(slot, prompt, &host)
+            .and_then(|_| self.download_logits(1));
+        self.table.close(slot);
+        Ok(r?.remove(0))
+    }
+
+    fn check_prompt(&self, prompt: &[u32]) -> Result<(), LlmError> {
+        if prompt.is_empty() {
+            return Err(LlmError::Invalid("the prompt has no tokens".into()));
+        }
+        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= self.shape.vocab) {
+            return Err(LlmError::Invalid(format!(
+                "token {t} is outside the vocabulary of {}",
+                self.shape.vocab
+            )));
+        }
+        Ok(())
+    }
+
+    fn download_i32(&mut self, src: u64, n: usize) -> Result<Vec<i32>, LlmError> {
+        let dst = &mut self.pinned_out.as_mut_slice()[..n * 4];
+        self.dev.download(dst, src)?;
+        self.dev.sync()?;
+        Ok(self.pinned_out.as_slice()[..n * 4]
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    fn download_logits(&mut self, rows: usize) -> Result<Vec<Vec<f32>>, LlmError> {
+        let v = self.shape.vocab;
+        let dst = &mut self.pinned_out.as_mut_slice()[..rows * v * 4];
+        self.dev.download(dst, self.s.logits.ptr())?;
+        self.dev.sync()?;
+        let all = &self.pinned_out.as_slice()[..rows * v * 4];
+        Ok(all
+            .chunks_exact(v * 4)
+            .map(|r| {
+                r.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Removes a sequence and gives its KV blocks back at once.
+    pub fn remove(&mut self, id: SeqId) {
+        self.staged = None;
+        if let Some(s) = self.seqs.get_mut(id.0) {
+            if s.take().is_some() {
+                self.table.close(id.0);
+            }
+        }
+    }
+
+    /// One decode step of every sequence in the engine: returns each one's next token. A
+    /// sequence whose cache cannot grow (context or pool exhausted) fails the step with an
+    /// error naming it; remove it and step again.
+    ///
+    /// # Errors
+    /// As above, or a device failure.
+    pub fn step(&mut self) -> Result<Vec<(SeqId, u32)>, LlmError> {
+        let ids = self.active();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let dev = self.dev.clone();
+        let _queue = dev.queue();
+        dev.bind()?;
+        let mut rows = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let (pos, last, s) = {
+                let q = self.seqs[id.0].as_ref().expect("active");
+                (q.pos, q.last, q.sampling)
+            };
+            self.reserve(id.0, pos + 1).map_err(|e| match e {
+                LlmError::Capacity(m) => LlmError::Capacity(format!("sequence {}: {m}", id.0)),
+                e => e,
+            })?;
+            rows.push((last, pos, id.0, Self::temp(&s), s.seed));
+        }
+        let m = rows.len();
+        let plain = ids.iter().all(|id| {
+            self.seqs[id.0]
+                .as_ref()
+                .is_some_and(|q| q.sampling.is_plain())
+        });
+        let slots: Vec<usize> = ids.iter().map(|i| i.0).collect();
+        if !plain || self.staged.as_ref() != Some(&slots) {
+            self.stage_rows(&rows)?;
+        }
+        self.staged = None;
+        self.run_step(m, plain)?;
+        let next: Vec<u32> = if plain {
+            let t = self.layout.tokens as u64;
+            self.download_i32(self.s.rows.ptr() + t, m)?
+                .into_iter()
+                .map(|t| t as u32)
+                .collect()
+        } else {
+            let logits = self.download_logits(m)?;
+            ids.iter()
+                .zip(&logits)
+                .map(|(id, lg)| {
+                    let q = self.seqs[id.0].as_mut().expect("active");
+                    sample_with_history(lg, &q.sampling, &mut q.rng, &q.history)
+                })
+                .collect()
+        };
+        if plain {
+            // the sampling kernel wrote the tokens and moved the positions on
+            self.staged = Some(slots);
+        }
+        let mut out = Vec::with_capacity(m);
+        for (id, &t) in ids.iter().zip(&next) {
+            let q = self.seqs[id.0].as_mut().expect("active");
+            q.pos += 1;
+            q.last = t;
+            q.history.push(t);
+            out.push((*id, t));
+        }
+        Ok(out)
+    }
+
+    /// Runs a decode step of `m` staged rows: a captured graph when graphs are on.
+    fn run_step(&mut self, m: usize, sample: bool) -> Result<(), LlmError> {
+        if !self.options.graphs {
+            return self.enqueue_forward(m, 0, sample, sample);
+        }
+        if !self.graphs.contains_key(&(m, sample)) {
+            self.dev.begin_capture()?;
+            let enq = self.enqueue_forward(m, 0, sample, sample);
+            let graph = self.dev.end_capture();
+            enq?;
+            self.graphs.insert((m, sample), graph?);
+        }
+        self.dev.replay(&self.graphs[&(m, sample)])?;
+        Ok(())
+    }
+
+    /// Generates up to `max_tokens` after `prompt` for one sequence, calling `on_token` with
+    /// each id as it comes; stops after a token of `stop_ids`.
+    ///
+    /// # Errors
+    /// As [`CudaLlm::add`] and [`CudaLlm::step`]; the sequence is removed either way.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        stop_ids: &[u32],
+        mut on_token: impl FnMut(u32),
+    ) -> Result<GenerationStats, LlmError> {
+        if prompt.len() + max_tokens.max(1) > self.context() {
+            return Err(LlmError::Capacity(format!(
+                "prompt ({}) + max tokens ({max_tokens}) exceed the context of {}",
+                prompt.len(),
+                self.context()
+            )));
+        }
+        let mut stats = GenerationStats {
+            prompt_tokens: prompt.to_vec(),
+            compile_s: self.setup_s,
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let (id, first) = self.add(prompt, *sampling)?;
+        stats.prefill_s = start.elapsed().as_secs_f64();
+        stats.tokens.push(first);
+        on_token(first);
+        let elt = if self.kv_half { 2 } else { 4 };
+        let sh = self.shape;
+        stats.kv_cache_bytes =
+            (prompt.len() + max_tokens) * sh.layers * 2 * sh.kv_heads * sh.head_dim * elt;
+        let result = (|| {
+            if stop_ids.contains(&first) {
+                return Ok(());
+            }
+            let start = Instant::now();
+            while stats.tokens.len() < max_tokens {
+                let step = Instant::now();
+                let out = self.step()?;
+                let t = out
+                    .iter()
+                    .find(|(i, _)| *i == id)
+                    .map(|(_, t)| *t)
+                    .ok_or_else(|| LlmError::Invalid("the sequence left the batch".into()))?;
+                stats.decode_steps += 1;
+                stats.step_s.push(step.elapsed().as_secs_f64());
+                stats.tokens.push(t);
+                on_token(t);
+                if stop_ids.contains(&t) {
+                    break;
+                }
+            }
+            stats.decode_s = start.elapsed().as_secs_f64();
+            Ok(())
+        })();
+        self.remove(id);
+        result.map(|()| stats)
+    }
+}

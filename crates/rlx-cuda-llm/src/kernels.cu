@@ -1,0 +1,494 @@
+// rlx-cuda-llm: the kernels of Llama-family decoding on CUDA. Weights stay in their stored
+// format (f32, f16, bf16 or a GGML block format) and are dequantized 8 values at a time
+// inside the matrix-vector products; activations are f32; the KV cache is paged (blocks of
+// BS rows, a block table per sequence) in f16 or f32. Every scalar parameter is 8 bytes
+// (long long or double) so the host passes all arguments as 64-bit words. Positions, tokens
+// and sequence slots live in device memory, so one captured CUDA graph serves every step.
+#define D __device__ __forceinline__
+typedef unsigned char u8;
+typedef long long i64;
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+// Programmatic dependent launch (sm_90+): every kernel first waits until the kernel before it
+// has finished and its writes are visible, then lets the next one be scheduled at once, so
+// launch latency overlaps the running kernel. No-ops when launched normally.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GRID_WAIT() asm volatile("griddepcontrol.wait;\n griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define GRID_WAIT()
+#endif
+
+D float h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+D unsigned short f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+D float bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
+D float ldh(const u8* p) { return h2f(*(const unsigned short*)p); }
+D float warp_sum(float v) { for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s); return v; }
+D float warp_max(float v) { for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s)); return v; }
+
+// Weight formats (the host's `QuantFormat` order).
+#define F_F32 0
+#define F_F16 1
+#define F_BF16 2
+#define F_Q8_0 3
+#define F_Q4_0 4
+#define F_Q4_1 5
+#define F_Q4K 6
+#define F_Q5K 7
+#define F_Q6K 8
+
+D void scale_min_k4(int j, const u8* q, int* sc, int* m) {
+  if (j < 4) { *sc = q[j] & 63; *m = q[j + 4] & 63; }
+  else { *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+}
+
+// Values i..i+7 (i a multiple of 8) of a row stored in format FMT.
+template <int FMT> D void deq8(const u8* row, i64 i, float* v) {
+  if (FMT == F_F32) {
+    const float4* p = (const float4*)(row + i * 4);
+    float4 a = __ldg(p), b = __ldg(p + 1);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+  } else if (FMT == F_F16 || FMT == F_BF16) {
+    uint4 q = __ldg((const uint4*)(row + i * 2));
+    unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      if (FMT == F_F16) { v[2 * j] = h2f(w[j] & 0xffff); v[2 * j + 1] = h2f(w[j] >> 16); }
+      else { v[2 * j] = __uint_as_float(w[j] << 16); v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u); }
+    }
+  } else if (FMT == F_Q8_0) {
+    const u8* p = row + (i >> 5) * 34;
+    float d = ldh(p);
+    const unsigned short* q = (const unsigned short*)(p + 2 + (i & 31));
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      unsigned short w = q[j];
+      v[2 * j] = d * (float)(signed char)(w & 0xff);
+      v[2 * j + 1] = d * (float)(signed char)(w >> 8);
+    }
+  } else if (FMT == F_Q4_0 || FMT == F_Q4_1) {
+    const int bb = FMT == F_Q4_0 ? 18 : 20;
+    const u8* p = row + (i >> 5) * bb;
+    float d = ldh(p), m = FMT == F_Q4_0 ? -8.0f * d : ldh(p + 2);
+    int off = (int)(i & 31);
+    const unsigned short* q = (const unsigned short*)(p + (FMT == F_Q4_0 ? 2 : 4) + (off & 15));
+    int shift = off >= 16 ? 4 : 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      unsigned short w = q[j];
+      v[2 * j] = d * (float)(((w & 0xff) >> shift) & 0xF) + m;
+      v[2 * j + 1] = d * (float)(((w >> 8) >> shift) & 0xF) + m;
+    }
+  } else if (FMT == F_Q4K || FMT == F_Q5K) {
+    const int bb = FMT == F_Q4K ? 144 : 176;
+    const u8* p = row + (i >> 8) * bb;
+    float d = ldh(p), dmin = ldh(p + 2);
+    int off = (int)(i & 255), j = off >> 6, l = off & 63, hi = l >= 32;
+    int sc, mn;
+    scale_min_k4(2 * j + hi, p + 4, &sc, &mn);
+    float d1 = d * sc, m1 = dmin * mn;
+    const u8* qs = p + (FMT == F_Q4K ? 16 : 48) + 32 * j + (l & 31);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+      int q = hi ? (qs[t] >> 4) : (qs[t] & 0xF);
+      if (FMT == F_Q5K) {
+        const u8* qh = p + 16 + (l & 31);
+        q += (qh[t] & ((hi ? 2 : 1) << (2 * j))) ? 16 : 0;
+      }
+      v[t] = d1 * (float)q - m1;
+    }
+  } else {  // F_Q6K
+    const u8* p = row + (i >> 8) * 210;
+    float d = ldh(p + 208);
+    int off = (int)(i & 255), n = off >> 7, t = off & 127, quarter = t >> 5, l = t & 31;
+    const u8* ql = p + 64 * n;
+    const u8* qh = p + 128 + 32 * n;
+    const signed char* sc = (const signed char*)(p + 192 + 8 * n);
+    float s = d * (float)sc[(l >> 4) + 2 * quarter];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      int ll = l + u;
+      int lo = (quarter & 1) ? ql[ll + 32] : ql[ll];
+      lo = (quarter >= 2) ? (lo >> 4) : (lo & 0xF);
+      int h = (qh[ll] >> (2 * quarter)) & 3;
+      v[u] = s * (float)((lo | (h << 4)) - 32);
+    }
+  }
+}
+
+// Input forms of the matrix-vector product.
+#define IN_PLAIN 0
+#define IN_SWIGLU 1  // x = silu(g) * u, g and u the two halves of a row of 2k values
+#define IN_GEGLU 2   // x = gelu_tanh(g) * u
+// Output forms.
+#define OUT_STORE 0  // y = W x (+ bias)
+#define OUT_ADD 1    // y += W x (the residual stream)
+#define OUT_QKV 2    // q (roped) to y; k (roped) and v into the paged cache
+
+D float silu(float g) { return g / (1.0f + __expf(-g)); }
+D float gelu_tanh(float g) { return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))); }
+
+D void load_x8(const float* x, int in_mode, i64 k, i64 i, float* xv) {
+  if (in_mode == IN_PLAIN) {
+    float4 a = *(const float4*)(x + i), b = *(const float4*)(x + i + 4);
+    xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w; xv[4] = b.x; xv[5] = b.y; xv[6] = b.z; xv[7] = b.w;
+  } else {
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+      float g = x[i + t], u = x[k + i + t];
+      xv[t] = (in_mode == IN_SWIGLU ? silu(g) : gelu_tanh(g)) * u;
+    }
+  }
+}
+
+// Where the KV cache row of (sequence slot, position, kv head) starts: a layer's pool is
+// [blocks][2][kv_heads][BS][hd]; which = 0 for K, 1 for V.
+D i64 kv_offset(const int* table, i64 max_blocks, i64 slot, i64 pos, i64 which, i64 head,
+                i64 kvh, i64 bs, i64 hd) {
+  i64 blk = table[slot * max_blocks + pos / bs];
+  return (((blk * 2 + which) * kvh + head) * bs + pos % bs) * hd;
+}
+
+struct QkvArgs {
+  const float* bias;      // [qd + 2 kvd] or null
+  const float* inv_freq;  // [hd / 2] or null (no rope)
+  const int* pos;         // [m]
+  const int* slot;        // [m]
+  const int* table;       // [slots][max_blocks]
+  void* cache;            // this layer's pool
+  i64 qd, kvd, hd, kvh, bs, max_blocks, kv_half;
+};
+
+D void store_kv(const QkvArgs& a, int r, i64 row, float v) {
+  i64 which = row >= a.kvd ? 1 : 0;
+  i64 rr = row - which * a.kvd;
+  i64 off = kv_offset(a.table, a.max_blocks, a.slot[r], a.pos[r], which, rr / a.hd, a.kvh, a.bs, a.hd) + rr % a.hd;
+  if (a.kv_half) ((unsigned short*)a.cache)[off] = f2h(v);
+  else ((float*)a.cache)[off] = v;
+}
+
+// One warp computes two adjacent output rows for MR token rows (grid.y walks groups of MR
+// token rows), reading each weight row once per group. Rows of x are k apart (2k for the
+// gated input forms); rows of y are y_stride apart.
+template <int FMT, int MR>
+D void gemv(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
+            const float* __restrict__ x, i64 m, i64 in_mode,
+            float* y, i64 y_stride, i64 out_mode, const QkvArgs& qa,
+            const float* __restrict__ norm_w, float eps) {
+  GRID_WAIT();
+  const int lane = threadIdx.x & 31;
+  const i64 row = 2 * ((i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
+  if (row >= n) return;
+  const i64 r0 = (i64)blockIdx.y * MR;
+  const int rows = (int)min((i64)MR, m - r0);
+  // RMSNorm of the input rows folded into the loads: x * inv[r] * norm_w
+  float inv[MR];
+#pragma unroll
+  for (int r = 0; r < MR; r++) {
+    inv[r] = 1.0f;
+    if (norm_w && r < rows) {
+      const float* xr = x + (r0 + r) * k;
+      float ss = 0.0f;
+      for (i64 i = lane * 4; i < k; i += 128) {
+        float4 v = *(const float4*)(xr + i);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      }
+      inv[r] = rsqrtf(warp_sum(ss) / (float)k + eps);
+    }
+  }
+  const bool two = row + 1 < n;
+  const u8* w0 = w + row * row_bytes;
+  const u8* w1 = two ? w0 + row_bytes : w0;
+  const i64 xs = in_mode == IN_PLAIN ? k : 2 * k;
+  float acc0[MR], acc1[MR];
+#pragma unroll
+  for (int r = 0; r < MR; r++) { acc0[r] = 0.0f; acc1[r] = 0.0f; }
+#pragma unroll 2
+  for (i64 i = lane * 8; i < k; i += 256) {
+    float a[8], b[8], nw[8];
+    deq8<FMT>(w0, i, a);
+    deq8<FMT>(w1, i, b);
+    if (norm_w) {
+      float4 p = *(const float4*)(norm_w + i), q = *(const float4*)(norm_w + i + 4);
+      nw[0] = p.x; nw[1] = p.y; nw[2] = p.z; nw[3] = p.w; nw[4] = q.x; nw[5] = q.y; nw[6] = q.z; nw[7] = q.w;
+    }
+#pragma unroll
+    for (int r = 0; r < MR; r++) {
+      if (r < rows) {
+        float xv[8];
+        load_x8(x + (r0 + r) * xs, (int)in_mode, k, i, xv);
+        if (norm_w) {
+#pragma unroll
+          for (int t = 0; t < 8; t++) xv[t] *= inv[r] * nw[t];
+        }
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; t++) { s0 = fmaf(a[t], xv[t], s0); s1 = fmaf(b[t], xv[t], s1); }
+        acc0[r] += s0;
+        acc1[r] += s1;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < MR; r++) { acc0[r] = warp_sum(acc0[r]); acc1[r] = warp_sum(acc1[r]); }
+  // lane r writes token row r (MR <= 32)
+#pragma unroll
+  for (int r = 0; r < MR; r++) {
+    if (lane != r || r >= rows) continue;
+    const i64 tr = r0 + r;
+    const i64 g = row0 + row;  // row in the launch's whole output space
+    float v0 = acc0[r], v1 = acc1[r];
+    if (out_mode == OUT_STORE) {
+      if (qa.bias) { v0 += qa.bias[g]; if (two) v1 += qa.bias[g + 1]; }
+      y[tr * y_stride + g] = v0;
+      if (two) y[tr * y_stride + g + 1] = v1;
+    } else if (out_mode == OUT_ADD) {
+      y[tr * y_stride + g] += v0;
+      if (two) y[tr * y_stride + g + 1] += v1;
+    } else {  // OUT_QKV: rows come in (even, odd) rope pairs within a head
+      if (qa.bias) { v0 += qa.bias[g]; v1 += qa.bias[g + 1]; }
+      if (qa.inv_freq && g < qa.qd + qa.kvd) {
+        const i64 d = (g < qa.qd ? g : g - qa.qd) % qa.hd;
+        float sn, cs;
+        sincosf((float)qa.pos[tr] * qa.inv_freq[d >> 1], &sn, &cs);
+        float o0 = v0 * cs - v1 * sn, o1 = v0 * sn + v1 * cs;
+        v0 = o0; v1 = o1;
+      }
+      if (g < qa.qd) {
+        y[tr * y_stride + g] = v0;
+        y[tr * y_stride + g + 1] = v1;
+      } else {
+        store_kv(qa, (int)tr, g - qa.qd, v0);
+        store_kv(qa, (int)tr, g - qa.qd + 1, v1);
+      }
+    }
+  }
+}
+
+#define GEMV_KERNEL(NAME, FMT, MR)                                                              \
+  extern "C" __global__ void __launch_bounds__(128) NAME(                                      \
+      const u8* w, i64 row_bytes, i64 n, i64 k, i64 row0, const float* x, i64 m, i64 in_mode,  \
+      float* y, i64 y_stride, i64 out_mode, const float* bias, const float* inv_freq,           \
+      const int* pos, const int* slot, const int* table, void* cache, i64 qd, i64 kvd, i64 hd, \
+      i64 kvh, i64 bs, i64 max_blocks, i64 kv_half, const float* norm_w, double eps) {          \
+    QkvArgs qa = {bias, inv_freq, pos, slot, table, cache, qd, kvd, hd, kvh, bs, max_blocks, kv_half}; \
+    gemv<FMT, MR>(w, row_bytes, n, k, row0, x, m, in_mode, y, y_stride, out_mode, qa, norm_w,    \
+                  (float)eps);                                                                   \
+  }
+// One format's products; the host appends `GEMV_FORMAT(...)` and `EMBED_KERNEL(...)` lines for
+// the formats a model stores (see `kernel_source`), so only those are compiled.
+#define GEMV_FORMAT(SUFFIX, FMT) \
+  GEMV_KERNEL(gemv1_##SUFFIX, FMT, 1) GEMV_KERNEL(gemv4_##SUFFIX, FMT, 4) GEMV_KERNEL(gemv8_##SUFFIX, FMT, 8)
+
+// The embedding rows of m tokens, dequantized from the table's format and scaled.
+template <int FMT> D void embed(const u8* table, i64 row_bytes, const int* tokens, float* x, i64 k, double scale) {
+  GRID_WAIT();
+  const u8* row = table + (i64)tokens[blockIdx.x] * row_bytes;
+  float* xr = x + (i64)blockIdx.x * k;
+  for (i64 i = threadIdx.x * 8; i < k; i += blockDim.x * 8) {
+    float v[8];
+    deq8<FMT>(row, i, v);
+#pragma unroll
+    for (int t = 0; t < 8; t++) xr[i + t] = v[t] * (float)scale;
+  }
+}
+#define EMBED_KERNEL(SUFFIX, FMT)                                                                   \
+  extern "C" __global__ void embed_##SUFFIX(const u8* table, i64 row_bytes, const int* tokens, float* x, \
+                                            i64 k, double scale) {                                  \
+    embed<FMT>(table, row_bytes, tokens, x, k, scale);                                              \
+  }
+
+// Attention of m query rows over their sequences' cached rows 0..pos (causal), split over
+// the sequence: block (split, head + heads * row) takes positions [split * 128, +128). Each
+// of its four warps scores 32 positions at once (a lane per position, whole K rows read as
+// 16-byte vectors), then accumulates their V rows with lanes over the head dimension. A
+// sequence within one split writes its output directly; otherwise each block leaves its
+// running max, sum and unnormalised output in `part` ([m][heads][splits][hd + 2]) and the
+// last block of the (row, head) to finish merges them (a ticket in `tickets`, reset after).
+#define ATT_WARPS 4
+#define ATT_SPLIT 128
+#define MAX_DL 8  // head_dim / 32 values per lane (head_dim a multiple of 32, at most 256)
+template <bool HALF>
+D void attention_split(const float* q, const void* cache, const int* table, const int* pos,
+                       const int* slot, float* part, float* out, int* tickets, i64 heads, i64 kvh,
+                       i64 hd, i64 bs, i64 max_blocks, i64 splits, float scale) {
+  GRID_WAIT();
+  __shared__ float sq[256];
+  __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], so[ATT_WARPS][256];
+  __shared__ int last;
+  const i64 s = blockIdx.x, h = blockIdx.y % heads, r = blockIdx.y / heads;
+  const i64 len = (i64)pos[r] + 1;
+  const i64 start = s * ATT_SPLIT;
+  if (start >= len) return;
+  const i64 used = (len + ATT_SPLIT - 1) / ATT_SPLIT;
+  const i64 end = min(len, start + ATT_SPLIT);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const i64 kh = h / (heads / kvh);
+  const i64 qd = heads * hd;
+  for (i64 d = threadIdx.x; d < hd; d += blockDim.x) sq[d] = q[r * qd + h * hd + d] * scale;
+  __syncthreads();
+  const i64 p0 = start + wid * 32;
+  const i64 p = p0 + lane;
+  const bool valid = p < end;
+  float sc = -INFINITY;
+  i64 ko = 0;
+  if (valid) {
+    ko = kv_offset(table, max_blocks, slot[r], p, 0, kh, kvh, bs, hd);
+    float acc = 0.0f;
+    for (i64 d = 0; d < hd; d += 8) {
+      float kv[8];
+      if (HALF) {
+        uint4 u = *(const uint4*)((const unsigned short*)cache + ko + d);
+        unsigned w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int t = 0; t < 4; t++) { kv[2 * t] = h2f(w4[t] & 0xffff); kv[2 * t + 1] = h2f(w4[t] >> 16); }
+      } else {
+        const float4* f = (const float4*)((const float*)cache + ko + d);
+        float4 a = f[0], b = f[1];
+        kv[0] = a.x; kv[1] = a.y; kv[2] = a.z; kv[3] = a.w; kv[4] = b.x; kv[5] = b.y; kv[6] = b.z; kv[7] = b.w;
+      }
+#pragma unroll
+      for (int t = 0; t < 8; t++) acc = fmaf(sq[d + t], kv[t], acc);
+    }
+    sc = acc;
+  }
+  const float mw = warp_max(sc);
+  const float e = valid ? __expf(sc - mw) : 0.0f;
+  const float lw = warp_sum(e);
+  const i64 vo = ko + kvh * bs * hd;  // the V half of the same block
+  const int nv = (int)max((i64)0, min((i64)32, end - p0));
+  float o[MAX_DL];
+#pragma unroll
+  for (int t = 0; t < MAX_DL; t++) o[t] = 0.0f;
+  const int dpl = (int)(hd >> 5);
+#pragma unroll 4
+  for (int j = 0; j < nv; j++) {
+    const float pj = __shfl_sync(0xffffffffu, e, j);
+    const long long vj = __shfl_sync(0xffffffffu, (long long)vo, j);
+#pragma unroll
+    for (int t = 0; t < MAX_DL; t++) {
+      const i64 d = (i64)lane * dpl + t;
+      if (t < dpl && d < hd) {
+        float vv = HALF ? h2f(((const unsigned short*)cache)[vj + d]) : ((const float*)cache)[vj + d];
+        o[t] = fmaf(pj, vv, o[t]);
+      }
+    }
+  }
+  if (lane == 0) { sm[wid] = mw; sl[wid] = lw; }
+#pragma unroll
+  for (int t = 0; t < MAX_DL; t++) {
+    const i64 d = (i64)lane * dpl + t;
+    if (t < dpl && d < hd) so[wid][d] = o[t];
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w2 = 0; w2 < ATT_WARPS; w2++) M = fmaxf(M, sm[w2]);
+  float f[ATT_WARPS], L = 0.0f;
+  for (int w2 = 0; w2 < ATT_WARPS; w2++) {
+    f[w2] = sm[w2] == -INFINITY ? 0.0f : __expf(sm[w2] - M);
+    L += sl[w2] * f[w2];
+  }
+  float* dst = out + r * qd + h * hd;
+  if (used == 1) {
+    for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
+      float acc = 0.0f;
+      for (int w2 = 0; w2 < ATT_WARPS; w2++) acc += so[w2][d] * f[w2];
+      dst[d] = acc / L;
+    }
+    return;
+  }
+  float* mine = part + ((r * heads + h) * splits + s) * (hd + 2);
+  if (threadIdx.x == 0) { mine[0] = M; mine[1] = L; }
+  for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int w2 = 0; w2 < ATT_WARPS; w2++) acc += so[w2][d] * f[w2];
+    mine[2 + d] = acc;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int t = atomicAdd(tickets + r * heads + h, 1);
+    last = t == (int)used - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* all = part + (r * heads + h) * splits * (hd + 2);
+  float GM = -INFINITY;
+  for (i64 u = 0; u < used; u++) GM = fmaxf(GM, __ldcg(all + u * (hd + 2)));
+  float GL = 0.0f;
+  for (i64 u = 0; u < used; u++) GL += __ldcg(all + u * (hd + 2) + 1) * __expf(__ldcg(all + u * (hd + 2)) - GM);
+  for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.0f;
+    for (i64 u = 0; u < used; u++) acc += __ldcg(all + u * (hd + 2) + 2 + d) * __expf(__ldcg(all + u * (hd + 2)) - GM);
+    dst[d] = acc / GL;
+  }
+  if (threadIdx.x == 0) tickets[r * heads + h] = 0;
+}
+#define ATT_KERNEL(NAME, HALF)                                                                     \
+  extern "C" __global__ void __launch_bounds__(128) NAME(                                         \
+      const float* q, const void* cache, const int* table, const int* pos, const int* slot,        \
+      float* part, float* out, int* tickets, i64 heads, i64 kvh, i64 hd, i64 bs, i64 max_blocks,   \
+      i64 splits, double scale) {                                                                  \
+    attention_split<HALF>(q, cache, table, pos, slot, part, out, tickets, heads, kvh, hd, bs,     \
+                          max_blocks, splits, (float)scale);                                       \
+  }
+ATT_KERNEL(attention_f32, false)
+ATT_KERNEL(attention_f16, true)
+
+// A 64-bit mix (splitmix64's finaliser) for counter-based random numbers.
+D unsigned long long mix64(unsigned long long z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Picks the next token of each of m rows of logits: argmax at temperature 0 (lowest index on
+// ties), else argmax of logits / T plus Gumbel noise (an exact sample of softmax(logits / T))
+// from a counter-based generator keyed by (seed, position), so a sequence draws the same
+// numbers whatever batch it runs in. Writes tokens[r]; when `advance`, moves pos[r] on by one
+// (decode steps replayed from a graph).
+extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* logits, i64 vocab, int* tokens,
+                                                               int* pos, const float* temps,
+                                                               const long long* seeds, i64 advance) {
+  GRID_WAIT();
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const i64 r = blockIdx.x;
+  const float* lr = logits + r * vocab;
+  const float inv_t = temps[r] > 0.0f ? 1.0f / temps[r] : 0.0f;
+  const unsigned long long key = mix64((unsigned long long)seeds[r] ^ mix64((unsigned long long)pos[r] * 0x9e3779b97f4a7c15ULL));
+  float best = -INFINITY;
+  int bi = 0x7fffffff;
+  for (i64 i = threadIdx.x; i < vocab; i += blockDim.x) {
+    float v = lr[i];
+    if (inv_t > 0.0f) {
+      unsigned long long z = mix64(key + (unsigned long long)i);
+      float u = ((float)(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
+      v = v * inv_t - __logf(-__logf(u));
+    }
+    if (v > best || (v == best && (int)i < bi)) { best = v; bi = (int)i; }
+  }
+  for (int s = 16; s > 0; s >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, best, s);
+    int oi = __shfl_xor_sync(0xffffffffu, bi, s);
+    if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
+  }
+  if ((threadIdx.x & 31) == 0) { sv[threadIdx.x >> 5] = best; si[threadIdx.x >> 5] = bi; }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int nw = blockDim.x >> 5;
+    best = threadIdx.x < nw ? sv[threadIdx.x] : -INFINITY;
+    bi = threadIdx.x < nw ? si[threadIdx.x] : 0x7fffffff;
+    for (int s = 16; s > 0; s >>= 1) {
+      float ov = __shfl_xor_sync(0xffffffffu, best, s);
+      int oi = __shfl_xor_sync(0xffffffffu, bi, s);
+      if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
+    }
+    if (threadIdx.x == 0) {
+      tokens[r] = bi;
+      if (advance) pos[r] += 1;
+    }
+  }
+}

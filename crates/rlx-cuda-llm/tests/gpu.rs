@@ -1,0 +1,466 @@
+//! The CUDA LLM engine against references: NVRTC compiles every kernel (no GPU needed); on
+//! a GPU, the dequantizing matrix-vector kernels of every weight format match an f64
+//! product of the host's dequantized weights, and whole random-weight Llama folders written
+//! as transformers writes them generate the same greedy tokens as the CPU graph path (f32),
+//! with logits within tolerance (f16, bf16), alone and batched with other sequences.
+
+use rlx_cuda::codegen::Launch;
+use rlx_cuda::device::CudaDevice;
+use rlx_cuda::memory::DeviceMemory;
+use rlx_cuda_llm::{format_suffix, kernel_source, CudaLlm, LlmOptions};
+use rlx_driver::testing::skip;
+use rlx_driver::Device;
+use rlx_gguf::QuantFormat;
+use rlx_ir::{Graph, SplitMix64, Tensor};
+use rlx_models::llama::sample::RandomLlama;
+use rlx_models::llama::{Generator, Llama, Runner, Sampling, Stage};
+use rlx_runtime::{CompileOptions, CompiledGraph, Session};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn gpu(test: &str) -> Option<Arc<CudaDevice>> {
+    match CudaDevice::get() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            skip(test, &format!("no CUDA device ({e})"));
+            None
+        }
+    }
+}
+
+#[test]
+fn kernels_compile_with_nvrtc() {
+    if let Err(e) = rlx_cuda::nvrtc::nvrtc_present() {
+        skip("kernels_compile_with_nvrtc", &e);
+        return;
+    }
+    // every format once, for the architecture of the GPU machine (Hopper)
+    let opts = rlx_cuda::nvrtc::options("sm_90");
+    if let Err(log) = rlx_cuda::nvrtc::compile("rlx_llm", &kernel_source(&QuantFormat::ALL), &opts)
+    {
+        panic!("{log}");
+    }
+}
+
+/// Random packed rows of `format`: valid (small, finite) scales, random quants.
+fn random_rows(format: QuantFormat, n: usize, k: usize, rng: &mut SplitMix64) -> Vec<u8> {
+    let mut f32s = |count: usize| -> Vec<f32> {
+        (0..count)
+            .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
+            .collect()
+    };
+    match format {
+        QuantFormat::F32 => return f32s(n * k).iter().flat_map(|x| x.to_le_bytes()).collect(),
+        QuantFormat::F16 => {
+            return f32s(n * k)
+                .iter()
+                .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                .collect()
+        }
+        QuantFormat::BF16 => {
+            return f32s(n * k)
+                .iter()
+                .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+                .collect()
+        }
+        _ => {}
+    }
+    let bytes = format.bytes_for(n * k).unwrap();
+    let mut b: Vec<u8> = (0..bytes).map(|_| (rng.next_u64() & 0xff) as u8).collect();
+    let scales: &[usize] = match format {
+        QuantFormat::Q8_0 | QuantFormat::Q4_0 => &[0],
+        QuantFormat::Q6K => &[208],
+        _ => &[0, 2],
+    };
+    for block in b.chunks_exact_mut(format.block_bytes()) {
+        for &at in scales {
+            let s = half::f16::from_f32((rng.next_f64() * 0.02 + 0.001) as f32);
+            block[at..at + 2].copy_from_slice(&s.to_le_bytes());
+        }
+    }
+    b
+}
+
+#[test]
+fn gemv_kernels_match_dequantized_weights() {
+    let Some(dev) = gpu("gemv_kernels_match_dequantized_weights") else {
+        return;
+    };
+    let mem = DeviceMemory::get().unwrap();
+    let _q = dev.queue();
+    dev.bind().unwrap();
+    let f = dev.facts.compute_capability;
+    let source = kernel_source(&QuantFormat::ALL);
+    let cubin =
+        rlx_cuda::nvrtc::compile_cached("rlx_llm", &source, &format!("sm_{}{}", f.0, f.1)).unwrap();
+    let module = dev.load_module(&cubin.image).unwrap();
+    let (n, k) = (70, 768);
+    let mut rng = SplitMix64(7);
+    let mut failures = Vec::new();
+    for format in QuantFormat::ALL {
+        let w = random_rows(format, n, k, &mut rng);
+        let mut deq = vec![0f32; n * k];
+        format.dequantize(&w, &mut deq);
+        for m in [1usize, 3, 8, 11] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
+                .collect();
+            // odd m: the input rows go through an RMSNorm folded into the loads
+            let norm = m % 2 == 1;
+            let nw: Vec<f32> = (0..k).map(|_| (0.5 + rng.next_f64()) as f32).collect();
+            let eps = 1e-5f64;
+            let xn: Vec<f64> = if norm {
+                x.chunks(k)
+                    .flat_map(|row| {
+                        let ss: f64 = row.iter().map(|v| (*v as f64).powi(2)).sum();
+                        let inv = 1.0 / (ss / k as f64 + eps).sqrt();
+                        row.iter()
+                            .zip(&nw)
+                            .map(move |(v, w)| *v as f64 * inv * *w as f64)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            } else {
+                x.iter().map(|v| *v as f64).collect()
+            };
+            let nwd = mem.alloc(k * 4).unwrap();
+            let nwb: Vec<u8> = nw.iter().flat_map(|v| v.to_le_bytes()).collect();
+            dev.upload(nwd.ptr(), &nwb).unwrap();
+            let wd = mem.alloc(w.len()).unwrap();
+            let xd = mem.alloc(x.len() * 4).unwrap();
+            let yd = mem.alloc(m * n * 4).unwrap();
+            dev.upload(wd.ptr(), &w).unwrap();
+            let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            dev.upload(xd.ptr(), &xb).unwrap();
+            let mr = match m {
+                1 => 1,
+                2..=4 => 4,
+                _ => 8,
+            };
+            let name = format!("gemv{mr}_{}", format_suffix(format));
+            let func = module.function(&name, 0).unwrap();
+            let launch = Launch {
+                grid: [n.div_ceil(8) as u32, m.div_ceil(mr) as u32],
+                block: 128,
+                shared_bytes: 0,
+            };
+            let row_bytes = format.bytes_for(k).unwrap() as u64;
+            let mut args = vec![
+                wd.ptr(),
+                row_bytes,
+                n as u64,
+                k as u64,
+                0,
+                xd.ptr(),
+                m as u64,
+                0,
+                yd.ptr(),
+                n as u64,
+                0,
+            ];
+            args.extend([0u64; 13]);
+            args.push(if norm { nwd.ptr() } else { 0 });
+            args.push(eps.to_bits());
+            dev.launch(&func, &launch, &args, &name).unwrap();
+            let mut yb = vec![0u8; m * n * 4];
+            dev.download(&mut yb, yd.ptr()).unwrap();
+            dev.sync().unwrap();
+            let y: Vec<f32> = yb
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            for r in 0..m {
+                for o in 0..n {
+                    let (mut exact, mut mag) = (0f64, 0f64);
+                    for i in 0..k {
+                        let p = deq[o * k + i] as f64 * xn[r * k + i];
+                        exact += p;
+                        mag += p.abs();
+                    }
+                    let got = y[r * n + o] as f64;
+                    if (got - exact).abs() > 1e-5 * mag + 1e-6 {
+                        failures.push(format!("{format} m={m} row {r} out {o}: {got} vs {exact}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mismatches, first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+}
+
+/// The CPU graph path as the reference.
+struct CpuRunner {
+    session: Session,
+    graphs: Vec<CompiledGraph>,
+}
+
+impl Runner for CpuRunner {
+    fn set_param(&mut self, name: &str, value: Arc<Tensor>) {
+        self.session.params().set(name, value);
+    }
+    fn compile(&mut self, graph: &Graph) -> Result<usize, String> {
+        let g = self
+            .session
+            .compile(graph, CompileOptions::default())
+            .map_err(|e| e.to_string())?;
+        self.graphs.push(g);
+        Ok(self.graphs.len() - 1)
+    }
+    fn run(
+        &mut self,
+        handle: usize,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<Vec<(String, Tensor)>, String> {
+        self.graphs[handle].run(inputs).map_err(|e| e.to_string())
+    }
+}
+
+fn cpu_runner() -> CpuRunner {
+    CpuRunner {
+        session: Session::new(Device::Cpu).unwrap(),
+        graphs: Vec::new(),
+    }
+}
+
+fn folder(tag: &str, spec: &RandomLlama) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rlx-cuda-llm-{tag}-{}", std::process::id()));
+    spec.write(&dir).unwrap();
+    dir
+}
+
+/// The last position's logits of `prompt` on the CPU graph path.
+fn cpu_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
+    let mut runner = cpu_runner();
+    for (name, t) in &model.params {
+        runner.set_param(name, t.clone());
+    }
+    let g = model
+        .build_graph(Stage::Prefill {
+            tokens: prompt.len(),
+        })
+        .unwrap();
+    let h = runner.compile(&g).unwrap();
+    let c = &model.config;
+    let t = prompt.len();
+    let mut x = vec![0f32; t * c.hidden];
+    for (i, &tok) in prompt.iter().enumerate() {
+        model
+            .embed(tok, &mut x[i * c.hidden..(i + 1) * c.hidden])
+            .unwrap();
+    }
+    let half = c.head_dim / 2;
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for p in 0..t {
+        for i in 0..half {
+            let th = p as f64 * c.inv_freq(i);
+            cos.push(th.cos() as f32);
+            sin.push(th.sin() as f32);
+        }
+    }
+    let g = c.group();
+    let mut mask = vec![f32::NEG_INFINITY; g * t * t];
+    for r in 0..g * t {
+        mask[r * t..r * t + r % t + 1].fill(0.0);
+    }
+    let mut inputs = HashMap::new();
+    inputs.insert("x".into(), Tensor::from_f32(&[t, c.hidden], x).unwrap());
+    inputs.insert(
+        "cos".into(),
+        Tensor::from_f32(&[t, 1, half, 1], cos).unwrap(),
+    );
+    inputs.insert(
+        "sin".into(),
+        Tensor::from_f32(&[t, 1, half, 1], sin).unwrap(),
+    );
+    inputs.insert("mask".into(), Tensor::from_f32(&[g * t, t], mask).unwrap());
+    let out = runner.run(h, &inputs).unwrap();
+    out.into_iter()
+        .find(|(n, _)| n == "logits")
+        .unwrap()
+        .1
+        .as_f32()
+        .unwrap()
+        .to_vec()
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths");
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+#[test]
+fn random_folders_match_the_cpu_graph_path() {
+    if gpu("random_folders_match_the_cpu_graph_path").is_none() {
+        return;
+    }
+    let prompt: Vec<u32> = (0..13).map(|i| 2 + (i * 37) % 250).collect();
+    for (dtype, tol) in [
+        (safetensors::Dtype::F32, 1e-4),
+        (safetensors::Dtype::F16, 3e-3),
+        (safetensors::Dtype::BF16, 3e-3),
+    ] {
+        for tied in [false, true] {
+            let spec = RandomLlama {
+                dtype,
+                tied,
+                ..RandomLlama::default()
+            };
+            let dir = folder(&format!("{dtype:?}-{tied}"), &spec);
+            let model = Llama::open(&dir).unwrap();
+            let options = LlmOptions {
+                max_sequences: 4,
+                prefill_chunk: 5,
+                ..Default::default()
+            };
+            let mut gpu = CudaLlm::new(&model, options).unwrap();
+            let want = cpu_logits(&model, &prompt);
+            let got = gpu.logits(&prompt).unwrap();
+            let err = rel_l2(&got, &want);
+            assert!(err < tol, "{dtype:?} tied={tied}: logits rel L2 {err}");
+            if dtype == safetensors::Dtype::F32 {
+                let mut cpu = Generator::new(&model, cpu_runner());
+                cpu.stop_ids.clear();
+                let greedy = Sampling::default();
+                let want = cpu.generate(&prompt, 32, &greedy, |_| {}).unwrap();
+                let got = gpu.generate(&prompt, 32, &greedy, &[], |_| {}).unwrap();
+                assert_eq!(got.tokens, want.tokens, "tied={tied}: greedy tokens");
+                // without graphs (every kernel launched each step) the same tokens
+                let options = LlmOptions {
+                    graphs: false,
+                    ..Default::default()
+                };
+                let mut eager = CudaLlm::new(&model, options).unwrap();
+                let again = eager.generate(&prompt, 32, &greedy, &[], |_| {}).unwrap();
+                assert_eq!(again.tokens, want.tokens, "eager steps");
+            }
+            std::fs::remove_dir_all(&dir).ok();
+        }
+    }
+}
+
+#[test]
+fn batched_sequences_match_their_single_runs() {
+    if gpu("batched_sequences_match_their_single_runs").is_none() {
+        return;
+    }
+    let dir = folder("batch", &RandomLlama::default());
+    let model = Llama::open(&dir).unwrap();
+    let mut e = CudaLlm::new(
+        &model,
+        LlmOptions {
+            max_sequences: 4,
+            prefill_chunk: 7,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..3).map(|i| 5 + i).collect(),
+        (0..17).map(|i| 2 + (i * 11) % 200).collect(),
+        (0..9).map(|i| 100 + i).collect(),
+    ];
+    let greedy = Sampling::default();
+    let single: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| e.generate(p, 12, &greedy, &[], |_| {}).unwrap().tokens)
+        .collect();
+    // sequence 0 alone for 3 steps, then 1 joins, then 2; 1 leaves early
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); 3];
+    let (a, t) = e.add(&prompts[0], greedy).unwrap();
+    got[0].push(t);
+    let mut ids = vec![a];
+    for step in 0..11 {
+        if step == 3 {
+            let (b, t) = e.add(&prompts[1], greedy).unwrap();
+            got[1].push(t);
+            ids.push(b);
+        }
+        if step == 5 {
+            let (c, t) = e.add(&prompts[2], greedy).unwrap();
+            got[2].push(t);
+            ids.push(c);
+        }
+        for (id, t) in e.step().unwrap() {
+            let i = ids.iter().position(|x| *x == id).unwrap();
+            got[i].push(t);
+            if got[i].len() == 12 || (i == 1 && got[i].len() == 6) {
+                e.remove(id);
+            }
+        }
+    }
+    assert_eq!(got[0], single[0]);
+    assert_eq!(got[1], single[1][..6]);
+    assert_eq!(&got[2][..], &single[2][..got[2].len()]);
+    for id in ids {
+        e.remove(id);
+    }
+    // sampling at a temperature is reproducible from its seed, on the device or the host
+    for s in [
+        Sampling {
+            temperature: 0.8,
+            seed: 3,
+            ..Default::default()
+        },
+        Sampling {
+            temperature: 0.8,
+            top_k: 20,
+            top_p: 0.9,
+            seed: 3,
+            ..Default::default()
+        },
+    ] {
+        let x = e.generate(&prompts[1], 16, &s, &[], |_| {}).unwrap().tokens;
+        let y = e.generate(&prompts[1], 16, &s, &[], |_| {}).unwrap().tokens;
+        assert_eq!(x, y, "{s:?}");
+        assert!(x.iter().all(|&t| (t as usize) < model.config.vocab));
+    }
+    assert!(e.active().is_empty());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn limits_give_clear_errors_and_the_engine_stays_usable() {
+    if gpu("limits_give_clear_errors_and_the_engine_stays_usable").is_none() {
+        return;
+    }
+    let dir = folder("limits", &RandomLlama::default());
+    let model = Llama::open(&dir).unwrap();
+    let mut e = CudaLlm::new(
+        &model,
+        LlmOptions {
+            max_sequences: 2,
+            context: Some(64),
+            kv_rows: Some(80),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let greedy = Sampling::default();
+    let long: Vec<u32> = (0..70).map(|i| 2 + i % 200).collect();
+    let err = e.add(&long, greedy).unwrap_err().to_string();
+    assert!(err.contains("context"), "{err}");
+    let err = e.add(&[], greedy).unwrap_err().to_string();
+    assert!(err.contains("no tokens"), "{err}");
+    let err = e.add(&[9999], greedy).unwrap_err().to_string();
+    assert!(err.contains("vocabulary"), "{err}");
+    let (a, _) = e.add(&long[..60], greedy).unwrap();
+    // 80 rows of cache: 64 taken by the first sequence (4 blocks of 16), 16 left
+    let err = e.add(&long[..40], greedy).unwrap_err().to_string();
+    assert!(err.contains("KV cache is full"), "{err}");
+    e.remove(a);
+    let ok = e.generate(&long[..8], 4, &greedy, &[], |_| {}).unwrap();
+    assert_eq!(ok.tokens.len(), 4);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,149 @@
+//! Random-weight Llama folders for tests and benchmarks: `config.json`, one
+//! `model.safetensors` in f32, f16 or bf16, and a word-level `tokenizer.json` whose words are
+//! `w2`, `w3`, ... (ids 0 and 1 are `<unk>` and `</s>`, the end of sequence).
+
+use rlx_ir::SplitMix64;
+use std::path::Path;
+
+/// The shape and storage of a random Llama folder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomLlama {
+    /// transformer blocks
+    pub layers: usize,
+    /// hidden size
+    pub hidden: usize,
+    /// query heads
+    pub heads: usize,
+    /// key/value heads
+    pub kv_heads: usize,
+    /// feed-forward size
+    pub ffn: usize,
+    /// vocabulary size (at least 2)
+    pub vocab: usize,
+    /// the LM head is the embedding
+    pub tied: bool,
+    /// `F32`, `F16` or `BF16`
+    pub dtype: safetensors::Dtype,
+    /// weight seed
+    pub seed: u64,
+}
+
+impl Default for RandomLlama {
+    fn default() -> Self {
+        RandomLlama {
+            layers: 2,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 128,
+            vocab: 256,
+            tied: false,
+            dtype: safetensors::Dtype::F32,
+            seed: 1,
+        }
+    }
+}
+
+impl RandomLlama {
+    /// Writes the folder (created if missing). Projection weights are uniform in
+    /// `±2 / sqrt(k)` so that logits spread and greedy choices are clear; norms near 1.
+    ///
+    /// # Errors
+    /// The folder cannot be written, or the dtype is not a float type.
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let hd = self.hidden / self.heads;
+        let config = serde_json::json!({
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "hidden_size": self.hidden,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads,
+            "intermediate_size": self.ffn,
+            "vocab_size": self.vocab,
+            "tie_word_embeddings": self.tied,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0,
+            "max_position_embeddings": 1024,
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+        });
+        std::fs::write(dir.join("config.json"), config.to_string())?;
+        let (h, f, v) = (self.hidden, self.ffn, self.vocab);
+        let mut shapes: Vec<(String, Vec<usize>)> = vec![
+            ("model.embed_tokens.weight".into(), vec![v, h]),
+            ("model.norm.weight".into(), vec![h]),
+        ];
+        if !self.tied {
+            shapes.push(("lm_head.weight".into(), vec![v, h]));
+        }
+        for l in 0..self.layers {
+            let p = |s: &str| format!("model.layers.{l}.{s}");
+            shapes.push((p("input_layernorm.weight"), vec![h]));
+            shapes.push((p("post_attention_layernorm.weight"), vec![h]));
+            shapes.push((p("self_attn.q_proj.weight"), vec![self.heads * hd, h]));
+            shapes.push((p("self_attn.k_proj.weight"), vec![self.kv_heads * hd, h]));
+            shapes.push((p("self_attn.v_proj.weight"), vec![self.kv_heads * hd, h]));
+            shapes.push((p("self_attn.o_proj.weight"), vec![h, self.heads * hd]));
+            shapes.push((p("mlp.gate_proj.weight"), vec![f, h]));
+            shapes.push((p("mlp.up_proj.weight"), vec![f, h]));
+            shapes.push((p("mlp.down_proj.weight"), vec![h, f]));
+        }
+        let mut rng = SplitMix64(self.seed);
+        let dtype = self.dtype;
+        let data: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
+            .into_iter()
+            .map(|(name, shape)| {
+                let count: usize = shape.iter().product();
+                let norm = shape.len() == 1;
+                let a = if norm {
+                    0.2
+                } else {
+                    2.0 / (shape[1] as f64).sqrt()
+                };
+                let values: Vec<f32> = (0..count)
+                    .map(|_| {
+                        let u = rng.next_f64() * 2.0 - 1.0;
+                        (if norm { 1.0 + a * u } else { a * u }) as f32
+                    })
+                    .collect();
+                let bytes = match dtype {
+                    safetensors::Dtype::F16 => values
+                        .iter()
+                        .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                        .collect(),
+                    safetensors::Dtype::BF16 => values
+                        .iter()
+                        .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+                        .collect(),
+                    _ => values.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                };
+                (name, shape, bytes)
+            })
+            .collect();
+        let views = data
+            .iter()
+            .map(|(n, s, b)| {
+                safetensors::tensor::TensorView::new(dtype, s.clone(), b)
+                    .map(|view| (n.clone(), view))
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        safetensors::serialize_to_file(views, None, &dir.join("model.safetensors"))
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut vocab = serde_json::Map::new();
+        vocab.insert("<unk>".into(), 0.into());
+        vocab.insert("</s>".into(), 1.into());
+        for i in 2..v {
+            vocab.insert(format!("w{i}"), i.into());
+        }
+        let tokenizer = serde_json::json!({
+            "version": "1.0",
+            "model": {"type": "WordLevel", "unk_token": "<unk>", "vocab": vocab},
+            "pre_tokenizer": {"type": "Whitespace"},
+            "decoder": null,
+        });
+        std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string())
+    }
+}

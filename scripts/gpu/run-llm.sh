@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The LLM checks on the GPU machine (after scripts/gpu/stage-llm.sh here). Parts, in order:
+#   tests   rlx-cuda-llm's test binaries (kernels against references, engine against the CPU path)
+#   parity  tiny random folders written by transformers: rlx greedy tokens vs transformers'
+#   small   SmolLM2-135M shape, f16: rlx bench and rlx generate vs transformers (peer_llm.py)
+#   8b      Llama-3-8B shape, f16: prefill 512, decode batch 1 and 32, vs transformers
+# Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
+set -uo pipefail
+out=${OUT:-/tmp/llm-out}; mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export RLX_CUDA_CACHE=/tmp/rlx-cuda-cache
+g=.gpu; work=/tmp/llm; mkdir -p $work
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
+for part in "$@"; do
+  echo "== $part"
+  case $part in
+    tests)
+      for t in $g/tests/*; do
+        name=$(basename "$t")
+        if "$t" --test-threads=1 > "$out/test-$name.log" 2>&1; then s=ok; else s=FAILED; fi
+        echo "$name: $s $(grep -E '^test result:' "$out/test-$name.log" | tail -1)" | tee -a "$out/summary.txt"
+      done ;;
+    parity)
+      for spec in "llama float32" "llama float16" "llama bfloat16"; do
+        set -- $spec
+        d=$work/tiny-$1-$2
+        python3 $g/make_llm.py $d $1 tiny $g/tokenizer.json --dtype $2 > /dev/null 2>&1 || { echo "make_llm $spec failed"; continue; }
+        python3 $g/llm_parity.py $d $g/rlx --tokens 32 2>&1 | tail -1 | tee -a "$out/parity.txt"
+      done ;;
+    small)
+      d=$work/smollm2-f16
+      python3 $g/make_llm.py $d llama smollm2_135m $g/tokenizer.json --dtype float16 > /dev/null 2>&1
+      $g/rlx bench $d --device cuda --prompt-tokens 16 --gen-tokens 129 --json 2>&1 | tee "$out/small-bench.json"
+      $g/rlx bench $d --device cuda --prompt-tokens 512 --gen-tokens 129 --json 2>&1 | tee "$out/small-bench-512.json"
+      $g/rlx bench $d --device cuda --prompt-tokens 16 --gen-tokens 129 --batch 32 --json 2>&1 | tee "$out/small-bench-b32.json"
+      $g/rlx generate "The capital of France is" --model $d --device cuda --max-tokens 128 --ignore-eos 2>&1 | tail -1 | tee "$out/small-generate.txt"
+      python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/small-peer.txt" ;;
+    8b)
+      d=$work/llama3-8b-f16
+      python3 $g/make_llm.py $d llama llama3_8b $g/tokenizer.json --dtype float16 > /dev/null 2>&1
+      $g/rlx bench $d --device cuda --prompt-tokens 512 --gen-tokens 129 --json 2>&1 | tee "$out/8b-bench.json"
+      $g/rlx bench $d --device cuda --prompt-tokens 16 --gen-tokens 65 --batch 32 --json 2>&1 | tee "$out/8b-bench-b32.json"
+      python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/8b-peer.txt" ;;
+  esac
+done
