@@ -17,8 +17,10 @@ for part in "$@"; do
     tests)
       for t in $g/tests/*; do
         name=$(basename "$t")
-        if "$t" --test-threads=1 > "$out/test-$name.log" 2>&1; then s=ok; else s=FAILED; fi
-        echo "$name: $s $(grep -E '^test result:' "$out/test-$name.log" | tail -1)" | tee -a "$out/summary.txt"
+        if "$t" --test-threads=1 > /tmp/test-$name.log 2>&1; then s=ok; else s=FAILED; fi
+        cat /tmp/test-$name.log >> "$out/tests.log"
+        grep -E "panicked|SKIPPED" -A3 /tmp/test-$name.log | head -20
+        echo "$name: $s $(grep -E '^test result:' /tmp/test-$name.log | tail -1)" | tee -a "$out/summary.txt"
       done ;;
     parity)
       for spec in "llama float32" "llama float16" "llama bfloat16"; do
@@ -30,16 +32,19 @@ for part in "$@"; do
     small)
       d=$work/smollm2-f16
       python3 $g/make_llm.py $d llama smollm2_135m $g/tokenizer.json --dtype float16 > /dev/null 2>&1
-      $g/rlx bench $d --device cuda --prompt-tokens 16 --gen-tokens 129 --json 2>&1 | tee "$out/small-bench.json"
-      $g/rlx bench $d --device cuda --prompt-tokens 512 --gen-tokens 129 --json 2>&1 | tee "$out/small-bench-512.json"
-      $g/rlx bench $d --device cuda --prompt-tokens 16 --gen-tokens 129 --batch 32 --json 2>&1 | tee "$out/small-bench-b32.json"
+      for args in "16 129 1" "512 129 1" "16 129 32"; do
+        set -- $args
+        $g/rlx bench $d --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/small-bench.json"; echo | tee -a "$out/small-bench.json"
+      done
       $g/rlx generate "The capital of France is" --model $d --device cuda --max-tokens 128 --ignore-eos 2>&1 | tail -1 | tee "$out/small-generate.txt"
       python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/small-peer.txt" ;;
     8b)
       d=$work/llama3-8b-f16
       python3 $g/make_llm.py $d llama llama3_8b $g/tokenizer.json --dtype float16 > /dev/null 2>&1
-      $g/rlx bench $d --device cuda --prompt-tokens 512 --gen-tokens 129 --json 2>&1 | tee "$out/8b-bench.json"
-      $g/rlx bench $d --device cuda --prompt-tokens 16 --gen-tokens 65 --batch 32 --json 2>&1 | tee "$out/8b-bench-b32.json"
+      for args in "16 129 1" "512 129 1" "16 65 32"; do
+        set -- $args
+        $g/rlx bench $d --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-bench.json"; echo | tee -a "$out/8b-bench.json"
+      done
       python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/8b-peer.txt" ;;
   esac
 done

@@ -74,7 +74,12 @@ pub fn kernel_names(formats: &[QuantFormat]) -> Vec<String> {
         }
         names.push(format!("embed_{}", format_suffix(f)));
     }
-    for n in ["attention_f32", "attention_f16", "sample_rows"] {
+    for n in [
+        "attention_f32",
+        "attention_f16",
+        "sample_rows",
+        "row_scales",
+    ] {
         names.push(n.to_string());
     }
     names
@@ -176,6 +181,8 @@ struct Scratch {
     part: DeviceBuffer,
     /// per (row, head) counters of finished attention splits (zero between kernels)
     tickets: DeviceBuffer,
+    /// RMSNorm factors of the rows (products of several rows)
+    scales: DeviceBuffer,
     rows: DeviceBuffer,
 }
 
@@ -327,6 +334,7 @@ impl CudaLlm {
             logits: mem.alloc(max_sequences * c.vocab * f)?,
             part: mem.alloc(cap * c.heads * splits * (c.head_dim + 2) * f)?,
             tickets: mem.alloc(cap * c.heads * 4)?,
+            scales: mem.alloc(cap * 4)?,
             rows: mem.alloc(layout.bytes)?,
         };
         dev.upload(s.tickets.ptr(), &vec![0u8; cap * c.heads * 4])?;
@@ -465,8 +473,24 @@ impl CudaLlm {
             u64::from(self.kv_half),
             norm.map_or(0, DeviceBuffer::ptr),
             bits(sh.eps),
+            if norm.is_some() && m > 1 {
+                self.s.scales.ptr()
+            } else {
+                0
+            },
         ];
         self.go(&name, grid, 128, &args)
+    }
+
+    /// Enqueues the RMSNorm factors of rows `0..m` of `x` when there are several (one row:
+    /// each product computes its own).
+    fn row_scales(&self, x: u64, m: usize) -> Result<(), LlmError> {
+        if m < 2 {
+            return Ok(());
+        }
+        let sh = self.shape;
+        let args = [x, sh.hidden as u64, bits(sh.eps), self.s.scales.ptr()];
+        self.go("row_scales", [m as u32, 1], 128, &args)
     }
 
     /// Enqueues one forward step of rows `0..m` (their tokens, positions and slots already
@@ -505,6 +529,7 @@ impl CudaLlm {
             "attention_f32"
         };
         for (li, layer) in w.layers.iter().enumerate() {
+            self.row_scales(x, m)?;
             let bias = layer.qkv_bias.as_ref().map_or(0, |b| b.ptr());
             for p in &layer.qkv {
                 let (q, norm) = (self.s.q.ptr(), Some(&layer.attn_norm));
@@ -535,6 +560,7 @@ impl CudaLlm {
             )?;
             let att = self.s.att.ptr();
             self.gemv(&layer.o, 0, att, m, 0, x, sh.hidden, 1, None, None)?;
+            self.row_scales(x, m)?;
             for p in &layer.gate_up {
                 let (ffn, norm) = (self.s.ffn.ptr(), Some(&layer.ffn_norm));
                 self.gemv(&p.matrix, p.row0, x, m, 0, ffn, 2 * sh.ffn, 0, None, norm)?;
@@ -548,6 +574,7 @@ impl CudaLlm {
         }
         let xh = x + (head * sh.hidden) as u64 * f;
         let logits = self.s.logits.ptr();
+        self.row_scales(xh, n)?;
         let norm = Some(&w.out_norm);
         self.gemv(w.head(), 0, xh, n, 0, logits, sh.vocab, 0, None, norm)?;
         if sample {

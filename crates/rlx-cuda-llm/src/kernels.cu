@@ -175,19 +175,31 @@ template <int FMT, int MR>
 D void gemv(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
             const float* __restrict__ x, i64 m, i64 in_mode,
             float* y, i64 y_stride, i64 out_mode, const QkvArgs& qa,
-            const float* __restrict__ norm_w, float eps) {
-  GRID_WAIT();
+            const float* __restrict__ norm_w, float eps, const float* __restrict__ scales) {
   const int lane = threadIdx.x & 31;
   const i64 row = 2 * ((i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
+  // The weights do not depend on the kernel before: start their first kilobyte on its way
+  // to L2 before waiting for that kernel.
+  if (row < n) {
+    const u8* p0 = w + row * row_bytes;
+    const i64 pre = min(row_bytes, (i64)1024);
+    for (i64 off = lane * 128; off < pre; off += 32 * 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p0 + off));
+      if (row + 1 < n) asm volatile("prefetch.global.L2 [%0];" ::"l"(p0 + row_bytes + off));
+    }
+  }
+  GRID_WAIT();
   if (row >= n) return;
   const i64 r0 = (i64)blockIdx.y * MR;
   const int rows = (int)min((i64)MR, m - r0);
-  // RMSNorm of the input rows folded into the loads: x * inv[r] * norm_w
+  // RMSNorm of the input rows folded into the loads: x * inv[r] * norm_w, inv[r] from
+  // `scales` (several rows: computed once by row_scales) or here (one row)
   float inv[MR];
 #pragma unroll
   for (int r = 0; r < MR; r++) {
     inv[r] = 1.0f;
-    if (norm_w && r < rows) {
+    if (norm_w && scales && r < rows) inv[r] = scales[r0 + r];
+    else if (norm_w && r < rows) {
       const float* xr = x + (r0 + r) * k;
       float ss = 0.0f;
       for (i64 i = lane * 4; i < k; i += 128) {
@@ -271,15 +283,33 @@ D void gemv(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
       const u8* w, i64 row_bytes, i64 n, i64 k, i64 row0, const float* x, i64 m, i64 in_mode,  \
       float* y, i64 y_stride, i64 out_mode, const float* bias, const float* inv_freq,           \
       const int* pos, const int* slot, const int* table, void* cache, i64 qd, i64 kvd, i64 hd, \
-      i64 kvh, i64 bs, i64 max_blocks, i64 kv_half, const float* norm_w, double eps) {          \
+      i64 kvh, i64 bs, i64 max_blocks, i64 kv_half, const float* norm_w, double eps,            \
+      const float* scales) {                                                                     \
     QkvArgs qa = {bias, inv_freq, pos, slot, table, cache, qd, kvd, hd, kvh, bs, max_blocks, kv_half}; \
     gemv<FMT, MR>(w, row_bytes, n, k, row0, x, m, in_mode, y, y_stride, out_mode, qa, norm_w,    \
-                  (float)eps);                                                                   \
+                  (float)eps, scales);                                                           \
   }
 // One format's products; the host appends `GEMV_FORMAT(...)` and `EMBED_KERNEL(...)` lines for
 // the formats a model stores (see `kernel_source`), so only those are compiled.
 #define GEMV_FORMAT(SUFFIX, FMT) \
   GEMV_KERNEL(gemv1_##SUFFIX, FMT, 1) GEMV_KERNEL(gemv4_##SUFFIX, FMT, 4) GEMV_KERNEL(gemv8_##SUFFIX, FMT, 8)
+
+// The RMSNorm factor 1 / sqrt(mean(x^2) + eps) of each of m rows of k values (one block a
+// row), for the products of several rows, which then read it instead of each warp summing.
+extern "C" __global__ void __launch_bounds__(128) row_scales(const float* x, i64 k, double eps, float* scales) {
+  GRID_WAIT();
+  __shared__ float sh[4];
+  const float* xr = x + (i64)blockIdx.x * k;
+  float s = 0.0f;
+  for (i64 i = threadIdx.x * 4; i < k; i += blockDim.x * 4) {
+    float4 v = *(const float4*)(xr + i);
+    s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) scales[blockIdx.x] = rsqrtf((sh[0] + sh[1] + sh[2] + sh[3]) / (float)k + (float)eps);
+}
 
 // The embedding rows of m tokens, dequantized from the table's format and scaled.
 template <int FMT> D void embed(const u8* table, i64 row_bytes, const int* tokens, float* x, i64 k, double scale) {
@@ -313,12 +343,23 @@ template <bool HALF>
 D void attention_split(const float* q, const void* cache, const int* table, const int* pos,
                        const int* slot, float* part, float* out, int* tickets, i64 heads, i64 kvh,
                        i64 hd, i64 bs, i64 max_blocks, i64 splits, float scale) {
-  GRID_WAIT();
   __shared__ float sq[256];
   __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], so[ATT_WARPS][256];
   __shared__ int last;
   const i64 s = blockIdx.x, h = blockIdx.y % heads, r = blockIdx.y / heads;
+  // positions, slots and block tables come from the host or an earlier step, not from the
+  // kernel before: read them, and start this block's K rows towards L2, before waiting
   const i64 len = (i64)pos[r] + 1;
+  {
+    const i64 pp = s * ATT_SPLIT + threadIdx.x;
+    if (pp < len && threadIdx.x < ATT_SPLIT) {
+      const i64 kh0 = (blockIdx.y % heads) / (heads / kvh);
+      const i64 off = kv_offset(table, max_blocks, slot[r], pp, 0, kh0, kvh, bs, hd);
+      const u8* base = (const u8*)cache + off * (HALF ? 2 : 4);
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(base));
+    }
+  }
+  GRID_WAIT();
   const i64 start = s * ATT_SPLIT;
   if (start >= len) return;
   const i64 used = (len + ATT_SPLIT - 1) / ATT_SPLIT;

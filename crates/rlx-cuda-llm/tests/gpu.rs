@@ -162,6 +162,7 @@ fn gemv_kernels_match_dequantized_weights() {
             args.extend([0u64; 13]);
             args.push(if norm { nwd.ptr() } else { 0 });
             args.push(eps.to_bits());
+            args.push(0);
             dev.launch(&func, &launch, &args, &name).unwrap();
             let mut yb = vec![0u8; m * n * 4];
             dev.download(&mut yb, yd.ptr()).unwrap();

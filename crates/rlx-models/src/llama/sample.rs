@@ -32,10 +32,10 @@ impl Default for RandomLlama {
     fn default() -> Self {
         RandomLlama {
             layers: 2,
-            hidden: 64,
+            hidden: 128,
             heads: 4,
             kv_heads: 2,
-            ffn: 128,
+            ffn: 256,
             vocab: 256,
             tied: false,
             dtype: safetensors::Dtype::F32,
