@@ -23,7 +23,7 @@ for part in "$@"; do
         echo "$name: $s $(grep -E '^test result:' /tmp/test-$name.log | tail -1)" | tee -a "$out/summary.txt"
       done ;;
     parity)
-      for spec in "llama float32" "llama float16" "llama bfloat16"; do
+      for spec in "llama float32" "llama float16" "llama bfloat16" "mistral float32" "qwen2 float32" "qwen2 float16"; do
         set -- $spec
         d=$work/tiny-$1-$2
         python3 $g/make_llm.py $d $1 tiny $g/tokenizer.json --dtype $2 > /dev/null 2>&1 || { echo "make_llm $spec failed"; continue; }

@@ -264,7 +264,7 @@ impl CudaLlm {
         let lock = dev.clone();
         let _queue = lock.queue();
         dev.bind()?;
-        if c.head_dim > 256 || c.head_dim % 32 != 0 {
+        if c.head_dim > 256 || !c.head_dim.is_multiple_of(32) {
             return Err(LlmError::Model(format!(
                 "head size {} is not supported by the CUDA kernels (a multiple of 32, at most \
                  256)",

@@ -45,7 +45,7 @@ pub struct Layer {
     pub ffn_norm: DeviceBuffer,
     /// q, k and v rows (one part when their formats agree)
     pub qkv: Vec<Part>,
-    /// q/k/v biases (Qwen2), f32 `[qd + 2 kvd]`
+    /// q/k/v biases (Qwen2), f32 `[qd + 2 kvd]` (q and k in the rows' RoPE order)
     pub qkv_bias: Option<DeviceBuffer>,
     /// the attention output projection
     pub o: Matrix,
@@ -208,9 +208,20 @@ pub fn upload(
     for l in 0..c.layers {
         let p = |s: &str| format!("blk.{l}.{s}.weight");
         let qkv = u.parts(&[p("attn_q"), p("attn_k"), p("attn_v")])?;
-        let qkv_bias = match model.param(&format!("blk.{l}.attn_qkv.bias")) {
-            Some(_) => Some(u.f32s(&format!("blk.{l}.attn_qkv.bias"), qd + 2 * kvd)?),
-            None => None,
+        let qkv_bias = if c.qkv_bias {
+            let mut all = Vec::with_capacity(qd + 2 * kvd);
+            for (s, len) in [("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)] {
+                let name = format!("blk.{l}.{s}.bias");
+                let v = model
+                    .param(&name)
+                    .and_then(|t| t.as_f32())
+                    .filter(|v| v.len() == len)
+                    .ok_or_else(|| LlmError::Model(format!("no f32 bias `{name}` of {len}")))?;
+                all.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+            }
+            Some(u.upload(&all)?)
+        } else {
+            None
         };
         layers.push(Layer {
             attn_norm: u.f32s(&p("attn_norm"), c.hidden)?,

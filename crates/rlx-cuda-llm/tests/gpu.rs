@@ -312,13 +312,14 @@ fn random_folders_match_the_cpu_graph_path() {
         (safetensors::Dtype::F16, 3e-3),
         (safetensors::Dtype::BF16, 3e-3),
     ] {
-        for tied in [false, true] {
+        for (tied, qkv_bias) in [(false, false), (true, false), (false, true)] {
             let spec = RandomLlama {
                 dtype,
                 tied,
+                qkv_bias,
                 ..RandomLlama::default()
             };
-            let dir = folder(&format!("{dtype:?}-{tied}"), &spec);
+            let dir = folder(&format!("{dtype:?}-{tied}-{qkv_bias}"), &spec);
             let model = Llama::open(&dir).unwrap();
             let options = LlmOptions {
                 max_sequences: 4,
@@ -329,7 +330,10 @@ fn random_folders_match_the_cpu_graph_path() {
             let want = cpu_logits(&model, &prompt);
             let got = gpu.logits(&prompt).unwrap();
             let err = rel_l2(&got, &want);
-            assert!(err < tol, "{dtype:?} tied={tied}: logits rel L2 {err}");
+            assert!(
+                err < tol,
+                "{dtype:?} tied={tied} bias={qkv_bias}: logits rel L2 {err}"
+            );
             if dtype == safetensors::Dtype::F32 {
                 let mut cpu = Generator::new(&model, cpu_runner());
                 cpu.stop_ids.clear();

@@ -197,3 +197,44 @@ fn missing_tensor_and_tokenizer_are_named() {
     let e = Llama::open(&dir.join("nothing")).unwrap_err().to_string();
     assert!(e.contains("no such file or folder"), "{e}");
 }
+
+#[test]
+fn random_llama_and_qwen2_folders_generate_on_the_cpu() {
+    use rlx_models::llama::sample::RandomLlama;
+    for qkv_bias in [false, true] {
+        let dir = std::env::temp_dir().join(format!(
+            "rlx-llama-random-{qkv_bias}-{}",
+            std::process::id()
+        ));
+        RandomLlama {
+            qkv_bias,
+            ..RandomLlama::default()
+        }
+        .write(&dir)
+        .unwrap();
+        let model = Llama::open(&dir).unwrap();
+        assert_eq!(model.config.qkv_bias, qkv_bias);
+        let biases = model
+            .params
+            .iter()
+            .filter(|(n, _)| n.ends_with(".bias"))
+            .count();
+        assert_eq!(
+            biases,
+            if qkv_bias { 6 } else { 0 },
+            "q/k/v biases of 2 layers"
+        );
+        assert_eq!(model.tokenizer.encode("w5 w6").unwrap(), vec![5, 6]);
+        let mut gen = Generator::new(&model, SessionRunner::cpu());
+        gen.stop_ids.clear();
+        let a = gen
+            .generate(&[5, 6, 7], 6, &Sampling::default(), |_| {})
+            .unwrap();
+        let b = gen
+            .generate(&[5, 6, 7], 6, &Sampling::default(), |_| {})
+            .unwrap();
+        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(a.tokens.len(), 6);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -50,7 +50,13 @@ struct HfLlamaConfig {
     mlp_bias: bool,
     #[serde(default)]
     rope_scaling: Option<Value>,
+    #[serde(default)]
+    sliding_window: Option<usize>,
 }
+
+/// `model_type`s RLX builds from Hugging Face folders: Llama's graph (Mistral is the same
+/// network; Qwen2 adds q/k/v biases).
+pub const HF_TYPES: [&str; 3] = ["llama", "mistral", "qwen2"];
 
 fn default_eps() -> f64 {
     1e-6
@@ -86,13 +92,16 @@ impl LlamaConfig {
         let bad = |m: String| model_err(format!("{file}: {m}"));
         let h =
             HfLlamaConfig::deserialize(v).map_err(|e| bad(format!("not a Llama config: {e}")))?;
-        if h.model_type != "llama" {
+        if !HF_TYPES.contains(&h.model_type.as_str()) {
             return Err(bad(format!(
-                "model_type `{}` is not supported here (RLX builds `llama`)",
-                h.model_type
+                "model_type `{}` is not supported here (RLX builds {})",
+                h.model_type,
+                HF_TYPES.join(", ")
             )));
         }
-        if h.attention_bias || h.mlp_bias {
+        // Qwen2 always has q/k/v biases (its config has no `attention_bias`)
+        let qkv_bias = h.model_type == "qwen2" || h.attention_bias;
+        if h.attention_bias && h.model_type == "llama" || h.mlp_bias {
             return Err(bad(
                 "projection biases (attention_bias / mlp_bias) are not supported".into(),
             ));
@@ -140,7 +149,13 @@ impl LlamaConfig {
             rope_base: h.rope_theta,
             context: h.max_position_embeddings,
             rope_freq_factors: None,
+            qkv_bias,
         };
+        // Mistral's sliding window: attention beyond it would differ, so the context stops
+        // there
+        if let Some(w) = h.sliding_window.filter(|_| h.model_type == "mistral") {
+            cfg.context = cfg.context.min(w.max(1));
+        }
         if let Some(s) = h.rope_scaling.as_ref().filter(|v| !v.is_null()) {
             cfg.rope_freq_factors = rope_scaling_factors(s, &cfg).map_err(bad)?;
         }
@@ -209,7 +224,7 @@ fn format_of(d: Dtype) -> Option<QuantFormat> {
 
 /// Reorders the rows of a `[heads * head_dim, k]` projection from "rotate half" pairing to
 /// adjacent pairs: within each head, row `s * half + j` moves to `2 * j + s`.
-fn permute_rope_rows(bytes: &[u8], heads: usize, head_dim: usize) -> Vec<u8> {
+pub(crate) fn permute_rope_rows(bytes: &[u8], heads: usize, head_dim: usize) -> Vec<u8> {
     let row = bytes.len() / (heads * head_dim);
     let half = head_dim / 2;
     let mut out = vec![0u8; bytes.len()];
@@ -411,6 +426,7 @@ impl Llama {
             "token_embd.weight".to_string()
         };
         let (qd, kvd) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let mut biases: Vec<(String, Arc<Tensor>)> = Vec::new();
         for l in 0..c.layers {
             let hf = |s: &str| format!("model.layers.{l}.{s}.weight");
             let ours = |s: &str| format!("blk.{l}.{s}.weight");
@@ -451,6 +467,23 @@ impl Llama {
                 None,
             )?;
             packed(&hf("mlp.up_proj"), &ours("ffn_up"), c.ffn, c.hidden, None)?;
+            if c.qkv_bias {
+                let b = |s: &str| format!("model.layers.{l}.self_attn.{s}.bias");
+                for (hfn, ours, len, heads) in [
+                    (b("q_proj"), "attn_q", qd, Some(c.heads)),
+                    (b("k_proj"), "attn_k", kvd, Some(c.kv_heads)),
+                    (b("v_proj"), "attn_v", kvd, None),
+                ] {
+                    let t = weights.tensor(&hfn, DType::F32, &[len])?;
+                    let v = t.as_f32().expect("f32 asked for").to_vec();
+                    let v = match heads {
+                        Some(h) => super::permute_rope_values(&v, h, c.head_dim),
+                        None => v,
+                    };
+                    let name = format!("blk.{l}.{ours}.bias");
+                    biases.push((name, Arc::new(Tensor::from_f32(&[len], v).expect("sizes"))));
+                }
+            }
             packed(
                 &hf("mlp.down_proj"),
                 &ours("ffn_down"),
@@ -459,6 +492,8 @@ impl Llama {
                 None,
             )?;
         }
+        weight_bytes += biases.iter().map(|b| b.1.size_bytes()).sum::<usize>();
+        params.extend(biases);
         let mut norms = vec![(
             "model.norm.weight".to_string(),
             "output_norm.weight".to_string(),
@@ -556,10 +591,15 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("yarn"), "{e}");
-        let e = LlamaConfig::from_hf_json(&config("").replace("llama", "mistral"), "c.json")
+        let e = LlamaConfig::from_hf_json(&config("").replace("llama", "gpt2"), "c.json")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("mistral"), "{e}");
+        assert!(e.contains("gpt2"), "{e}");
+        let c = LlamaConfig::from_hf_json(&config("").replace("llama", "qwen2"), "c.json");
+        assert!(c.unwrap().qkv_bias, "qwen2 has q/k/v biases");
+        let m = config(r#", "sliding_window": 64, "max_position_embeddings": 4096"#);
+        let c = LlamaConfig::from_hf_json(&m.replace("llama", "mistral"), "c.json").unwrap();
+        assert_eq!(c.context, 64, "mistral stops at its window");
         let e = LlamaConfig::from_hf_json("{", "c.json")
             .unwrap_err()
             .to_string();

@@ -35,6 +35,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+/// GGUF architectures RLX builds: Llama's graph, with q/k/v biases for Qwen2.
+pub const GGUF_ARCHS: [&str; 2] = ["llama", "qwen2"];
+
 /// Hyper-parameters of a Llama-family model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlamaConfig {
@@ -61,6 +64,8 @@ pub struct LlamaConfig {
     /// per-pair RoPE frequency divisors (Llama 3.1 scaling: GGUF `rope_freqs.weight`, or
     /// computed from `rope_scaling` in `config.json`); None divides by 1
     pub rope_freq_factors: Option<Vec<f64>>,
+    /// the q, k and v projections add a bias (Qwen2): params `blk.L.attn_{q,k,v}.bias`
+    pub qkv_bias: bool,
 }
 
 /// Errors of loading, building or generating.
@@ -94,16 +99,18 @@ impl LlamaConfig {
     /// Another architecture, missing keys, or inconsistent sizes.
     pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig, LlamaError> {
         let arch = f.get_str("general.architecture")?;
-        if arch != "llama" {
+        if !GGUF_ARCHS.contains(&arch) {
             return Err(model_err(format!(
-                "architecture `{arch}` is not supported (RLX builds `llama`)"
+                "architecture `{arch}` is not supported (RLX builds {})",
+                GGUF_ARCHS.join(", ")
             )));
         }
+        let key = |k: &str| format!("{arch}.{k}");
         let u = |k: &str| -> Result<usize, LlamaError> { Ok(f.get_u64(k)? as usize) };
-        let hidden = u("llama.embedding_length")?;
-        let heads = u("llama.attention.head_count")?;
-        let kv_heads = match f.get("llama.attention.head_count_kv") {
-            Some(_) => u("llama.attention.head_count_kv")?,
+        let hidden = u(&key("embedding_length"))?;
+        let heads = u(&key("attention.head_count"))?;
+        let kv_heads = match f.get(&key("attention.head_count_kv")) {
+            Some(_) => u(&key("attention.head_count_kv"))?,
             None => heads,
         };
         if heads == 0 || kv_heads == 0 || !hidden.is_multiple_of(heads) {
@@ -116,8 +123,8 @@ impl LlamaConfig {
                 "{heads} query heads are not a multiple of {kv_heads} KV heads"
             )));
         }
-        let head_dim = match f.get("llama.attention.key_length") {
-            Some(_) => u("llama.attention.key_length")?,
+        let head_dim = match f.get(&key("attention.key_length")) {
+            Some(_) => u(&key("attention.key_length"))?,
             None => hidden / heads,
         };
         if head_dim % 2 != 0 {
@@ -125,8 +132,8 @@ impl LlamaConfig {
                 "head size {head_dim} is odd; RoPE needs pairs"
             )));
         }
-        let vocab = match f.get("llama.vocab_size") {
-            Some(_) => u("llama.vocab_size")?,
+        let vocab = match f.get(&key("vocab_size")) {
+            Some(_) => u(&key("vocab_size"))?,
             None => f
                 .tensor("token_embd.weight")
                 .and_then(|t| t.dims.get(1).copied())
@@ -134,23 +141,24 @@ impl LlamaConfig {
                 as usize,
         };
         let cfg = LlamaConfig {
-            layers: u("llama.block_count")?,
+            layers: u(&key("block_count"))?,
             hidden,
             heads,
             kv_heads,
             head_dim,
-            ffn: u("llama.feed_forward_length")?,
+            ffn: u(&key("feed_forward_length"))?,
             vocab,
-            eps: f.get_f64("llama.attention.layer_norm_rms_epsilon")?,
-            rope_base: match f.get("llama.rope.freq_base") {
-                Some(_) => f.get_f64("llama.rope.freq_base")?,
+            eps: f.get_f64(&key("attention.layer_norm_rms_epsilon"))?,
+            rope_base: match f.get(&key("rope.freq_base")) {
+                Some(_) => f.get_f64(&key("rope.freq_base"))?,
                 None => 10000.0,
             },
-            context: match f.get("llama.context_length") {
-                Some(_) => u("llama.context_length")?,
+            context: match f.get(&key("context_length")) {
+                Some(_) => u(&key("context_length"))?,
                 None => 2048,
             },
             rope_freq_factors: None,
+            qkv_bias: arch == "qwen2",
         };
         if cfg.layers == 0 || cfg.ffn == 0 || cfg.vocab == 0 {
             return Err(model_err(format!("empty dimensions in {cfg:?}")));
@@ -172,6 +180,15 @@ impl LlamaConfig {
             None => f,
         }
     }
+}
+
+/// A q/k bias in "rotate half" order moved to adjacent RoPE pairs, as the rows are.
+pub(crate) fn permute_rope_values(v: &[f32], heads: usize, head_dim: usize) -> Vec<f32> {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    hf::permute_rope_rows(&bytes, heads, head_dim)
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// A packed projection weight: n rows of k values in `format`.
@@ -251,8 +268,19 @@ impl Llama {
         let mut params = Vec::new();
         let mut linears = HashMap::new();
         let mut weight_bytes = 0;
-        let mut packed = |name: &str, n: usize, k: usize| -> Result<Arc<Tensor>, LlamaError> {
+        // Qwen2 files keep Hugging Face's "rotate half" order of the Q/K rows (llama.cpp
+        // ropes them as NEOX); the graph rotates adjacent pairs, so those rows are permuted.
+        let neox = f.get_str("general.architecture")? == "qwen2";
+        let mut packed = |name: &str,
+                          n: usize,
+                          k: usize,
+                          rope: Option<usize>|
+         -> Result<Arc<Tensor>, LlamaError> {
             let (t, bytes) = f.tensor_buffer(name)?;
+            let bytes: Buffer<u8> = match rope {
+                Some(h) if neox => hf::permute_rope_rows(&bytes, h, c.head_dim).into(),
+                _ => bytes,
+            };
             if t.dims != [k as u64, n as u64] {
                 return Err(LlamaError::Gguf(GgufError::Tensor {
                     name: name.into(),
@@ -269,13 +297,13 @@ impl Llama {
             params.push((name.to_string(), tensor.clone()));
             Ok(tensor)
         };
-        let embd = packed("token_embd.weight", c.vocab, c.hidden)?;
+        let embd = packed("token_embd.weight", c.vocab, c.hidden, None)?;
         let embd_format = f
             .tensor("token_embd.weight")
             .and_then(|t| t.ggml_type.format())
             .expect("loaded above");
         let head = if f.tensor("output.weight").is_some() {
-            packed("output.weight", c.vocab, c.hidden)?;
+            packed("output.weight", c.vocab, c.hidden, None)?;
             "output.weight".to_string()
         } else {
             "token_embd.weight".to_string()
@@ -283,13 +311,36 @@ impl Llama {
         let (qd, kvd) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         for l in 0..c.layers {
             let p = |s: &str| format!("blk.{l}.{s}.weight");
-            packed(&p("attn_q"), qd, c.hidden)?;
-            packed(&p("attn_k"), kvd, c.hidden)?;
-            packed(&p("attn_v"), kvd, c.hidden)?;
-            packed(&p("attn_output"), c.hidden, qd)?;
-            packed(&p("ffn_gate"), c.ffn, c.hidden)?;
-            packed(&p("ffn_up"), c.ffn, c.hidden)?;
-            packed(&p("ffn_down"), c.hidden, c.ffn)?;
+            packed(&p("attn_q"), qd, c.hidden, Some(c.heads))?;
+            packed(&p("attn_k"), kvd, c.hidden, Some(c.kv_heads))?;
+            packed(&p("attn_v"), kvd, c.hidden, None)?;
+            packed(&p("attn_output"), c.hidden, qd, None)?;
+            packed(&p("ffn_gate"), c.ffn, c.hidden, None)?;
+            packed(&p("ffn_up"), c.ffn, c.hidden, None)?;
+            packed(&p("ffn_down"), c.hidden, c.ffn, None)?;
+        }
+        if c.qkv_bias {
+            for l in 0..c.layers {
+                for (s, len, heads) in [
+                    ("attn_q", qd, Some(c.heads)),
+                    ("attn_k", kvd, Some(c.kv_heads)),
+                    ("attn_v", kvd, None),
+                ] {
+                    let name = format!("blk.{l}.{s}.bias");
+                    let (shape, mut v) = f.dequantize(&name)?;
+                    if shape != [len] {
+                        return Err(LlamaError::Gguf(GgufError::Tensor {
+                            name,
+                            message: format!("shape {shape:?}, expected [{len}]"),
+                        }));
+                    }
+                    if let (Some(h), true) = (heads, neox) {
+                        v = permute_rope_values(&v, h, c.head_dim);
+                    }
+                    weight_bytes += len * 4;
+                    params.push((name, Arc::new(Tensor::from_f32(&[len], v).expect("sizes"))));
+                }
+            }
         }
         let mut norms = vec!["output_norm.weight".to_string()];
         for l in 0..c.layers {
@@ -477,9 +528,18 @@ impl Llama {
             let p = |s: &str| format!("blk.{l}.{s}.weight");
             let norm_w = param(&mut gr, &p("attn_norm"), &[c.hidden], f32t);
             let hn = gr.rms_norm(x, norm_w, c.eps)?;
-            let q = linear(&mut gr, &mut param, hn, &p("attn_q"))?;
-            let k = linear(&mut gr, &mut param, hn, &p("attn_k"))?;
-            let v = linear(&mut gr, &mut param, hn, &p("attn_v"))?;
+            let mut q = linear(&mut gr, &mut param, hn, &p("attn_q"))?;
+            let mut k = linear(&mut gr, &mut param, hn, &p("attn_k"))?;
+            let mut v = linear(&mut gr, &mut param, hn, &p("attn_v"))?;
+            if c.qkv_bias {
+                let (qd, kvd) = (h * hd, kvh * hd);
+                let bq = param(&mut gr, &format!("blk.{l}.attn_q.bias"), &[qd], f32t);
+                let bk = param(&mut gr, &format!("blk.{l}.attn_k.bias"), &[kvd], f32t);
+                let bv = param(&mut gr, &format!("blk.{l}.attn_v.bias"), &[kvd], f32t);
+                q = gr.add(q, bq)?;
+                k = gr.add(k, bk)?;
+                v = gr.add(v, bv)?;
+            }
             let q = gr.reshape(q, [t, h, hd].as_slice())?;
             let q = rope(&mut gr, q, h)?;
             let q = gr.transpose(q, &[1, 0, 2])?;
@@ -595,7 +655,7 @@ impl Sampling {
     /// # Errors
     /// The first setting out of range, named.
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.temperature >= 0.0) {
+        if self.temperature.is_nan() || self.temperature < 0.0 {
             return Err(format!("temperature {} must be >= 0", self.temperature));
         }
         if !(0.0..=1.0).contains(&self.top_p) {
@@ -604,7 +664,7 @@ impl Sampling {
         if !(0.0..=1.0).contains(&self.min_p) {
             return Err(format!("min_p {} must be in [0, 1]", self.min_p));
         }
-        if !(self.repetition_penalty > 0.0) {
+        if self.repetition_penalty.is_nan() || self.repetition_penalty <= 0.0 {
             return Err(format!(
                 "repetition_penalty {} must be > 0",
                 self.repetition_penalty

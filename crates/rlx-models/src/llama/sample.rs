@@ -24,6 +24,8 @@ pub struct RandomLlama {
     pub tied: bool,
     /// `F32`, `F16` or `BF16`
     pub dtype: safetensors::Dtype,
+    /// q/k/v biases: written as a Qwen2 folder (`model_type: qwen2`)
+    pub qkv_bias: bool,
     /// weight seed
     pub seed: u64,
 }
@@ -39,6 +41,7 @@ impl Default for RandomLlama {
             vocab: 256,
             tied: false,
             dtype: safetensors::Dtype::F32,
+            qkv_bias: false,
             seed: 1,
         }
     }
@@ -54,8 +57,8 @@ impl RandomLlama {
         std::fs::create_dir_all(dir)?;
         let hd = self.hidden / self.heads;
         let config = serde_json::json!({
-            "model_type": "llama",
-            "architectures": ["LlamaForCausalLM"],
+            "model_type": if self.qkv_bias { "qwen2" } else { "llama" },
+            "architectures": [if self.qkv_bias { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" }],
             "hidden_size": self.hidden,
             "num_hidden_layers": self.layers,
             "num_attention_heads": self.heads,
@@ -86,6 +89,11 @@ impl RandomLlama {
             shapes.push((p("self_attn.k_proj.weight"), vec![self.kv_heads * hd, h]));
             shapes.push((p("self_attn.v_proj.weight"), vec![self.kv_heads * hd, h]));
             shapes.push((p("self_attn.o_proj.weight"), vec![h, self.heads * hd]));
+            if self.qkv_bias {
+                shapes.push((p("self_attn.q_proj.bias"), vec![self.heads * hd]));
+                shapes.push((p("self_attn.k_proj.bias"), vec![self.kv_heads * hd]));
+                shapes.push((p("self_attn.v_proj.bias"), vec![self.kv_heads * hd]));
+            }
             shapes.push((p("mlp.gate_proj.weight"), vec![f, h]));
             shapes.push((p("mlp.up_proj.weight"), vec![f, h]));
             shapes.push((p("mlp.down_proj.weight"), vec![h, f]));
@@ -96,8 +104,9 @@ impl RandomLlama {
             .into_iter()
             .map(|(name, shape)| {
                 let count: usize = shape.iter().product();
-                let norm = shape.len() == 1;
-                let a = if norm {
+                let bias = name.ends_with(".bias");
+                let norm = shape.len() == 1 && !bias;
+                let a = if norm || bias {
                     0.2
                 } else {
                     2.0 / (shape[1] as f64).sqrt()
