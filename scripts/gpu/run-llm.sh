@@ -5,6 +5,7 @@
 #   small   SmolLM2-135M shape, f16: rlx bench and rlx generate vs transformers (peer_llm.py)
 #   8b      Llama-3-8B shape, f16: prefill 512, decode batch 1 and 32, vs transformers
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
+# (RLX_PARITY=arch:dtype,... picks the parity folders; make_llm.py knows llama mistral qwen2 phi3 gemma)
 set -uo pipefail
 out=${OUT:-/tmp/llm-out}; mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -23,10 +24,11 @@ for part in "$@"; do
         echo "$name: $s $(grep -E '^test result:' /tmp/test-$name.log | tail -1)" | tee -a "$out/summary.txt"
       done ;;
     parity)
-      for spec in "llama float32" "llama float16" "llama bfloat16" "mistral float32" "qwen2 float32" "qwen2 float16"; do
-        set -- $spec
-        d=$work/tiny-$1-$2
-        python3 $g/make_llm.py $d $1 tiny $g/tokenizer.json --dtype $2 > /dev/null 2>&1 || { echo "make_llm $spec failed"; continue; }
+      specs=${RLX_PARITY:-llama:float32,llama:float16,llama:bfloat16,mistral:float32,qwen2:float32,qwen2:float16}
+      for spec in ${specs//,/ }; do
+        arch=${spec%%:*}; dtype=${spec##*:}
+        d=$work/tiny-$arch-$dtype
+        python3 $g/make_llm.py $d $arch tiny $g/tokenizer.json --dtype $dtype > /dev/null 2>&1 || { echo "make_llm $spec failed"; continue; }
         python3 $g/llm_parity.py $d $g/rlx --tokens 32 2>&1 | tail -1 | tee -a "$out/parity.txt"
       done ;;
     small)

@@ -49,6 +49,10 @@ fn main() -> ExitCode {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into());
+        if msg.contains("failed printing to stdout") {
+            // the reader closed the pipe (`rlx report | head`): stop quietly, as Unix tools do
+            std::process::exit(0);
+        }
         let at = info
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
@@ -56,7 +60,9 @@ fn main() -> ExitCode {
         eprintln!("error: internal error (a bug in rlx, please report it): {msg}{at}");
     }));
     let cli = Cli::parse();
-    let result = match cli.command {
+    // a panic has printed its message through the hook; the exit status is 1, as for any
+    // other error, not Rust's 101
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match cli.command {
         Command::Devices(a) => cmd::devices::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Report(a) => cmd::report::run(a),
@@ -67,6 +73,9 @@ fn main() -> ExitCode {
         Command::Mem { command } => cmd::mem::run(command),
         Command::OnnxTest(a) => cmd::onnx_test::run(a),
         Command::OnnxTestOne(a) => cmd::onnx_test::run_one(a),
+    }));
+    let Ok(result) = run else {
+        return ExitCode::from(1);
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
