@@ -322,8 +322,7 @@ impl CudaLlm {
         let table_dev = mem.alloc(max_sequences * max_blocks * 4)?;
         let cap = options.prefill_chunk.max(max_sequences).max(1);
         let splits = (max_blocks * BLOCK_ROWS).div_ceil(SPLIT_LEN).max(1);
-        let (qd, kvd) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let _ = kvd;
+        let qd = c.heads * c.head_dim;
         let layout = RowsLayout::new(cap);
         let f = 4usize;
         let s = Scratch {
