@@ -29,6 +29,10 @@ enum Command {
     Embed(cmd::embed::Args),
     /// Text generation with a Llama-family GGUF model (streams tokens).
     Generate(cmd::generate::Args),
+    /// An OpenAI-compatible HTTP server with continuous batching.
+    Serve(cmd::serve::Args),
+    /// Concurrent streaming clients against an OpenAI-compatible server.
+    Loadtest(cmd::serve::LoadArgs),
     /// Run a directory of ONNX backend tests and classify each.
     OnnxTest(cmd::onnx_test::Args),
     /// Run one ONNX backend test in this process (used by `onnx-test`).
@@ -70,6 +74,8 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Embed(a) => cmd::embed::run(a),
         Command::Generate(a) => cmd::generate::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Loadtest(a) => cmd::serve::load(a),
         Command::Mem { command } => cmd::mem::run(command),
         Command::OnnxTest(a) => cmd::onnx_test::run(a),
         Command::OnnxTestOne(a) => cmd::onnx_test::run_one(a),

@@ -601,6 +601,8 @@ pub trait Runner {
     /// # Errors
     /// Any compile failure, as text.
     fn compile(&mut self, graph: &Graph) -> Result<usize, String>;
+    /// Lets go of a compiled graph (its handle is not used again); by default kept.
+    fn release(&mut self, _handle: usize) {}
     /// Runs a compiled graph with inputs by name.
     ///
     /// # Errors
@@ -830,12 +832,55 @@ fn alloc_cache(memory: &HostMemory, shape: Vec<usize>) -> Result<Tensor, LlamaEr
     Ok(Tensor::new(shape, TensorData::F32(buf)).expect("sizes"))
 }
 
-/// Generates text with a [`Llama`] through a [`Runner`].
+/// Compiled graphs a [`Generator`] keeps (prefill by prompt length, decode by capacity);
+/// past this many, the oldest are released.
+const KEPT_GRAPHS: usize = 16;
+
+/// One sequence of a [`Generator`]: its KV cache, its decode inputs (updated in place each
+/// step) and its sampler state. Made by [`Generator::start`], advanced by
+/// [`Generator::next`]; dropping it frees its cache.
+pub struct Sequence {
+    cache: Option<Tensor>,
+    inputs: HashMap<String, Tensor>,
+    /// the decode graph's capacity (KV rows)
+    cap: usize,
+    /// rows in the cache (the next position)
+    pos: usize,
+    last: u32,
+    sampling: Sampling,
+    rng: SplitMix64,
+    history: Vec<u32>,
+    /// seconds spent compiling graphs for this sequence
+    pub compile_s: f64,
+    /// seconds of the prompt's run (compiling excluded)
+    pub prefill_s: f64,
+    /// bytes of this sequence's KV cache
+    pub kv_cache_bytes: usize,
+}
+
+impl Sequence {
+    /// Rows of KV cache this sequence may still fill (0: [`Generator::next`] fails).
+    pub fn rows_left(&self) -> usize {
+        self.cap - self.pos
+    }
+
+    /// Tokens so far: the prompt and every generated token.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+}
+
+/// Generates text with a [`Llama`] through a [`Runner`]: one sequence at a time with
+/// [`Generator::generate`], or several interleaved with [`Generator::start`] and
+/// [`Generator::next`] (each with its own KV cache; compiled graphs are shared).
 pub struct Generator<'a, R: Runner> {
     model: &'a Llama,
     runner: R,
-    /// where KV caches come from: one allocation per generation
+    /// where KV caches come from: one allocation per sequence
     memory: HostMemory,
+    /// compiled graphs by (stage, size), with their last use
+    graphs: HashMap<(bool, usize), (usize, u64)>,
+    uses: u64,
     /// ids that end the generation (the tokenizer's eos and `<|im_end|>`; empty: never stop)
     pub stop_ids: Vec<u32>,
 }
@@ -853,71 +898,92 @@ impl<'a, R: Runner> Generator<'a, R> {
                 Box::new(HostProvider::new()),
                 AllocatorConfig::default(),
             ))),
+            graphs: HashMap::new(),
+            uses: 0,
             stop_ids: model.tokenizer.stop_ids.clone(),
         }
     }
 
-    /// Counters of the host allocator KV caches come from (one allocation per generation,
+    /// The model this generator runs.
+    pub fn model(&self) -> &'a Llama {
+        self.model
+    }
+
+    /// Counters of the host allocator KV caches come from (one allocation per sequence,
     /// freed when it ends).
     pub fn cache_memory(&self) -> rlx_mem::Stats {
         lock(&self.memory).stats()
     }
 
-    /// Generates up to `max_tokens` after `prompt` (token ids), calling `on_token` with each
-    /// new id as soon as it is picked; stops early at a stop id. The KV cache holds
-    /// `prompt.len() + max_tokens` rows and is allocated once.
+    /// The compiled graph of `stage` (compiled now unless kept from before); adds the
+    /// seconds spent compiling to `compile_s`.
+    fn graph(&mut self, stage: Stage, compile_s: &mut f64) -> Result<usize, LlamaError> {
+        let key = match stage {
+            Stage::Prefill { tokens } => (true, tokens),
+            Stage::Decode { capacity } => (false, capacity),
+        };
+        self.uses += 1;
+        if let Some(g) = self.graphs.get_mut(&key) {
+            g.1 = self.uses;
+            return Ok(g.0);
+        }
+        if self.graphs.len() >= KEPT_GRAPHS {
+            let oldest = self
+                .graphs
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k);
+            if let Some((handle, _)) = oldest.and_then(|k| self.graphs.remove(&k)) {
+                self.runner.release(handle);
+            }
+        }
+        let start = Instant::now();
+        let handle = self
+            .runner
+            .compile(&self.model.build_graph(stage)?)
+            .map_err(LlamaError::Run)?;
+        *compile_s += start.elapsed().as_secs_f64();
+        self.graphs.insert(key, (handle, self.uses));
+        Ok(handle)
+    }
+
+    /// Starts a sequence: runs `prompt` (token ids) with room for `capacity` rows in all
+    /// (prompt and generated tokens; at most the model's context) and returns it with its
+    /// first generated token.
     ///
     /// # Errors
-    /// An empty prompt, a context beyond the model's, or a compile/run failure.
-    pub fn generate(
+    /// An empty prompt, a token outside the vocabulary, a capacity beyond the context or
+    /// below the prompt, or a compile/run failure.
+    pub fn start(
         &mut self,
         prompt: &[u32],
-        max_tokens: usize,
+        capacity: usize,
         sampling: &Sampling,
-        mut on_token: impl FnMut(u32),
-    ) -> Result<GenerationStats, LlamaError> {
+    ) -> Result<(Sequence, u32), LlamaError> {
         let m = self.model;
         let c = &m.config;
         let t = prompt.len();
         if t == 0 {
             return Err(model_err("the prompt has no tokens"));
         }
-        let cap = t + max_tokens.max(1);
+        let cap = capacity.max(t + 1);
         if cap > c.context {
             return Err(model_err(format!(
-                "prompt ({t}) + max tokens ({max_tokens}) exceed the context of {}",
+                "the prompt ({t} tokens) and the tokens to generate need {cap} rows, past \
+                 the context of {}",
                 c.context
             )));
         }
+        sampling.validate().map_err(model_err)?;
         let run_err = LlamaError::Run;
         let (hd, kvh, g) = (c.head_dim, c.kv_heads, c.group());
-        let mut stats = GenerationStats {
-            prompt_tokens: prompt.to_vec(),
-            ..Default::default()
-        };
-        let start = Instant::now();
-        let prefill = self
-            .runner
-            .compile(&m.build_graph(Stage::Prefill { tokens: t })?)
-            .map_err(run_err)?;
-        let decode = if max_tokens > 1 {
-            Some(
-                self.runner
-                    .compile(&m.build_graph(Stage::Decode { capacity: cap })?)
-                    .map_err(run_err)?,
-            )
-        } else {
-            None
-        };
-        stats.compile_s = start.elapsed().as_secs_f64();
+        let mut compile_s = 0.0;
+        let prefill = self.graph(Stage::Prefill { tokens: t }, &mut compile_s)?;
 
-        // The KV cache: allocated here, once, for the whole generation.
+        // The KV cache: allocated here, once, for the whole sequence.
         let cache_len = c.layers * 2 * kvh * cap * hd;
-        let mut cache = Some(alloc_cache(&self.memory, vec![c.layers, 2, kvh, cap, hd])?);
-        stats.kv_cache_bytes = cache_len * 4;
-        let mut rng = SplitMix64(sampling.seed);
+        let mut cache = alloc_cache(&self.memory, vec![c.layers, 2, kvh, cap, hd])?;
 
-        // Prefill.
         let start = Instant::now();
         let mut inputs: HashMap<String, Tensor> = HashMap::new();
         let mut x = vec![0f32; t * c.hidden];
@@ -941,23 +1007,14 @@ impl<'a, R: Runner> Generator<'a, R> {
             Tensor::from_f32(&[g * t, t], mask).expect("sizes"),
         );
         let out = self.runner.run(prefill, &inputs).map_err(run_err)?;
-        let cache_mut = cache.as_mut().expect("present");
-        let logits = write_rows(c, cache_mut, &out, 0, t)?;
+        let logits = write_rows(c, &mut cache, &out, 0, t)?;
+        let mut rng = SplitMix64(sampling.seed);
         let mut history = prompt.to_vec();
-        let mut next = sample_with_history(logits, sampling, &mut rng, &history);
-        history.push(next);
-        stats.prefill_s = start.elapsed().as_secs_f64();
-        stats.tokens.push(next);
-        on_token(next);
+        let first = sample_with_history(logits, sampling, &mut rng, &history);
+        history.push(first);
+        let prefill_s = start.elapsed().as_secs_f64();
 
-        // Decode: inputs allocated once and updated in place; the cache moves in and out.
-        let Some(decode) = decode else {
-            return Ok(stats);
-        };
-        if self.stop_ids.contains(&next) {
-            return Ok(stats);
-        }
-        let start = Instant::now();
+        // The decode inputs, allocated once and updated in place by each step.
         inputs.clear();
         inputs.insert(
             "x".into(),
@@ -975,41 +1032,119 @@ impl<'a, R: Runner> Generator<'a, R> {
             "mask".into(),
             Tensor::from_f32(&[g, cap + 1], mask).expect("sizes"),
         );
-        let mut pos = t;
-        stats.step_s.reserve(max_tokens);
-        while stats.tokens.len() < max_tokens {
-            let step = Instant::now();
-            {
-                let TensorData::F32(xv) = inputs.get_mut("x").expect("x").data_mut() else {
-                    unreachable!("f32")
-                };
-                m.embed(next, xv)?;
-            }
-            set_rope(c, pos, &mut inputs);
-            inputs.insert("kv_cache".into(), cache.take().expect("cache present"));
-            let result = self.runner.run(decode, &inputs);
-            cache = inputs.remove("kv_cache");
-            let out = result.map_err(run_err)?;
-            let cache_mut = cache.as_mut().expect("returned");
-            let logits = write_rows(c, cache_mut, &out, pos, 1)?;
-            next = sample_with_history(logits, sampling, &mut rng, &history);
-            history.push(next);
-            // the row just written becomes visible to the next step
-            if let Some(TensorData::F32(mv)) = inputs.get_mut("mask").map(|t| t.data_mut()) {
-                for r in 0..g {
-                    mv[r * (cap + 1) + pos] = 0.0;
-                }
-            }
-            pos += 1;
-            stats.decode_steps += 1;
-            stats.step_s.push(step.elapsed().as_secs_f64());
-            stats.tokens.push(next);
-            on_token(next);
-            if self.stop_ids.contains(&next) {
-                break;
+        let seq = Sequence {
+            cache: Some(cache),
+            inputs,
+            cap,
+            pos: t,
+            last: first,
+            sampling: *sampling,
+            rng,
+            history,
+            compile_s,
+            prefill_s,
+            kv_cache_bytes: cache_len * 4,
+        };
+        Ok((seq, first))
+    }
+
+    /// One decode step of `seq`: returns its next token.
+    ///
+    /// # Errors
+    /// The sequence's cache is full ([`Sequence::rows_left`] is 0), or a compile/run
+    /// failure (the sequence is then unusable; drop it).
+    pub fn next(&mut self, seq: &mut Sequence) -> Result<u32, LlamaError> {
+        let m = self.model;
+        let c = &m.config;
+        let (cap, pos) = (seq.cap, seq.pos);
+        if pos >= cap {
+            return Err(model_err(format!(
+                "the sequence filled its {cap} rows of KV cache"
+            )));
+        }
+        let decode = self.graph(Stage::Decode { capacity: cap }, &mut seq.compile_s)?;
+        let inputs = &mut seq.inputs;
+        {
+            let TensorData::F32(xv) = inputs.get_mut("x").expect("x").data_mut() else {
+                unreachable!("f32")
+            };
+            m.embed(seq.last, xv)?;
+        }
+        set_rope(c, pos, inputs);
+        let cache = seq
+            .cache
+            .take()
+            .ok_or_else(|| LlamaError::Run("an earlier step of this sequence failed".into()))?;
+        inputs.insert("kv_cache".into(), cache);
+        let result = self.runner.run(decode, inputs);
+        seq.cache = inputs.remove("kv_cache");
+        let out = result.map_err(LlamaError::Run)?;
+        let cache_mut = seq.cache.as_mut().expect("returned");
+        let logits = write_rows(c, cache_mut, &out, pos, 1)?;
+        let next = sample_with_history(logits, &seq.sampling, &mut seq.rng, &seq.history);
+        seq.history.push(next);
+        // the row just written becomes visible to the next step
+        if let Some(TensorData::F32(mv)) = inputs.get_mut("mask").map(|t| t.data_mut()) {
+            for r in 0..c.group() {
+                mv[r * (cap + 1) + pos] = 0.0;
             }
         }
-        stats.decode_s = start.elapsed().as_secs_f64();
+        seq.pos += 1;
+        seq.last = next;
+        Ok(next)
+    }
+
+    /// Generates up to `max_tokens` after `prompt` (token ids), calling `on_token` with each
+    /// new id as soon as it is picked; stops early at a stop id. The KV cache holds
+    /// `prompt.len() + max_tokens` rows and is allocated once.
+    ///
+    /// # Errors
+    /// An empty prompt, a context beyond the model's, or a compile/run failure.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        mut on_token: impl FnMut(u32),
+    ) -> Result<GenerationStats, LlamaError> {
+        let c = &self.model.config;
+        let t = prompt.len();
+        if t > 0 && t + max_tokens.max(1) > c.context {
+            return Err(model_err(format!(
+                "prompt ({t}) + max tokens ({max_tokens}) exceed the context of {}",
+                c.context
+            )));
+        }
+        let mut stats = GenerationStats {
+            prompt_tokens: prompt.to_vec(),
+            ..Default::default()
+        };
+        let (mut seq, first) = self.start(prompt, t + max_tokens.max(1), sampling)?;
+        stats.prefill_s = seq.prefill_s;
+        stats.kv_cache_bytes = seq.kv_cache_bytes;
+        stats.tokens.push(first);
+        on_token(first);
+        if max_tokens > 1 && !self.stop_ids.contains(&first) {
+            let start = Instant::now();
+            let before = seq.compile_s;
+            stats.step_s.reserve(max_tokens);
+            while stats.tokens.len() < max_tokens {
+                let step = Instant::now();
+                let compiled = seq.compile_s;
+                let next = self.next(&mut seq)?;
+                stats.decode_steps += 1;
+                // the first step compiles the decode graph: not a step's time
+                let s = step.elapsed().as_secs_f64() - (seq.compile_s - compiled);
+                stats.step_s.push(s);
+                stats.tokens.push(next);
+                on_token(next);
+                if self.stop_ids.contains(&next) {
+                    break;
+                }
+            }
+            stats.decode_s = start.elapsed().as_secs_f64() - (seq.compile_s - before);
+        }
+        stats.compile_s = seq.compile_s;
         Ok(stats)
     }
 }

@@ -187,10 +187,9 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 /// untimed steps of a warm-up batch that also compiles and captures what the timed one
 /// replays). Prefill and decode tokens/s are reported apart.
 fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult {
-    use super::llm::{Engine, EngineSettings};
-    use rlx_models::llama::{Llama, Sampling};
+    use rlx_llm::{Engine, EngineSettings, Llama, Sampling};
     let device = if args.device == "auto" {
-        super::llm::llm_device("auto")?
+        rlx_llm::llm_device("auto")?
     } else {
         device
     };
@@ -219,53 +218,38 @@ fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult
     };
     let mut engine = Engine::new(&model, device, settings)?;
     let greedy = Sampling::default();
-    let (prefill_s, steps_ms, compile_ms) = match &mut engine {
-        #[cfg(feature = "cuda")]
-        Engine::Cuda(e) => {
-            // warm-up: compiles nothing more, but captures the batch's decode graph
-            let mut ids = Vec::new();
-            for p in &prompts {
-                ids.push(e.add(&p[..p.len().min(8)], greedy)?.0);
-            }
-            for _ in 0..args.warmup.max(1) {
-                e.step()?;
-            }
-            for id in ids.drain(..) {
-                e.remove(id);
-            }
-            let compile_ms = t_compile.elapsed().as_secs_f64() * 1e3;
-            let mut prefill_s = 0.0;
-            for p in &prompts {
-                let t = Instant::now();
-                ids.push(e.add(p, greedy)?.0);
-                prefill_s += t.elapsed().as_secs_f64();
-            }
-            let mut steps = Vec::new();
-            for _ in 1..n_gen {
-                let t = Instant::now();
-                e.step()?;
-                steps.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            for id in ids {
-                e.remove(id);
-            }
-            (prefill_s, steps, compile_ms)
-        }
-        Engine::Graph(_) if batch > 1 => {
-            return Err(format!(
-                "--batch {batch}: batched decoding runs on CUDA (--device cuda); the {device} \
-                 path generates one sequence at a time"
-            )
-            .into())
-        }
-        _ => {
-            let st = engine.generate(&prompts[0], n_gen, &greedy, &[], &mut |_| {})?;
-            let compile_ms = st.compile_s * 1e3;
-            let skip = args.warmup.min(st.step_s.len().saturating_sub(1));
-            let steps = st.step_s[skip..].iter().map(|s| s * 1e3).collect();
-            (st.prefill_s, steps, compile_ms)
-        }
-    };
+    // Every sequence is promised the same rows (prompt + tokens), so the graph path sizes
+    // one decode graph for all of them and the warm-up compiles it.
+    let rows = n_prompt + n_gen;
+    // warm-up: the first prompt whole (compiles its prefill), the others short; steps that
+    // compile and capture what the timed batch replays
+    let mut ids = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let p = if i == 0 { &p[..] } else { &p[..p.len().min(8)] };
+        ids.push(engine.add(p, rows - p.len(), greedy)?.0);
+    }
+    for _ in 0..args.warmup.max(1) {
+        engine.step()?;
+    }
+    for id in ids.drain(..) {
+        engine.remove(id);
+    }
+    let compile_ms = t_compile.elapsed().as_secs_f64() * 1e3;
+    let mut prefill_s = 0.0;
+    for p in &prompts {
+        let t = Instant::now();
+        ids.push(engine.add(p, n_gen, greedy)?.0);
+        prefill_s += t.elapsed().as_secs_f64();
+    }
+    let mut steps_ms = Vec::new();
+    for _ in 1..n_gen {
+        let t = Instant::now();
+        engine.step()?;
+        steps_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    for id in ids {
+        engine.remove(id);
+    }
     let mut times = steps_ms.clone();
     if times.is_empty() {
         return Err("no decode steps were timed".into());

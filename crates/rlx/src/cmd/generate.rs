@@ -3,16 +3,11 @@
 //! Tokens stream to stdout as they are produced; prompt and decode tokens/s go to stderr at
 //! the end (or, with `--json`, one JSON object with text, tokens and timings to stdout).
 
-use super::llm::{llm_device, Engine, EngineSettings};
 use super::CmdResult;
-use rlx_gguf::chat_prompt;
-use rlx_ir::{Graph, Tensor};
-use rlx_models::llama::{Llama, Runner, Sampling};
-use rlx_runtime::{CompileOptions, CompiledGraph, Session};
-use std::collections::HashMap;
+use rlx_llm::chat::{self, Message};
+use rlx_llm::{llm_device, Engine, EngineSettings, Llama, Sampling};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Arguments of `rlx generate`.
@@ -67,47 +62,6 @@ pub struct Args {
     context: Option<usize>,
 }
 
-/// Compiles and runs the generator's graphs in one session.
-pub struct SessionRunner {
-    session: Session,
-    options: CompileOptions,
-    graphs: Vec<CompiledGraph>,
-}
-
-impl SessionRunner {
-    /// A runner on `session` compiling with `options`.
-    pub fn new(session: Session, options: CompileOptions) -> Self {
-        SessionRunner {
-            session,
-            options,
-            graphs: Vec::new(),
-        }
-    }
-}
-
-impl Runner for SessionRunner {
-    fn set_param(&mut self, name: &str, value: Arc<Tensor>) {
-        self.session.params().set(name, value);
-    }
-
-    fn compile(&mut self, graph: &Graph) -> Result<usize, String> {
-        let g = self
-            .session
-            .compile(graph, self.options.clone())
-            .map_err(|e| e.to_string())?;
-        self.graphs.push(g);
-        Ok(self.graphs.len() - 1)
-    }
-
-    fn run(
-        &mut self,
-        handle: usize,
-        inputs: &HashMap<String, Tensor>,
-    ) -> Result<Vec<(String, Tensor)>, String> {
-        self.graphs[handle].run(inputs).map_err(|e| e.to_string())
-    }
-}
-
 /// Generates and prints.
 pub fn run(args: Args) -> CmdResult {
     let sampling = Sampling {
@@ -126,17 +80,14 @@ pub fn run(args: Args) -> CmdResult {
     // loaded: weights live (packed) in the model's params.
     let model = Llama::open(path)?;
     let load_s = t0.elapsed().as_secs_f64();
-    let texts: Vec<String> = args
-        .prompts
-        .iter()
-        .map(|p| {
-            if args.chat {
-                chat_prompt(model.tokenizer.chat_template.as_deref(), p)
-            } else {
-                p.clone()
-            }
-        })
-        .collect();
+    let mut texts: Vec<String> = Vec::new();
+    for p in &args.prompts {
+        texts.push(if args.chat {
+            chat::prompt(&model, &[Message::new("user", p)])?
+        } else {
+            p.clone()
+        });
+    }
     let mut prompts = Vec::new();
     for t in &texts {
         prompts.push(model.tokenizer.encode(t)?);

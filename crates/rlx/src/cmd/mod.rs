@@ -5,7 +5,6 @@ pub mod devices;
 pub mod dump;
 pub mod embed;
 pub mod generate;
-pub mod llm;
 pub mod mem;
 pub mod model;
 pub mod npy;
@@ -14,6 +13,7 @@ pub mod onnx_test;
 pub mod report;
 pub mod run;
 pub mod run_model;
+pub mod serve;
 
 /// Any error a verb reports: one readable message.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;

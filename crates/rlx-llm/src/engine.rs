@@ -1,0 +1,407 @@
+//! [`Engine`]: sequences added, stepped and removed on the CUDA engine or the graph path.
+
+use crate::{LlmError, SessionRunner};
+use rlx_driver::Device;
+use rlx_models::llama::{GenerationStats, Generator, Llama, Sampling, Sequence};
+use rlx_runtime::{backend_for, CompileOptions, Session};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+/// KV rows the graph path's decode graphs are sized in (one compiled graph per size).
+const GRAPH_ROWS: usize = 256;
+
+/// The device a Llama model generates on: `auto` is CUDA where it is available, else the CPU
+/// (the wgpu backends have no quantized matmul yet).
+///
+/// # Errors
+/// A device name RLX does not know.
+pub fn llm_device(arg: &str) -> Result<Device, LlmError> {
+    if arg == "auto" {
+        let cuda = cfg!(feature = "cuda")
+            && backend_for(Device::Cuda).is_some_and(|b| b.availability().available);
+        return Ok(if cuda { Device::Cuda } else { Device::Cpu });
+    }
+    arg.parse::<Device>()
+        .map_err(|e| LlmError::Invalid(e.to_string()))
+}
+
+/// How an [`Engine`] is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// worker threads (CPU; None: the runtime's default)
+    pub threads: Option<usize>,
+    /// sequences that may generate together
+    pub max_sequences: usize,
+    /// KV rows per sequence (None: the model's context)
+    pub context: Option<usize>,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            threads: None,
+            max_sequences: 1,
+            context: None,
+        }
+    }
+}
+
+/// A sequence in an [`Engine`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub usize);
+
+enum Kind<'m> {
+    /// the graph path: one KV cache per sequence, steps run one sequence after another
+    Graph {
+        generator: Box<Generator<'m, SessionRunner>>,
+        seqs: BTreeMap<usize, Sequence>,
+        next_id: usize,
+    },
+    /// the CUDA engine: one batched step for every sequence
+    #[cfg(feature = "cuda")]
+    Cuda(Box<rlx_cuda_llm::CudaLlm>),
+}
+
+/// Text generation with one model on one device (see the crate docs).
+pub struct Engine<'m> {
+    kind: Kind<'m>,
+    device: Device,
+    model: &'m Llama,
+    max_sequences: usize,
+    context: usize,
+    /// KV rows all sequences may hold together (None: bounded by host memory only)
+    kv_rows: Option<usize>,
+    /// rows promised to each sequence when it was added (prompt + most tokens)
+    promised: HashMap<SeqId, usize>,
+}
+
+impl<'m> Engine<'m> {
+    /// Builds the engine for `device`: the CUDA engine on `cuda`, else the graph path.
+    ///
+    /// # Errors
+    /// The device is absent or cannot run the model (the message says why).
+    pub fn new(model: &'m Llama, device: Device, s: EngineSettings) -> Result<Self, LlmError> {
+        let context = s
+            .context
+            .unwrap_or(model.config.context)
+            .min(model.config.context)
+            .max(1);
+        let max_sequences = s.max_sequences.max(1);
+        #[cfg(feature = "cuda")]
+        if device == Device::Cuda {
+            let options = rlx_cuda_llm::LlmOptions {
+                max_sequences,
+                context: Some(context),
+                ..Default::default()
+            };
+            let e = rlx_cuda_llm::CudaLlm::new(model, options)?;
+            let kv_rows = Some(e.free_kv_rows());
+            let context = e.context();
+            return Ok(Engine {
+                kind: Kind::Cuda(Box::new(e)),
+                device,
+                model,
+                max_sequences,
+                context,
+                kv_rows,
+                promised: HashMap::new(),
+            });
+        }
+        let options = CompileOptions {
+            threads: s.threads,
+            ..Default::default()
+        };
+        let session = Session::new(device).map_err(|e| LlmError::Model(e.to_string()))?;
+        let runner = SessionRunner::new(session, options);
+        Ok(Engine {
+            kind: Kind::Graph {
+                generator: Box::new(Generator::new(model, runner)),
+                seqs: BTreeMap::new(),
+                next_id: 0,
+            },
+            device,
+            model,
+            max_sequences,
+            context,
+            kv_rows: None,
+            promised: HashMap::new(),
+        })
+    }
+
+    /// The device the engine runs on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The model the engine runs.
+    pub fn model(&self) -> &'m Llama {
+        self.model
+    }
+
+    /// Rows (prompt and generated tokens) one sequence may hold.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Sequences that may generate together.
+    pub fn max_sequences(&self) -> usize {
+        self.max_sequences
+    }
+
+    /// Sequences in the engine now.
+    pub fn active(&self) -> usize {
+        self.promised.len()
+    }
+
+    /// Bytes of device memory the engine holds for weights and KV cache (CUDA; 0 on the
+    /// graph path, whose weights stay in host memory).
+    pub fn device_bytes(&self) -> usize {
+        match &self.kind {
+            Kind::Graph { .. } => 0,
+            #[cfg(feature = "cuda")]
+            Kind::Cuda(e) => e.weight_bytes() + e.kv_bytes(),
+        }
+    }
+
+    /// Whether a sequence needing `rows` rows (prompt + most tokens) can be added now
+    /// without taking rows promised to the sequences already in: a free slot and room in
+    /// the KV cache. A request that can never fit is refused by [`Engine::check`].
+    pub fn can_add(&self, rows: usize) -> bool {
+        if self.promised.len() >= self.max_sequences {
+            return false;
+        }
+        match self.kv_rows {
+            None => true,
+            Some(total) => {
+                let held: usize = self.promised.values().map(|r| blocks(*r)).sum();
+                held + blocks(rows) <= total
+            }
+        }
+    }
+
+    /// Checks that a prompt of `prompt` tokens with `max_tokens` to generate can ever run
+    /// here.
+    ///
+    /// # Errors
+    /// [`LlmError::Invalid`] for an empty prompt; [`LlmError::Capacity`] when prompt and
+    /// tokens exceed the context or the whole KV cache.
+    pub fn check(&self, prompt: usize, max_tokens: usize) -> Result<(), LlmError> {
+        if prompt == 0 {
+            return Err(LlmError::Invalid("the prompt has no tokens".into()));
+        }
+        let rows = prompt + max_tokens.max(1);
+        if rows > self.context {
+            return Err(LlmError::Capacity(format!(
+                "the prompt ({prompt} tokens) and max tokens ({max_tokens}) need {rows} rows, \
+                 past the context of {}",
+                self.context
+            )));
+        }
+        if let Some(total) = self.kv_rows {
+            if blocks(rows) > total {
+                return Err(LlmError::Capacity(format!(
+                    "the request needs {rows} rows of KV cache; the device holds {total}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a sequence: runs its prompt and returns its id with the first generated token.
+    /// It takes part in every [`Engine::step`] until [`Engine::remove`]d; `max_tokens`
+    /// (tokens it will generate at most) sizes what it is promised.
+    ///
+    /// # Errors
+    /// As [`Engine::check`], a bad sampling setting or token, no free slot, or a run
+    /// failure. Sequences already in are unaffected.
+    pub fn add(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: Sampling,
+    ) -> Result<(SeqId, u32), LlmError> {
+        self.check(prompt.len(), max_tokens)?;
+        sampling.validate().map_err(LlmError::Invalid)?;
+        let rows = prompt.len() + max_tokens.max(1);
+        if self.promised.len() >= self.max_sequences {
+            return Err(LlmError::Capacity(format!(
+                "all {} sequence slots are taken",
+                self.max_sequences
+            )));
+        }
+        let vocab = self.model.config.vocab;
+        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(LlmError::Invalid(format!(
+                "token {t} is outside the vocabulary of {vocab}"
+            )));
+        }
+        let context = self.context;
+        let (id, first) = match &mut self.kind {
+            Kind::Graph {
+                generator,
+                seqs,
+                next_id,
+            } => {
+                let cap = rows.div_ceil(GRAPH_ROWS) * GRAPH_ROWS;
+                let (seq, first) = generator.start(prompt, cap.min(context), &sampling)?;
+                let id = *next_id;
+                *next_id += 1;
+                seqs.insert(id, seq);
+                (SeqId(id), first)
+            }
+            #[cfg(feature = "cuda")]
+            Kind::Cuda(e) => {
+                let (id, first) = e.add(prompt, sampling)?;
+                (SeqId(id.0), first)
+            }
+        };
+        self.promised.insert(id, rows);
+        Ok((id, first))
+    }
+
+    /// One decode step of every sequence in the engine: each one's next token.
+    ///
+    /// # Errors
+    /// A run failure; on the graph path the error names the sequence that failed (remove
+    /// it and step again).
+    pub fn step(&mut self) -> Result<Vec<(SeqId, u32)>, LlmError> {
+        match &mut self.kind {
+            Kind::Graph {
+                generator, seqs, ..
+            } => {
+                let mut out = Vec::with_capacity(seqs.len());
+                for (id, seq) in seqs.iter_mut() {
+                    let t = generator.next(seq).map_err(|e| {
+                        LlmError::Run(format!("sequence {id}: {}", LlmError::from(e)))
+                    })?;
+                    out.push((SeqId(*id), t));
+                }
+                Ok(out)
+            }
+            #[cfg(feature = "cuda")]
+            Kind::Cuda(e) => Ok(e
+                .step()?
+                .into_iter()
+                .map(|(id, t)| (SeqId(id.0), t))
+                .collect()),
+        }
+    }
+
+    /// Removes a sequence; its KV cache is given back at once.
+    pub fn remove(&mut self, id: SeqId) {
+        self.promised.remove(&id);
+        match &mut self.kind {
+            Kind::Graph { seqs, .. } => {
+                seqs.remove(&id.0);
+            }
+            #[cfg(feature = "cuda")]
+            Kind::Cuda(e) => e.remove(rlx_cuda_llm::SeqId(id.0)),
+        }
+    }
+
+    /// Generates up to `max_tokens` after `prompt`, calling `on_token` with each id as it
+    /// comes; stops after a token of `stop_ids` (empty: never early).
+    ///
+    /// # Errors
+    /// As [`Engine::add`] and [`Engine::step`]; the sequence is removed either way.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        stop_ids: &[u32],
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<GenerationStats, LlmError> {
+        match &mut self.kind {
+            Kind::Graph { generator, .. } => {
+                generator.stop_ids = stop_ids.to_vec();
+                Ok(generator.generate(prompt, max_tokens, sampling, on_token)?)
+            }
+            #[cfg(feature = "cuda")]
+            Kind::Cuda(e) => Ok(e.generate(prompt, max_tokens, sampling, stop_ids, on_token)?),
+        }
+    }
+
+    /// Generates for several prompts together (sequences leave as they finish; the
+    /// sequence `i` samples with seed `sampling.seed + i`). Returns each prompt's tokens
+    /// and the seconds of the whole batch.
+    ///
+    /// # Errors
+    /// As [`Engine::add`] and [`Engine::step`]; every sequence is removed either way.
+    pub fn generate_batch(
+        &mut self,
+        prompts: &[Vec<u32>],
+        max_tokens: usize,
+        sampling: &Sampling,
+        stop_ids: &[u32],
+    ) -> Result<BatchResult, LlmError> {
+        let start = Instant::now();
+        let mut ids = Vec::new();
+        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+        let mut live: HashMap<SeqId, usize> = HashMap::new();
+        let result = (|| -> Result<(), LlmError> {
+            let mut waiting = 0;
+            while waiting < prompts.len() || !live.is_empty() {
+                // add as many waiting prompts as fit
+                while waiting < prompts.len() {
+                    let p = &prompts[waiting];
+                    self.check(p.len(), max_tokens)?;
+                    if !self.can_add(p.len() + max_tokens.max(1)) && !live.is_empty() {
+                        break;
+                    }
+                    let s = Sampling {
+                        seed: sampling.seed.wrapping_add(waiting as u64),
+                        ..*sampling
+                    };
+                    let (id, first) = self.add(p, max_tokens, s)?;
+                    ids.push(id);
+                    tokens[waiting].push(first);
+                    if stop_ids.contains(&first) || max_tokens <= 1 {
+                        self.remove(id);
+                    } else {
+                        live.insert(id, waiting);
+                    }
+                    waiting += 1;
+                }
+                if live.is_empty() {
+                    continue;
+                }
+                for (id, t) in self.step()? {
+                    let Some(&i) = live.get(&id) else { continue };
+                    tokens[i].push(t);
+                    if stop_ids.contains(&t) || tokens[i].len() >= max_tokens {
+                        live.remove(&id);
+                        self.remove(id);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        for id in live.keys().copied().collect::<Vec<_>>() {
+            self.remove(id);
+        }
+        result?;
+        let generated = tokens.iter().map(Vec::len).sum();
+        Ok(BatchResult {
+            tokens,
+            seconds: start.elapsed().as_secs_f64(),
+            generated,
+        })
+    }
+}
+
+/// Rows rounded up to the CUDA engine's KV blocks.
+fn blocks(rows: usize) -> usize {
+    rows.div_ceil(16) * 16
+}
+
+/// What [`Engine::generate_batch`] returns.
+#[derive(Debug, Clone)]
+pub struct BatchResult {
+    /// tokens generated per prompt
+    pub tokens: Vec<Vec<u32>>,
+    /// seconds of the whole batch (prefill included)
+    pub seconds: f64,
+    /// tokens generated in all
+    pub generated: usize,
+}
