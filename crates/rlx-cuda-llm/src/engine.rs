@@ -11,12 +11,17 @@
 use crate::kv::{BlockTable, BLOCK_ROWS};
 use crate::weights::{upload, Matrix, Weights};
 use crate::LlmError;
+use rlx_cuda::blas::{Blas, GemmPointers, PreparedGemm};
+use rlx_cuda::codegen::ArgRef;
 use rlx_cuda::codegen::Launch;
 use rlx_cuda::device::{CudaDevice, Function, Graph, Module};
+use rlx_cuda::gemm::{Activation, GemmSpec, Operand};
 use rlx_cuda::memory::{DeviceBuffer, DeviceMemory, Pinned};
 use rlx_gguf::QuantFormat;
+use rlx_ir::DType;
 use rlx_ir::SplitMix64;
 use rlx_models::llama::{sample_with_history, GenerationStats, Llama, Sampling};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -79,6 +84,8 @@ pub fn kernel_names(formats: &[QuantFormat]) -> Vec<String> {
         "attention_f16",
         "sample_rows",
         "row_scales",
+        "gemm_input",
+        "gemm_output",
     ] {
         names.push(n.to_string());
     }
@@ -99,6 +106,9 @@ pub struct LlmOptions {
     pub prefill_chunk: usize,
     /// replay decode steps from captured CUDA graphs (off: launch every kernel each step)
     pub graphs: bool,
+    /// products of at least this many rows run as tensor-core GEMMs (cuBLASLt) on f16,
+    /// bf16 and f32 weights; fewer rows, other formats or 0: the matrix-vector kernels
+    pub gemm_rows: usize,
 }
 
 impl Default for LlmOptions {
@@ -109,6 +119,7 @@ impl Default for LlmOptions {
             kv_rows: None,
             prefill_chunk: 128,
             graphs: true,
+            gemm_rows: 9,
         }
     }
 }
@@ -184,6 +195,9 @@ struct Scratch {
     /// RMSNorm factors of the rows (products of several rows)
     scales: DeviceBuffer,
     rows: DeviceBuffer,
+    /// GEMM operands in the weights' type: the input rows and the result (when GEMMs run)
+    gemm_in: Option<DeviceBuffer>,
+    gemm_out: Option<DeviceBuffer>,
 }
 
 /// A Llama-family model on the GPU with a paged KV cache (see the module docs).
@@ -208,6 +222,10 @@ pub struct CudaLlm {
     pinned_out: Pinned,
     pinned_table: Pinned,
     graphs: HashMap<(usize, bool), Graph>,
+    /// cuBLASLt, when the library loads and the model has GEMM-able weights
+    blas: Option<Blas>,
+    /// prepared GEMMs by (n, k, m, format)
+    gemms: RefCell<HashMap<(usize, usize, usize, QuantFormat), PreparedGemm>>,
     seqs: Vec<Option<Seq>>,
     /// the sequence slots whose rows the device holds, in order, when its tokens and
     /// positions are those of the next step (a plain step moved them on itself)
@@ -244,6 +262,17 @@ fn model_formats(model: &Llama) -> Vec<QuantFormat> {
     formats.sort_by_key(|f| f.name());
     formats.dedup();
     formats
+}
+
+/// The GEMM element type of a weight format and its code in `gemm_input`/`gemm_output`
+/// (None: the format runs on the matrix-vector kernels only).
+fn gemm_type(f: QuantFormat) -> Option<(DType, u64)> {
+    match f {
+        QuantFormat::F32 => Some((DType::F32, 0)),
+        QuantFormat::F16 => Some((DType::F16, 1)),
+        QuantFormat::BF16 => Some((DType::BF16, 2)),
+        _ => None,
+    }
 }
 
 fn bits(v: f64) -> u64 {
@@ -325,7 +354,7 @@ impl CudaLlm {
         let qd = c.heads * c.head_dim;
         let layout = RowsLayout::new(cap);
         let f = 4usize;
-        let s = Scratch {
+        let mut s = Scratch {
             x: mem.alloc(cap * c.hidden * f)?,
             q: mem.alloc(cap * qd * f)?,
             att: mem.alloc(cap * qd * f)?,
@@ -335,8 +364,26 @@ impl CudaLlm {
             tickets: mem.alloc(cap * c.heads * 4)?,
             scales: mem.alloc(cap * 4)?,
             rows: mem.alloc(layout.bytes)?,
+            gemm_in: None,
+            gemm_out: None,
         };
         dev.upload(s.tickets.ptr(), &vec![0u8; cap * c.heads * 4])?;
+        // tensor-core GEMMs for products of many rows, where cuBLASLt loads
+        let gemm_formats = formats.iter().any(|f| gemm_type(*f).is_some());
+        let blas = if options.gemm_rows > 0 && gemm_formats {
+            Blas::new(&mem).ok()
+        } else {
+            None
+        };
+        if blas.is_some() {
+            let max_k = c.hidden.max(c.ffn).max(qd);
+            let max_n = (qd + 2 * c.kv_heads * c.head_dim)
+                .max(2 * c.ffn)
+                .max(c.vocab)
+                .max(c.hidden);
+            s.gemm_in = Some(mem.alloc(cap * max_k * 4)?);
+            s.gemm_out = Some(mem.alloc(cap * max_n * 4)?);
+        }
         let pinned_rows = Pinned::new(&dev, layout.bytes)?;
         let pinned_out = Pinned::new(&dev, (max_sequences * c.vocab * 4).max(cap * 4))?;
         let pinned_table = Pinned::new(&dev, max_sequences * max_blocks * 4)?;
@@ -360,6 +407,8 @@ impl CudaLlm {
             pinned_out,
             pinned_table,
             graphs: HashMap::new(),
+            blas,
+            gemms: RefCell::new(HashMap::new()),
             seqs: (0..max_sequences).map(|_| None).collect(),
             staged: None,
             options,
@@ -427,6 +476,9 @@ impl CudaLlm {
         qkv: Option<(usize, u64)>,
         norm: Option<&DeviceBuffer>,
     ) -> Result<(), LlmError> {
+        if m >= self.options.gemm_rows && self.blas.is_some() && gemm_type(w.format).is_some() {
+            return self.gemm(w, row0, x, m, in_mode, y, y_stride, out_mode, qkv, norm);
+        }
         let sh = &self.shape;
         let mr = match m {
             1 => 1,
@@ -479,6 +531,129 @@ impl CudaLlm {
             },
         ];
         self.go(&name, grid, 128, &args)
+    }
+
+    /// Enqueues a product of `m` rows as a tensor-core GEMM: the rows converted to the
+    /// weights' type, cuBLASLt, and the epilogue of [`CudaLlm::gemv`] (same arguments).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        w: &Matrix,
+        row0: usize,
+        x: u64,
+        m: usize,
+        in_mode: u64,
+        y: u64,
+        y_stride: usize,
+        out_mode: u64,
+        qkv: Option<(usize, u64)>,
+        norm: Option<&DeviceBuffer>,
+    ) -> Result<(), LlmError> {
+        let sh = &self.shape;
+        let (Some(blas), Some(xin), Some(yout), Some((dtype, t))) = (
+            &self.blas,
+            &self.s.gemm_in,
+            &self.s.gemm_out,
+            gemm_type(w.format),
+        ) else {
+            return Err(LlmError::Invalid("no GEMM for this product".into()));
+        };
+        let (n, k) = (w.n, w.k);
+        let blocks = (k.div_ceil(256) as u32).min(16);
+        self.go(
+            "gemm_input",
+            [blocks, m as u32],
+            256,
+            &[
+                x,
+                m as u64,
+                k as u64,
+                in_mode,
+                norm.map_or(0, DeviceBuffer::ptr),
+                self.s.scales.ptr(),
+                xin.ptr(),
+                t,
+            ],
+        )?;
+        let key = (n, k, m, w.format);
+        let mut gemms = self.gemms.borrow_mut();
+        if !gemms.contains_key(&key) {
+            let op = |row_stride| Operand {
+                arg: ArgRef::Scratch(0),
+                offset: 0,
+                batch_stride: 0,
+                outer_stride: 0,
+                row_stride,
+            };
+            let spec = GemmSpec {
+                label: format!("llm {m}x{n}x{k}"),
+                dtype,
+                m,
+                n,
+                k,
+                batch: 1,
+                outer: 1,
+                a: op(None),
+                b: op(None),
+                c: op(None),
+                bias: None,
+                activation: Activation::None,
+                residual: None,
+                trans_b: true,
+                alpha: 1.0,
+            };
+            gemms.insert(key, blas.prepare(&spec, false, false)?);
+        }
+        let g = &gemms[&key];
+        let p = GemmPointers {
+            a: xin.ptr(),
+            b: w.buf.ptr(),
+            c: yout.ptr(),
+            bias: None,
+            residual: None,
+            arrays: None,
+        };
+        blas.run(g, &p, self.dev.stream())?;
+        drop(gemms);
+        let (qd, kvd) = (sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim);
+        let (bias, inv_freq, cache) = match qkv {
+            Some((layer, bias)) => (
+                bias,
+                self.weights.inv_freq.ptr(),
+                self.kv_pool.ptr() + (layer * self.layer_bytes) as u64,
+            ),
+            None => (0, 0, 0),
+        };
+        let l = &self.layout;
+        let blocks = (n.div_ceil(512) as u32).min(64);
+        self.go(
+            "gemm_output",
+            [blocks, m as u32],
+            256,
+            &[
+                yout.ptr(),
+                t,
+                m as u64,
+                n as u64,
+                row0 as u64,
+                y,
+                y_stride as u64,
+                out_mode,
+                bias,
+                inv_freq,
+                self.rows_ptr(l.pos, 0, 4),
+                self.rows_ptr(l.slot, 0, 4),
+                self.table_dev.ptr(),
+                cache,
+                qd as u64,
+                kvd as u64,
+                sh.head_dim as u64,
+                sh.kv_heads as u64,
+                BLOCK_ROWS as u64,
+                self.table.max_blocks as u64,
+                u64::from(self.kv_half),
+            ],
+        )
     }
 
     /// Enqueues the RMSNorm factors of rows `0..m` of `x` when there are several (one row:

@@ -168,6 +168,37 @@ D void store_kv(const QkvArgs& a, int r, i64 row, float v) {
   else ((float*)a.cache)[off] = v;
 }
 
+// The epilogue of a product: output rows g and g + 1 (when `two`) of token row tr, stored,
+// added to the residual stream, or (q/k/v) biased, roped in pairs and written to y or the
+// paged cache.
+D void emit_pair(float* y, i64 y_stride, i64 out_mode, const QkvArgs& qa, i64 tr, i64 g,
+                 float v0, float v1, bool two) {
+  if (out_mode == OUT_STORE) {
+    if (qa.bias) { v0 += qa.bias[g]; if (two) v1 += qa.bias[g + 1]; }
+    y[tr * y_stride + g] = v0;
+    if (two) y[tr * y_stride + g + 1] = v1;
+  } else if (out_mode == OUT_ADD) {
+    y[tr * y_stride + g] += v0;
+    if (two) y[tr * y_stride + g + 1] += v1;
+  } else {  // OUT_QKV: rows come in (even, odd) rope pairs within a head
+    if (qa.bias) { v0 += qa.bias[g]; v1 += qa.bias[g + 1]; }
+    if (qa.inv_freq && g < qa.qd + qa.kvd) {
+      const i64 d = (g < qa.qd ? g : g - qa.qd) % qa.hd;
+      float sn, cs;
+      sincosf((float)qa.pos[tr] * qa.inv_freq[d >> 1], &sn, &cs);
+      float o0 = v0 * cs - v1 * sn, o1 = v0 * sn + v1 * cs;
+      v0 = o0; v1 = o1;
+    }
+    if (g < qa.qd) {
+      y[tr * y_stride + g] = v0;
+      y[tr * y_stride + g + 1] = v1;
+    } else {
+      store_kv(qa, (int)tr, g - qa.qd, v0);
+      store_kv(qa, (int)tr, g - qa.qd + 1, v1);
+    }
+  }
+}
+
 // One warp computes two adjacent output rows for MR token rows (grid.y walks groups of MR
 // token rows), reading each weight row once per group. Rows of x are k apart (2k for the
 // gated input forms); rows of y are y_stride apart.
@@ -248,33 +279,7 @@ D void gemv(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
 #pragma unroll
   for (int r = 0; r < MR; r++) {
     if (lane != r || r >= rows) continue;
-    const i64 tr = r0 + r;
-    const i64 g = row0 + row;  // row in the launch's whole output space
-    float v0 = acc0[r], v1 = acc1[r];
-    if (out_mode == OUT_STORE) {
-      if (qa.bias) { v0 += qa.bias[g]; if (two) v1 += qa.bias[g + 1]; }
-      y[tr * y_stride + g] = v0;
-      if (two) y[tr * y_stride + g + 1] = v1;
-    } else if (out_mode == OUT_ADD) {
-      y[tr * y_stride + g] += v0;
-      if (two) y[tr * y_stride + g + 1] += v1;
-    } else {  // OUT_QKV: rows come in (even, odd) rope pairs within a head
-      if (qa.bias) { v0 += qa.bias[g]; v1 += qa.bias[g + 1]; }
-      if (qa.inv_freq && g < qa.qd + qa.kvd) {
-        const i64 d = (g < qa.qd ? g : g - qa.qd) % qa.hd;
-        float sn, cs;
-        sincosf((float)qa.pos[tr] * qa.inv_freq[d >> 1], &sn, &cs);
-        float o0 = v0 * cs - v1 * sn, o1 = v0 * sn + v1 * cs;
-        v0 = o0; v1 = o1;
-      }
-      if (g < qa.qd) {
-        y[tr * y_stride + g] = v0;
-        y[tr * y_stride + g + 1] = v1;
-      } else {
-        store_kv(qa, (int)tr, g - qa.qd, v0);
-        store_kv(qa, (int)tr, g - qa.qd + 1, v1);
-      }
-    }
+    emit_pair(y, y_stride, out_mode, qa, r0 + r, row0 + row, acc0[r], acc1[r], two);
   }
 }
 
@@ -531,5 +536,55 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* logi
       tokens[r] = bi;
       if (advance) pos[r] += 1;
     }
+  }
+}
+
+// Products of many rows run as tensor-core GEMMs (cuBLASLt) on 16-bit and f32 weights: the
+// rows go in converted to the weights' type (input form and RMSNorm applied as in the
+// products above), and the result comes out through the same epilogue.
+D unsigned short f2bf(float f) {
+  unsigned u = __float_as_uint(f);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+
+// out[r][i] = input form of x's row r (times its RMSNorm factor and norm_w when given), for
+// r < m (grid.y) and i < k; out_type 0 f32, 1 f16, 2 bf16.
+extern "C" __global__ void __launch_bounds__(256) gemm_input(const float* x, i64 m, i64 k, i64 in_mode,
+                                                             const float* norm_w, const float* scales,
+                                                             void* out, i64 out_type) {
+  GRID_WAIT();
+  const i64 r = blockIdx.y;
+  if (r >= m) return;
+  const float* xr = x + r * (in_mode == IN_PLAIN ? k : 2 * k);
+  const float inv = norm_w ? scales[r] : 1.0f;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < k; i += (i64)gridDim.x * blockDim.x) {
+    float v;
+    if (in_mode == IN_PLAIN) v = xr[i];
+    else { float g = xr[i], u = xr[k + i]; v = (in_mode == IN_SWIGLU ? silu(g) : gelu_tanh(g)) * u; }
+    if (norm_w) v *= inv * norm_w[i];
+    if (out_type == 1) ((unsigned short*)out)[r * k + i] = f2h(v);
+    else if (out_type == 2) ((unsigned short*)out)[r * k + i] = f2bf(v);
+    else ((float*)out)[r * k + i] = v;
+  }
+}
+
+// The epilogue of a GEMM's result `yt` ([m][n] of yt_type) for output rows row0 + j.
+extern "C" __global__ void __launch_bounds__(256) gemm_output(
+    const void* yt, i64 yt_type, i64 m, i64 n, i64 row0, float* y, i64 y_stride, i64 out_mode,
+    const float* bias, const float* inv_freq, const int* pos, const int* slot, const int* table,
+    void* cache, i64 qd, i64 kvd, i64 hd, i64 kvh, i64 bs, i64 max_blocks, i64 kv_half) {
+  GRID_WAIT();
+  QkvArgs qa = {bias, inv_freq, pos, slot, table, cache, qd, kvd, hd, kvh, bs, max_blocks, kv_half};
+  const i64 tr = blockIdx.y;
+  if (tr >= m) return;
+  for (i64 j = 2 * ((i64)blockIdx.x * blockDim.x + threadIdx.x); j < n; j += 2 * (i64)gridDim.x * blockDim.x) {
+    const bool two = j + 1 < n;
+    const i64 at = tr * n + j;
+    float v0, v1 = 0.0f;
+    if (yt_type == 1) { v0 = h2f(((const unsigned short*)yt)[at]); if (two) v1 = h2f(((const unsigned short*)yt)[at + 1]); }
+    else if (yt_type == 2) { v0 = bf2f(((const unsigned short*)yt)[at]); if (two) v1 = bf2f(((const unsigned short*)yt)[at + 1]); }
+    else { v0 = ((const float*)yt)[at]; if (two) v1 = ((const float*)yt)[at + 1]; }
+    emit_pair(y, y_stride, out_mode, qa, tr, row0 + j, v0, v1, two);
   }
 }

@@ -334,6 +334,20 @@ fn random_folders_match_the_cpu_graph_path() {
                 err < tol,
                 "{dtype:?} tied={tied} bias={qkv_bias}: logits rel L2 {err}"
             );
+            // the prompt in one chunk through the tensor-core GEMMs (cuBLASLt)
+            let forced = LlmOptions {
+                max_sequences: 4,
+                prefill_chunk: 13,
+                gemm_rows: 2,
+                ..Default::default()
+            };
+            let mut gemm = CudaLlm::new(&model, forced).unwrap();
+            let err = rel_l2(&gemm.logits(&prompt).unwrap(), &want);
+            assert!(
+                err < tol,
+                "{dtype:?} tied={tied} bias={qkv_bias}: GEMM prefill logits rel L2 {err}"
+            );
+            drop(gemm);
             if dtype == safetensors::Dtype::F32 {
                 let mut cpu = Generator::new(&model, cpu_runner());
                 cpu.stop_ids.clear();
@@ -362,11 +376,20 @@ fn batched_sequences_match_their_single_runs() {
     }
     let dir = folder("batch", &RandomLlama::default());
     let model = Llama::open(&dir).unwrap();
+    // products of several rows on the matrix-vector kernels, then on the GEMMs
+    for gemm_rows in [0, 2] {
+        batched_run(&model, gemm_rows);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn batched_run(model: &Llama, gemm_rows: usize) {
     let mut e = CudaLlm::new(
-        &model,
+        model,
         LlmOptions {
             max_sequences: 4,
             prefill_chunk: 7,
+            gemm_rows,
             ..Default::default()
         },
     )
@@ -405,9 +428,13 @@ fn batched_sequences_match_their_single_runs() {
             }
         }
     }
-    assert_eq!(got[0], single[0]);
-    assert_eq!(got[1], single[1][..6]);
-    assert_eq!(&got[2][..], &single[2][..got[2].len()]);
+    assert_eq!(got[0], single[0], "gemm_rows {gemm_rows}");
+    assert_eq!(got[1], single[1][..6], "gemm_rows {gemm_rows}");
+    assert_eq!(
+        &got[2][..],
+        &single[2][..got[2].len()],
+        "gemm_rows {gemm_rows}"
+    );
     for id in ids {
         e.remove(id);
     }
@@ -432,7 +459,6 @@ fn batched_sequences_match_their_single_runs() {
         assert!(x.iter().all(|&t| (t as usize) < model.config.vocab));
     }
     assert!(e.active().is_empty());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
