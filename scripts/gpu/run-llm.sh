@@ -4,6 +4,7 @@
 #   parity  tiny random folders written by transformers: rlx greedy tokens vs transformers'
 #   small   SmolLM2-135M shape, f16: rlx bench and rlx generate vs transformers (peer_llm.py)
 #   8b      Llama-3-8B shape, f16: prefill 512, decode batch 1 and 32, vs transformers
+#   serve-small, serve-8b   rlx serve (continuous batching) under rlx loadtest: 64 streams
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
 # (RLX_PARITY=arch:dtype,... picks the parity folders; make_llm.py knows llama mistral qwen2 phi3 gemma)
 set -uo pipefail
@@ -48,5 +49,22 @@ for part in "$@"; do
         $g/rlx bench $d --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-bench.json"; echo | tee -a "$out/8b-bench.json"
       done
       python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/8b-peer.txt" ;;
+    serve-small|serve-8b)
+      if [ $part = serve-small ]; then name=smollm2-f16 shape=smollm2_135m; else name=llama3-8b-f16 shape=llama3_8b; fi
+      d=$work/$name
+      [ -f $d/config.json ] || python3 $g/make_llm.py $d llama $shape $g/tokenizer.json --dtype float16 > /dev/null 2>&1
+      $g/rlx serve --model $d --device cuda --max-sequences 64 --context 512 --port 8091 > "$out/$part.log" 2>&1 &
+      pid=$!
+      python3 -c '
+import time, urllib.request
+for _ in range(1200):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:8091/health", timeout=1); break
+    except Exception: time.sleep(0.5)'
+      for streams in 1 64; do
+        $g/rlx loadtest --url http://127.0.0.1:8091 --streams $streams --requests $((streams * 4)) --max-tokens 128 --ignore-eos --json 2>&1 | tr -d '\n ' | tee -a "$out/$part.json"; echo | tee -a "$out/$part.json"
+      done
+      python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8091/metrics").read().decode())' > "$out/$part-metrics.txt"
+      kill $pid; wait $pid ;;
   esac
 done
