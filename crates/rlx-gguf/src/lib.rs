@@ -22,7 +22,7 @@ mod write;
 
 pub use error::GgufError;
 pub use file::{GgmlType, GgufFile, MetaValue, TensorInfo};
-pub use rlx_ir::QuantFormat;
 pub use quantize::{quantize, quantize_block};
+pub use rlx_ir::QuantFormat;
 pub use tokenizer::{chat_prompt, ChatTokenizer};
 pub use write::{ggml_type_of, GgufWriter, TensorDecl};

@@ -211,13 +211,26 @@ fn quantize_q45k(five: bool, x: &[f32], y: &mut [u8]) {
         let xs = &x[32 * j..32 * j + 32];
         let av = (xs.iter().map(|v| v * v).sum::<f32>() / 32.0).sqrt();
         let w: Vec<f32> = xs.iter().map(|v| av + v.abs()).collect();
-        let (s, m) = make_qkx2_quants(nmax, xs, &w, &mut l[32 * j..32 * j + 32], -1.0, 0.1, 20, false);
+        let (s, m) = make_qkx2_quants(
+            nmax,
+            xs,
+            &w,
+            &mut l[32 * j..32 * j + 32],
+            -1.0,
+            0.1,
+            20,
+            false,
+        );
         scales[j] = s;
         mins[j] = m;
     }
     let max_scale = scales.iter().fold(0f32, |a, &b| a.max(b));
     let max_min = mins.iter().fold(0f32, |a, &b| a.max(b));
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let mut sc = [0u8; 12];
     for j in 0..8 {
@@ -596,7 +609,10 @@ mod tests {
                 let mut back = vec![f32::NAN; 256];
                 format.dequantize(&q, &mut back);
                 for v in &back {
-                    assert!(v.is_finite() && (v - c).abs() <= 0.1 * c.abs() + 1e-6, "{format} {c}: {v}");
+                    assert!(
+                        v.is_finite() && (v - c).abs() <= 0.1 * c.abs() + 1e-6,
+                        "{format} {c}: {v}"
+                    );
                 }
             }
         }

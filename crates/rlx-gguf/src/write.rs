@@ -80,7 +80,11 @@ impl GgufWriter {
         for t in tensors {
             let size = t.size().ok_or_else(|| GgufError::Tensor {
                 name: t.name.clone(),
-                message: format!("cannot write type {} with dims {:?}", t.ggml_type.name(), t.dims),
+                message: format!(
+                    "cannot write type {} with dims {:?}",
+                    t.ggml_type.name(),
+                    t.dims
+                ),
             })?;
             sized.push((t, size));
         }
@@ -245,7 +249,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.gguf");
         let meta = vec![
-            ("general.architecture".to_string(), MetaValue::String("llama".into())),
+            (
+                "general.architecture".to_string(),
+                MetaValue::String("llama".into()),
+            ),
             ("a.f".to_string(), MetaValue::F32(0.5)),
             (
                 "a.list".to_string(),
@@ -267,7 +274,12 @@ mod tests {
         assert!(w.tensor_data(&[0; 3]).is_err(), "a wrong size is refused");
         w.tensor_data(&crate::quantize(QuantFormat::Q8_0, &x).unwrap())
             .unwrap();
-        let unfinished = GgufWriter::create(&dir.join("u.gguf"), &meta, vec![decl("n", vec![5], QuantFormat::F32)]).unwrap();
+        let unfinished = GgufWriter::create(
+            &dir.join("u.gguf"),
+            &meta,
+            vec![decl("n", vec![5], QuantFormat::F32)],
+        )
+        .unwrap();
         assert!(unfinished.finish().is_err(), "a missing tensor is an error");
         let n: Vec<u8> = (0..5).flat_map(|i| (i as f32).to_le_bytes()).collect();
         w.tensor_data(&n).unwrap();
@@ -276,7 +288,10 @@ mod tests {
         let f = GgufFile::open(&path).unwrap();
         assert_eq!(f.get_str("general.architecture").unwrap(), "llama");
         assert_eq!(f.get_f64("a.f").unwrap(), 0.5);
-        assert_eq!(f.get("a.list").unwrap().as_array().unwrap()[0].as_i64(), Some(-1));
+        assert_eq!(
+            f.get("a.list").unwrap().as_array().unwrap()[0].as_i64(),
+            Some(-1)
+        );
         assert_eq!(f.get("a.empty").unwrap().as_array().unwrap().len(), 0);
         let (shape, q) = f.dequantize("q").unwrap();
         assert_eq!(shape, [3, 64]);

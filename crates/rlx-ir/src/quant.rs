@@ -216,7 +216,11 @@ impl QuantFormat {
             }
             QuantFormat::Q5_0 | QuantFormat::Q5_1 => {
                 let q5_1 = self == QuantFormat::Q5_1;
-                let (d, m) = if q5_1 { (h(0), h(2)) } else { (h(0), -16.0 * h(0)) };
+                let (d, m) = if q5_1 {
+                    (h(0), h(2))
+                } else {
+                    (h(0), -16.0 * h(0))
+                };
                 let at = if q5_1 { 4 } else { 2 };
                 let qh = u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
                 for (j, &q) in src[at + 4..at + 20].iter().enumerate() {
@@ -416,7 +420,10 @@ mod tests {
         b.extend(f16b(1.0));
         b.extend(f16b(0.5));
         QuantFormat::Q2K.dequantize_block(&b, &mut y);
-        assert_eq!((y[0], y[32], y[64], y[96], y[128]), (-0.5, 1.5, 3.5, 5.5, -0.5));
+        assert_eq!(
+            (y[0], y[32], y[64], y[96], y[128]),
+            (-0.5, 1.5, 3.5, 5.5, -0.5)
+        );
         // Q3_K: d = 1, scales 2 (6-bit 34) except sub-block 15 (0 -> -32); hmask bits set in
         // bytes 16..32 only; qs = 0xE4 (low bits 0, 1, 2, 3 by shift)
         let mut b = vec![0u8; 16];

@@ -44,7 +44,10 @@ impl Runner for Recording {
         let out = self.inner.run(handle, inputs)?;
         for (n, t) in &out {
             if n == "logits" {
-                self.logits.lock().unwrap().push(t.as_f32().unwrap().to_vec());
+                self.logits
+                    .lock()
+                    .unwrap()
+                    .push(t.as_f32().unwrap().to_vec());
             }
         }
         Ok(out)
@@ -150,7 +153,12 @@ fn written_file_has_llama_cpp_names_types_and_metadata() {
     // hidden 128: rows of 128 are not q4_k blocks (256) and fall back to q8_0; ffn_down's
     // rows of 256 stay q4_k
     let notes = export(&src, &out, QuantFormat::Q4K);
-    assert!(notes.iter().any(|n| n.contains("blk.0.attn_q.weight") && n.contains("q8_0")), "{notes:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("blk.0.attn_q.weight") && n.contains("q8_0")),
+        "{notes:?}"
+    );
     assert!(!notes.iter().any(|n| n.contains("ffn_down")), "{notes:?}");
     let f = GgufFile::open(&out).unwrap();
     assert_eq!(f.get_str("general.architecture").unwrap(), "llama");
@@ -174,7 +182,11 @@ fn written_file_has_llama_cpp_names_types_and_metadata() {
     assert_eq!((tokens.len(), tokens[7].as_str()), (256, Some("w7")));
     let expect = |name: &str, ty: &str, dims: &[u64]| {
         let t = f.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
-        assert_eq!((t.ggml_type.name().as_str(), &t.dims[..]), (ty, dims), "{name}");
+        assert_eq!(
+            (t.ggml_type.name().as_str(), &t.dims[..]),
+            (ty, dims),
+            "{name}"
+        );
     };
     expect("token_embd.weight", "q8_0", &[128, 256]);
     expect("output.weight", "q8_0", &[128, 256]);
@@ -209,7 +221,14 @@ fn written_file_has_llama_cpp_names_types_and_metadata() {
         let down = f.tensor("blk.1.ffn_down.weight").unwrap();
         assert_eq!(down.ggml_type.format(), Some(fmt));
         let q = f.tensor("blk.1.attn_q.weight").unwrap().ggml_type.format();
-        assert_eq!(q, Some(if fmt.block() == 32 { fmt } else { QuantFormat::Q8_0 }));
+        assert_eq!(
+            q,
+            Some(if fmt.block() == 32 {
+                fmt
+            } else {
+                QuantFormat::Q8_0
+            })
+        );
         Llama::open(&out).unwrap();
     }
     python_gguf_reads(&out);
@@ -243,7 +262,10 @@ fn python_gguf_reads(path: &Path) {
         }
     };
     assert!(out.starts_with("llama\n"), "{out}");
-    assert!(out.contains("blk.1.ffn_down.weight Q4_K [256, 128]"), "{out}");
+    assert!(
+        out.contains("blk.1.ffn_down.weight Q4_K [256, 128]"),
+        "{out}"
+    );
     assert!(out.contains("output_norm.weight F32 [128]"), "{out}");
 }
 
@@ -267,7 +289,11 @@ fn qwen2_rows_round_trip_exactly() {
     assert_eq!(f.get_str("general.architecture").unwrap(), "qwen2");
     assert_eq!(f.get_str("tokenizer.ggml.pre").unwrap(), "qwen2");
     let b = Llama::open(&out).unwrap();
-    for name in ["blk.0.attn_q.bias", "blk.1.attn_k.bias", "output_norm.weight"] {
+    for name in [
+        "blk.0.attn_q.bias",
+        "blk.1.attn_k.bias",
+        "output_norm.weight",
+    ] {
         let (x, y) = (a.param(name).unwrap(), b.param(name).unwrap());
         assert_eq!(x.as_f32().unwrap(), y.as_f32().unwrap(), "{name}");
     }
@@ -302,7 +328,10 @@ fn gguf_source_round_trips_and_keeps_its_tokenizer() {
     // q8_0 to q8_0 copies the blocks: the second file's tensors equal the first's
     let second = dir.join("b.gguf");
     export(&first, &second, QuantFormat::Q8_0);
-    let (fa, fb) = (GgufFile::open(&first).unwrap(), GgufFile::open(&second).unwrap());
+    let (fa, fb) = (
+        GgufFile::open(&first).unwrap(),
+        GgufFile::open(&second).unwrap(),
+    );
     for t in &fa.tensors {
         assert_eq!(
             fa.tensor_bytes(&t.name).unwrap().1,
@@ -311,9 +340,16 @@ fn gguf_source_round_trips_and_keeps_its_tokenizer() {
             t.name
         );
     }
-    assert_eq!(fa.get("tokenizer.ggml.tokens"), fb.get("tokenizer.ggml.tokens"));
+    assert_eq!(
+        fa.get("tokenizer.ggml.tokens"),
+        fb.get("tokenizer.ggml.tokens")
+    );
     // a word-level vocabulary has no merges; its words are whole tokens
-    let types = fb.get("tokenizer.ggml.token_type").unwrap().as_array().unwrap();
+    let types = fb
+        .get("tokenizer.ggml.token_type")
+        .unwrap()
+        .as_array()
+        .unwrap();
     assert_eq!(types[5].as_i64(), Some(4));
     // and an unwritable destination is an error naming it
     let bad = dir.join("no-such-dir").join("x.gguf");

@@ -88,10 +88,19 @@ pub fn export_gguf(
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
     let mut meta = vec![
-        ("general.architecture".to_string(), MetaValue::String(arch.into())),
+        (
+            "general.architecture".to_string(),
+            MetaValue::String(arch.into()),
+        ),
         ("general.name".to_string(), MetaValue::String(name)),
-        ("general.file_type".to_string(), MetaValue::U32(file_type(format))),
-        ("general.quantization_version".to_string(), MetaValue::U32(2)),
+        (
+            "general.file_type".to_string(),
+            MetaValue::U32(file_type(format)),
+        ),
+        (
+            "general.quantization_version".to_string(),
+            MetaValue::U32(2),
+        ),
     ];
     let u = |v: usize| MetaValue::U32(v as u32);
     for (key, value) in [
@@ -103,7 +112,10 @@ pub fn export_gguf(
         ("attention.head_count", u(c.heads)),
         ("attention.head_count_kv", u(c.kv_heads)),
         ("rope.freq_base", MetaValue::F32(c.rope_base as f32)),
-        ("attention.layer_norm_rms_epsilon", MetaValue::F32(c.eps as f32)),
+        (
+            "attention.layer_norm_rms_epsilon",
+            MetaValue::F32(c.eps as f32),
+        ),
         ("rope.dimension_count", u(c.head_dim)),
     ] {
         meta.push((format!("{arch}.{key}"), value));
@@ -142,7 +154,11 @@ pub fn export_gguf(
     let mut decls = Vec::new();
     let mut fallbacks = Vec::new();
     if let Some(factors) = &c.rope_freq_factors {
-        decls.push(decl("rope_freqs.weight", vec![factors.len() as u64], QuantFormat::F32));
+        decls.push(decl(
+            "rope_freqs.weight",
+            vec![factors.len() as u64],
+            QuantFormat::F32,
+        ));
     }
     for (n, _) in &names {
         let t = model
@@ -168,7 +184,10 @@ pub fn export_gguf(
     let tensors = decls.len();
     let mut w = GgufWriter::create(out, &meta, decls)?;
     if let Some(factors) = &c.rope_freq_factors {
-        let b: Vec<u8> = factors.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect();
+        let b: Vec<u8> = factors
+            .iter()
+            .flat_map(|&v| (v as f32).to_le_bytes())
+            .collect();
         w.tensor_data(&b)?;
     }
     for (n, rope) in &names {
@@ -189,9 +208,8 @@ pub fn export_gguf(
                 if from == to {
                     src.into_owned()
                 } else {
-                    convert(&src, from, to, rows, k, threads).map_err(|m| {
-                        model_err(format!("{n}: {m}"))
-                    })?
+                    convert(&src, from, to, rows, k, threads)
+                        .map_err(|m| model_err(format!("{n}: {m}")))?
                 }
             }
             None => {
@@ -295,7 +313,10 @@ fn convert(
 
 /// The `tokenizer.*` metadata of the source: copied from a GGUF file, converted from a
 /// Hugging Face folder's `tokenizer.json`.
-fn tokenizer_metadata(model: &Llama, source: &Path) -> Result<Vec<(String, MetaValue)>, LlamaError> {
+fn tokenizer_metadata(
+    model: &Llama,
+    source: &Path,
+) -> Result<Vec<(String, MetaValue)>, LlamaError> {
     if source.is_dir() && source.join("config.json").is_file() {
         return hf_tokenizer_metadata(model, source);
     }
@@ -324,7 +345,10 @@ fn tokenizer_metadata(model: &Llama, source: &Path) -> Result<Vec<(String, MetaV
 /// Converts `tokenizer.json` (byte-level BPE, or word-level) into GGUF's `gpt2` tokenizer:
 /// tokens by id (ids the file lacks become `[PADn]`), token types, merges, BOS/EOS and the
 /// chat template as loaded with the model.
-fn hf_tokenizer_metadata(model: &Llama, dir: &Path) -> Result<Vec<(String, MetaValue)>, LlamaError> {
+fn hf_tokenizer_metadata(
+    model: &Llama,
+    dir: &Path,
+) -> Result<Vec<(String, MetaValue)>, LlamaError> {
     let path = dir.join("tokenizer.json");
     let label = path.display().to_string();
     let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
@@ -341,7 +365,11 @@ fn hf_tokenizer_metadata(model: &Llama, dir: &Path) -> Result<Vec<(String, MetaV
         return Err(model_err(format!(
             "{label}: a `{kind}` tokenizer{} cannot be exported; RLX writes GPT-2 byte-level \
              BPE and word-level vocabularies",
-            if kind == "BPE" { " without byte-level pre-tokenization" } else { "" }
+            if kind == "BPE" {
+                " without byte-level pre-tokenization"
+            } else {
+                ""
+            }
         )));
     }
     let mut tokens: Vec<Option<String>> = vec![None; model.config.vocab];
@@ -395,7 +423,10 @@ fn hf_tokenizer_metadata(model: &Llama, dir: &Path) -> Result<Vec<(String, MetaV
         "qwen2"
     } else if has("<|begin_of_text|>") {
         "llama-bpe"
-    } else if v["pre_tokenizer"].to_string().contains("\"individual_digits\":true") {
+    } else if v["pre_tokenizer"]
+        .to_string()
+        .contains("\"individual_digits\":true")
+    {
         "smollm"
     } else {
         "default"
@@ -423,7 +454,10 @@ fn hf_tokenizer_metadata(model: &Llama, dir: &Path) -> Result<Vec<(String, MetaV
     if let Some(e) = tok.eos {
         out.push((s("tokenizer.ggml.eos_token_id"), MetaValue::U32(e)));
     }
-    out.push((s("tokenizer.ggml.add_bos_token"), MetaValue::Bool(tok.add_bos)));
+    out.push((
+        s("tokenizer.ggml.add_bos_token"),
+        MetaValue::Bool(tok.add_bos),
+    ));
     if let Some(t) = &tok.chat_template {
         out.push((s("tokenizer.chat_template"), MetaValue::String(t.clone())));
     }
