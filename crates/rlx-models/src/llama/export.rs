@@ -169,7 +169,7 @@ pub fn export_gguf(
                 let f = fitting_format(format, k);
                 if f != format {
                     let line = format!(
-                        "{n}: rows of {k} values are not a whole number of {format} blocks of {}; \
+                        "{n}: rows of {k} values are not a whole number of {format} blocks of {}, \
                          stored as {f}",
                         format.block()
                     );

@@ -25,6 +25,9 @@ const TYPES: [QuantFormat; 11] = [
     QuantFormat::F16,
 ];
 
+/// Fallback notes printed one by one before the rest are counted.
+const SHOWN_NOTES: usize = 3;
+
 /// Arguments of `rlx quantize`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -59,9 +62,34 @@ pub fn run(a: Args) -> CmdResult {
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let report = export_gguf(&model, &a.input, &a.output, a.ty, threads, &mut |line| {
-        eprintln!("note: {line}")
-    })?;
+    // written under a temporary name and renamed when complete: a failure leaves no
+    // half-written OUT (and an existing OUT untouched)
+    let mut partial = a.output.clone().into_os_string();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    // the first few fallbacks in full, then a count
+    let mut notes = 0;
+    let result = export_gguf(&model, &a.input, &partial, a.ty, threads, &mut |line| {
+        notes += 1;
+        if notes <= SHOWN_NOTES {
+            eprintln!("note: {line}");
+        }
+    });
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            std::fs::remove_file(&partial).ok();
+            return Err(e.into());
+        }
+    };
+    std::fs::rename(&partial, &a.output).map_err(|e| format!("{}: {e}", a.output.display()))?;
+    if notes > SHOWN_NOTES {
+        eprintln!(
+            "note: ... {} more tensors stored as q8_0 or f16 ({} in all)",
+            notes - SHOWN_NOTES,
+            notes
+        );
+    }
     eprintln!(
         "wrote {} ({} tensors, {:.1} MiB, {}) in {:.1}s",
         a.output.display(),
