@@ -360,3 +360,40 @@ fn gguf_source_round_trips_and_keeps_its_tokenizer() {
     assert!(e.contains("no-such-dir"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn llama3_rope_scaling_becomes_rope_freqs() {
+    let dir = temp("rope");
+    let src = dir.join("hf");
+    RandomLlama::default().write(&src).unwrap();
+    let path = src.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["rope_scaling"] = serde_json::json!({
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64
+    });
+    std::fs::write(&path, config.to_string()).unwrap();
+    let out = dir.join("m.gguf");
+    export(&src, &out, QuantFormat::F16);
+    let f = GgufFile::open(&out).unwrap();
+    let t = f.tensor("rope_freqs.weight").unwrap();
+    assert_eq!(
+        (t.ggml_type.name().as_str(), &t.dims[..]),
+        ("f32", &[16u64][..])
+    );
+    let (a, b) = (Llama::open(&src).unwrap(), Llama::open(&out).unwrap());
+    let (fa, fb) = (
+        a.config.rope_freq_factors.clone().unwrap(),
+        b.config.rope_freq_factors.clone().unwrap(),
+    );
+    assert!(
+        fa.iter().any(|&x| x != 1.0),
+        "the scaling changes some pairs"
+    );
+    for (x, y) in fa.iter().zip(&fb) {
+        assert_eq!(*x as f32 as f64, *y);
+    }
+    assert_eq!(greedy(&a).0, greedy(&b).0);
+    std::fs::remove_dir_all(&dir).ok();
+}
