@@ -189,6 +189,8 @@ def quant_fixture(path):
         "q8_0": (Q.Q8_0, 34, [0]), "q4_0": (Q.Q4_0, 18, [0]), "q4_1": (Q.Q4_1, 20, [0, 2]),
         "q4_k": (Q.Q4_K, 144, [0, 2]), "q5_k": (Q.Q5_K, 176, [0, 2]),
         "q6_k": (Q.Q6_K, 210, [208]),
+        "q5_0": (Q.Q5_0, 22, [0]), "q5_1": (Q.Q5_1, 24, [0, 2]),
+        "q2_k": (Q.Q2_K, 84, [80, 82]), "q3_k": (Q.Q3_K, 110, [108]),
     }
     out = {}
     for name, (qt, bb, scales) in spec.items():
@@ -210,6 +212,17 @@ def quant_fixture(path):
         flat = raw.reshape(-1)
         vals = dequantize(flat, qt).astype(np.float32).reshape(-1)
         out[name] = {"bytes": flat.tobytes().hex(), "values": [float(v) for v in vals]}
+    # the other way: f32 values quantized by gguf (GGML's reference rounding), for the
+    # formats the package quantizes
+    from gguf.quants import quantize
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((4, 64)) * np.array([[0.02], [1.0], [30.0], [1e-3]])).astype(np.float32)
+    x[1, 5] = 0.0
+    x[3] += 0.004  # a row of one sign
+    out["quantize"] = {"values": [float(v) for v in x.reshape(-1)]}
+    for name, qt in {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "q5_0": Q.Q5_0,
+                     "q5_1": Q.Q5_1}.items():
+        out["quantize"][name] = quantize(x, qt).tobytes().hex()
     with open(path, "w") as f:
         json.dump(out, f)
     print(f"wrote {path}")

@@ -48,6 +48,10 @@ fn format_macro(f: QuantFormat) -> &'static str {
         QuantFormat::Q4K => "F_Q4K",
         QuantFormat::Q5K => "F_Q5K",
         QuantFormat::Q6K => "F_Q6K",
+        QuantFormat::Q5_0 => "F_Q5_0",
+        QuantFormat::Q5_1 => "F_Q5_1",
+        QuantFormat::Q2K => "F_Q2K",
+        QuantFormat::Q3K => "F_Q3K",
     }
 }
 

@@ -37,6 +37,10 @@ D float warp_max(float v) { for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl
 #define F_Q4K 6
 #define F_Q5K 7
 #define F_Q6K 8
+#define F_Q5_0 9
+#define F_Q5_1 10
+#define F_Q2K 11
+#define F_Q3K 12
 
 D void scale_min_k4(int j, const u8* q, int* sc, int* m) {
   if (j < 4) { *sc = q[j] & 63; *m = q[j + 4] & 63; }
@@ -98,6 +102,38 @@ template <int FMT> D void deq8(const u8* row, i64 i, float* v) {
       }
       v[t] = d1 * (float)q - m1;
     }
+  } else if (FMT == F_Q5_0 || FMT == F_Q5_1) {
+    const int bb = FMT == F_Q5_0 ? 22 : 24, at = FMT == F_Q5_0 ? 2 : 4;
+    const u8* p = row + (i >> 5) * bb;
+    float d = ldh(p), m = FMT == F_Q5_0 ? -16.0f * d : ldh(p + 2);
+    unsigned qh = p[at] | (p[at + 1] << 8) | (p[at + 2] << 16) | ((unsigned)p[at + 3] << 24);
+    int off = (int)(i & 31), shift = off >= 16 ? 4 : 0;
+    const u8* qs = p + at + 4 + (off & 15);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+      int q = ((qs[t] >> shift) & 0xF) | (((qh >> (off + t)) & 1) << 4);
+      v[t] = d * (float)q + m;
+    }
+  } else if (FMT == F_Q2K) {
+    const u8* p = row + (i >> 8) * 84;
+    int off = (int)(i & 255), half = off >> 7, j = (off & 127) >> 5, l = off & 31;
+    int sc = p[off >> 4];
+    float d = ldh(p + 80) * (float)(sc & 0xF), mn = ldh(p + 82) * (float)(sc >> 4);
+    const u8* qs = p + 16 + 32 * half + l;
+#pragma unroll
+    for (int t = 0; t < 8; t++) v[t] = d * (float)((qs[t] >> (2 * j)) & 3) - mn;
+  } else if (FMT == F_Q3K) {
+    const u8* p = row + (i >> 8) * 110;
+    int off = (int)(i & 255), half = off >> 7, j = (off & 127) >> 5, l = off & 31, s = off >> 4;
+    const u8* sc = p + 96;
+    int low = s < 8 ? (sc[s] & 0xF) : (sc[s - 8] >> 4);
+    int high = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+    float d = ldh(p + 108) * (float)((low | (high << 4)) - 32);
+    const u8* hm = p + l;
+    const u8* qs = p + 32 + 32 * half + l;
+    const int bit = 1 << (off >> 5);
+#pragma unroll
+    for (int t = 0; t < 8; t++) v[t] = d * (float)(((qs[t] >> (2 * j)) & 3) - ((hm[t] & bit) ? 0 : 4));
   } else {  // F_Q6K
     const u8* p = row + (i >> 8) * 210;
     float d = ldh(p + 208);

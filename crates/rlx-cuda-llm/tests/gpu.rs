@@ -69,8 +69,10 @@ fn random_rows(format: QuantFormat, n: usize, k: usize, rng: &mut SplitMix64) ->
     let bytes = format.bytes_for(n * k).unwrap();
     let mut b: Vec<u8> = (0..bytes).map(|_| (rng.next_u64() & 0xff) as u8).collect();
     let scales: &[usize] = match format {
-        QuantFormat::Q8_0 | QuantFormat::Q4_0 => &[0],
+        QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q5_0 => &[0],
         QuantFormat::Q6K => &[208],
+        QuantFormat::Q2K => &[80, 82],
+        QuantFormat::Q3K => &[108],
         _ => &[0, 2],
     };
     for block in b.chunks_exact_mut(format.block_bytes()) {

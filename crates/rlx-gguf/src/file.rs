@@ -159,7 +159,11 @@ impl GgmlType {
             1 => QuantFormat::F16,
             2 => QuantFormat::Q4_0,
             3 => QuantFormat::Q4_1,
+            6 => QuantFormat::Q5_0,
+            7 => QuantFormat::Q5_1,
             8 => QuantFormat::Q8_0,
+            10 => QuantFormat::Q2K,
+            11 => QuantFormat::Q3K,
             12 => QuantFormat::Q4K,
             13 => QuantFormat::Q5K,
             14 => QuantFormat::Q6K,
@@ -562,7 +566,7 @@ impl GgufFile {
                 name: name.into(),
                 message: format!(
                     "type {} is not supported (RLX reads f32, f16, bf16, q8_0, q4_0, q4_1, \
-                     q4_k, q5_k, q6_k)",
+                     q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k)",
                     t.ggml_type.name()
                 ),
             });

@@ -31,11 +31,19 @@ pub enum QuantFormat {
     Q5K,
     /// 256 values, 6 bits each, 16 sub-blocks with i8 scales
     Q6K,
+    /// 32 values: f16 scale `d`, 4 bytes of high bits, 16 bytes of nibbles: `x = d * (q - 16)`
+    Q5_0,
+    /// 32 values: f16 scale `d`, f16 min `m`, high bits, nibbles: `x = d * q + m`
+    Q5_1,
+    /// 256 values, 2 bits each, 16 sub-blocks with 4-bit scales and mins (k-quant)
+    Q2K,
+    /// 256 values, 3 bits each (2 low bits plus a high-bit mask), 16 6-bit scales
+    Q3K,
 }
 
 impl QuantFormat {
     /// Every format.
-    pub const ALL: [QuantFormat; 9] = [
+    pub const ALL: [QuantFormat; 13] = [
         QuantFormat::F32,
         QuantFormat::F16,
         QuantFormat::BF16,
@@ -45,6 +53,10 @@ impl QuantFormat {
         QuantFormat::Q4K,
         QuantFormat::Q5K,
         QuantFormat::Q6K,
+        QuantFormat::Q5_0,
+        QuantFormat::Q5_1,
+        QuantFormat::Q2K,
+        QuantFormat::Q3K,
     ];
 
     /// The GGML name (`q4_1`, `q4_k`, ...).
@@ -59,6 +71,10 @@ impl QuantFormat {
             QuantFormat::Q4K => "q4_k",
             QuantFormat::Q5K => "q5_k",
             QuantFormat::Q6K => "q6_k",
+            QuantFormat::Q5_0 => "q5_0",
+            QuantFormat::Q5_1 => "q5_1",
+            QuantFormat::Q2K => "q2_k",
+            QuantFormat::Q3K => "q3_k",
         }
     }
 
@@ -66,8 +82,16 @@ impl QuantFormat {
     pub fn block(self) -> usize {
         match self {
             QuantFormat::F32 | QuantFormat::F16 | QuantFormat::BF16 => 1,
-            QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q4_1 => 32,
-            QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K => 256,
+            QuantFormat::Q8_0
+            | QuantFormat::Q4_0
+            | QuantFormat::Q4_1
+            | QuantFormat::Q5_0
+            | QuantFormat::Q5_1 => 32,
+            QuantFormat::Q4K
+            | QuantFormat::Q5K
+            | QuantFormat::Q6K
+            | QuantFormat::Q2K
+            | QuantFormat::Q3K => 256,
         }
     }
 
@@ -82,6 +106,10 @@ impl QuantFormat {
             QuantFormat::Q4K => 144,
             QuantFormat::Q5K => 176,
             QuantFormat::Q6K => 210,
+            QuantFormat::Q5_0 => 22,
+            QuantFormat::Q5_1 => 24,
+            QuantFormat::Q2K => 84,
+            QuantFormat::Q3K => 110,
         }
     }
 
@@ -186,6 +214,42 @@ impl QuantFormat {
                     }
                 }
             }
+            QuantFormat::Q5_0 | QuantFormat::Q5_1 => {
+                let q5_1 = self == QuantFormat::Q5_1;
+                let (d, m) = if q5_1 {
+                    (h(0), h(2))
+                } else {
+                    (h(0), -16.0 * h(0))
+                };
+                let at = if q5_1 { 4 } else { 2 };
+                let qh = u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
+                for (j, &q) in src[at + 4..at + 20].iter().enumerate() {
+                    let lo = (q & 0xF) as u32 | ((qh >> j) & 1) << 4;
+                    let hi = (q >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+                    dst[j] = d * lo as f32 + m;
+                    dst[j + 16] = d * hi as f32 + m;
+                }
+            }
+            QuantFormat::Q2K => {
+                // scales[16] (low nibble scale, high nibble min), qs[64], d, dmin
+                let (sc, qs, d, dmin) = (&src[0..16], &src[16..80], h(80), h(82));
+                for (i, y) in dst.iter_mut().enumerate() {
+                    let (half, j, l) = (i / 128, (i % 128) / 32, i % 32);
+                    let q = (qs[32 * half + l] >> (2 * j)) & 3;
+                    let s = sc[i / 16];
+                    *y = d * (s & 0xF) as f32 * q as f32 - dmin * (s >> 4) as f32;
+                }
+            }
+            QuantFormat::Q3K => {
+                // hmask[32], qs[64], scales[12] (16 6-bit values), d
+                let (hm, qs, sc, d) = (&src[0..32], &src[32..96], &src[96..108], h(108));
+                for (i, y) in dst.iter_mut().enumerate() {
+                    let (half, j, l) = (i / 128, (i % 128) / 32, i % 32);
+                    let low = (qs[32 * half + l] >> (2 * j)) & 3;
+                    let high = if hm[l] & (1 << (i / 32)) != 0 { 0 } else { 4 };
+                    *y = d * q3k_scale(sc, i / 16) as f32 * (low as i32 - high) as f32;
+                }
+            }
         }
     }
 
@@ -242,6 +306,14 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
             (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
         )
     }
+}
+
+/// The signed 6-bit scale `s` (in -32..32) of sub-block `s` of a Q3_K block: the low 4
+/// bits are nibbles of bytes 0..8, the high 2 bits are pairs of bytes 8..12.
+pub(crate) fn q3k_scale(sc: &[u8], s: usize) -> i32 {
+    let low = if s < 8 { sc[s] & 0xF } else { sc[s - 8] >> 4 };
+    let high = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    (low | high << 4) as i32 - 32
 }
 
 #[cfg(test)]
@@ -322,6 +394,48 @@ mod tests {
         b.extend([0u8; 128]);
         QuantFormat::Q5K.dequantize_block(&b, &mut y);
         assert!(y.iter().all(|&v| v == 16.0), "{:?}", &y[..8]);
+    }
+
+    #[test]
+    fn five_bit_and_low_bit_k_quants_hand_built() {
+        let mut y = vec![0f32; 256];
+        // Q5_0: d = 1; high bits of values 0 and 16 set; qs[0] = 0x21
+        let mut b = f16b(1.0).to_vec();
+        b.extend(0x0001_0001u32.to_le_bytes());
+        b.push(0x21);
+        b.extend([0u8; 15]);
+        QuantFormat::Q5_0.dequantize_block(&b, &mut y[..32]);
+        assert_eq!((y[0], y[16], y[1], y[17]), (1.0, 2.0, -16.0, -16.0));
+        // Q5_1: d = 0.5, m = 1, every high bit set, nibbles 0 (low) and 15 (high)
+        let mut b = f16b(0.5).to_vec();
+        b.extend(f16b(1.0));
+        b.extend([0xFFu8; 4]);
+        b.extend([0xF0u8; 16]);
+        QuantFormat::Q5_1.dequantize_block(&b, &mut y[..32]);
+        assert_eq!((y[5], y[21]), (9.0, 16.5));
+        // Q2_K: every scale 2 and min 1, d = 1, dmin = 0.5; qs[0..32] = 0xE4 (q = 0, 1, 2, 3)
+        let mut b = vec![0x12u8; 16];
+        b.extend([0xE4u8; 32]);
+        b.extend([0u8; 32]);
+        b.extend(f16b(1.0));
+        b.extend(f16b(0.5));
+        QuantFormat::Q2K.dequantize_block(&b, &mut y);
+        assert_eq!(
+            (y[0], y[32], y[64], y[96], y[128]),
+            (-0.5, 1.5, 3.5, 5.5, -0.5)
+        );
+        // Q3_K: d = 1, scales 2 (6-bit 34) except sub-block 15 (0 -> -32); hmask bits set in
+        // bytes 16..32 only; qs = 0xE4 (low bits 0, 1, 2, 3 by shift)
+        let mut b = vec![0u8; 16];
+        b.extend([0xFFu8; 16]);
+        b.extend([0xE4u8; 64]);
+        b.extend([0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x02]);
+        b.extend([0xAA, 0xAA, 0xAA, 0x2A]);
+        b.extend(f16b(1.0));
+        QuantFormat::Q3K.dequantize_block(&b, &mut y);
+        // value 0: low 0, high bit clear -> 2 * (0 - 4); value 48 (l = 16): 2 * (1 - 0)
+        assert_eq!((y[0], y[48], y[80], y[255]), (-8.0, 2.0, 4.0, -96.0));
+        assert_eq!(y[224], -2.0); // sub-block 14, l = 0: q = 3, high bit clear
     }
 
     #[test]

@@ -27,6 +27,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Sentence embeddings from a BERT-family model folder.
     Embed(cmd::embed::Args),
+    /// Write a Llama-family model as a GGUF file in one block format (q4_k, q8_0, ...).
+    Quantize(cmd::quantize::Args),
     /// Text generation with a Llama-family GGUF model (streams tokens).
     Generate(cmd::generate::Args),
     /// An OpenAI-compatible HTTP server with continuous batching.
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         Command::Dump(a) => cmd::dump::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Embed(a) => cmd::embed::run(a),
+        Command::Quantize(a) => cmd::quantize::run(a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Loadtest(a) => cmd::serve::load(a),

@@ -372,9 +372,11 @@ mod tests {
         // keep the f16 scales small and finite
         let bb = format.block_bytes();
         let scale_at: &[usize] = match format {
-            QuantFormat::Q8_0 | QuantFormat::Q4_0 => &[0],
-            QuantFormat::Q4_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
+            QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q5_0 => &[0],
+            QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
             QuantFormat::Q6K => &[208],
+            QuantFormat::Q2K => &[80, 82],
+            QuantFormat::Q3K => &[108],
             _ => &[],
         };
         for blk in w.chunks_exact_mut(bb) {

@@ -23,6 +23,7 @@
 //! into the cache in place. Shapes are static per generation, so the decode graph compiles
 //! once and every token reuses it.
 
+pub mod export;
 pub mod hf;
 pub mod sample;
 

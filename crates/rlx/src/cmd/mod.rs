@@ -10,6 +10,7 @@ pub mod model;
 pub mod npy;
 pub mod onnx_case;
 pub mod onnx_test;
+pub mod quantize;
 pub mod report;
 pub mod run;
 pub mod run_model;

@@ -1,0 +1,117 @@
+//! `rlx quantize` on a random Llama folder, then `rlx generate --device cpu` on the file it
+//! wrote; bad inputs are one-line errors with a non-zero exit and no panic.
+
+use rlx_models::llama::sample::RandomLlama;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn rlx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(args)
+        .output()
+        .expect("the rlx binary runs")
+}
+
+fn temp(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rlx-quantize-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Greedy tokens of `rlx generate` on the CPU.
+fn tokens(model: &str) -> serde_json::Value {
+    let o = rlx(&[
+        "generate",
+        "w5 w6 w7",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--max-tokens",
+        "8",
+        "--ignore-eos",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["prompt_tokens"], serde_json::json!([5, 6, 7]), "{v}");
+    v["tokens"].clone()
+}
+
+#[test]
+fn quantize_then_generate_on_the_cpu() {
+    let dir = temp("ok");
+    let src = dir.join("hf");
+    RandomLlama::default().write(&src).unwrap();
+    let s = src.to_str().unwrap();
+    let want = tokens(s);
+    let f16 = dir.join("m-f16.gguf");
+    let o = rlx(&["quantize", s, f16.to_str().unwrap(), "--type", "f16"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("wrote"), "{}", stderr(&o));
+    assert_eq!(
+        tokens(f16.to_str().unwrap()),
+        want,
+        "f16 generates the folder's tokens"
+    );
+    // q4_k: rows of 128 fall back to q8_0, said on stderr; the file generates
+    let q4 = dir.join("m-q4_k.gguf");
+    let o = rlx(&["quantize", s, q4.to_str().unwrap(), "--type", "q4_k"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("stored as q8_0"), "{}", stderr(&o));
+    assert_eq!(tokens(q4.to_str().unwrap()).as_array().unwrap().len(), 8);
+    // a GGUF source works too
+    let q8 = dir.join("m-q8_0.gguf");
+    let o = rlx(&[
+        "quantize",
+        q4.to_str().unwrap(),
+        q8.to_str().unwrap(),
+        "--type",
+        "Q8_0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(tokens(q8.to_str().unwrap()).as_array().unwrap().len(), 8);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let dir = temp("bad");
+    let src = dir.join("hf");
+    RandomLlama::default().write(&src).unwrap();
+    let s = src.to_str().unwrap();
+    let out = dir.join("m.gguf");
+    let o_str = out.to_str().unwrap();
+    let check = |o: &Output, want: &str| {
+        let e = stderr(o);
+        assert!(!o.status.success(), "{e}");
+        assert!(e.contains(want), "expected `{want}` in: {e}");
+        assert!(
+            !e.contains("internal error") && !e.contains("panicked"),
+            "{e}"
+        );
+    };
+    let missing = dir.join("missing");
+    check(
+        &rlx(&["quantize", missing.to_str().unwrap(), o_str]),
+        "no such file or folder",
+    );
+    let o = rlx(&["quantize", s, o_str, "--type", "q9_9"]);
+    check(&o, "unknown type `q9_9`");
+    assert_eq!(o.status.code(), Some(2), "bad usage");
+    let unwritable = dir.join("no-dir").join("m.gguf");
+    check(
+        &rlx(&["quantize", s, unwritable.to_str().unwrap()]),
+        "no-dir",
+    );
+    // a file that is not GGUF
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf file").unwrap();
+    check(&rlx(&["quantize", junk.to_str().unwrap(), o_str]), "GGUF");
+    assert!(!out.exists(), "nothing written on failure");
+    std::fs::remove_dir_all(&dir).ok();
+}
