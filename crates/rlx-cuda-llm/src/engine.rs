@@ -575,7 +575,18 @@ impl CudaLlm {
                 self.gemv(&p.matrix, p.row0, x, m, 0, ffn, 2 * sh.ffn, 0, None, norm)?;
             }
             let ffn = self.s.ffn.ptr();
-            self.gemv(&layer.down, 0, ffn, m, sh.gated, x, sh.hidden, 1, None, None)?;
+            self.gemv(
+                &layer.down,
+                0,
+                ffn,
+                m,
+                sh.gated,
+                x,
+                sh.hidden,
+                1,
+                None,
+                None,
+            )?;
         }
         let n = m - head;
         if n == 0 {

@@ -350,7 +350,10 @@ fn random_folders_match_the_cpu_graph_path() {
                 let greedy = Sampling::default();
                 let want = cpu.generate(&prompt, 32, &greedy, |_| {}).unwrap();
                 let got = gpu.generate(&prompt, 32, &greedy, &[], |_| {}).unwrap();
-                assert_eq!(got.tokens, want.tokens, "{family:?} tied={tied}: greedy tokens");
+                assert_eq!(
+                    got.tokens, want.tokens,
+                    "{family:?} tied={tied}: greedy tokens"
+                );
                 // without graphs (every kernel launched each step) the same tokens
                 let options = LlmOptions {
                     graphs: false,

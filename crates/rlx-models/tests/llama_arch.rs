@@ -193,7 +193,11 @@ fn reference(dir: &Path, tokens: &[u32]) -> Vec<Vec<f64>> {
                 .iter()
                 .zip(&up)
                 .map(|(g, u)| {
-                    let a = if gemma { gelu_tanh(*g) } else { g / (1.0 + (-g).exp()) };
+                    let a = if gemma {
+                        gelu_tanh(*g)
+                    } else {
+                        g / (1.0 + (-g).exp())
+                    };
                     a * u
                 })
                 .collect();
@@ -201,11 +205,7 @@ fn reference(dir: &Path, tokens: &[u32]) -> Vec<Vec<f64>> {
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
     }
-    let head = if tied {
-        embed
-    } else {
-        get("lm_head.weight")
-    };
+    let head = if tied { embed } else { get("lm_head.weight") };
     assert_eq!(xs.len(), t);
     xs.iter()
         .map(|x| matvec(head, &rms_norm(x, get("model.norm.weight"), eps, gemma)))
@@ -330,12 +330,15 @@ fn gemma_folders_match_the_f64_reference() {
         };
         check(&format!("gemma-{dtype:?}"), &spec);
     }
-    let dir = folder("gemma-cfg", &RandomLlama {
-        family: Family::Gemma,
-        head_dim: Some(64),
-        tied: true,
-        ..RandomLlama::default()
-    });
+    let dir = folder(
+        "gemma-cfg",
+        &RandomLlama {
+            family: Family::Gemma,
+            head_dim: Some(64),
+            tied: true,
+            ..RandomLlama::default()
+        },
+    );
     let model = Llama::open(&dir).unwrap();
     assert_eq!(model.config.ffn_act, FfnAct::GeluTanh);
     assert_eq!(model.config.head_dim, 64);
@@ -363,10 +366,13 @@ fn phi3_folders_match_the_f64_reference() {
 
 /// A config of `family` with `edit` applied to its JSON: the error names the setting.
 fn config_error(family: Family, edit: &dyn Fn(&mut serde_json::Map<String, Value>)) -> String {
-    let dir = folder(&format!("bad-{family:?}"), &RandomLlama {
-        family,
-        ..RandomLlama::default()
-    });
+    let dir = folder(
+        &format!("bad-{family:?}"),
+        &RandomLlama {
+            family,
+            ..RandomLlama::default()
+        },
+    );
     let path = dir.join("config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     edit(cfg.as_object_mut().unwrap());
@@ -414,10 +420,13 @@ fn unsupported_gemma_and_phi3_settings_are_named() {
 
 #[test]
 fn phi3_sliding_window_caps_the_context_and_rope_parameters_are_read() {
-    let dir = folder("phi3-window", &RandomLlama {
-        family: Family::Phi3,
-        ..RandomLlama::default()
-    });
+    let dir = folder(
+        "phi3-window",
+        &RandomLlama {
+            family: Family::Phi3,
+            ..RandomLlama::default()
+        },
+    );
     let path = dir.join("config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let c = cfg.as_object_mut().unwrap();
@@ -432,4 +441,191 @@ fn phi3_sliding_window_caps_the_context_and_rope_parameters_are_read() {
     assert_eq!(model.config.context, 100);
     assert_eq!(model.config.rope_base, 500000.0);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A metadata value of the minimal GGUF writer below.
+enum Meta {
+    U32(u32),
+    F32(f32),
+    Str(String),
+    Strs(Vec<String>),
+}
+
+/// Writes a GGUF v3 file of f32 tensors (`(name, dims in GGUF order, values)`).
+fn write_gguf(path: &Path, meta: &[(&str, Meta)], tensors: &[(String, Vec<usize>, Vec<f32>)]) {
+    fn string(out: &mut Vec<u8>, s: &str) {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend((meta.len() as u64).to_le_bytes());
+    for (key, v) in meta {
+        string(&mut out, key);
+        match v {
+            Meta::U32(x) => {
+                out.extend(4u32.to_le_bytes());
+                out.extend(x.to_le_bytes());
+            }
+            Meta::F32(x) => {
+                out.extend(6u32.to_le_bytes());
+                out.extend(x.to_le_bytes());
+            }
+            Meta::Str(s) => {
+                out.extend(8u32.to_le_bytes());
+                string(&mut out, s);
+            }
+            Meta::Strs(list) => {
+                out.extend(9u32.to_le_bytes());
+                out.extend(8u32.to_le_bytes());
+                out.extend((list.len() as u64).to_le_bytes());
+                for s in list {
+                    string(&mut out, s);
+                }
+            }
+        }
+    }
+    let mut offset = 0u64;
+    for (name, dims, values) in tensors {
+        string(&mut out, name);
+        out.extend((dims.len() as u32).to_le_bytes());
+        for d in dims {
+            out.extend((*d as u64).to_le_bytes());
+        }
+        out.extend(0u32.to_le_bytes()); // F32
+        out.extend(offset.to_le_bytes());
+        offset += (values.len() as u64 * 4).div_ceil(32) * 32;
+    }
+    for (_, _, values) in tensors {
+        while out.len() % 32 != 0 {
+            out.push(0);
+        }
+        out.extend(values.iter().flat_map(|x| x.to_le_bytes()));
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// An f32 Gemma or Phi-3 folder written as llama.cpp's `convert_hf_to_gguf.py` writes it:
+/// Gemma's norms stored with the 1 of `(1 + w)` added, Q/K rows left in Hugging Face's order
+/// (llama.cpp ropes both as NEOX), Phi-3's `attn_qkv` and `ffn_up` (gate then up) fused.
+fn folder_to_gguf(dir: &Path, path: &Path) {
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let ty = cfg["model_type"].as_str().unwrap().to_string();
+    let u = |k: &str| cfg[k].as_u64().unwrap() as u32;
+    let heads = u("num_attention_heads");
+    let hd = cfg["head_dim"]
+        .as_u64()
+        .map_or(u("hidden_size") / heads, |d| d as u32);
+    let key = |k: &str| format!("{ty}.{k}");
+    let vocab = u("vocab_size");
+    let keys = [
+        "context_length",
+        "embedding_length",
+        "block_count",
+        "feed_forward_length",
+        "attention.head_count",
+        "attention.head_count_kv",
+        "attention.key_length",
+        "rope.dimension_count",
+    ];
+    let values = [
+        u("max_position_embeddings"),
+        u("hidden_size"),
+        u("num_hidden_layers"),
+        u("intermediate_size"),
+        heads,
+        u("num_key_value_heads"),
+        hd,
+        hd,
+    ];
+    let names: Vec<String> = keys.iter().map(|k| key(k)).collect();
+    let mut meta: Vec<(&str, Meta)> = vec![
+        ("general.architecture", Meta::Str(ty.clone())),
+        ("tokenizer.ggml.model", Meta::Str("gpt2".into())),
+        (
+            "tokenizer.ggml.tokens",
+            Meta::Strs((0..vocab).map(|i| format!("t{i}")).collect()),
+        ),
+        ("tokenizer.ggml.merges", Meta::Strs(Vec::new())),
+    ];
+    for (k, v) in names.iter().zip(values) {
+        meta.push((k.as_str(), Meta::U32(v)));
+    }
+    let eps_key = key("attention.layer_norm_rms_epsilon");
+    let base_key = key("rope.freq_base");
+    meta.push((
+        &eps_key,
+        Meta::F32(cfg["rms_norm_eps"].as_f64().unwrap() as f32),
+    ));
+    meta.push((
+        &base_key,
+        Meta::F32(cfg["rope_theta"].as_f64().unwrap() as f32),
+    ));
+    let w = read_tensors(dir);
+    let gemma = ty == "gemma";
+    let mut tensors = Vec::new();
+    let mut put = |gguf: String, hf: &str, plus_one: bool| {
+        let (shape, v) = &w[hf];
+        let v: Vec<f32> = v
+            .iter()
+            .map(|x| (if plus_one { x + 1.0 } else { *x }) as f32)
+            .collect();
+        let dims = shape.iter().rev().copied().collect();
+        tensors.push((gguf, dims, v));
+    };
+    put(
+        "token_embd.weight".into(),
+        "model.embed_tokens.weight",
+        false,
+    );
+    if w.contains_key("lm_head.weight") {
+        put("output.weight".into(), "lm_head.weight", false);
+    }
+    put("output_norm.weight".into(), "model.norm.weight", gemma);
+    for l in 0..u("num_hidden_layers") {
+        let hf = |s: &str| format!("model.layers.{l}.{s}.weight");
+        let b = |s: &str| format!("blk.{l}.{s}.weight");
+        put(b("attn_norm"), &hf("input_layernorm"), gemma);
+        put(b("ffn_norm"), &hf("post_attention_layernorm"), gemma);
+        put(b("attn_output"), &hf("self_attn.o_proj"), false);
+        put(b("ffn_down"), &hf("mlp.down_proj"), false);
+        if gemma {
+            put(b("attn_q"), &hf("self_attn.q_proj"), false);
+            put(b("attn_k"), &hf("self_attn.k_proj"), false);
+            put(b("attn_v"), &hf("self_attn.v_proj"), false);
+            put(b("ffn_gate"), &hf("mlp.gate_proj"), false);
+            put(b("ffn_up"), &hf("mlp.up_proj"), false);
+        } else {
+            put(b("attn_qkv"), &hf("self_attn.qkv_proj"), false);
+            put(b("ffn_up"), &hf("mlp.gate_up_proj"), false);
+        }
+    }
+    write_gguf(path, &meta, &tensors);
+}
+
+#[test]
+fn gemma_and_phi3_gguf_files_match_their_folders() {
+    for (family, head_dim, tied) in [(Family::Gemma, Some(64), true), (Family::Phi3, None, false)] {
+        let spec = RandomLlama {
+            family,
+            head_dim,
+            tied,
+            ..RandomLlama::default()
+        };
+        let dir = folder(&format!("gguf-{family:?}"), &spec);
+        let path = dir.join("model.gguf");
+        folder_to_gguf(&dir, &path);
+        let from_gguf = Llama::from_gguf(&rlx_gguf::GgufFile::open(&path).unwrap()).unwrap();
+        let from_hf = Llama::open(&dir).unwrap();
+        assert_eq!(from_gguf.config.ffn_act, from_hf.config.ffn_act);
+        assert_eq!(from_gguf.config.embed_scale, from_hf.config.embed_scale);
+        let prompt: Vec<u32> = (0..9).map(|i| 3 + (i * 29) % 250).collect();
+        let want = reference(&dir, &prompt);
+        let got = cpu_logits(&from_gguf, &prompt);
+        let err = rel_l2(&got, want.last().unwrap());
+        assert!(err < 1e-4, "{family:?} GGUF: logits rel L2 {err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

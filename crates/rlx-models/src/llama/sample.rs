@@ -106,7 +106,9 @@ impl RandomLlama {
         });
         let extra = match self.family {
             Family::Llama => serde_json::json!({"hidden_act": "silu"}),
-            Family::Gemma => serde_json::json!({"hidden_act": "gelu_pytorch_tanh", "pad_token_id": 0}),
+            Family::Gemma => {
+                serde_json::json!({"hidden_act": "gelu_pytorch_tanh", "pad_token_id": 0})
+            }
             Family::Phi3 => serde_json::json!({
                 "hidden_act": "silu",
                 "pad_token_id": 0,
@@ -164,7 +166,11 @@ impl RandomLlama {
         let mut rng = SplitMix64(self.seed);
         let dtype = self.dtype;
         // Gemma stores the w of its (1 + w) norms: near 0, so the factor is near 1 as well
-        let norm_center = if self.family == Family::Gemma { 0.0 } else { 1.0 };
+        let norm_center = if self.family == Family::Gemma {
+            0.0
+        } else {
+            1.0
+        };
         let data: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
             .into_iter()
             .map(|(name, shape)| {
