@@ -319,6 +319,7 @@ fn random_folders_match_the_cpu_graph_path() {
             (Family::Llama, true, false),
             (Family::Llama, false, true),
             (Family::Gemma, true, false),
+            (Family::Gemma, false, false),
             (Family::Phi3, false, false),
         ] {
             let spec = RandomLlama {

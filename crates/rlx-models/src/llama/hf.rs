@@ -390,7 +390,14 @@ pub fn hf_tokenizer(dir: &Path, config: &Value) -> Result<ChatTokenizer, LlamaEr
         _ => None,
     };
     let mut stop_ids = eos.clone();
-    for t in ["<|im_end|>", "<|eot_id|>", "<|end_of_text|>"] {
+    // chat turn ends: ChatML, Llama 3, Gemma, Phi-3
+    for t in [
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|end_of_text|>",
+        "<end_of_turn>",
+        "<|end|>",
+    ] {
         if let Some(id) = inner.token_to_id(t) {
             if !stop_ids.contains(&id) {
                 stop_ids.push(id);
@@ -646,6 +653,7 @@ impl Llama {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llama::FfnAct;
 
     fn config(extra: &str) -> String {
         format!(
@@ -724,6 +732,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("c.json"), "{e}");
+    }
+
+    /// `config.json`s as transformers 5.25 writes them (`GemmaConfig` / `Phi3Config` with
+    /// a tiny shape, `to_json_string(use_diff=True)`): rope settings in `rope_parameters`.
+    #[test]
+    fn reads_transformers_5_gemma_and_phi3_configs() {
+        let gemma = r#"{"attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "head_dim": 32, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 128, "initializer_range": 0.02, "intermediate_size": 352, "max_position_embeddings": 4096, "model_type": "gemma", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "tie_word_embeddings": true, "transformers_version": "5.25.0", "use_bidirectional_attention": null, "use_cache": true, "vocab_size": 256}"#;
+        let c = LlamaConfig::from_hf_json(gemma, "gemma.json").unwrap();
+        assert_eq!(
+            (c.head_dim, c.rope_base, c.ffn_act),
+            (32, 10000.0, FfnAct::GeluTanh)
+        );
+        assert_eq!(c.embed_scale, 128f32.sqrt());
+        let phi3 = r#"{"attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 128, "initializer_range": 0.02, "intermediate_size": 352, "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_parameters": {"partial_rotary_factor": 1.0, "rope_theta": 10000.0, "rope_type": "default"}, "sliding_window": null, "tie_word_embeddings": false, "transformers_version": "5.25.0", "use_cache": true, "vocab_size": 256}"#;
+        let c = LlamaConfig::from_hf_json(phi3, "phi3.json").unwrap();
+        assert_eq!((c.head_dim, c.context, c.ffn_act), (32, 4096, FfnAct::Silu));
+        assert_eq!(c.embed_scale, 1.0);
     }
 
     #[test]
