@@ -1,7 +1,8 @@
 """llm_parity.py DIR RLX [--device cuda] [--tokens 32]: greedy tokens of `rlx generate` on a
 causal-LM folder against transformers' on the same prompt ids (eos ignored on both sides), and
 the last-position logits of transformers for the prompt as a reference figure. Prints one JSON
-line: arch, dtype, tokens compared, first mismatch (or null)."""
+line: arch, dtype, tokens compared, first mismatch (or null). Any causal LM RLX reads
+(llama, mistral, qwen2, gemma, phi3); `--device cpu` runs both sides on the CPU."""
 import argparse, json, subprocess, sys, torch
 from transformers import AutoModelForCausalLM
 
@@ -16,8 +17,9 @@ out = subprocess.run([a.rlx, "generate", a.prompt, "--model", a.dir, "--device",
 if out.returncode != 0:
     print(json.dumps({"dir": a.dir, "error": out.stderr.strip()[-400:]})); sys.exit(1)
 r = json.loads(out.stdout)
-m = AutoModelForCausalLM.from_pretrained(a.dir, torch_dtype="auto").to("cuda").eval()
-ids = torch.tensor([r["prompt_tokens"]], device="cuda")
+dev = "cuda" if a.device == "cuda" else "cpu"
+m = AutoModelForCausalLM.from_pretrained(a.dir, torch_dtype="auto").to(dev).eval()
+ids = torch.tensor([r["prompt_tokens"]], device=dev)
 with torch.no_grad():
     g = m.generate(ids, max_new_tokens=a.tokens, min_new_tokens=a.tokens, do_sample=False,
                    eos_token_id=None, pad_token_id=0)

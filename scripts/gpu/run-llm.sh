@@ -25,7 +25,7 @@ for part in "$@"; do
         echo "$name: $s $(grep -E '^test result:' /tmp/test-$name.log | tail -1)" | tee -a "$out/summary.txt"
       done ;;
     parity)
-      specs=${RLX_PARITY:-llama:float32,llama:float16,llama:bfloat16,mistral:float32,qwen2:float32,qwen2:float16}
+      specs=${RLX_PARITY:-llama:float32,llama:float16,llama:bfloat16,mistral:float32,qwen2:float32,qwen2:float16,gemma:float32,gemma:bfloat16,phi3:float32,phi3:bfloat16}
       for spec in ${specs//,/ }; do
         arch=${spec%%:*}; dtype=${spec##*:}
         d=$work/tiny-$arch-$dtype

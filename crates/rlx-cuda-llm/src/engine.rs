@@ -3,7 +3,8 @@
 //! (prefill) or one new token of each of `m` sequences (batched decode) — through
 //! hand-written kernels (`kernels.cu`): embedding lookup, RMSNorm, matrix-vector products
 //! that dequantize the stored weights on the fly (q/k/v with RoPE and the KV-cache write in
-//! their epilogue, the residual adds in theirs, SwiGLU in the down projection's input),
+//! their epilogue, the residual adds in theirs, SwiGLU — GeGLU for Gemma — in the down
+//! projection's input),
 //! split attention over the paged cache, and sampling. Tokens, positions, sequence slots,
 //! seeds and temperatures of the rows live in device memory, so a decode step of `m` rows is
 //! captured once as a CUDA graph and replayed; only the token ids come back to the host.
@@ -20,7 +21,7 @@ use rlx_cuda::memory::{DeviceBuffer, DeviceMemory, Pinned};
 use rlx_gguf::QuantFormat;
 use rlx_ir::DType;
 use rlx_ir::SplitMix64;
-use rlx_models::llama::{sample_with_history, GenerationStats, Llama, Sampling};
+use rlx_models::llama::{sample_with_history, FfnAct, GenerationStats, Llama, Sampling};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -154,6 +155,10 @@ struct Shape {
     ffn: usize,
     vocab: usize,
     eps: f64,
+    /// factor on the token embeddings (Gemma: `sqrt(hidden)`)
+    embed_scale: f32,
+    /// the down projection's input form: `IN_SWIGLU` (1) or `IN_GEGLU` (2, Gemma)
+    gated: u64,
 }
 
 /// Byte offsets of the per-row arrays inside the rows buffer (device and pinned alike).
@@ -313,6 +318,11 @@ impl CudaLlm {
             ffn: c.ffn,
             vocab: c.vocab,
             eps: c.eps,
+            embed_scale: c.embed_scale,
+            gated: match c.ffn_act {
+                FfnAct::Silu => 1,
+                FfnAct::GeluTanh => 2,
+            },
         };
         let arch = format!(
             "sm_{}{}",
@@ -698,7 +708,7 @@ impl CudaLlm {
                 self.rows_ptr(l.tokens, 0, 4),
                 x,
                 sh.hidden as u64,
-                bits(1.0),
+                bits(f64::from(sh.embed_scale)),
             ],
         )?;
         let att_kernel = if self.kv_half {
@@ -744,7 +754,18 @@ impl CudaLlm {
                 self.gemv(&p.matrix, p.row0, x, m, 0, ffn, 2 * sh.ffn, 0, None, norm)?;
             }
             let ffn = self.s.ffn.ptr();
-            self.gemv(&layer.down, 0, ffn, m, 1, x, sh.hidden, 1, None, None)?;
+            self.gemv(
+                &layer.down,
+                0,
+                ffn,
+                m,
+                sh.gated,
+                x,
+                sh.hidden,
+                1,
+                None,
+                None,
+            )?;
         }
         let n = m - head;
         if n == 0 {

@@ -1,7 +1,7 @@
 //! The CUDA LLM engine against references: NVRTC compiles every kernel (no GPU needed); on
 //! a GPU, the dequantizing matrix-vector kernels of every weight format match an f64
-//! product of the host's dequantized weights, and whole random-weight Llama folders written
-//! as transformers writes them generate the same greedy tokens as the CPU graph path (f32),
+//! product of the host's dequantized weights, and whole random-weight Llama, Qwen2, Gemma
+//! and Phi-3 folders written as transformers writes them generate the same greedy tokens as the CPU graph path (f32),
 //! with logits within tolerance (f16, bf16), alone and batched with other sequences.
 
 use rlx_cuda::codegen::Launch;
@@ -12,7 +12,7 @@ use rlx_driver::testing::skip;
 use rlx_driver::Device;
 use rlx_gguf::QuantFormat;
 use rlx_ir::{Graph, SplitMix64, Tensor};
-use rlx_models::llama::sample::RandomLlama;
+use rlx_models::llama::sample::{Family, RandomLlama};
 use rlx_models::llama::{Generator, Llama, Runner, Sampling, Stage};
 use rlx_runtime::{CompileOptions, CompiledGraph, Session};
 use std::collections::HashMap;
@@ -314,14 +314,25 @@ fn random_folders_match_the_cpu_graph_path() {
         (safetensors::Dtype::F16, 3e-3),
         (safetensors::Dtype::BF16, 3e-3),
     ] {
-        for (tied, qkv_bias) in [(false, false), (true, false), (false, true)] {
+        // Llama (untied, tied), Qwen2 (biases), Gemma (GeGLU, scaled embeddings, head size
+        // 64 over a hidden size of 128 with 4 heads), Phi-3 (fused q/k/v and gate/up)
+        for (family, tied, qkv_bias) in [
+            (Family::Llama, false, false),
+            (Family::Llama, true, false),
+            (Family::Llama, false, true),
+            (Family::Gemma, true, false),
+            (Family::Gemma, false, false),
+            (Family::Phi3, false, false),
+        ] {
             let spec = RandomLlama {
                 dtype,
                 tied,
                 qkv_bias,
+                family,
+                head_dim: (family == Family::Gemma).then_some(64),
                 ..RandomLlama::default()
             };
-            let dir = folder(&format!("{dtype:?}-{tied}-{qkv_bias}"), &spec);
+            let dir = folder(&format!("{family:?}-{dtype:?}-{tied}-{qkv_bias}"), &spec);
             let model = Llama::open(&dir).unwrap();
             let options = LlmOptions {
                 max_sequences: 4,
@@ -334,7 +345,7 @@ fn random_folders_match_the_cpu_graph_path() {
             let err = rel_l2(&got, &want);
             assert!(
                 err < tol,
-                "{dtype:?} tied={tied} bias={qkv_bias}: logits rel L2 {err}"
+                "{family:?} {dtype:?} tied={tied} bias={qkv_bias}: logits rel L2 {err}"
             );
             // the prompt in one chunk through the tensor-core GEMMs (cuBLASLt)
             let forced = LlmOptions {
@@ -356,7 +367,10 @@ fn random_folders_match_the_cpu_graph_path() {
                 let greedy = Sampling::default();
                 let want = cpu.generate(&prompt, 32, &greedy, |_| {}).unwrap();
                 let got = gpu.generate(&prompt, 32, &greedy, &[], |_| {}).unwrap();
-                assert_eq!(got.tokens, want.tokens, "tied={tied}: greedy tokens");
+                assert_eq!(
+                    got.tokens, want.tokens,
+                    "{family:?} tied={tied}: greedy tokens"
+                );
                 // without graphs (every kernel launched each step) the same tokens
                 let options = LlmOptions {
                     graphs: false,
@@ -364,7 +378,7 @@ fn random_folders_match_the_cpu_graph_path() {
                 };
                 let mut eager = CudaLlm::new(&model, options).unwrap();
                 let again = eager.generate(&prompt, 32, &greedy, &[], |_| {}).unwrap();
-                assert_eq!(again.tokens, want.tokens, "eager steps");
+                assert_eq!(again.tokens, want.tokens, "{family:?}: eager steps");
             }
             std::fs::remove_dir_all(&dir).ok();
         }

@@ -1,4 +1,6 @@
-//! Llama-family models from a Hugging Face folder: `config.json` (`model_type: "llama"`),
+//! Llama-family models from a Hugging Face folder: `config.json` (`model_type` llama,
+//! mistral, qwen2, gemma or phi3; transformers 5's `rope_parameters` or the older
+//! top-level `rope_theta` / `rope_scaling`),
 //! safetensors weights (one file or sharded), `tokenizer.json`, and when present
 //! `tokenizer_config.json` / `generation_config.json` (BOS, stop ids, chat template).
 //!
@@ -36,14 +38,24 @@ struct HfLlamaConfig {
     vocab_size: usize,
     #[serde(default = "default_eps")]
     rms_norm_eps: f64,
-    #[serde(default = "default_theta")]
-    rope_theta: f64,
+    #[serde(default)]
+    rope_theta: Option<f64>,
     #[serde(default = "default_context")]
     max_position_embeddings: usize,
     #[serde(default)]
     head_dim: Option<usize>,
-    #[serde(default = "default_act")]
-    hidden_act: String,
+    #[serde(default)]
+    hidden_act: Option<String>,
+    /// Gemma's older name for `hidden_act`, read first when present
+    #[serde(default)]
+    hidden_activation: Option<String>,
+    #[serde(default)]
+    partial_rotary_factor: Option<f64>,
+    /// transformers 5: `rope_theta`, `rope_type` and scaling settings in one object
+    #[serde(default)]
+    rope_parameters: Option<Value>,
+    #[serde(default)]
+    use_bidirectional_attention: Option<bool>,
     #[serde(default)]
     attention_bias: bool,
     #[serde(default)]
@@ -55,20 +67,14 @@ struct HfLlamaConfig {
 }
 
 /// `model_type`s RLX builds from Hugging Face folders: Llama's graph (Mistral is the same
-/// network; Qwen2 adds q/k/v biases).
-pub const HF_TYPES: [&str; 3] = ["llama", "mistral", "qwen2"];
+/// network; Qwen2 adds q/k/v biases; Gemma and Phi-3 as [`super::arch`] says).
+pub const HF_TYPES: [&str; 5] = ["llama", "mistral", "qwen2", "gemma", "phi3"];
 
 fn default_eps() -> f64 {
     1e-6
 }
-fn default_theta() -> f64 {
-    10000.0
-}
 fn default_context() -> usize {
     2048
-}
-fn default_act() -> String {
-    "silu".into()
 }
 
 impl LlamaConfig {
@@ -99,19 +105,37 @@ impl LlamaConfig {
                 HF_TYPES.join(", ")
             )));
         }
+        let ty = h.model_type.as_str();
         // Qwen2 always has q/k/v biases (its config has no `attention_bias`)
-        let qkv_bias = h.model_type == "qwen2" || h.attention_bias;
-        if h.attention_bias && h.model_type == "llama" || h.mlp_bias {
+        let qkv_bias = ty == "qwen2" || h.attention_bias;
+        if h.attention_bias && matches!(ty, "llama" | "gemma" | "phi3") || h.mlp_bias {
             return Err(bad(
                 "projection biases (attention_bias / mlp_bias) are not supported".into(),
             ));
         }
-        if h.hidden_act != "silu" {
+        let ffn_act = ffn_act(&h).map_err(bad)?;
+        if h.use_bidirectional_attention == Some(true) {
+            return Err(bad(
+                "use_bidirectional_attention is not supported (RLX builds causal models)".into(),
+            ));
+        }
+        let rope = h.rope_parameters.as_ref().filter(|v| v.is_object());
+        let partial = h.partial_rotary_factor.or_else(|| {
+            rope.and_then(|r| r.get("partial_rotary_factor"))
+                .and_then(Value::as_f64)
+        });
+        if let Some(f) = partial.filter(|&f| f != 1.0) {
             return Err(bad(format!(
-                "hidden_act `{}` is not supported (Llama uses silu)",
-                h.hidden_act
+                "partial_rotary_factor {f} is not supported (RLX rotates whole heads)"
             )));
         }
+        let rope_theta = h
+            .rope_theta
+            .or_else(|| {
+                rope.and_then(|r| r.get("rope_theta"))
+                    .and_then(Value::as_f64)
+            })
+            .unwrap_or(10000.0);
         let heads = h.num_attention_heads;
         let kv_heads = h.num_key_value_heads.unwrap_or(heads);
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
@@ -146,20 +170,53 @@ impl LlamaConfig {
             ffn: h.intermediate_size,
             vocab: h.vocab_size,
             eps: h.rms_norm_eps,
-            rope_base: h.rope_theta,
+            rope_base: rope_theta,
             context: h.max_position_embeddings,
             rope_freq_factors: None,
             qkv_bias,
+            ffn_act,
+            // Gemma's sqrt(hidden), rounded to the embedding's dtype when the weights load
+            embed_scale: if ty == "gemma" {
+                (h.hidden_size as f64).sqrt() as f32
+            } else {
+                1.0
+            },
         };
-        // Mistral's sliding window: attention beyond it would differ, so the context stops
-        // there
-        if let Some(w) = h.sliding_window.filter(|_| h.model_type == "mistral") {
+        // Mistral's and Phi-3's sliding window: attention beyond it would differ, so the
+        // context stops there
+        if let Some(w) = h
+            .sliding_window
+            .filter(|_| matches!(ty, "mistral" | "phi3"))
+        {
             cfg.context = cfg.context.min(w.max(1));
         }
-        if let Some(s) = h.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+        if let Some(s) = h.rope_scaling.as_ref().filter(|v| !v.is_null()).or(rope) {
             cfg.rope_freq_factors = rope_scaling_factors(s, &cfg).map_err(bad)?;
         }
         Ok(cfg)
+    }
+}
+
+/// The feed-forward activation of a config: SiLU, or for Gemma GELU's tanh form (`gelu`
+/// is the legacy spelling transformers reads as the tanh form too).
+fn ffn_act(h: &HfLlamaConfig) -> Result<super::FfnAct, String> {
+    let gemma = h.model_type == "gemma";
+    let (key, act) = match (&h.hidden_activation, &h.hidden_act) {
+        (Some(a), _) if gemma => ("hidden_activation", a.as_str()),
+        (_, Some(a)) => ("hidden_act", a.as_str()),
+        _ if gemma => ("hidden_act", "gelu_pytorch_tanh"),
+        _ => ("hidden_act", "silu"),
+    };
+    match act {
+        "silu" if !gemma => Ok(super::FfnAct::Silu),
+        "gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new" | "gelu" if gemma => {
+            Ok(super::FfnAct::GeluTanh)
+        }
+        _ => Err(format!(
+            "{key} `{act}` is not supported ({} uses {})",
+            h.model_type,
+            if gemma { "gelu_pytorch_tanh" } else { "silu" }
+        )),
     }
 }
 
@@ -333,7 +390,14 @@ pub fn hf_tokenizer(dir: &Path, config: &Value) -> Result<ChatTokenizer, LlamaEr
         _ => None,
     };
     let mut stop_ids = eos.clone();
-    for t in ["<|im_end|>", "<|eot_id|>", "<|end_of_text|>"] {
+    // chat turn ends: ChatML, Llama 3, Gemma, Phi-3
+    for t in [
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|end_of_text|>",
+        "<end_of_turn>",
+        "<|end|>",
+    ] {
         if let Some(id) = inner.token_to_id(t) {
             if !stop_ids.contains(&id) {
                 stop_ids.push(id);
@@ -367,31 +431,43 @@ impl Llama {
             }
             .into());
         };
-        let config = LlamaConfig::from_hf_value(&cfg_json, &cfg_path.display().to_string())?;
+        let mut config = LlamaConfig::from_hf_value(&cfg_json, &cfg_path.display().to_string())?;
+        let model_type = cfg_json
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("llama");
+        let (gemma, phi3) = (model_type == "gemma", model_type == "phi3");
+        // transformers' default: Gemma ties its LM head to the embedding, the others do not
         let tied = cfg_json
             .get("tie_word_embeddings")
             .and_then(Value::as_bool)
-            .unwrap_or(false);
+            .unwrap_or(gemma);
         let weights = Weights::open_dir(dir)?;
         let tokenizer = hf_tokenizer(dir, &cfg_json)?;
         let c = &config;
         let mut params = Vec::new();
         let mut linears = HashMap::new();
         let mut weight_bytes = 0;
-        let mut packed = |hf: &str,
-                          name: &str,
-                          n: usize,
-                          k: usize,
-                          rope_heads: Option<usize>|
-         -> Result<(Arc<Tensor>, QuantFormat), LlamaError> {
-            let (dtype, raw) = weights.raw_shared(hf, DType::BF16, &[n, k])?;
-            let format = format_of(dtype).ok_or_else(|| {
-                model_err(format!(
-                    "{}: tensor `{hf}` is {dtype:?}; projections must be F32, F16 or BF16",
-                    weights.label()
-                ))
-            })?;
-            // used in place from the file map, unless the rows need permuting
+        // A projection's rows in their file dtype, borrowed from the map.
+        let fetch =
+            |hf: &str, n: usize, k: usize| -> Result<(Buffer<u8>, QuantFormat), LlamaError> {
+                let (dtype, raw) = weights.raw_shared(hf, DType::BF16, &[n, k])?;
+                let format = format_of(dtype).ok_or_else(|| {
+                    model_err(format!(
+                        "{}: tensor `{hf}` is {dtype:?}; projections must be F32, F16 or BF16",
+                        weights.label()
+                    ))
+                })?;
+                Ok((raw, format))
+            };
+        let mut add = |name: &str,
+                       raw: Buffer<u8>,
+                       format: QuantFormat,
+                       n: usize,
+                       k: usize,
+                       rope_heads: Option<usize>|
+         -> Arc<Tensor> {
+            // used in place from the file map, unless the rows need permuting (or were split)
             let bytes: Buffer<u8> = match rope_heads {
                 Some(h) => permute_rope_rows(&raw, h, c.head_dim).into(),
                 None => raw,
@@ -402,9 +478,20 @@ impl Llama {
             );
             linears.insert(name.to_string(), Linear { format, n, k });
             params.push((name.to_string(), t.clone()));
-            Ok((t, format))
+            t
+        };
+        let packed = |add: &mut super::AddFn<'_>,
+                      hf: &str,
+                      name: &str,
+                      n: usize,
+                      k: usize,
+                      rope_heads: Option<usize>|
+         -> Result<(Arc<Tensor>, QuantFormat), LlamaError> {
+            let (raw, format) = fetch(hf, n, k)?;
+            Ok((add(name, raw, format, n, k, rope_heads), format))
         };
         let embd = packed(
+            &mut add,
             "model.embed_tokens.weight",
             "token_embd.weight",
             c.vocab,
@@ -412,7 +499,14 @@ impl Llama {
             None,
         )?;
         let head = if !tied && weights.contains("lm_head.weight") {
-            packed("lm_head.weight", "output.weight", c.vocab, c.hidden, None)?;
+            packed(
+                &mut add,
+                "lm_head.weight",
+                "output.weight",
+                c.vocab,
+                c.hidden,
+                None,
+            )?;
             "output.weight".to_string()
         } else if !tied {
             // untied but absent: the error names the tensor the config promised
@@ -431,42 +525,63 @@ impl Llama {
             let hf = |s: &str| format!("model.layers.{l}.{s}.weight");
             let ours = |s: &str| format!("blk.{l}.{s}.weight");
             let a = "self_attn";
+            let qkv = [
+                ("q_proj", "attn_q", qd, Some(c.heads)),
+                ("k_proj", "attn_k", kvd, Some(c.kv_heads)),
+                ("v_proj", "attn_v", kvd, None),
+            ];
+            if phi3 {
+                // q, k and v rows in one `qkv_proj`, cut apart (then Q/K permuted)
+                let (raw, format) = fetch(&hf(&format!("{a}.qkv_proj")), qd + 2 * kvd, c.hidden)?;
+                let parts = super::arch::split_rows(&raw, qd + 2 * kvd, &[qd, kvd, kvd]);
+                for ((_, name, n, rope), b) in qkv.into_iter().zip(parts) {
+                    add(&ours(name), b.into(), format, n, c.hidden, rope);
+                }
+            } else {
+                for (hf_name, name, n, rope) in qkv {
+                    packed(
+                        &mut add,
+                        &hf(&format!("{a}.{hf_name}")),
+                        &ours(name),
+                        n,
+                        c.hidden,
+                        rope,
+                    )?;
+                }
+            }
             packed(
-                &hf(&format!("{a}.q_proj")),
-                &ours("attn_q"),
-                qd,
-                c.hidden,
-                Some(c.heads),
-            )?;
-            packed(
-                &hf(&format!("{a}.k_proj")),
-                &ours("attn_k"),
-                kvd,
-                c.hidden,
-                Some(c.kv_heads),
-            )?;
-            packed(
-                &hf(&format!("{a}.v_proj")),
-                &ours("attn_v"),
-                kvd,
-                c.hidden,
-                None,
-            )?;
-            packed(
+                &mut add,
                 &hf(&format!("{a}.o_proj")),
                 &ours("attn_output"),
                 c.hidden,
                 qd,
                 None,
             )?;
-            packed(
-                &hf("mlp.gate_proj"),
-                &ours("ffn_gate"),
-                c.ffn,
-                c.hidden,
-                None,
-            )?;
-            packed(&hf("mlp.up_proj"), &ours("ffn_up"), c.ffn, c.hidden, None)?;
+            if phi3 {
+                // gate and up rows in one `gate_up_proj`, gate first
+                let (raw, format) = fetch(&hf("mlp.gate_up_proj"), 2 * c.ffn, c.hidden)?;
+                let parts = super::arch::split_rows(&raw, 2 * c.ffn, &[c.ffn, c.ffn]);
+                for (name, b) in ["ffn_gate", "ffn_up"].into_iter().zip(parts) {
+                    add(&ours(name), b.into(), format, c.ffn, c.hidden, None);
+                }
+            } else {
+                packed(
+                    &mut add,
+                    &hf("mlp.gate_proj"),
+                    &ours("ffn_gate"),
+                    c.ffn,
+                    c.hidden,
+                    None,
+                )?;
+                packed(
+                    &mut add,
+                    &hf("mlp.up_proj"),
+                    &ours("ffn_up"),
+                    c.ffn,
+                    c.hidden,
+                    None,
+                )?;
+            }
             if c.qkv_bias {
                 let b = |s: &str| format!("model.layers.{l}.self_attn.{s}.bias");
                 for (hfn, ours, len, heads) in [
@@ -485,6 +600,7 @@ impl Llama {
                 }
             }
             packed(
+                &mut add,
                 &hf("mlp.down_proj"),
                 &ours("ffn_down"),
                 c.hidden,
@@ -507,9 +623,20 @@ impl Llama {
             ));
         }
         for (hf, name) in norms {
-            let t = weights.tensor(&hf, DType::F32, &[c.hidden])?;
+            let mut t = weights.tensor(&hf, DType::F32, &[c.hidden])?;
+            if gemma {
+                // Gemma normalizes by (1 + w), in f32 as transformers does: the 1 goes in once
+                if let TensorData::F32(v) = t.data_mut() {
+                    for x in v.iter_mut() {
+                        *x += 1.0;
+                    }
+                }
+            }
             weight_bytes += c.hidden * 4;
             params.push((name, Arc::new(t)));
+        }
+        if gemma {
+            config.embed_scale = super::arch::gemma_embed_scale(config.hidden, embd.1);
         }
         Ok(Llama {
             config,
@@ -526,6 +653,7 @@ impl Llama {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llama::FfnAct;
 
     fn config(extra: &str) -> String {
         format!(
@@ -604,6 +732,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("c.json"), "{e}");
+    }
+
+    /// `config.json`s as transformers 5.25 writes them (`GemmaConfig` / `Phi3Config` with
+    /// a tiny shape, `to_json_string(use_diff=True)`): rope settings in `rope_parameters`.
+    #[test]
+    fn reads_transformers_5_gemma_and_phi3_configs() {
+        let gemma = r#"{"attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "head_dim": 32, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 128, "initializer_range": 0.02, "intermediate_size": 352, "max_position_embeddings": 4096, "model_type": "gemma", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "tie_word_embeddings": true, "transformers_version": "5.25.0", "use_bidirectional_attention": null, "use_cache": true, "vocab_size": 256}"#;
+        let c = LlamaConfig::from_hf_json(gemma, "gemma.json").unwrap();
+        assert_eq!(
+            (c.head_dim, c.rope_base, c.ffn_act),
+            (32, 10000.0, FfnAct::GeluTanh)
+        );
+        assert_eq!(c.embed_scale, 128f32.sqrt());
+        let phi3 = r#"{"attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 128, "initializer_range": 0.02, "intermediate_size": 352, "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_parameters": {"partial_rotary_factor": 1.0, "rope_theta": 10000.0, "rope_type": "default"}, "sliding_window": null, "tie_word_embeddings": false, "transformers_version": "5.25.0", "use_cache": true, "vocab_size": 256}"#;
+        let c = LlamaConfig::from_hf_json(phi3, "phi3.json").unwrap();
+        assert_eq!((c.head_dim, c.context, c.ffn_act), (32, 4096, FfnAct::Silu));
+        assert_eq!(c.embed_scale, 1.0);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The Llama family (SmolLM2, TinyLlama, Llama 3 shapes) from GGUF files or from Hugging
-//! Face folders (`config.json` + safetensors + `tokenizer.json`, see [`hf`]): config from the
+//! The Llama family (SmolLM2, TinyLlama, Llama 3 shapes; Mistral, Qwen2, Gemma and Phi-3,
+//! whose differences [`arch`] lists) from GGUF files or from Hugging Face folders (`config.json` + safetensors + `tokenizer.json`, see [`hf`]): config from the
 //! `llama.*` metadata, weights kept packed (every projection is an [`Op::QuantMatMul`] on
 //! the file's own blocks: quantized, f16, bf16 or f32), graph builders for prefill and
 //! decode, and a [`Generator`] that runs them with a KV cache allocated once per generation.
@@ -23,9 +23,12 @@
 //! into the cache in place. Shapes are static per generation, so the decode graph compiles
 //! once and every token reuses it.
 
+pub mod arch;
 pub mod export;
 pub mod hf;
 pub mod sample;
+
+pub use arch::FfnAct;
 
 use rlx_gguf::{ChatTokenizer, GgufError, GgufFile, QuantFormat};
 use rlx_ir::{
@@ -36,8 +39,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-/// GGUF architectures RLX builds: Llama's graph, with q/k/v biases for Qwen2.
-pub const GGUF_ARCHS: [&str; 2] = ["llama", "qwen2"];
+/// GGUF architectures RLX builds: Llama's graph, with q/k/v biases for Qwen2, GeGLU and
+/// scaled embeddings for Gemma, fused q/k/v and gate/up rows for Phi-3.
+pub const GGUF_ARCHS: [&str; 4] = ["llama", "qwen2", "gemma", "phi3"];
 
 /// Hyper-parameters of a Llama-family model.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +71,10 @@ pub struct LlamaConfig {
     pub rope_freq_factors: Option<Vec<f64>>,
     /// the q, k and v projections add a bias (Qwen2): params `blk.L.attn_{q,k,v}.bias`
     pub qkv_bias: bool,
+    /// the feed-forward's gate activation (SiLU; GELU's tanh form for Gemma)
+    pub ffn_act: FfnAct,
+    /// factor on the token embeddings (Gemma: `sqrt(hidden)`); 1 for the others
+    pub embed_scale: f32,
 }
 
 /// Errors of loading, building or generating.
@@ -128,6 +136,16 @@ impl LlamaConfig {
             Some(_) => u(&key("attention.key_length"))?,
             None => hidden / heads,
         };
+        // partial rotary (Phi-3's `partial_rotary_factor` below 1) is not built
+        if f.get(&key("rope.dimension_count")).is_some() {
+            let rot = u(&key("rope.dimension_count"))?;
+            if rot != head_dim {
+                return Err(model_err(format!(
+                    "{arch}.rope.dimension_count {rot} differs from the head size {head_dim}: \
+                     partial rotary embeddings are not supported"
+                )));
+            }
+        }
         if head_dim % 2 != 0 {
             return Err(model_err(format!(
                 "head size {head_dim} is odd; RoPE needs pairs"
@@ -141,7 +159,7 @@ impl LlamaConfig {
                 .ok_or_else(|| model_err("no vocab size and no token_embd.weight"))?
                 as usize,
         };
-        let cfg = LlamaConfig {
+        let mut cfg = LlamaConfig {
             layers: u(&key("block_count"))?,
             hidden,
             heads,
@@ -160,7 +178,20 @@ impl LlamaConfig {
             },
             rope_freq_factors: None,
             qkv_bias: arch == "qwen2",
+            ffn_act: if arch == "gemma" {
+                FfnAct::GeluTanh
+            } else {
+                FfnAct::Silu
+            },
+            embed_scale: 1.0,
         };
+        // Phi-3's sliding window, as the Mistral path: the context stops there
+        if f.get(&key("attention.sliding_window")).is_some() {
+            let w = u(&key("attention.sliding_window"))?;
+            if w > 0 {
+                cfg.context = cfg.context.min(w);
+            }
+        }
         if cfg.layers == 0 || cfg.ffn == 0 || cfg.vocab == 0 {
             return Err(model_err(format!("empty dimensions in {cfg:?}")));
         }
@@ -227,6 +258,11 @@ impl std::fmt::Debug for Llama {
     }
 }
 
+/// Registers a loaded projection: param name, packed rows, format, `n`, `k`, and the heads
+/// whose RoPE rows to permute.
+type AddFn<'a> =
+    dyn FnMut(&str, Buffer<u8>, QuantFormat, usize, usize, Option<usize>) -> Arc<Tensor> + 'a;
+
 /// Declares (once) and returns a param node: graph, name, shape, dtype.
 type ParamFn<'a> = dyn FnMut(&mut Graph, &str, &[usize], DType) -> NodeId + 'a;
 
@@ -264,47 +300,77 @@ impl Llama {
             }
             config.rope_freq_factors = Some(v.iter().map(|&x| x as f64).collect());
         }
+        for t in ["rope_factors_long.weight", "rope_factors_short.weight"] {
+            if f.tensor(t).is_some() {
+                return Err(model_err(format!(
+                    "{t}: Phi-3 `longrope` RoPE scaling is not supported"
+                )));
+            }
+        }
+        let arch = f.get_str("general.architecture")?;
+        if arch == "gemma" {
+            // llama.cpp scales by sqrt(n_embd) in f32 whatever the table's format
+            config.embed_scale = arch::gemma_embed_scale(config.hidden, QuantFormat::F32);
+        }
         let tokenizer = ChatTokenizer::from_gguf(f)?;
         let c = &config;
         let mut params = Vec::new();
         let mut linears = HashMap::new();
         let mut weight_bytes = 0;
-        // Qwen2 files keep Hugging Face's "rotate half" order of the Q/K rows (llama.cpp
-        // ropes them as NEOX); the graph rotates adjacent pairs, so those rows are permuted.
-        let neox = f.get_str("general.architecture")? == "qwen2";
-        let mut packed = |name: &str,
-                          n: usize,
-                          k: usize,
-                          rope: Option<usize>|
-         -> Result<Arc<Tensor>, LlamaError> {
-            let (t, bytes) = f.tensor_buffer(name)?;
+        // Qwen2, Gemma and Phi-3 files keep Hugging Face's "rotate half" order of the Q/K
+        // rows (llama.cpp ropes them as NEOX); the graph rotates adjacent pairs, so those
+        // rows are permuted.
+        let neox = matches!(arch, "qwen2" | "gemma" | "phi3");
+        // A tensor's packed rows, checked against `[k, n]` (GGUF order).
+        let fetch =
+            |name: &str, n: usize, k: usize| -> Result<(Buffer<u8>, QuantFormat), LlamaError> {
+                let (t, bytes) = f.tensor_buffer(name)?;
+                if t.dims != [k as u64, n as u64] {
+                    return Err(LlamaError::Gguf(GgufError::Tensor {
+                        name: name.into(),
+                        message: format!("dims {:?}, expected [{k}, {n}]", t.dims),
+                    }));
+                }
+                let format = t.ggml_type.format().expect("checked by tensor_bytes");
+                Ok((bytes, format))
+            };
+        let mut add = |name: &str,
+                       bytes: Buffer<u8>,
+                       format: QuantFormat,
+                       n: usize,
+                       k: usize,
+                       rope: Option<usize>|
+         -> Arc<Tensor> {
             let bytes: Buffer<u8> = match rope {
                 Some(h) if neox => hf::permute_rope_rows(&bytes, h, c.head_dim).into(),
                 _ => bytes,
             };
-            if t.dims != [k as u64, n as u64] {
-                return Err(LlamaError::Gguf(GgufError::Tensor {
-                    name: name.into(),
-                    message: format!("dims {:?}, expected [{k}, {n}]", t.dims),
-                }));
-            }
-            let format = t.ggml_type.format().expect("checked by tensor_bytes");
-            // Borrowed from the file's memory map: the packed weights are used in place.
+            // Borrowed from the file's memory map unless permuted or split: the packed
+            // weights are used in place.
             let len = bytes.len();
             let tensor =
                 Arc::new(Tensor::new(vec![len], TensorData::U8(bytes)).expect("length matches"));
             weight_bytes += len;
             linears.insert(name.to_string(), Linear { format, n, k });
             params.push((name.to_string(), tensor.clone()));
-            Ok(tensor)
+            tensor
         };
-        let embd = packed("token_embd.weight", c.vocab, c.hidden, None)?;
+        let packed = |add: &mut AddFn<'_>,
+                      name: &str,
+                      n: usize,
+                      k: usize,
+                      rope: Option<usize>|
+         -> Result<Arc<Tensor>, LlamaError> {
+            let (bytes, format) = fetch(name, n, k)?;
+            Ok(add(name, bytes, format, n, k, rope))
+        };
+        let embd = packed(&mut add, "token_embd.weight", c.vocab, c.hidden, None)?;
         let embd_format = f
             .tensor("token_embd.weight")
             .and_then(|t| t.ggml_type.format())
             .expect("loaded above");
         let head = if f.tensor("output.weight").is_some() {
-            packed("output.weight", c.vocab, c.hidden, None)?;
+            packed(&mut add, "output.weight", c.vocab, c.hidden, None)?;
             "output.weight".to_string()
         } else {
             "token_embd.weight".to_string()
@@ -312,13 +378,38 @@ impl Llama {
         let (qd, kvd) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         for l in 0..c.layers {
             let p = |s: &str| format!("blk.{l}.{s}.weight");
-            packed(&p("attn_q"), qd, c.hidden, Some(c.heads))?;
-            packed(&p("attn_k"), kvd, c.hidden, Some(c.kv_heads))?;
-            packed(&p("attn_v"), kvd, c.hidden, None)?;
-            packed(&p("attn_output"), c.hidden, qd, None)?;
-            packed(&p("ffn_gate"), c.ffn, c.hidden, None)?;
-            packed(&p("ffn_up"), c.ffn, c.hidden, None)?;
-            packed(&p("ffn_down"), c.hidden, c.ffn, None)?;
+            if f.tensor(&p("attn_qkv")).is_some() {
+                // Phi-3: q, k and v rows in one tensor
+                let (bytes, format) = fetch(&p("attn_qkv"), qd + 2 * kvd, c.hidden)?;
+                let parts = arch::split_rows(&bytes, qd + 2 * kvd, &[qd, kvd, kvd]);
+                for ((s, n, rope), b) in [
+                    ("attn_q", qd, Some(c.heads)),
+                    ("attn_k", kvd, Some(c.kv_heads)),
+                    ("attn_v", kvd, None),
+                ]
+                .into_iter()
+                .zip(parts)
+                {
+                    add(&p(s), b.into(), format, n, c.hidden, rope);
+                }
+            } else {
+                packed(&mut add, &p("attn_q"), qd, c.hidden, Some(c.heads))?;
+                packed(&mut add, &p("attn_k"), kvd, c.hidden, Some(c.kv_heads))?;
+                packed(&mut add, &p("attn_v"), kvd, c.hidden, None)?;
+            }
+            packed(&mut add, &p("attn_output"), c.hidden, qd, None)?;
+            if f.tensor(&p("ffn_gate")).is_none() && arch == "phi3" {
+                // Phi-3: gate and up rows in one `ffn_up` of 2 * ffn rows, gate first
+                let (bytes, format) = fetch(&p("ffn_up"), 2 * c.ffn, c.hidden)?;
+                let parts = arch::split_rows(&bytes, 2 * c.ffn, &[c.ffn, c.ffn]);
+                for (s, b) in ["ffn_gate", "ffn_up"].into_iter().zip(parts) {
+                    add(&p(s), b.into(), format, c.ffn, c.hidden, None);
+                }
+            } else {
+                packed(&mut add, &p("ffn_gate"), c.ffn, c.hidden, None)?;
+                packed(&mut add, &p("ffn_up"), c.ffn, c.hidden, None)?;
+            }
+            packed(&mut add, &p("ffn_down"), c.hidden, c.ffn, None)?;
         }
         if c.qkv_bias {
             for l in 0..c.layers {
@@ -343,6 +434,8 @@ impl Llama {
                 }
             }
         }
+        // Gemma's norms are used as stored: llama.cpp's converter already added the 1 of
+        // Gemma's `(1 + w)` to them.
         let mut norms = vec!["output_norm.weight".to_string()];
         for l in 0..c.layers {
             norms.push(format!("blk.{l}.attn_norm.weight"));
@@ -432,7 +525,8 @@ impl Llama {
         }
     }
 
-    /// Writes the embedding of `token` into `out` (`hidden` values), dequantizing one row.
+    /// Writes the embedding of `token` into `out` (`hidden` values), dequantizing one row and
+    /// scaling it by the config's `embed_scale` (Gemma).
     ///
     /// # Errors
     /// The token is outside the vocabulary.
@@ -450,6 +544,12 @@ impl Llama {
         let rb = bytes.len() / n;
         let row = &bytes[token as usize * rb..(token as usize + 1) * rb];
         format.dequantize(row, &mut out[..k]);
+        let scale = self.config.embed_scale;
+        if scale != 1.0 {
+            for v in &mut out[..k] {
+                *v *= scale;
+            }
+        }
         Ok(())
     }
 
@@ -573,7 +673,11 @@ impl Llama {
             let hn = gr.rms_norm(x, norm_w, c.eps)?;
             let gate = linear(&mut gr, &mut param, hn, &p("ffn_gate"))?;
             let up = linear(&mut gr, &mut param, hn, &p("ffn_up"))?;
-            let gate = gr.unary(UnaryOp::Silu, gate)?;
+            let act = match c.ffn_act {
+                FfnAct::Silu => UnaryOp::Silu,
+                FfnAct::GeluTanh => UnaryOp::GeluTanh,
+            };
+            let gate = gr.unary(act, gate)?;
             let m = gr.binary(BinaryOp::Mul, gate, up)?;
             let d = linear(&mut gr, &mut param, m, &p("ffn_down"))?;
             x = gr.add(x, d)?;

@@ -1,11 +1,24 @@
-//! Random-weight Llama folders for tests and benchmarks: `config.json`, one
+//! Random-weight Llama-family folders (Llama, Qwen2, Gemma, Phi-3) for tests and benchmarks,
+//! in transformers' layout (its tensor names and config keys): `config.json`, one
 //! `model.safetensors` in f32, f16 or bf16, and a word-level `tokenizer.json` whose words are
 //! `w2`, `w3`, ... (ids 0 and 1 are `<unk>` and `</s>`, the end of sequence).
 
 use rlx_ir::SplitMix64;
 use std::path::Path;
 
-/// The shape and storage of a random Llama folder.
+/// Which transformers model a random folder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    /// `LlamaForCausalLM` (`Qwen2ForCausalLM` with [`RandomLlama::qkv_bias`])
+    #[default]
+    Llama,
+    /// `GemmaForCausalLM`: GeGLU, scaled embeddings, norms stored as `w` of `1 + w`
+    Gemma,
+    /// `Phi3ForCausalLM`: fused `qkv_proj` and `gate_up_proj`
+    Phi3,
+}
+
+/// The shape and storage of a random Llama-family folder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RandomLlama {
     /// transformer blocks
@@ -24,8 +37,13 @@ pub struct RandomLlama {
     pub tied: bool,
     /// `F32`, `F16` or `BF16`
     pub dtype: safetensors::Dtype,
-    /// q/k/v biases: written as a Qwen2 folder (`model_type: qwen2`)
+    /// q/k/v biases: written as a Qwen2 folder (`model_type: qwen2`; Llama family only)
     pub qkv_bias: bool,
+    /// the transformers model written
+    pub family: Family,
+    /// head size (None: `hidden / heads`; written to `config.json` when set, and always
+    /// for Gemma)
+    pub head_dim: Option<usize>,
     /// weight seed
     pub seed: u64,
 }
@@ -42,6 +60,8 @@ impl Default for RandomLlama {
             tied: false,
             dtype: safetensors::Dtype::F32,
             qkv_bias: false,
+            family: Family::Llama,
+            head_dim: None,
             seed: 1,
         }
     }
@@ -52,13 +72,25 @@ impl RandomLlama {
     /// `±2 / sqrt(k)` so that logits spread and greedy choices are clear; norms near 1.
     ///
     /// # Errors
-    /// The folder cannot be written, or the dtype is not a float type.
+    /// The folder cannot be written, the dtype is not a float type, or q/k/v biases are
+    /// asked of a Gemma or Phi-3 folder.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        if self.qkv_bias && self.family != Family::Llama {
+            return Err(std::io::Error::other(
+                "q/k/v biases are written as Qwen2, a Llama-family folder only",
+            ));
+        }
         std::fs::create_dir_all(dir)?;
-        let hd = self.hidden / self.heads;
-        let config = serde_json::json!({
-            "model_type": if self.qkv_bias { "qwen2" } else { "llama" },
-            "architectures": [if self.qkv_bias { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" }],
+        let hd = self.head_dim.unwrap_or(self.hidden / self.heads);
+        let (model_type, class) = match (self.family, self.qkv_bias) {
+            (Family::Llama, false) => ("llama", "LlamaForCausalLM"),
+            (Family::Llama, true) => ("qwen2", "Qwen2ForCausalLM"),
+            (Family::Gemma, _) => ("gemma", "GemmaForCausalLM"),
+            (Family::Phi3, _) => ("phi3", "Phi3ForCausalLM"),
+        };
+        let mut config = serde_json::json!({
+            "model_type": model_type,
+            "architectures": [class],
             "hidden_size": self.hidden,
             "num_hidden_layers": self.layers,
             "num_attention_heads": self.heads,
@@ -72,6 +104,30 @@ impl RandomLlama {
             "bos_token_id": 0,
             "eos_token_id": 1,
         });
+        let extra = match self.family {
+            Family::Llama => serde_json::json!({"hidden_act": "silu"}),
+            Family::Gemma => {
+                serde_json::json!({"hidden_act": "gelu_pytorch_tanh", "pad_token_id": 0})
+            }
+            Family::Phi3 => serde_json::json!({
+                "hidden_act": "silu",
+                "pad_token_id": 0,
+                "original_max_position_embeddings": 1024,
+                "sliding_window": 1024,
+                "rope_scaling": null,
+            }),
+        };
+        let obj = config.as_object_mut().expect("an object");
+        obj.extend(extra.as_object().expect("an object").clone());
+        let dtype_name = match self.dtype {
+            safetensors::Dtype::F16 => "float16",
+            safetensors::Dtype::BF16 => "bfloat16",
+            _ => "float32",
+        };
+        obj.insert("torch_dtype".into(), dtype_name.into());
+        if self.head_dim.is_some() || self.family == Family::Gemma {
+            obj.insert("head_dim".into(), hd.into());
+        }
         std::fs::write(dir.join("config.json"), config.to_string())?;
         let (h, f, v) = (self.hidden, self.ffn, self.vocab);
         let mut shapes: Vec<(String, Vec<usize>)> = vec![
@@ -85,21 +141,36 @@ impl RandomLlama {
             let p = |s: &str| format!("model.layers.{l}.{s}");
             shapes.push((p("input_layernorm.weight"), vec![h]));
             shapes.push((p("post_attention_layernorm.weight"), vec![h]));
-            shapes.push((p("self_attn.q_proj.weight"), vec![self.heads * hd, h]));
-            shapes.push((p("self_attn.k_proj.weight"), vec![self.kv_heads * hd, h]));
-            shapes.push((p("self_attn.v_proj.weight"), vec![self.kv_heads * hd, h]));
-            shapes.push((p("self_attn.o_proj.weight"), vec![h, self.heads * hd]));
+            let (qd, kvd) = (self.heads * hd, self.kv_heads * hd);
+            if self.family == Family::Phi3 {
+                shapes.push((p("self_attn.qkv_proj.weight"), vec![qd + 2 * kvd, h]));
+            } else {
+                shapes.push((p("self_attn.q_proj.weight"), vec![qd, h]));
+                shapes.push((p("self_attn.k_proj.weight"), vec![kvd, h]));
+                shapes.push((p("self_attn.v_proj.weight"), vec![kvd, h]));
+            }
+            shapes.push((p("self_attn.o_proj.weight"), vec![h, qd]));
             if self.qkv_bias {
                 shapes.push((p("self_attn.q_proj.bias"), vec![self.heads * hd]));
                 shapes.push((p("self_attn.k_proj.bias"), vec![self.kv_heads * hd]));
                 shapes.push((p("self_attn.v_proj.bias"), vec![self.kv_heads * hd]));
             }
-            shapes.push((p("mlp.gate_proj.weight"), vec![f, h]));
-            shapes.push((p("mlp.up_proj.weight"), vec![f, h]));
+            if self.family == Family::Phi3 {
+                shapes.push((p("mlp.gate_up_proj.weight"), vec![2 * f, h]));
+            } else {
+                shapes.push((p("mlp.gate_proj.weight"), vec![f, h]));
+                shapes.push((p("mlp.up_proj.weight"), vec![f, h]));
+            }
             shapes.push((p("mlp.down_proj.weight"), vec![h, f]));
         }
         let mut rng = SplitMix64(self.seed);
         let dtype = self.dtype;
+        // Gemma stores the w of its (1 + w) norms: near 0, so the factor is near 1 as well
+        let norm_center = if self.family == Family::Gemma {
+            0.0
+        } else {
+            1.0
+        };
         let data: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
             .into_iter()
             .map(|(name, shape)| {
@@ -114,7 +185,7 @@ impl RandomLlama {
                 let values: Vec<f32> = (0..count)
                     .map(|_| {
                         let u = rng.next_f64() * 2.0 - 1.0;
-                        (if norm { 1.0 + a * u } else { a * u }) as f32
+                        (if norm { norm_center + a * u } else { a * u }) as f32
                     })
                     .collect();
                 let bytes = match dtype {

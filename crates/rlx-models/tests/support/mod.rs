@@ -46,6 +46,7 @@ impl Runner for SessionRunner {
 }
 
 /// Token ids of a JSON array.
+#[allow(dead_code)] // not every test file reads the fixture
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .unwrap()

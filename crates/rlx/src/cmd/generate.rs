@@ -16,8 +16,8 @@ pub struct Args {
     /// The prompt text; several prompts generate together (one batch on CUDA).
     #[arg(required = true)]
     prompts: Vec<String>,
-    /// A GGUF file, a folder holding one, or a Hugging Face Llama folder (`config.json`,
-    /// safetensors, `tokenizer.json`).
+    /// A GGUF file, a folder holding one, or a Hugging Face Llama, Mistral, Qwen2, Gemma or
+    /// Phi-3 folder (`config.json`, safetensors, `tokenizer.json`).
     #[arg(long)]
     model: PathBuf,
     /// Most tokens to generate.
