@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// A device plus the weights shared by every graph compiled on it.
+/// A device plus the weights shared by every graph compiled on it. A clone is the same
+/// session: it shares the backend and the weights.
+#[derive(Clone)]
 pub struct Session {
     device: Device,
     backend: Arc<dyn Backend>,
@@ -116,7 +118,8 @@ pub struct Variant {
     pub compile_ms: f64,
 }
 
-type Bindings = BTreeMap<String, usize>;
+/// Sizes of symbolic dims, by symbol.
+pub type Bindings = BTreeMap<String, usize>;
 
 /// A graph compiled for a device, runnable from several threads at once.
 pub struct CompiledGraph {
@@ -171,7 +174,7 @@ impl CompiledGraph {
                 message: format!("the graph has no such param; params: {}", known.join(", ")),
             });
         };
-        check_type(&ty, &value, &mut BTreeMap::new()).map_err(|message| RuntimeError::Param {
+        check_type(&ty, &value, name, &mut Bound::new()).map_err(|message| RuntimeError::Param {
             name: name.into(),
             message,
         })?;
@@ -249,7 +252,7 @@ impl CompiledGraph {
                     message: format!("not set (expected {ty}); load weights or call set_param"),
                 });
             };
-            check_type(&ty, t, &mut BTreeMap::new()).map_err(|message| RuntimeError::Param {
+            check_type(&ty, t, &name, &mut Bound::new()).map_err(|message| RuntimeError::Param {
                 name: name.clone(),
                 message,
             })?;
@@ -258,33 +261,7 @@ impl CompiledGraph {
     }
 
     fn check_inputs(&self, inputs: &HashMap<String, Tensor>) -> Result<Bindings, RuntimeError> {
-        let declared = self.inputs();
-        let mut bindings = Bindings::new();
-        for (name, ty) in &declared {
-            let Some(t) = inputs.get(name) else {
-                return Err(RuntimeError::Input {
-                    name: name.clone(),
-                    message: format!("missing (expected {ty})"),
-                });
-            };
-            check_type(ty, t, &mut bindings).map_err(|message| RuntimeError::Input {
-                name: name.clone(),
-                message,
-            })?;
-        }
-        let mut unknown: Vec<&String> = inputs
-            .keys()
-            .filter(|k| !declared.iter().any(|(n, _)| n == *k))
-            .collect();
-        if !unknown.is_empty() {
-            unknown.sort();
-            let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(RuntimeError::Input {
-                name: unknown[0].clone(),
-                message: format!("the graph has no such input; inputs: {}", names.join(", ")),
-            });
-        }
-        Ok(bindings)
+        bind_inputs(&self.inputs(), inputs)
     }
 
     /// Compiles (once) and returns the variant for these symbol bindings.
@@ -343,8 +320,18 @@ impl CompiledGraph {
     }
 }
 
-/// Checks a tensor against a declared type, binding symbols consistently.
-fn check_type(ty: &TensorType, t: &Tensor, bindings: &mut Bindings) -> Result<(), String> {
+/// Symbol sizes bound so far, each with the input that bound it.
+pub(crate) type Bound = BTreeMap<String, (usize, String)>;
+
+/// Checks `t`, given for `input`, against a declared type, binding symbols consistently:
+/// a static dim that differs names the dim, expected and given sizes; a symbol bound to
+/// another size names the input that bound it and both sizes.
+pub(crate) fn check_type(
+    ty: &TensorType,
+    t: &Tensor,
+    input: &str,
+    bound: &mut Bound,
+) -> Result<(), String> {
     let given = format!("{}{:?}", t.dtype(), t.shape());
     if t.dtype() != ty.dtype {
         return Err(format!("expected {ty}, got {given}: dtype differs"));
@@ -356,21 +343,61 @@ fn check_type(ty: &TensorType, t: &Tensor, bindings: &mut Bindings) -> Result<()
         match d {
             Dim::Static(s) if *s != n => {
                 return Err(format!(
-                    "expected {ty}, got {given}: dim {i} is {n}, expected {s}"
+                    "dim {i} is {n}, expected {s} (declared {ty}, given {given})"
                 ))
             }
-            Dim::Sym(s) => match bindings.get(&**s) {
-                Some(&b) if b != n => {
+            Dim::Sym(s) => match bound.get(&**s) {
+                Some((b, from)) if *b != n => {
+                    let from = if from == input {
+                        "an earlier dim of this input".to_string()
+                    } else {
+                        format!("input `{from}`")
+                    };
                     return Err(format!(
-                        "expected {ty}, got {given}: dim {i} is {n} but `{s}` is already {b}"
-                    ))
+                        "dim {i} (`{s}`) is {n}, but {from} gives `{s}` = {b} (declared {ty}, given {given})"
+                    ));
                 }
-                _ => {
-                    bindings.insert(s.to_string(), n);
+                Some(_) => {}
+                None => {
+                    bound.insert(s.to_string(), (n, input.to_string()));
                 }
             },
             _ => {}
         }
     }
     Ok(())
+}
+
+/// Checks run inputs against declared ones (all present, none unknown, types agreeing) and
+/// returns the symbol sizes they bind.
+pub(crate) fn bind_inputs(
+    declared: &[(String, TensorType)],
+    inputs: &HashMap<String, Tensor>,
+) -> Result<Bindings, RuntimeError> {
+    let mut bound = Bound::new();
+    for (name, ty) in declared {
+        let Some(t) = inputs.get(name) else {
+            return Err(RuntimeError::Input {
+                name: name.clone(),
+                message: format!("missing (expected {ty})"),
+            });
+        };
+        check_type(ty, t, name, &mut bound).map_err(|message| RuntimeError::Input {
+            name: name.clone(),
+            message,
+        })?;
+    }
+    let mut unknown: Vec<&String> = inputs
+        .keys()
+        .filter(|k| !declared.iter().any(|(n, _)| n == *k))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort();
+        let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(RuntimeError::Input {
+            name: unknown[0].clone(),
+            message: format!("the graph has no such input; inputs: {}", names.join(", ")),
+        });
+    }
+    Ok(bound.into_iter().map(|(k, (n, _))| (k, n)).collect())
 }
