@@ -21,4 +21,4 @@ pub use params::{ParamMap, ParamStore};
 pub use registry::{
     auto_device, backend_for, register_backend, registered_devices, BackendFactory,
 };
-pub use session::{Bindings, CompiledGraph, Session, Variant};
+pub use session::{bind_inputs, Bindings, CompiledGraph, Session, Variant};

@@ -370,7 +370,12 @@ pub(crate) fn check_type(
 
 /// Checks run inputs against declared ones (all present, none unknown, types agreeing) and
 /// returns the symbol sizes they bind.
-pub(crate) fn bind_inputs(
+///
+/// # Errors
+/// A missing or unknown input, a dtype or rank that differs, a dim that contradicts a static
+/// dim (naming input, dim, expected and given sizes), or a symbol given two sizes (naming
+/// the input, the dim and both sizes).
+pub fn bind_inputs(
     declared: &[(String, TensorType)],
     inputs: &HashMap<String, Tensor>,
 ) -> Result<Bindings, RuntimeError> {
