@@ -64,16 +64,7 @@ struct Prepared {
 /// Benchmarks MODEL.
 pub fn run(args: Args) -> CmdResult {
     let device = device(&args.device)?;
-    let mut dims: HashMap<String, usize> = HashMap::new();
-    for d in &args.dims {
-        let (k, v) = d
-            .split_once('=')
-            .ok_or_else(|| format!("--dim `{d}`: expected SYMBOL=N"))?;
-        let n = v
-            .parse()
-            .map_err(|_| format!("--dim `{d}`: `{v}` is not a size"))?;
-        dims.insert(k.to_string(), n);
-    }
+    let dims = super::run::parse_dims(&args.dims)?;
     let mut files: HashMap<String, Tensor> = HashMap::new();
     let mut random: Vec<String> = Vec::new();
     for a in &args.inputs {

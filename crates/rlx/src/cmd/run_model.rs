@@ -28,6 +28,7 @@ pub fn run_model(
     path: &str,
     device_name: &str,
     input_args: &[String],
+    dims: &HashMap<String, usize>,
     out_dir: Option<&Path>,
     json: bool,
     options: CompileOptions,
@@ -49,7 +50,7 @@ pub fn run_model(
     let t0 = Instant::now();
     let parsed = std::sync::Arc::new(rlx_onnx::ParsedModel::open(path)?);
     let declared = parsed.inputs().to_vec();
-    complete_inputs(&declared, &mut files, &random, &HashMap::new())?;
+    complete_inputs(&declared, &mut files, &random, dims)?;
     let session = Session::new(device)?;
     let model = rlx::onnx::dynamic_with(&session, parsed, files.clone(), options);
     let bindings = model.bind(&files)?;
