@@ -500,3 +500,34 @@ fn rlx_run_and_bench_take_the_sizes_from_the_npy_files() {
     assert!(ok && text.contains("x[3, 3, 6, 6]"), "{text}{err}");
     std::fs::remove_dir_all(&d).ok();
 }
+
+/// A real-size model, when `RLX_DYN_ONNX` names one with `input_ids`/`attention_mask`
+/// inputs (e.g. MiniLM from `../shared/bench/build_minilm_onnx.py`): the time to import and
+/// compile a new shape of the cached model, printed.
+#[test]
+fn a_new_shape_of_a_large_model_compiles_in_milliseconds() {
+    let Ok(path) = std::env::var("RLX_DYN_ONNX") else {
+        eprintln!("SKIPPED: set RLX_DYN_ONNX to a BERT-style ONNX file to time new shapes");
+        return;
+    };
+    let t = std::time::Instant::now();
+    let parsed = Arc::new(ParsedModel::open(&path).unwrap());
+    eprintln!("open (decode weights): {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    let m = dynamic(&session(), parsed, CompileOptions::default());
+    for (b, s) in [(1, 16), (2, 32), (4, 128), (1, 16)] {
+        let (inputs, _, _) = bert_inputs(b, s, 1);
+        let bindings = m.bind(&inputs).unwrap();
+        let before = m.compiles();
+        let t = std::time::Instant::now();
+        let c = m.compiled(&bindings).unwrap();
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let t = std::time::Instant::now();
+        c.run(&inputs).unwrap();
+        let first_ms = t.elapsed().as_secs_f64() * 1e3;
+        let t = std::time::Instant::now();
+        c.run(&inputs).unwrap();
+        let next_ms = t.elapsed().as_secs_f64() * 1e3;
+        let what = if m.compiles() > before { "import + compile" } else { "cache hit" };
+        eprintln!("[{b},{s}]: {what} {ms:.2} ms, first run {first_ms:.2} ms, next {next_ms:.2} ms");
+    }
+}
