@@ -174,9 +174,11 @@ impl CompiledGraph {
                 message: format!("the graph has no such param; params: {}", known.join(", ")),
             });
         };
-        check_type(&ty, &value, name, &mut Bound::new()).map_err(|message| RuntimeError::Param {
-            name: name.into(),
-            message,
+        check_type(&ty, &value, name, &mut Bound::new()).map_err(|message| {
+            RuntimeError::Param {
+                name: name.into(),
+                message,
+            }
         })?;
         self.params.set(name, Arc::new(value));
         Ok(())
@@ -252,9 +254,11 @@ impl CompiledGraph {
                     message: format!("not set (expected {ty}); load weights or call set_param"),
                 });
             };
-            check_type(&ty, t, &name, &mut Bound::new()).map_err(|message| RuntimeError::Param {
-                name: name.clone(),
-                message,
+            check_type(&ty, t, &name, &mut Bound::new()).map_err(|message| {
+                RuntimeError::Param {
+                    name: name.clone(),
+                    message,
+                }
             })?;
         }
         Ok(())

@@ -9,7 +9,11 @@ use std::sync::Arc;
 
 /// A [`DynamicGraph`] over an ONNX model: each shape signature imports the model with its
 /// dims bound to the inputs' sizes and compiles it with `options`.
-pub fn dynamic(session: &Session, model: Arc<rlx_onnx::ParsedModel>, options: CompileOptions) -> DynamicGraph {
+pub fn dynamic(
+    session: &Session,
+    model: Arc<rlx_onnx::ParsedModel>,
+    options: CompileOptions,
+) -> DynamicGraph {
     dynamic_with(session, model, HashMap::new(), options)
 }
 

@@ -142,16 +142,29 @@ fn cnn() -> Vec<u8> {
                 "Conv",
                 &["x", "w", "b"],
                 &["c"],
-                vec![ints_attr("pads", &[1, 1, 1, 1]), ints_attr("kernel_shape", &[3, 3])],
+                vec![
+                    ints_attr("pads", &[1, 1, 1, 1]),
+                    ints_attr("kernel_shape", &[3, 3]),
+                ],
             ),
             node("Relu", &["c"], &["r"], vec![]),
             node("Shape", &["x"], &["sx"], vec![]),
             node("Gather", &["sx", "zero"], &["n"], vec![]),
             node("Unsqueeze", &["n", "axes0"], &["n1"], vec![]),
-            node("Concat", &["n1", "minus1"], &["target"], vec![ints_attr_i("axis", 0)]),
+            node(
+                "Concat",
+                &["n1", "minus1"],
+                &["target"],
+                vec![ints_attr_i("axis", 0)],
+            ),
             node("Reshape", &["r", "target"], &["y"], vec![]),
         ],
-        vec![value("x", 1, &[-1, C_IN as i64, HW as i64, HW as i64], &["batch"])],
+        vec![value(
+            "x",
+            1,
+            &[-1, C_IN as i64, HW as i64, HW as i64],
+            &["batch"],
+        )],
         vec![value("y", 1, &[-1, -1], &["batch", "features"])],
         vec![
             f32_init("w", &[C_OUT as i64, C_IN as i64, 3, 3], &w),
@@ -248,7 +261,11 @@ fn bert_like() -> Vec<u8> {
         vec![
             f32_init("word", &[VOCAB as i64, H as i64], &vals(VOCAB * H, 3)),
             f32_init("posemb", &[MAXPOS as i64, H as i64], &vals(MAXPOS * H, 4)),
-            f32_init("tok", &[MAXPOS as i64 + 1, H as i64], &vals((MAXPOS + 1) * H, 5)),
+            f32_init(
+                "tok",
+                &[MAXPOS as i64 + 1, H as i64],
+                &vals((MAXPOS + 1) * H, 5),
+            ),
             f32_init("proj", &[H as i64, H2 as i64], &vals(H * H2, 6)),
             i64_init("zero_s", &[], &[0]),
             i64_init("one_s", &[], &[1]),
@@ -279,8 +296,7 @@ fn bert_ref(ids: &[i64], mask: &[i64], b: usize, s: usize) -> Vec<f64> {
                 })
                 .collect();
             for o in 0..H2 {
-                out[(bi * s + si) * H2 + o] =
-                    (0..H).map(|h| e[h] * proj[h * H2 + o] as f64).sum();
+                out[(bi * s + si) * H2 + o] = (0..H).map(|h| e[h] * proj[h * H2 + o] as f64).sum();
             }
         }
     }
@@ -299,7 +315,10 @@ fn assert_close(got: &Tensor, want: &[f64], what: &str) {
     let got = got.to_f64_vec();
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}[{i}]: {g} vs {w}");
+        assert!(
+            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+            "{what}[{i}]: {g} vs {w}"
+        );
     }
 }
 
@@ -324,7 +343,11 @@ fn bert_inputs(b: usize, s: usize, seed: u64) -> (HashMap<String, Tensor>, Vec<i
 
 #[test]
 fn a_cnn_with_a_dynamic_batch_runs_at_two_batches_and_compiles_each_once() {
-    let m = dynamic(&session(), parsed(cnn(), "cnn.onnx"), CompileOptions::default());
+    let m = dynamic(
+        &session(),
+        parsed(cnn(), "cnn.onnx"),
+        CompileOptions::default(),
+    );
     for (round, n) in [(0, 1), (0, 3), (1, 1), (1, 3)] {
         let x = vals(n * C_IN * HW * HW, 7 + n as u64);
         let input = Tensor::from_f32(&[n, C_IN, HW, HW], x.clone()).unwrap();
@@ -351,9 +374,17 @@ fn a_bert_like_model_computes_position_ids_from_dynamic_shapes() {
         let (inputs, ids, mask) = bert_inputs(b, s, b as u64 + s as u64);
         let out = m.run(&inputs).unwrap();
         assert_eq!(out[0].1.shape(), &[b, s, H2]);
-        assert_close(&out[0].1, &bert_ref(&ids, &mask, b, s), &format!("[{b},{s}]"));
+        assert_close(
+            &out[0].1,
+            &bert_ref(&ids, &mask, b, s),
+            &format!("[{b},{s}]"),
+        );
     }
-    assert_eq!(m.compiles(), 2, "the third run's shape was compiled already");
+    assert_eq!(
+        m.compiles(),
+        2,
+        "the third run's shape was compiled already"
+    );
     let ms = m.last_compile_ms().unwrap();
     eprintln!("bert-like: import + compile of a new shape {ms:.2} ms");
 }
@@ -377,7 +408,11 @@ fn shapes_that_contradict_the_model_name_the_input_dim_and_sizes() {
             && e.contains("input `input_ids` gives `sequence` = 5"),
         "{e}"
     );
-    let cnn = dynamic(&session(), parsed(cnn(), "cnn.onnx"), CompileOptions::default());
+    let cnn = dynamic(
+        &session(),
+        parsed(cnn(), "cnn.onnx"),
+        CompileOptions::default(),
+    );
     let x = Tensor::from_f32(&[2, 4, HW, HW], vals(2 * 4 * HW * HW, 1)).unwrap();
     let e = cnn
         .run(&HashMap::from([("x".to_string(), x)]))
@@ -392,8 +427,12 @@ fn shapes_that_contradict_the_model_name_the_input_dim_and_sizes() {
 
 #[test]
 fn the_cache_keeps_the_most_recently_used_shapes() {
-    let m = dynamic(&session(), parsed(cnn(), "cnn.onnx"), CompileOptions::default())
-        .with_capacity(2);
+    let m = dynamic(
+        &session(),
+        parsed(cnn(), "cnn.onnx"),
+        CompileOptions::default(),
+    )
+    .with_capacity(2);
     let run = |n: usize| {
         let x = Tensor::from_f32(&[n, C_IN, HW, HW], vals(n * C_IN * HW * HW, 3)).unwrap();
         m.run(&HashMap::from([("x".to_string(), x)])).unwrap();
@@ -459,7 +498,15 @@ fn rlx_run_and_bench_take_the_sizes_from_the_npy_files() {
     let mask_arg = format!("attention_mask={}", d.join("mask.npy").display());
     let out = d.join("out");
     let (ok, _, err) = rlx(&[
-        "run", m, "--device", "cpu", "--input", &ids_arg, "--input", &mask_arg, "--output",
+        "run",
+        m,
+        "--device",
+        "cpu",
+        "--input",
+        &ids_arg,
+        "--input",
+        &mask_arg,
+        "--output",
         out.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
@@ -479,23 +526,28 @@ fn rlx_run_and_bench_take_the_sizes_from_the_npy_files() {
     ]);
     assert!(ok && text.contains("144"), "{text}{err}");
     let (ok, _, err) = rlx(&["run", c, "--device", "cpu", "--input", "x=random"]);
-    assert!(!ok && err.contains("`batch`") && err.contains("--dim"), "{err}");
+    assert!(
+        !ok && err.contains("`batch`") && err.contains("--dim"),
+        "{err}"
+    );
 
     let bad_mask = format!("attention_mask={}", d.join("mask6.npy").display());
-    let (ok, _, err) = rlx(&["run", m, "--device", "cpu", "--input", &ids_arg, "--input", &bad_mask]);
+    let (ok, _, err) = rlx(&[
+        "run", m, "--device", "cpu", "--input", &ids_arg, "--input", &bad_mask,
+    ]);
     assert!(
         !ok && err.contains("attention_mask") && err.contains("sequence") && err.contains("= 5"),
         "{err}"
     );
 
     let (ok, text, err) = rlx(&[
-        "bench", m, "--device", "cpu", "--input", &ids_arg, "--input", &mask_arg, "--warmup",
-        "0", "--iters", "2", "--json",
+        "bench", m, "--device", "cpu", "--input", &ids_arg, "--input", &mask_arg, "--warmup", "0",
+        "--iters", "2", "--json",
     ]);
     assert!(ok && text.contains("\"compile_ms\""), "{text}{err}");
     let (ok, text, err) = rlx(&[
-        "bench", c, "--device", "cpu", "--input", "x=random", "--dim", "batch=3", "--warmup",
-        "0", "--iters", "1",
+        "bench", c, "--device", "cpu", "--input", "x=random", "--dim", "batch=3", "--warmup", "0",
+        "--iters", "1",
     ]);
     assert!(ok && text.contains("x[3, 3, 6, 6]"), "{text}{err}");
     std::fs::remove_dir_all(&d).ok();
@@ -512,7 +564,10 @@ fn a_new_shape_of_a_large_model_compiles_in_milliseconds() {
     };
     let t = std::time::Instant::now();
     let parsed = Arc::new(ParsedModel::open(&path).unwrap());
-    eprintln!("open (decode weights): {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    eprintln!(
+        "open (decode weights): {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     let m = dynamic(&session(), parsed, CompileOptions::default());
     for (b, s) in [(1, 16), (2, 32), (4, 128), (1, 16)] {
         let (inputs, _, _) = bert_inputs(b, s, 1);
@@ -527,7 +582,11 @@ fn a_new_shape_of_a_large_model_compiles_in_milliseconds() {
         let t = std::time::Instant::now();
         c.run(&inputs).unwrap();
         let next_ms = t.elapsed().as_secs_f64() * 1e3;
-        let what = if m.compiles() > before { "import + compile" } else { "cache hit" };
+        let what = if m.compiles() > before {
+            "import + compile"
+        } else {
+            "cache hit"
+        };
         eprintln!("[{b},{s}]: {what} {ms:.2} ms, first run {first_ms:.2} ms, next {next_ms:.2} ms");
     }
 }

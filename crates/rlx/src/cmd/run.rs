@@ -79,8 +79,7 @@ pub fn run(args: Args) -> CmdResult {
         None | Some("demo") => {
             if !args.inputs.is_empty() || args.output.is_some() || !args.dims.is_empty() {
                 return Err(
-                    "--input, --dim and --output apply to model files, not the bundled demo"
-                        .into(),
+                    "--input, --dim and --output apply to model files, not the bundled demo".into(),
                 );
             }
             run_demo(args)

@@ -134,9 +134,7 @@ pub fn complete_inputs(
     for (k, &v) in dims {
         match bindings.get(k) {
             Some(&b) if b != v => {
-                return Err(
-                    format!("--dim {k}={v}: the input files give `{k}` = {b}").into(),
-                )
+                return Err(format!("--dim {k}={v}: the input files give `{k}` = {b}").into())
             }
             _ => {
                 bindings.insert(k.clone(), v);
