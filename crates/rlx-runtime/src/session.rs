@@ -3,7 +3,8 @@
 //! The pipeline reads top to bottom in [`Session::compile`] and [`CompiledGraph::variant`]:
 //! verify → bind known symbols → optimize (named passes) → legalize for the device (dispatch
 //! report) → backend compile (lowering, fusion, memory plan, codegen). Graphs with symbols
-//! still unbound compile once per distinct binding seen at run time.
+//! still unbound compile once per distinct binding seen at run time (the most recently used
+//! few kept).
 
 use crate::registry::backend_for;
 use crate::{Backend, CompileOptions, Executable, ParamStore, RuntimeError};
@@ -95,7 +96,7 @@ impl Session {
             params: self.params.clone(),
             graph,
             options,
-            variants: Mutex::new(BTreeMap::new()),
+            variants: Mutex::new(Variants::default()),
             low_params,
             converted: Mutex::new(HashMap::new()),
         };
@@ -128,11 +129,19 @@ pub struct CompiledGraph {
     params: ParamStore,
     graph: Graph,
     options: CompileOptions,
-    variants: Mutex<BTreeMap<Bindings, Arc<Variant>>>,
+    /// compiled bindings, the least recently used dropped past `DEFAULT_CACHE_SIZE`
+    variants: Mutex<Variants>,
     /// params mixed precision reads in a low dtype, bound as f32 and converted
     low_params: HashMap<String, rlx_ir::DType>,
     /// per param: the f32 value last converted, and its conversion
     converted: Mutex<HashMap<String, Conversion>>,
+}
+
+/// The variants compiled so far, each with the tick of its last use.
+#[derive(Default)]
+struct Variants {
+    tick: u64,
+    map: BTreeMap<Bindings, (u64, Arc<Variant>)>,
 }
 
 /// A weight as bound (f32) and its low-precision copy.
@@ -189,9 +198,10 @@ impl CompiledGraph {
         self.variants
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .map
             .values()
             .next()
-            .cloned()
+            .map(|(_, v)| v.clone())
     }
 
     /// Runs the graph.
@@ -268,18 +278,20 @@ impl CompiledGraph {
         bind_inputs(&self.inputs(), inputs)
     }
 
-    /// Compiles (once) and returns the variant for these symbol bindings.
+    /// Compiles (once) and returns the variant for these symbol bindings; the
+    /// [`crate::DEFAULT_CACHE_SIZE`] most recently used bindings stay compiled.
     ///
     /// # Errors
     /// Any compile failure for those shapes.
     pub fn variant(&self, bindings: &Bindings) -> Result<Arc<Variant>, RuntimeError> {
-        if let Some(v) = self
-            .variants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(bindings)
         {
-            return Ok(v.clone());
+            let mut variants = self.variants.lock().unwrap_or_else(|e| e.into_inner());
+            variants.tick += 1;
+            let tick = variants.tick;
+            if let Some(entry) = variants.map.get_mut(bindings) {
+                entry.0 = tick;
+                return Ok(entry.1.clone());
+            }
         }
         let start = Instant::now();
         let map: HashMap<String, usize> = bindings.iter().map(|(k, v)| (k.clone(), *v)).collect();
@@ -316,10 +328,21 @@ impl CompiledGraph {
             graph: legal,
             compile_ms: start.elapsed().as_secs_f64() * 1e3,
         });
-        self.variants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(bindings.clone(), variant.clone());
+        let mut variants = self.variants.lock().unwrap_or_else(|e| e.into_inner());
+        let tick = variants.tick;
+        variants
+            .map
+            .insert(bindings.clone(), (tick, variant.clone()));
+        if variants.map.len() > crate::DEFAULT_CACHE_SIZE {
+            let oldest = variants
+                .map
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                variants.map.remove(&k);
+            }
+        }
         Ok(variant)
     }
 }

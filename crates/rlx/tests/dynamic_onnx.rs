@@ -423,6 +423,28 @@ fn shapes_that_contradict_the_model_name_the_input_dim_and_sizes() {
         "{e}"
     );
     assert_eq!(cnn.compiles(), 0);
+
+    // a graph the importer cannot build for a shape is an error naming the sizes and node
+    let odd = model(
+        vec![node("NoSuchOp", &["x"], &["y"], vec![])],
+        vec![value("x", 1, &[-1], &["n"])],
+        vec![value("y", 1, &[-1], &["n"])],
+        vec![],
+    );
+    let m = dynamic(
+        &session(),
+        parsed(odd, "odd.onnx"),
+        CompileOptions::default(),
+    );
+    let x = Tensor::from_f32(&[2], vec![1.0, 2.0]).unwrap();
+    let e = m
+        .run(&HashMap::from([("x".to_string(), x)]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("specialising for n=2") && e.contains("NoSuchOp"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -493,7 +515,8 @@ fn rlx_run_and_bench_take_the_sizes_from_the_npy_files() {
     let (_, ids, mask) = bert_inputs(b, s, 3);
     npy(&d.join("ids.npy"), &[b as u64, s as u64], &ids);
     npy(&d.join("mask.npy"), &[b as u64, s as u64], &mask);
-    npy(&d.join("mask6.npy"), &[b as u64, 6], &vec![1i64; b * 6]);
+    let ones6 = vec![1i64; b * 6];
+    npy(&d.join("mask6.npy"), &[b as u64, 6], &ones6);
     let ids_arg = format!("input_ids={}", d.join("ids.npy").display());
     let mask_arg = format!("attention_mask={}", d.join("mask.npy").display());
     let out = d.join("out");
