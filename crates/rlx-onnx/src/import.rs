@@ -8,7 +8,7 @@ use crate::node::{Env, NodeIn};
 use crate::proto::{type_proto, GraphProto, ModelProto, ValueInfoProto};
 use crate::tensor::{to_tensor, ExternalData};
 use crate::{ImportOptions, OnnxModel};
-use rlx_ir::{Dim, Shape, TensorType};
+use rlx_ir::{Dim, Shape, Tensor, TensorType};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -27,6 +27,23 @@ pub enum Slot {
     Poisoned,
 }
 
+/// Initializers decoded once into shared tensors, in file order.
+pub type Initializers = Vec<(String, Arc<Tensor>)>;
+
+/// An import's result with its weights still shared with the caller's initializers.
+pub struct Imported {
+    /// the graph
+    pub graph: rlx_ir::Graph,
+    /// weights bound by the graph's params
+    pub params: Vec<(String, Arc<Tensor>)>,
+    /// graph inputs whose given value was frozen
+    pub frozen: Vec<String>,
+    /// imported opsets, sorted
+    pub opsets: Vec<(String, i64)>,
+    /// producer name and version
+    pub producer: String,
+}
+
 /// Imports a decoded model.
 pub fn import(
     model: &ModelProto,
@@ -34,14 +51,30 @@ pub fn import(
     ext: &mut ExternalData,
     opts: &ImportOptions,
 ) -> Result<OnnxModel, OnnxError> {
-    let model_err = |message: String| OnnxError::Model {
-        file: file.to_string(),
-        message,
-    };
-    let graph = model
-        .graph
-        .as_ref()
-        .ok_or_else(|| model_err("the model has no graph".into()))?;
+    let inits = initializers(model, file, ext)?;
+    let m = import_decoded(model, file, inits, opts)?;
+    let params = m
+        .params
+        .into_iter()
+        .map(|(n, t)| (n, Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone())))
+        .collect();
+    Ok(OnnxModel {
+        graph: m.graph,
+        params,
+        frozen_inputs: m.frozen,
+        opsets: m.opsets,
+        producer: m.producer,
+    })
+}
+
+/// The opsets a model imports, by domain (`ai.onnx` for the default one).
+fn opsets_of(model: &ModelProto, file: &str) -> Result<HashMap<String, i64>, OnnxError> {
+    if model.opset_import.is_empty() {
+        return Err(OnnxError::Model {
+            file: file.to_string(),
+            message: "the model imports no opset".into(),
+        });
+    }
     let mut opsets: HashMap<String, i64> = HashMap::new();
     for o in &model.opset_import {
         let domain = match o.domain() {
@@ -50,12 +83,26 @@ pub fn import(
         };
         opsets.insert(domain.to_string(), o.version());
     }
-    if model.opset_import.is_empty() {
-        return Err(model_err("the model imports no opset".into()));
-    }
-    let mut ctx = Ctx::new();
-    let mut scope: HashMap<String, Slot> = HashMap::new();
+    Ok(opsets)
+}
 
+/// Decodes every initializer of the main graph (refusing sparse ones and duplicates).
+pub fn initializers(
+    model: &ModelProto,
+    file: &str,
+    ext: &mut ExternalData,
+) -> Result<Initializers, OnnxError> {
+    let model_err = |message: String| OnnxError::Model {
+        file: file.to_string(),
+        message,
+    };
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| model_err("the model has no graph".into()))?;
+    let opsets = opsets_of(model, file)?;
+    let mut out: Initializers = Vec::with_capacity(graph.initializer.len());
+    let mut seen = std::collections::HashSet::new();
     for init in &graph.initializer {
         let name = init.name().to_string();
         if name.is_empty() {
@@ -66,13 +113,10 @@ pub fn import(
             name: name.clone(),
             message,
         })?;
-        let v = Val::Const {
-            t: Arc::new(t),
-            param: Some(name.clone()),
-        };
-        if scope.insert(name.clone(), Slot::Val(v)).is_some() {
+        if !seen.insert(name.clone()) {
             return Err(model_err(format!("initializer `{name}` is defined twice")));
         }
+        out.push((name, Arc::new(t)));
     }
     if let Some(s) = graph.sparse_initializer.first() {
         let name = s.values.as_ref().map(|v| v.name()).unwrap_or("");
@@ -87,12 +131,35 @@ pub fn import(
             }],
         });
     }
+    Ok(out)
+}
+
+/// The run-time inputs a model declares (graph inputs no initializer gives a value), with
+/// dynamic dims as symbols or the sizes `dims` binds them to.
+///
+/// # Errors
+/// An input whose type the importer cannot represent.
+pub fn declared_inputs(
+    model: &ModelProto,
+    file: &str,
+    dims: &HashMap<String, usize>,
+) -> Result<Vec<(String, TensorType)>, OnnxError> {
+    let Some(graph) = model.graph.as_ref() else {
+        return Err(OnnxError::Model {
+            file: file.to_string(),
+            message: "the model has no graph".into(),
+        });
+    };
+    let opsets = opsets_of(model, file)?;
+    let inits: std::collections::HashSet<&str> =
+        graph.initializer.iter().map(|i| i.name()).collect();
+    let mut out = Vec::new();
     for input in &graph.input {
         let name = input.name().to_string();
-        if scope.contains_key(&name) {
+        if inits.contains(name.as_str()) || out.iter().any(|(n, _)| *n == name) {
             continue; // an initializer gives it a value (IR < 4 style)
         }
-        let ty = value_type(input, &name, &opts.dims).map_err(|reason| OnnxError::Unsupported {
+        let ty = value_type(input, &name, dims).map_err(|reason| OnnxError::Unsupported {
             file: file.to_string(),
             nodes: vec![UnsupportedNode {
                 node: format!("graph input `{name}`"),
@@ -102,6 +169,38 @@ pub fn import(
                 reason,
             }],
         })?;
+        out.push((name, ty));
+    }
+    Ok(out)
+}
+
+/// Imports a model whose initializers are already decoded (shared, not copied).
+pub fn import_decoded(
+    model: &ModelProto,
+    file: &str,
+    inits: Initializers,
+    opts: &ImportOptions,
+) -> Result<Imported, OnnxError> {
+    let model_err = |message: String| OnnxError::Model {
+        file: file.to_string(),
+        message,
+    };
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| model_err("the model has no graph".into()))?;
+    let opsets = opsets_of(model, file)?;
+    let mut ctx = Ctx::new();
+    let mut scope: HashMap<String, Slot> = HashMap::new();
+
+    for (name, t) in inits {
+        let v = Val::Const {
+            t,
+            param: Some(name.clone()),
+        };
+        scope.insert(name, Slot::Val(v));
+    }
+    for (name, ty) in declared_inputs(model, file, &opts.dims)? {
         let known = opts.known_inputs.get(&name).map(|t| Arc::new(t.clone()));
         let v = ctx.input(&name, ty, known);
         scope.insert(name, Slot::Val(v));
@@ -137,16 +236,12 @@ pub fn import(
     })?;
     let params = std::mem::take(&mut ctx.params);
     drop(scope);
-    let params = params
-        .into_iter()
-        .map(|(n, t)| (n, Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone())))
-        .collect();
     let mut opsets: Vec<(String, i64)> = opsets.into_iter().collect();
     opsets.sort();
-    Ok(OnnxModel {
+    Ok(Imported {
         graph: ctx.graph,
         params,
-        frozen_inputs: ctx.frozen,
+        frozen: ctx.frozen,
         opsets,
         producer: format!("{} {}", model.producer_name(), model.producer_version()),
     })

@@ -7,6 +7,8 @@
 //! - Every ONNX op maps to IR ops in [`ops`], one line per op in its registry; values known
 //!   at import (constants, initializers, shape computations) fold as they are read.
 //! - Every unsupported node is listed in one [`OnnxError::Unsupported`].
+//! - [`ParsedModel`] keeps a decoded model and imports it again per set of dim sizes, so a
+//!   runtime can specialise a dynamic-axis model to the shapes of its inputs.
 //!
 //! Importers build a graph and never touch a device; the only other crate used is the CPU
 //! validation interpreter, for the reference semantics of constant folding.
@@ -18,12 +20,14 @@ mod error;
 pub(crate) mod import;
 mod node;
 pub mod ops;
+mod parsed;
 pub mod proto;
 mod tensor;
 
 pub use dtype::{onnx_type_name, to_dtype, to_onnx};
 pub use error::{OnnxError, UnsupportedNode};
 pub use import::{MAX_OPSET, MIN_OPSET};
+pub use parsed::{ParsedModel, Specialised};
 
 use bytes::Bytes;
 use prost::Message;

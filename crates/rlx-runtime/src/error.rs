@@ -41,4 +41,12 @@ pub enum RuntimeError {
         /// what failed
         message: String,
     },
+    /// Building the graph for one shape signature failed (an importer's error).
+    #[error("specialising for {bindings}: {source}")]
+    Specialise {
+        /// the symbol sizes, `batch=2, sequence=7`
+        bindings: String,
+        /// what the graph builder said
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }

@@ -1,20 +1,24 @@
 //! The RLX runtime: the [`Backend`] trait, the backend registry, [`Session`] and
-//! [`CompiledGraph`].
+//! [`CompiledGraph`], and [`DynamicGraph`] for models compiled per shape of their inputs.
 //!
 //! The runtime never names a backend except in `builtin/`, where each builtin registers
 //! itself behind its Cargo feature. Everything else goes through [`backend_for`].
 
 mod backend;
 mod builtin;
+mod dynamic;
 mod error;
 mod params;
 mod registry;
 mod session;
 
 pub use backend::{Backend, CompileOptions, Executable};
+pub use dynamic::{
+    signature, BoxError, DynamicGraph, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
+};
 pub use error::RuntimeError;
 pub use params::{ParamMap, ParamStore};
 pub use registry::{
     auto_device, backend_for, register_backend, registered_devices, BackendFactory,
 };
-pub use session::{CompiledGraph, Session, Variant};
+pub use session::{bind_inputs, Bindings, CompiledGraph, Session, Variant};

@@ -3,7 +3,8 @@
 //! The pipeline reads top to bottom in [`Session::compile`] and [`CompiledGraph::variant`]:
 //! verify → bind known symbols → optimize (named passes) → legalize for the device (dispatch
 //! report) → backend compile (lowering, fusion, memory plan, codegen). Graphs with symbols
-//! still unbound compile once per distinct binding seen at run time.
+//! still unbound compile once per distinct binding seen at run time (the most recently used
+//! few kept).
 
 use crate::registry::backend_for;
 use crate::{Backend, CompileOptions, Executable, ParamStore, RuntimeError};
@@ -14,7 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// A device plus the weights shared by every graph compiled on it.
+/// A device plus the weights shared by every graph compiled on it. A clone is the same
+/// session: it shares the backend and the weights.
+#[derive(Clone)]
 pub struct Session {
     device: Device,
     backend: Arc<dyn Backend>,
@@ -93,7 +96,7 @@ impl Session {
             params: self.params.clone(),
             graph,
             options,
-            variants: Mutex::new(BTreeMap::new()),
+            variants: Mutex::new(Variants::default()),
             low_params,
             converted: Mutex::new(HashMap::new()),
         };
@@ -116,7 +119,8 @@ pub struct Variant {
     pub compile_ms: f64,
 }
 
-type Bindings = BTreeMap<String, usize>;
+/// Sizes of symbolic dims, by symbol.
+pub type Bindings = BTreeMap<String, usize>;
 
 /// A graph compiled for a device, runnable from several threads at once.
 pub struct CompiledGraph {
@@ -125,11 +129,19 @@ pub struct CompiledGraph {
     params: ParamStore,
     graph: Graph,
     options: CompileOptions,
-    variants: Mutex<BTreeMap<Bindings, Arc<Variant>>>,
+    /// compiled bindings, the least recently used dropped past `DEFAULT_CACHE_SIZE`
+    variants: Mutex<Variants>,
     /// params mixed precision reads in a low dtype, bound as f32 and converted
     low_params: HashMap<String, rlx_ir::DType>,
     /// per param: the f32 value last converted, and its conversion
     converted: Mutex<HashMap<String, Conversion>>,
+}
+
+/// The variants compiled so far, each with the tick of its last use.
+#[derive(Default)]
+struct Variants {
+    tick: u64,
+    map: BTreeMap<Bindings, (u64, Arc<Variant>)>,
 }
 
 /// A weight as bound (f32) and its low-precision copy.
@@ -171,9 +183,11 @@ impl CompiledGraph {
                 message: format!("the graph has no such param; params: {}", known.join(", ")),
             });
         };
-        check_type(&ty, &value, &mut BTreeMap::new()).map_err(|message| RuntimeError::Param {
-            name: name.into(),
-            message,
+        check_type(&ty, &value, name, &mut Bound::new()).map_err(|message| {
+            RuntimeError::Param {
+                name: name.into(),
+                message,
+            }
         })?;
         self.params.set(name, Arc::new(value));
         Ok(())
@@ -184,9 +198,10 @@ impl CompiledGraph {
         self.variants
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .map
             .values()
             .next()
-            .cloned()
+            .map(|(_, v)| v.clone())
     }
 
     /// Runs the graph.
@@ -249,56 +264,34 @@ impl CompiledGraph {
                     message: format!("not set (expected {ty}); load weights or call set_param"),
                 });
             };
-            check_type(&ty, t, &mut BTreeMap::new()).map_err(|message| RuntimeError::Param {
-                name: name.clone(),
-                message,
+            check_type(&ty, t, &name, &mut Bound::new()).map_err(|message| {
+                RuntimeError::Param {
+                    name: name.clone(),
+                    message,
+                }
             })?;
         }
         Ok(())
     }
 
     fn check_inputs(&self, inputs: &HashMap<String, Tensor>) -> Result<Bindings, RuntimeError> {
-        let declared = self.inputs();
-        let mut bindings = Bindings::new();
-        for (name, ty) in &declared {
-            let Some(t) = inputs.get(name) else {
-                return Err(RuntimeError::Input {
-                    name: name.clone(),
-                    message: format!("missing (expected {ty})"),
-                });
-            };
-            check_type(ty, t, &mut bindings).map_err(|message| RuntimeError::Input {
-                name: name.clone(),
-                message,
-            })?;
-        }
-        let mut unknown: Vec<&String> = inputs
-            .keys()
-            .filter(|k| !declared.iter().any(|(n, _)| n == *k))
-            .collect();
-        if !unknown.is_empty() {
-            unknown.sort();
-            let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(RuntimeError::Input {
-                name: unknown[0].clone(),
-                message: format!("the graph has no such input; inputs: {}", names.join(", ")),
-            });
-        }
-        Ok(bindings)
+        bind_inputs(&self.inputs(), inputs)
     }
 
-    /// Compiles (once) and returns the variant for these symbol bindings.
+    /// Compiles (once) and returns the variant for these symbol bindings; the
+    /// [`crate::DEFAULT_CACHE_SIZE`] most recently used bindings stay compiled.
     ///
     /// # Errors
     /// Any compile failure for those shapes.
     pub fn variant(&self, bindings: &Bindings) -> Result<Arc<Variant>, RuntimeError> {
-        if let Some(v) = self
-            .variants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(bindings)
         {
-            return Ok(v.clone());
+            let mut variants = self.variants.lock().unwrap_or_else(|e| e.into_inner());
+            variants.tick += 1;
+            let tick = variants.tick;
+            if let Some(entry) = variants.map.get_mut(bindings) {
+                entry.0 = tick;
+                return Ok(entry.1.clone());
+            }
         }
         let start = Instant::now();
         let map: HashMap<String, usize> = bindings.iter().map(|(k, v)| (k.clone(), *v)).collect();
@@ -335,16 +328,37 @@ impl CompiledGraph {
             graph: legal,
             compile_ms: start.elapsed().as_secs_f64() * 1e3,
         });
-        self.variants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(bindings.clone(), variant.clone());
+        let mut variants = self.variants.lock().unwrap_or_else(|e| e.into_inner());
+        let tick = variants.tick;
+        variants
+            .map
+            .insert(bindings.clone(), (tick, variant.clone()));
+        if variants.map.len() > crate::DEFAULT_CACHE_SIZE {
+            let oldest = variants
+                .map
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                variants.map.remove(&k);
+            }
+        }
         Ok(variant)
     }
 }
 
-/// Checks a tensor against a declared type, binding symbols consistently.
-fn check_type(ty: &TensorType, t: &Tensor, bindings: &mut Bindings) -> Result<(), String> {
+/// Symbol sizes bound so far, each with the input that bound it.
+pub(crate) type Bound = BTreeMap<String, (usize, String)>;
+
+/// Checks `t`, given for `input`, against a declared type, binding symbols consistently:
+/// a static dim that differs names the dim, expected and given sizes; a symbol bound to
+/// another size names the input that bound it and both sizes.
+pub(crate) fn check_type(
+    ty: &TensorType,
+    t: &Tensor,
+    input: &str,
+    bound: &mut Bound,
+) -> Result<(), String> {
     let given = format!("{}{:?}", t.dtype(), t.shape());
     if t.dtype() != ty.dtype {
         return Err(format!("expected {ty}, got {given}: dtype differs"));
@@ -356,21 +370,66 @@ fn check_type(ty: &TensorType, t: &Tensor, bindings: &mut Bindings) -> Result<()
         match d {
             Dim::Static(s) if *s != n => {
                 return Err(format!(
-                    "expected {ty}, got {given}: dim {i} is {n}, expected {s}"
+                    "dim {i} is {n}, expected {s} (declared {ty}, given {given})"
                 ))
             }
-            Dim::Sym(s) => match bindings.get(&**s) {
-                Some(&b) if b != n => {
+            Dim::Sym(s) => match bound.get(&**s) {
+                Some((b, from)) if *b != n => {
+                    let from = if from == input {
+                        "an earlier dim of this input".to_string()
+                    } else {
+                        format!("input `{from}`")
+                    };
                     return Err(format!(
-                        "expected {ty}, got {given}: dim {i} is {n} but `{s}` is already {b}"
-                    ))
+                        "dim {i} (`{s}`) is {n}, but {from} gives `{s}` = {b} (declared {ty}, given {given})"
+                    ));
                 }
-                _ => {
-                    bindings.insert(s.to_string(), n);
+                Some(_) => {}
+                None => {
+                    bound.insert(s.to_string(), (n, input.to_string()));
                 }
             },
             _ => {}
         }
     }
     Ok(())
+}
+
+/// Checks run inputs against declared ones (all present, none unknown, types agreeing) and
+/// returns the symbol sizes they bind.
+///
+/// # Errors
+/// A missing or unknown input, a dtype or rank that differs, a dim that contradicts a static
+/// dim (naming input, dim, expected and given sizes), or a symbol given two sizes (naming
+/// the input, the dim and both sizes).
+pub fn bind_inputs(
+    declared: &[(String, TensorType)],
+    inputs: &HashMap<String, Tensor>,
+) -> Result<Bindings, RuntimeError> {
+    let mut bound = Bound::new();
+    for (name, ty) in declared {
+        let Some(t) = inputs.get(name) else {
+            return Err(RuntimeError::Input {
+                name: name.clone(),
+                message: format!("missing (expected {ty})"),
+            });
+        };
+        check_type(ty, t, name, &mut bound).map_err(|message| RuntimeError::Input {
+            name: name.clone(),
+            message,
+        })?;
+    }
+    let mut unknown: Vec<&String> = inputs
+        .keys()
+        .filter(|k| !declared.iter().any(|(n, _)| n == *k))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort();
+        let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(RuntimeError::Input {
+            name: unknown[0].clone(),
+            message: format!("the graph has no such input; inputs: {}", names.join(", ")),
+        });
+    }
+    Ok(bound.into_iter().map(|(k, (n, _))| (k, n)).collect())
 }

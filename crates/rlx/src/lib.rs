@@ -1,9 +1,11 @@
 //! RLX: compile a model once, run it fast on any device.
 //!
 //! This crate is the `rlx` command-line tool and a [`prelude`] re-exporting the common
-//! surface: devices, the graph builder, sessions. [`demo`] holds the bundled demo model.
+//! surface: devices, the graph builder, sessions. [`demo`] holds the bundled demo model;
+//! [`onnx`] runs ONNX models with dynamic axes, compiled per shape of their inputs.
 
 pub mod demo;
+pub mod onnx;
 
 /// The common surface in one import: `use rlx::prelude::*;`.
 pub mod prelude {
@@ -14,6 +16,6 @@ pub mod prelude {
     };
     pub use rlx_runtime::{
         auto_device, backend_for, register_backend, registered_devices, CompileOptions,
-        CompiledGraph, RuntimeError, Session,
+        CompiledGraph, DynamicGraph, RuntimeError, Session,
     };
 }

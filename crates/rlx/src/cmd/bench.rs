@@ -2,13 +2,14 @@
 //! MODEL is an ONNX file, a model folder (BERT family; `hf:<name>` downloads one) or a
 //! GGUF file. `--profile` adds the time per kernel, summed per kind (CPU).
 
-use super::model::{device, load_onnx_with};
+use super::model::device;
 use super::{npy, CmdResult};
 use rlx_ir::{Dim, Graph, Tensor, TensorType};
 use rlx_models::{BertModel, Family};
 use rlx_runtime::{CompileOptions, CompiledGraph, Session};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Arguments of `rlx bench`.
@@ -24,7 +25,8 @@ pub struct Args {
     #[arg(long = "input", value_name = "NAME=FILE.npy|NAME=random")]
     inputs: Vec<String>,
     /// Sizes of symbolic dims for random inputs, e.g. `--dim batch=8 --dim seq=128`
-    /// (model folders default to batch=1, seq=128).
+    /// (model folders default to batch=1, seq=128). ONNX models take the sizes of their
+    /// `.npy` input files without it.
     #[arg(long = "dim", value_name = "SYMBOL=N", value_delimiter = ',')]
     dims: Vec<String>,
     /// Untimed runs before timing.
@@ -55,23 +57,14 @@ pub struct Args {
 /// A model ready to bench: graph, weights, and the inputs of one run.
 struct Prepared {
     graph: Graph,
-    params: Vec<(String, Tensor)>,
+    params: Vec<(String, Arc<Tensor>)>,
     inputs: HashMap<String, Tensor>,
 }
 
 /// Benchmarks MODEL.
 pub fn run(args: Args) -> CmdResult {
     let device = device(&args.device)?;
-    let mut dims: HashMap<String, usize> = HashMap::new();
-    for d in &args.dims {
-        let (k, v) = d
-            .split_once('=')
-            .ok_or_else(|| format!("--dim `{d}`: expected SYMBOL=N"))?;
-        let n = v
-            .parse()
-            .map_err(|_| format!("--dim `{d}`: `{v}` is not a size"))?;
-        dims.insert(k.to_string(), n);
-    }
+    let dims = super::run::parse_dims(&args.dims)?;
     let mut files: HashMap<String, Tensor> = HashMap::new();
     let mut random: Vec<String> = Vec::new();
     for a in &args.inputs {
@@ -107,7 +100,7 @@ pub fn run(args: Args) -> CmdResult {
     let bindings = bind_symbols(&graph, &inputs)?;
     let session = Session::new(device)?;
     for (name, t) in params {
-        session.set_param(&name, t);
+        session.params().set(&name, t);
     }
     let t_compile = Instant::now();
     let options = CompileOptions {
@@ -305,16 +298,15 @@ fn prepare_onnx(
     random: &[String],
     dims: &HashMap<String, usize>,
 ) -> Result<Prepared, Box<dyn std::error::Error>> {
-    let model = load_onnx_with(path, &files, dims)?;
-    let declared = declared_inputs(&model.graph);
-    for (i, name) in random.iter().enumerate() {
-        let ty = declared
-            .get(name)
-            .ok_or_else(|| format!("--input {name}=random: the model has no input `{name}`"))?;
-        let shape = concrete(name, ty, dims)?;
-        files.insert(name.clone(), Tensor::random(ty.dtype, &shape, 1 + i as u64));
-    }
-    check_known(&files, &declared)?;
+    let parsed = rlx_onnx::ParsedModel::open(path)?;
+    let declared = parsed.inputs().to_vec();
+    let bindings = super::run_model::complete_inputs(&declared, &mut files, random, dims)?;
+    let opts = rlx_onnx::ImportOptions {
+        known_inputs: files.clone(),
+        dims: bindings.into_iter().collect(),
+    };
+    let model = parsed.specialise(&opts)?;
+    check_known(&files, &declared_inputs(&model.graph))?;
     Ok(Prepared {
         graph: model.graph,
         params: model.params,
@@ -368,7 +360,11 @@ fn prepare_folder(
     check_known(&files, &declared)?;
     Ok(Prepared {
         graph: model.graph,
-        params: model.params,
+        params: model
+            .params
+            .into_iter()
+            .map(|(n, t)| (n, Arc::new(t)))
+            .collect(),
         inputs: files,
     })
 }
@@ -377,24 +373,6 @@ fn declared_inputs(g: &Graph) -> HashMap<String, TensorType> {
     g.inputs()
         .into_iter()
         .map(|(n, id)| (n, g.ty(id).clone()))
-        .collect()
-}
-
-/// The static shape of a declared input, symbols from `--dim`.
-fn concrete(
-    name: &str,
-    ty: &TensorType,
-    dims: &HashMap<String, usize>,
-) -> Result<Vec<usize>, String> {
-    ty.shape
-        .dims()
-        .iter()
-        .map(|d| match d {
-            Dim::Static(n) => Ok(*n),
-            Dim::Sym(s) => dims.get(&**s).copied().ok_or_else(|| {
-                format!("--input {name}=random: dim `{s}` of {ty} is symbolic; pass --dim {s}=N or a .npy file")
-            }),
-        })
         .collect()
 }
 

@@ -24,6 +24,10 @@ pub struct Args {
     /// An input of a model file: `NAME=FILE.npy` or `NAME=random` (repeatable).
     #[arg(long = "input", value_name = "NAME=FILE.npy|NAME=random")]
     inputs: Vec<String>,
+    /// Sizes of symbolic dims that no input file gives (for `NAME=random` inputs), e.g.
+    /// `--dim batch=8`; dims of `.npy` inputs take the files' sizes.
+    #[arg(long = "dim", value_name = "SYMBOL=N", value_delimiter = ',')]
+    dims: Vec<String>,
     /// Write each output of a model file as `DIR/NAME.npy`.
     #[arg(long, value_name = "DIR")]
     output: Option<std::path::PathBuf>,
@@ -73,9 +77,9 @@ impl CompileFlags {
 pub fn run(args: Args) -> CmdResult {
     match args.model.as_deref() {
         None | Some("demo") => {
-            if !args.inputs.is_empty() || args.output.is_some() {
+            if !args.inputs.is_empty() || args.output.is_some() || !args.dims.is_empty() {
                 return Err(
-                    "--input and --output apply to model files, not the bundled demo".into(),
+                    "--input, --dim and --output apply to model files, not the bundled demo".into(),
                 );
             }
             run_demo(args)
@@ -84,11 +88,30 @@ pub fn run(args: Args) -> CmdResult {
             args.model.as_deref().unwrap_or_default(),
             &args.device,
             &args.inputs,
+            &parse_dims(&args.dims)?,
             args.output.as_deref(),
             args.json,
             args.compile.options(),
         ),
     }
+}
+
+/// Parses `--dim SYMBOL=N` arguments.
+///
+/// # Errors
+/// An argument without `=` or whose size is not a number.
+pub fn parse_dims(args: &[String]) -> Result<HashMap<String, usize>, String> {
+    let mut dims = HashMap::new();
+    for d in args {
+        let (k, v) = d
+            .split_once('=')
+            .ok_or_else(|| format!("--dim `{d}`: expected SYMBOL=N"))?;
+        let n = v
+            .parse()
+            .map_err(|_| format!("--dim `{d}`: `{v}` is not a size"))?;
+        dims.insert(k.to_string(), n);
+    }
+    Ok(dims)
 }
 
 /// Runs the demo and reports accuracy and timings.

@@ -1,10 +1,10 @@
 //! `rlx run MODEL.onnx`: inputs from `.npy` files or random, outputs to `.npy` files.
 
-use super::model::{device, load_onnx};
+use super::model::device;
 use super::{npy, CmdResult};
-use rlx_ir::{Dim, Tensor};
+use rlx_ir::{Dim, Tensor, TensorType};
 use rlx_runtime::{CompileOptions, Session};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
 
@@ -22,11 +22,13 @@ pub fn file_stem(name: &str) -> String {
 }
 
 /// Runs a model file once with the given inputs, compiled with `options` (mixed precision,
-/// approximate GELU; symbols are bound from the inputs at run time).
+/// approximate GELU). Symbolic dims take the sizes of the input files, and the model is
+/// imported with them bound, so ops that need static shapes run on dynamic-axis models.
 pub fn run_model(
     path: &str,
     device_name: &str,
     input_args: &[String],
+    dims: &HashMap<String, usize>,
     out_dir: Option<&Path>,
     json: bool,
     options: CompileOptions,
@@ -46,50 +48,13 @@ pub fn run_model(
     }
     let device = device(device_name)?;
     let t0 = Instant::now();
-    let model = load_onnx(path, &files)?;
-    let declared: HashMap<String, rlx_ir::TensorType> = model
-        .graph
-        .inputs()
-        .into_iter()
-        .map(|(n, id)| (n, model.graph.ty(id).clone()))
-        .collect();
-    for (i, name) in random.iter().enumerate() {
-        let ty = declared
-            .get(name)
-            .ok_or_else(|| format!("--input {name}=random: the model has no input `{name}`"))?;
-        let shape: Vec<usize> = ty
-            .shape
-            .dims()
-            .iter()
-            .map(|d| match d {
-                Dim::Static(n) => Ok(*n),
-                Dim::Sym(s) => Err(format!(
-                    "--input {name}=random: dim `{s}` of {ty} is symbolic; pass a .npy file"
-                )),
-            })
-            .collect::<Result<_, _>>()?;
-        files.insert(name.clone(), Tensor::random(ty.dtype, &shape, 1 + i as u64));
-    }
-    for name in files.keys() {
-        if !declared.contains_key(name) {
-            let mut names: Vec<&String> = declared.keys().collect();
-            names.sort();
-            return Err(format!(
-                "--input {name}: the model has no such input; inputs: {}",
-                names
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-            .into());
-        }
-    }
+    let parsed = std::sync::Arc::new(rlx_onnx::ParsedModel::open(path)?);
+    let declared = parsed.inputs().to_vec();
+    complete_inputs(&declared, &mut files, &random, dims)?;
     let session = Session::new(device)?;
-    for (name, t) in model.params {
-        session.set_param(&name, t);
-    }
-    let compiled = session.compile(&model.graph, options)?;
+    let model = rlx::onnx::dynamic_with(&session, parsed, files.clone(), options);
+    let bindings = model.bind(&files)?;
+    let compiled = model.compiled(&bindings)?;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
     let outputs = compiled.run(&files)?;
@@ -128,6 +93,74 @@ pub fn run_model(
         println!("timings   load+compile {compile_ms:.2} ms, run {run_ms:.3} ms");
     }
     Ok(())
+}
+
+/// Checks the inputs read from files against the model's declared inputs (unknown names,
+/// dtypes, ranks, static dims, consistent symbol sizes), then adds the `NAME=random` ones:
+/// their symbolic dims take the sizes the files give, or those of `dims` (`--dim`). Returns
+/// every symbol size known.
+///
+/// # Errors
+/// An unknown input name, a file that contradicts the model or `dims`, or a random input
+/// with a symbolic dim no file or `dims` gives a size to.
+pub fn complete_inputs(
+    declared: &[(String, TensorType)],
+    files: &mut HashMap<String, Tensor>,
+    random: &[String],
+    dims: &HashMap<String, usize>,
+) -> Result<BTreeMap<String, usize>, Box<dyn std::error::Error>> {
+    let names = || {
+        declared
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for name in files.keys().chain(random) {
+        if !declared.iter().any(|(n, _)| n == name) {
+            return Err(format!(
+                "--input {name}: the model has no input `{name}`; inputs: {}",
+                names()
+            )
+            .into());
+        }
+    }
+    let given: Vec<(String, TensorType)> = declared
+        .iter()
+        .filter(|(n, _)| files.contains_key(n))
+        .cloned()
+        .collect();
+    let mut bindings = rlx_runtime::bind_inputs(&given, files)?;
+    for (k, &v) in dims {
+        match bindings.get(k) {
+            Some(&b) if b != v => {
+                return Err(format!("--dim {k}={v}: the input files give `{k}` = {b}").into())
+            }
+            _ => {
+                bindings.insert(k.clone(), v);
+            }
+        }
+    }
+    for (i, name) in random.iter().enumerate() {
+        let Some((_, ty)) = declared.iter().find(|(n, _)| n == name) else {
+            continue;
+        };
+        let shape: Vec<usize> = ty
+            .shape
+            .dims()
+            .iter()
+            .map(|d| match d {
+                Dim::Static(n) => Ok(*n),
+                Dim::Sym(s) => bindings.get(&**s).copied().ok_or_else(|| {
+                    format!(
+                        "--input {name}=random: dim `{s}` of {ty} is symbolic and no input file gives it; pass a .npy file or --dim {s}=N"
+                    )
+                }),
+            })
+            .collect::<Result<_, _>>()?;
+        files.insert(name.clone(), Tensor::random(ty.dtype, &shape, 1 + i as u64));
+    }
+    Ok(bindings)
 }
 
 #[cfg(test)]

@@ -1,0 +1,41 @@
+//! ONNX models with dynamic axes on a [`Session`]: the model is decoded once
+//! ([`rlx_onnx::ParsedModel`]) and imported again with every dim bound for each new shape
+//! signature of the inputs, so ops that need static shapes run whatever the sizes.
+
+use rlx_ir::Tensor;
+use rlx_runtime::{CompileOptions, DynamicGraph, Session, Specialised};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A [`DynamicGraph`] over an ONNX model: each shape signature imports the model with its
+/// dims bound to the inputs' sizes and compiles it with `options`.
+pub fn dynamic(
+    session: &Session,
+    model: Arc<rlx_onnx::ParsedModel>,
+    options: CompileOptions,
+) -> DynamicGraph {
+    dynamic_with(session, model, HashMap::new(), options)
+}
+
+/// [`dynamic`] with input values the importer may freeze where the IR needs a static value
+/// (see [`rlx_onnx::ImportOptions::known_inputs`]); only for runs with exactly these values.
+pub fn dynamic_with(
+    session: &Session,
+    model: Arc<rlx_onnx::ParsedModel>,
+    known_inputs: HashMap<String, Tensor>,
+    options: CompileOptions,
+) -> DynamicGraph {
+    let inputs = model.inputs().to_vec();
+    let build = move |dims: &rlx_runtime::Bindings| {
+        let opts = rlx_onnx::ImportOptions {
+            known_inputs: known_inputs.clone(),
+            dims: dims.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        };
+        let s = model.specialise(&opts)?;
+        Ok(Specialised {
+            graph: s.graph,
+            params: s.params,
+        })
+    };
+    session.dynamic(inputs, Box::new(build), options)
+}
