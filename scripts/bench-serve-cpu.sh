@@ -3,7 +3,8 @@
 # GGUF file, same threads, same load, one after the other in this one command:
 #   scripts/bench-serve-cpu.sh [MODEL.gguf] [STREAMS] [REQUESTS] [MAX_TOKENS]
 # Needs a release rlx (cargo build --release -p rlx) and `pip install 'llama-cpp-python[server]'`.
-# Prints one JSON line per server (rlx loadtest's report) and the throughput ratio.
+# llama-cpp-python serves one request at a time; --interrupt_requests False makes it queue the
+# others instead of cutting the running stream. Prints one JSON line per server (rlx loadtest's report) and the throughput ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -29,7 +30,7 @@ wait_up http://127.0.0.1:8093/health
 ours=$(load http://127.0.0.1:8093); kill $pid; wait $pid 2>/dev/null || true
 echo "rlx       $ours"
 
-python3 -m llama_cpp.server --model "$model" --n_threads "$threads" --n_ctx 2048 \
+python3 -m llama_cpp.server --model "$model" --n_threads "$threads" --n_ctx 2048 --interrupt_requests False \
   --port 8094 >/tmp/llama-server.log 2>&1 &
 pid=$!
 wait_up http://127.0.0.1:8094/v1/models

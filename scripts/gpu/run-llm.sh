@@ -48,7 +48,7 @@ for part in "$@"; do
         set -- $args
         $g/rlx bench $d --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-bench.json"; echo | tee -a "$out/8b-bench.json"
       done
-      python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/8b-peer.txt" ;;
+      [ -n "${SKIP_PEER:-}" ] || python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/8b-peer.txt" ;;
     serve-small|serve-8b)
       if [ $part = serve-small ]; then name=smollm2-f16 shape=smollm2_135m; else name=llama3-8b-f16 shape=llama3_8b; fi
       d=$work/$name

@@ -186,7 +186,11 @@ async fn one(
     let (mut pieces, mut usage, mut finished, mut done) = (0usize, None::<usize>, false, false);
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| e.to_string())?;
+        // servers end SSE lines with \n or \r\n
         buf.push_str(&String::from_utf8_lossy(&chunk));
+        if buf.contains('\r') {
+            buf = buf.replace("\r\n", "\n");
+        }
         while let Some(end) = buf.find("\n\n") {
             let event: String = buf.drain(..end + 2).collect();
             for line in event.lines() {
