@@ -591,7 +591,7 @@ impl CudaLlm {
         )?;
         let key = (n, k, m, w.format);
         let mut gemms = self.gemms.borrow_mut();
-        if !gemms.contains_key(&key) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = gemms.entry(key) {
             let op = |row_stride| Operand {
                 arg: ArgRef::Scratch(0),
                 offset: 0,
@@ -616,7 +616,7 @@ impl CudaLlm {
                 trans_b: true,
                 alpha: 1.0,
             };
-            gemms.insert(key, blas.prepare(&spec, false, false)?);
+            slot.insert(blas.prepare(&spec, false, false)?);
         }
         let g = &gemms[&key];
         let p = GemmPointers {
