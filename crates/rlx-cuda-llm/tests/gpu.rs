@@ -11,10 +11,11 @@ use rlx_cuda_llm::{format_suffix, kernel_source, CudaLlm, LlmOptions};
 use rlx_driver::testing::skip;
 use rlx_driver::Device;
 use rlx_gguf::QuantFormat;
-use rlx_ir::{Graph, SplitMix64, Tensor};
+use rlx_ir::{SplitMix64, Tensor};
+use rlx_llm::SessionRunner;
 use rlx_models::llama::sample::{Family, RandomLlama};
 use rlx_models::llama::{Generator, Llama, Runner, Sampling, Stage};
-use rlx_runtime::{CompileOptions, CompiledGraph, Session};
+use rlx_runtime::{CompileOptions, Session};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -198,37 +199,11 @@ fn gemv_kernels_match_dequantized_weights() {
 }
 
 /// The CPU graph path as the reference.
-struct CpuRunner {
-    session: Session,
-    graphs: Vec<CompiledGraph>,
-}
-
-impl Runner for CpuRunner {
-    fn set_param(&mut self, name: &str, value: Arc<Tensor>) {
-        self.session.params().set(name, value);
-    }
-    fn compile(&mut self, graph: &Graph) -> Result<usize, String> {
-        let g = self
-            .session
-            .compile(graph, CompileOptions::default())
-            .map_err(|e| e.to_string())?;
-        self.graphs.push(g);
-        Ok(self.graphs.len() - 1)
-    }
-    fn run(
-        &mut self,
-        handle: usize,
-        inputs: &HashMap<String, Tensor>,
-    ) -> Result<Vec<(String, Tensor)>, String> {
-        self.graphs[handle].run(inputs).map_err(|e| e.to_string())
-    }
-}
-
-fn cpu_runner() -> CpuRunner {
-    CpuRunner {
-        session: Session::new(Device::Cpu).unwrap(),
-        graphs: Vec::new(),
-    }
+fn cpu_runner() -> SessionRunner {
+    SessionRunner::new(
+        Session::new(Device::Cpu).unwrap(),
+        CompileOptions::default(),
+    )
 }
 
 fn folder(tag: &str, spec: &RandomLlama) -> PathBuf {

@@ -15,8 +15,10 @@ use std::path::{Path, PathBuf};
 pub const PREFIX: &str = "hf:";
 
 /// Files a BERT-style folder needs.
+#[cfg_attr(not(feature = "hub"), allow(dead_code))]
 const REQUIRED: &[&str] = &["config.json", "tokenizer.json"];
 /// Files fetched when the hub has them.
+#[cfg_attr(not(feature = "hub"), allow(dead_code))]
 const OPTIONAL: &[&str] = &[
     "sentence_bert_config.json",
     "modules.json",
@@ -103,6 +105,7 @@ fn fetch_into(repo: &str, _rev: &str, _dir: &Path) -> Result<()> {
 }
 
 /// Shard file names listed in a safetensors index.
+#[cfg_attr(not(feature = "hub"), allow(dead_code))]
 fn shards(index: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(index).map_err(|source| ModelError::Io {
         path: index.display().to_string(),
