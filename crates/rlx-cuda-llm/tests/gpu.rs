@@ -331,8 +331,16 @@ fn random_folders_match_the_cpu_graph_path() {
             };
             let mut gemm = CudaLlm::new(&model, forced).unwrap();
             let err = rel_l2(&gemm.logits(&prompt).unwrap(), &want);
+            // a bf16 GEMM rounds its input rows to bf16 (8-bit mantissa), as PyTorch's bf16
+            // does: 1.0e-2 measured on the H100 where the matrix-vector path (f32 rows) stays
+            // under 3e-3
+            let gemm_tol = if dtype == safetensors::Dtype::BF16 {
+                3e-2
+            } else {
+                tol
+            };
             assert!(
-                err < tol,
+                err < gemm_tol,
                 "{dtype:?} tied={tied} bias={qkv_bias}: GEMM prefill logits rel L2 {err}"
             );
             drop(gemm);

@@ -236,6 +236,9 @@ impl<'m> Batcher<'m> {
                 .store(self.live.len() as u64, Relaxed);
             if !self.live.is_empty() {
                 self.step();
+                self.metrics
+                    .batch_size
+                    .store(self.live.len() as u64, Relaxed);
             }
         }
     }
