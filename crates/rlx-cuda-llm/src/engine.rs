@@ -501,16 +501,7 @@ impl CudaLlm {
         };
         let name = format!("gemv{mr}_{}", format_suffix(w.format));
         let grid = [w.n.div_ceil(8) as u32, m.div_ceil(mr) as u32];
-        let (qd, kvd) = (sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim);
-        let (bias, inv_freq, cache) = match qkv {
-            Some((layer, bias)) => (
-                bias,
-                self.weights.inv_freq.ptr(),
-                self.kv_pool.ptr() + (layer * self.layer_bytes) as u64,
-            ),
-            None => (0, 0, 0),
-        };
-        let l = &self.layout;
+        let e = self.epilogue_args(qkv);
         let args = [
             w.buf.ptr(),
             w.row_bytes() as u64,
@@ -523,19 +514,19 @@ impl CudaLlm {
             y,
             y_stride as u64,
             out_mode,
-            bias,
-            inv_freq,
-            self.rows_ptr(l.pos, 0, 4),
-            self.rows_ptr(l.slot, 0, 4),
-            self.table_dev.ptr(),
-            cache,
-            qd as u64,
-            kvd as u64,
-            sh.head_dim as u64,
-            sh.kv_heads as u64,
-            BLOCK_ROWS as u64,
-            self.table.max_blocks as u64,
-            u64::from(self.kv_half),
+            e[0],
+            e[1],
+            e[2],
+            e[3],
+            e[4],
+            e[5],
+            e[6],
+            e[7],
+            e[8],
+            e[9],
+            e[10],
+            e[11],
+            e[12],
             norm.map_or(0, DeviceBuffer::ptr),
             bits(sh.eps),
             if norm.is_some() && m > 1 {
@@ -563,7 +554,6 @@ impl CudaLlm {
         qkv: Option<(usize, u64)>,
         norm: Option<&DeviceBuffer>,
     ) -> Result<(), LlmError> {
-        let sh = &self.shape;
         let (Some(blas), Some(xin), Some(yout), Some((dtype, t))) = (
             &self.blas,
             &self.s.gemm_in,
@@ -629,7 +619,26 @@ impl CudaLlm {
         };
         blas.run(g, &p, self.dev.stream())?;
         drop(gemms);
-        let (qd, kvd) = (sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim);
+        let blocks = (n.div_ceil(512) as u32).min(64);
+        let mut args = vec![
+            yout.ptr(),
+            t,
+            m as u64,
+            n as u64,
+            row0 as u64,
+            y,
+            y_stride as u64,
+            out_mode,
+        ];
+        args.extend(self.epilogue_args(qkv));
+        self.go("gemm_output", [blocks, m as u32], 256, &args)
+    }
+
+    /// The epilogue's arguments of a product (`QkvArgs` in `kernels.cu`): bias, inverse
+    /// frequencies, the rows' positions and slots, block table, this layer's cache and the
+    /// sizes; zeros where `qkv` is None (no RoPE, no cache write).
+    fn epilogue_args(&self, qkv: Option<(usize, u64)>) -> [u64; 13] {
+        let sh = &self.shape;
         let (bias, inv_freq, cache) = match qkv {
             Some((layer, bias)) => (
                 bias,
@@ -639,35 +648,21 @@ impl CudaLlm {
             None => (0, 0, 0),
         };
         let l = &self.layout;
-        let blocks = (n.div_ceil(512) as u32).min(64);
-        self.go(
-            "gemm_output",
-            [blocks, m as u32],
-            256,
-            &[
-                yout.ptr(),
-                t,
-                m as u64,
-                n as u64,
-                row0 as u64,
-                y,
-                y_stride as u64,
-                out_mode,
-                bias,
-                inv_freq,
-                self.rows_ptr(l.pos, 0, 4),
-                self.rows_ptr(l.slot, 0, 4),
-                self.table_dev.ptr(),
-                cache,
-                qd as u64,
-                kvd as u64,
-                sh.head_dim as u64,
-                sh.kv_heads as u64,
-                BLOCK_ROWS as u64,
-                self.table.max_blocks as u64,
-                u64::from(self.kv_half),
-            ],
-        )
+        [
+            bias,
+            inv_freq,
+            self.rows_ptr(l.pos, 0, 4),
+            self.rows_ptr(l.slot, 0, 4),
+            self.table_dev.ptr(),
+            cache,
+            (sh.heads * sh.head_dim) as u64,
+            (sh.kv_heads * sh.head_dim) as u64,
+            sh.head_dim as u64,
+            sh.kv_heads as u64,
+            BLOCK_ROWS as u64,
+            self.table.max_blocks as u64,
+            u64::from(self.kv_half),
+        ]
     }
 
     /// Enqueues the RMSNorm factors of rows `0..m` of `x` when there are several (one row:

@@ -250,7 +250,7 @@ fn quantize_q45k(five: bool, x: &[f32], y: &mut [u8]) {
     y[2..4].copy_from_slice(&f16::from_f32(max_min / 63.0).to_le_bytes());
     y[4..16].copy_from_slice(&sc);
     for j in 0..8 {
-        let (s, m) = scale_min_k4(j, &sc);
+        let (s, m) = rlx_ir::quant::scale_min_k4(j, &sc);
         let dj = d * s as f32;
         if dj == 0.0 {
             continue;
@@ -284,18 +284,6 @@ fn quantize_q45k(five: bool, x: &[f32], y: &mut [u8]) {
                 y[16 + 32 * n + j] = l[64 * n + j] | (l[64 * n + j + 32] << 4);
             }
         }
-    }
-}
-
-/// The 6-bit scale and min of sub-block `j` (`get_scale_min_k4`).
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
     }
 }
 

@@ -297,7 +297,7 @@ impl fmt::Display for QuantFormat {
 }
 
 /// The 6-bit scale and min of sub-block `j` of a k-quant block (`get_scale_min_k4`).
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -71,7 +71,13 @@ pub struct OnnxModel {
 /// Unreadable or malformed files, missing external data, unsupported nodes (all listed),
 /// inconsistent models; each error names the file and the node or tensor.
 pub fn load(path: impl AsRef<Path>, opts: &ImportOptions) -> Result<OnnxModel, OnnxError> {
-    let path = path.as_ref();
+    let (bytes, base, label) = map_file(path.as_ref())?;
+    load_bytes(bytes, Some(base), &label, opts)
+}
+
+/// Memory-maps an ONNX file: its bytes, the folder its external data resolves against, and
+/// its name for messages.
+pub(crate) fn map_file(path: &Path) -> Result<(Bytes, PathBuf, String), OnnxError> {
     let label = path.display().to_string();
     let io = |source| OnnxError::Io {
         path: label.clone(),
@@ -85,7 +91,7 @@ pub fn load(path: impl AsRef<Path>, opts: &ImportOptions) -> Result<OnnxModel, O
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
-    load_bytes(Bytes::from_owner(map), Some(base), &label, opts)
+    Ok((Bytes::from_owner(map), base, label))
 }
 
 /// Loads a model from bytes. External data resolves against `base_dir` (refused without

@@ -42,21 +42,8 @@ impl ParsedModel {
     /// As [`crate::load`], except unsupported nodes, which are reported by
     /// [`ParsedModel::specialise`].
     pub fn open(path: impl AsRef<Path>) -> Result<ParsedModel, OnnxError> {
-        let path = path.as_ref();
-        let label = path.display().to_string();
-        let io = |source| OnnxError::Io {
-            path: label.clone(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: read-only map; the file changing underneath changes values read, not
-        // safety of the decoder, which bounds-checks every read.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let base = path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
-        ParsedModel::from_bytes(Bytes::from_owner(map), Some(base), &label)
+        let (bytes, base, label) = crate::map_file(path.as_ref())?;
+        ParsedModel::from_bytes(bytes, Some(base), &label)
     }
 
     /// Decodes a model from bytes; external data resolves against `base_dir`, `label` names
