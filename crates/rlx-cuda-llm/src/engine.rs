@@ -1,13 +1,15 @@
 //! [`CudaLlm`]: a Llama-family model resident on the GPU, with a paged KV cache shared by
-//! many sequences. A forward step runs `m` token rows at once — a chunk of one prompt
-//! (prefill) or one new token of each of `m` sequences (batched decode) — through
+//! many sequences. A forward step runs `m` token rows at once — prompt rows of one or
+//! several new sequences (prefill) or one new token of each of `m` sequences (batched
+//! decode) — through
 //! hand-written kernels (`kernels.cu`): embedding lookup, RMSNorm, matrix-vector products
 //! that dequantize the stored weights on the fly (q/k/v with RoPE and the KV-cache write in
 //! their epilogue, the residual adds in theirs, SwiGLU — GeGLU for Gemma — in the down
 //! projection's input),
-//! split attention over the paged cache, and sampling. Tokens, positions, sequence slots,
-//! seeds and temperatures of the rows live in device memory, so a decode step of `m` rows is
-//! captured once as a CUDA graph and replayed; only the token ids come back to the host.
+//! split attention over the paged cache, and sampling (repetition penalty, temperature,
+//! top-k, top-p, min-p and a seeded draw, all on the device). Tokens, positions, sequence
+//! slots and sampling settings of the rows live in device memory, so a decode step of `m`
+//! rows is captured once as a CUDA graph and replayed; only the token ids come back.
 
 use crate::kv::{BlockTable, BLOCK_ROWS};
 use crate::weights::{upload, Matrix, Weights};
@@ -20,8 +22,7 @@ use rlx_cuda::gemm::{Activation, GemmSpec, Operand};
 use rlx_cuda::memory::{DeviceBuffer, DeviceMemory, Pinned};
 use rlx_gguf::QuantFormat;
 use rlx_ir::DType;
-use rlx_ir::SplitMix64;
-use rlx_models::llama::{sample_with_history, FfnAct, GenerationStats, Llama, Sampling};
+use rlx_models::llama::{FfnAct, GenerationStats, Llama, Sampling};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -129,6 +130,9 @@ impl Default for LlmOptions {
     }
 }
 
+/// A row of a step: its token, position, sequence slot and the sequence's sampling.
+type Row = (u32, usize, usize, Sampling);
+
 /// A sequence in the engine (the slot of its KV blocks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SeqId(pub usize);
@@ -139,9 +143,6 @@ struct Seq {
     /// the last token (the next step's input)
     last: u32,
     sampling: Sampling,
-    rng: SplitMix64,
-    /// prompt and generated tokens (for the repetition penalty)
-    history: Vec<u32>,
 }
 
 /// Model sizes the kernels need.
@@ -169,6 +170,10 @@ struct RowsLayout {
     slot: usize,
     temps: usize,
     seeds: usize,
+    top_k: usize,
+    top_p: usize,
+    min_p: usize,
+    penalty: usize,
     bytes: usize,
 }
 
@@ -180,13 +185,21 @@ impl RowsLayout {
         let slot = a(pos + cap * 4);
         let temps = a(slot + cap * 4);
         let seeds = a(temps + cap * 4);
+        let top_k = a(seeds + cap * 8);
+        let top_p = a(top_k + cap * 4);
+        let min_p = a(top_p + cap * 4);
+        let penalty = a(min_p + cap * 4);
         RowsLayout {
             tokens,
             pos,
             slot,
             temps,
             seeds,
-            bytes: a(seeds + cap * 8),
+            top_k,
+            top_p,
+            min_p,
+            penalty,
+            bytes: a(penalty + cap * 4),
         }
     }
 }
@@ -204,6 +217,9 @@ struct Scratch {
     /// RMSNorm factors of the rows (products of several rows)
     scales: DeviceBuffer,
     rows: DeviceBuffer,
+    /// a bit per vocabulary entry and sequence slot: the tokens the sequence has seen
+    /// (the repetition penalty's set; the sampler adds each token it draws)
+    seen: DeviceBuffer,
     /// GEMM operands in the weights' type: the input rows and the result (when GEMMs run)
     gemm_in: Option<DeviceBuffer>,
     gemm_out: Option<DeviceBuffer>,
@@ -230,7 +246,12 @@ pub struct CudaLlm {
     pinned_rows: Pinned,
     pinned_out: Pinned,
     pinned_table: Pinned,
-    graphs: HashMap<(usize, bool), Graph>,
+    /// each slot's prompt bits for `seen`
+    pinned_seen: Pinned,
+    /// 32-bit words of a slot's `seen` bits
+    seen_words: usize,
+    /// captured decode steps by row count
+    graphs: HashMap<usize, Graph>,
     /// cuBLASLt, when the library loads and the model has GEMM-able weights
     blas: Option<Blas>,
     /// prepared GEMMs by (n, k, m, format)
@@ -378,6 +399,7 @@ impl CudaLlm {
             tickets: mem.alloc(cap * c.heads * 4)?,
             scales: mem.alloc(cap * 4)?,
             rows: mem.alloc(layout.bytes)?,
+            seen: mem.alloc(max_sequences * c.vocab.div_ceil(32) * 4)?,
             gemm_in: None,
             gemm_out: None,
         };
@@ -401,6 +423,8 @@ impl CudaLlm {
         let pinned_rows = Pinned::new(&dev, layout.bytes)?;
         let pinned_out = Pinned::new(&dev, (max_sequences * c.vocab * 4).max(cap * 4))?;
         let pinned_table = Pinned::new(&dev, max_sequences * max_blocks * 4)?;
+        let seen_words = c.vocab.div_ceil(32);
+        let pinned_seen = Pinned::new(&dev, max_sequences * seen_words * 4)?;
         dev.sync()?;
         Ok(CudaLlm {
             dev,
@@ -420,6 +444,8 @@ impl CudaLlm {
             pinned_rows,
             pinned_out,
             pinned_table,
+            pinned_seen,
+            seen_words,
             graphs: HashMap::new(),
             blas,
             gemms: RefCell::new(HashMap::new()),
@@ -781,8 +807,15 @@ impl CudaLlm {
                     sh.vocab as u64,
                     self.rows_ptr(l.tokens, head, 4),
                     self.rows_ptr(l.pos, head, 4),
+                    self.rows_ptr(l.slot, head, 4),
                     self.rows_ptr(l.temps, head, 4),
                     self.rows_ptr(l.seeds, head, 8),
+                    self.rows_ptr(l.top_k, head, 4),
+                    self.rows_ptr(l.top_p, head, 4),
+                    self.rows_ptr(l.min_p, head, 4),
+                    self.rows_ptr(l.penalty, head, 4),
+                    self.s.seen.ptr(),
+                    self.seen_words as u64,
                     u64::from(advance),
                 ],
             )?;
@@ -790,22 +823,47 @@ impl CudaLlm {
         Ok(())
     }
 
-    /// Writes rows `0..rows.len()` (token, position, slot, temperature, seed) to pinned
-    /// memory and enqueues their upload.
-    fn stage_rows(&mut self, rows: &[(u32, usize, usize, f32, u64)]) -> Result<(), LlmError> {
+    /// Writes rows `0..rows.len()` (token, position, slot and the sequence's sampling) to
+    /// pinned memory and enqueues their upload.
+    fn stage_rows(&mut self, rows: &[Row]) -> Result<(), LlmError> {
         let l = self.layout;
         // the previous upload from this pinned buffer must have left it
         self.dev.sync()?;
         let buf = self.pinned_rows.as_mut_slice();
-        for (r, &(tok, pos, slot, temp, seed)) in rows.iter().enumerate() {
-            buf[l.tokens + 4 * r..][..4].copy_from_slice(&(tok as i32).to_le_bytes());
-            buf[l.pos + 4 * r..][..4].copy_from_slice(&(pos as i32).to_le_bytes());
-            buf[l.slot + 4 * r..][..4].copy_from_slice(&(slot as i32).to_le_bytes());
-            buf[l.temps + 4 * r..][..4].copy_from_slice(&temp.to_le_bytes());
-            buf[l.seeds + 8 * r..][..8].copy_from_slice(&seed.to_le_bytes());
+        let mut put = |at: usize, r: usize, b: &[u8]| {
+            buf[at + b.len() * r..][..b.len()].copy_from_slice(b);
+        };
+        for (r, &(tok, pos, slot, s)) in rows.iter().enumerate() {
+            let to_i32 = |v: usize| i32::try_from(v).unwrap_or(i32::MAX).to_le_bytes();
+            put(l.tokens, r, &(tok as i32).to_le_bytes());
+            put(l.pos, r, &to_i32(pos));
+            put(l.slot, r, &to_i32(slot));
+            put(l.temps, r, &(s.temperature.max(0.0) as f32).to_le_bytes());
+            put(l.seeds, r, &s.seed.to_le_bytes());
+            put(l.top_k, r, &to_i32(s.top_k));
+            put(l.top_p, r, &(s.top_p.clamp(0.0, 1.0) as f32).to_le_bytes());
+            put(l.min_p, r, &(s.min_p.clamp(0.0, 1.0) as f32).to_le_bytes());
+            put(l.penalty, r, &(s.repetition_penalty as f32).to_le_bytes());
         }
         self.dev
             .upload(self.s.rows.ptr(), &self.pinned_rows.as_slice()[..l.bytes])?;
+        Ok(())
+    }
+
+    /// Uploads the `seen` bits of `slot`: the tokens of its prompt.
+    fn stage_seen(&mut self, slot: usize, prompt: &[u32]) -> Result<(), LlmError> {
+        let w = self.seen_words;
+        let at = slot * w * 4;
+        let bits = &mut self.pinned_seen.as_mut_slice()[at..at + w * 4];
+        bits.fill(0);
+        for &t in prompt {
+            let (word, bit) = (t as usize / 32, t % 32);
+            bits[4 * word + bit as usize / 8] |= 1 << (bit % 8);
+        }
+        self.dev.upload(
+            self.s.seen.ptr() + at as u64,
+            &self.pinned_seen.as_slice()[at..at + w * 4],
+        )?;
         Ok(())
     }
 
@@ -829,10 +887,6 @@ impl CudaLlm {
         Ok(())
     }
 
-    fn temp(s: &Sampling) -> f32 {
-        s.temperature.max(0.0) as f32
-    }
-
     /// Adds a sequence: runs its prompt (in chunks of `prefill_chunk` rows) and returns its
     /// id with the first generated token. The sequence then takes part in every
     /// [`CudaLlm::step`] until [`CudaLlm::remove`]d.
@@ -842,61 +896,116 @@ impl CudaLlm {
     /// longer than the context, the KV cache full, or a device failure. Other sequences
     /// are unaffected.
     pub fn add(&mut self, prompt: &[u32], sampling: Sampling) -> Result<(SeqId, u32), LlmError> {
-        sampling.validate().map_err(LlmError::Invalid)?;
-        self.check_prompt(prompt)?;
-        let dev = self.dev.clone();
-        let _queue = dev.queue();
-        dev.bind()?;
-        let slot = self.table.open()?;
-        let result = self.prefill(slot, prompt, &sampling);
-        match result {
-            Ok(first) => {
-                let mut history = prompt.to_vec();
-                history.push(first);
-                self.seqs[slot] = Some(Seq {
-                    pos: prompt.len(),
-                    last: first,
-                    sampling,
-                    rng: SplitMix64(sampling.seed ^ 0x5eed),
-                    history,
-                });
-                Ok((SeqId(slot), first))
-            }
-            Err(e) => {
-                self.table.close(slot);
-                Err(e)
-            }
-        }
+        self.add_many(&[(prompt, sampling)]).remove(0)
     }
 
-    fn prefill(&mut self, slot: usize, prompt: &[u32], s: &Sampling) -> Result<u32, LlmError> {
-        self.reserve(slot, prompt.len() + 1)?;
-        let chunk = self.options.prefill_chunk.clamp(1, self.cap);
-        let mut first = 0;
-        for (ci, part) in prompt.chunks(chunk).enumerate() {
-            let start = ci * chunk;
-            let rows: Vec<_> = part
-                .iter()
-                .enumerate()
-                .map(|(i, &t)| (t, start + i, slot, Self::temp(s), s.seed))
-                .collect();
-            self.stage_rows(&rows)?;
-            let last = start + part.len() == prompt.len();
-            let m = part.len();
-            self.staged = None;
-            self.enqueue_forward(m, if last { m - 1 } else { m }, last && s.is_plain(), false)?;
-            if last {
-                first = if s.is_plain() {
-                    let at = self.layout.tokens + 4 * (m - 1);
-                    self.download_i32(self.s.rows.ptr() + at as u64, 1)?[0] as u32
-                } else {
-                    let logits = self.download_logits(1)?;
-                    let mut rng = SplitMix64(s.seed ^ 0x5eed);
-                    sample_with_history(&logits[0], s, &mut rng, prompt)
-                };
+    /// Adds several sequences at once: their prompts run together, rows of different
+    /// sequences sharing each prefill step, so admitting k prompts costs about one prefill
+    /// of all their tokens instead of k. One result per prompt, in order; a prompt that is
+    /// refused (bad setting or token, no free slot, cache full) fails alone.
+    pub fn add_many(
+        &mut self,
+        prompts: &[(&[u32], Sampling)],
+    ) -> Vec<Result<(SeqId, u32), LlmError>> {
+        let dev = self.dev.clone();
+        let _queue = dev.queue();
+        let mut out: Vec<Result<(SeqId, u32), LlmError>> = Vec::with_capacity(prompts.len());
+        let mut ready = Vec::new();
+        for (i, (prompt, sampling)) in prompts.iter().enumerate() {
+            let opened = sampling
+                .validate()
+                .map_err(LlmError::Invalid)
+                .and_then(|()| self.check_prompt(prompt))
+                .and_then(|()| dev.bind().map_err(LlmError::from))
+                .and_then(|()| self.table.open())
+                .and_then(|slot| {
+                    match self
+                        .reserve(slot, prompt.len() + 1)
+                        .and_then(|()| self.stage_seen(slot, prompt))
+                    {
+                        Ok(()) => Ok(slot),
+                        Err(e) => {
+                            self.table.close(slot);
+                            Err(e)
+                        }
+                    }
+                });
+            match opened {
+                Ok(slot) => {
+                    ready.push((i, slot));
+                    out.push(Ok((SeqId(slot), 0)));
+                }
+                Err(e) => out.push(Err(e)),
             }
         }
-        Ok(first)
+        if ready.is_empty() {
+            return out;
+        }
+        let seqs: Vec<(usize, &[u32], Sampling)> = ready
+            .iter()
+            .map(|&(i, slot)| (slot, prompts[i].0, prompts[i].1))
+            .collect();
+        match self.prefill(&seqs) {
+            Ok(firsts) => {
+                for (&(i, slot), first) in ready.iter().zip(firsts) {
+                    let (prompt, sampling) = prompts[i];
+                    self.seqs[slot] = Some(Seq {
+                        pos: prompt.len(),
+                        last: first,
+                        sampling,
+                    });
+                    out[i] = Ok((SeqId(slot), first));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                for &(i, slot) in &ready {
+                    self.table.close(slot);
+                    out[i] = Err(LlmError::Run(message.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs the prompts of `seqs` (slot, prompt, sampling; slots reserved, `seen` bits
+    /// staged) and returns each one's first token, sampled on the device. Every prompt's
+    /// last row goes to the tail of the last step, so one logits block serves them all; a
+    /// row's earlier positions always run in the same or an earlier step.
+    fn prefill(&mut self, seqs: &[(usize, &[u32], Sampling)]) -> Result<Vec<u32>, LlmError> {
+        let k = seqs.len();
+        let mut flat: Vec<Row> = seqs
+            .iter()
+            .flat_map(|&(slot, p, s)| {
+                let body = &p[..p.len() - 1];
+                body.iter().enumerate().map(move |(i, &t)| (t, i, slot, s))
+            })
+            .collect();
+        flat.extend(
+            seqs.iter()
+                .map(|&(slot, p, s)| (p[p.len() - 1], p.len() - 1, slot, s)),
+        );
+        let chunk = self.options.prefill_chunk.clamp(k, self.cap);
+        // steps cut from the end: the last one holds every prompt's last row
+        let mut cuts = vec![flat.len()];
+        while cuts[cuts.len() - 1] > 0 {
+            let end = cuts[cuts.len() - 1];
+            cuts.push(end.saturating_sub(chunk));
+        }
+        cuts.reverse();
+        for w in cuts.windows(2) {
+            let rows = &flat[w[0]..w[1]];
+            let last = w[1] == flat.len();
+            let m = rows.len();
+            self.stage_rows(rows)?;
+            self.staged = None;
+            self.enqueue_forward(m, if last { m - k } else { m }, last, false)?;
+        }
+        // the last step's rows: its tail of k rows holds the sampled tokens
+        let m_last = flat.len() - cuts[cuts.len() - 2];
+        let at = self.layout.tokens + 4 * (m_last - k);
+        let ids = self.download_i32(self.s.rows.ptr() + at as u64, k)?;
+        Ok(ids.into_iter().map(|t| t as u32).collect())
     }
 
     /// The logits after `prompt` (the last position's, `vocab` values), without keeping a
@@ -905,17 +1014,15 @@ impl CudaLlm {
     /// # Errors
     /// As [`CudaLlm::add`].
     pub fn logits(&mut self, prompt: &[u32]) -> Result<Vec<f32>, LlmError> {
-        let host = Sampling {
-            top_k: 1,
-            ..Sampling::default()
-        };
+        let greedy = Sampling::default();
         self.check_prompt(prompt)?;
         let dev = self.dev.clone();
         let _queue = dev.queue();
         dev.bind()?;
         let slot = self.table.open()?;
         let r = self
-            .prefill(slot, prompt, &host)
+            .reserve(slot, prompt.len() + 1)
+            .and_then(|()| self.prefill(&[(slot, prompt, greedy)]))
             .and_then(|_| self.download_logits(1));
         self.table.close(slot);
         Ok(r?.remove(0))
@@ -984,7 +1091,7 @@ impl CudaLlm {
         let dev = self.dev.clone();
         let _queue = dev.queue();
         dev.bind()?;
-        let mut rows = Vec::with_capacity(ids.len());
+        let mut rows: Vec<Row> = Vec::with_capacity(ids.len());
         for id in &ids {
             let (pos, last, s) = {
                 let q = self.seqs[id.0].as_ref().expect("active");
@@ -994,64 +1101,42 @@ impl CudaLlm {
                 LlmError::Capacity(m) => LlmError::Capacity(format!("sequence {}: {m}", id.0)),
                 e => e,
             })?;
-            rows.push((last, pos, id.0, Self::temp(&s), s.seed));
+            rows.push((last, pos, id.0, s));
         }
         let m = rows.len();
-        let plain = ids.iter().all(|id| {
-            self.seqs[id.0]
-                .as_ref()
-                .is_some_and(|q| q.sampling.is_plain())
-        });
         let slots: Vec<usize> = ids.iter().map(|i| i.0).collect();
-        if !plain || self.staged.as_ref() != Some(&slots) {
+        if self.staged.as_ref() != Some(&slots) {
             self.stage_rows(&rows)?;
         }
         self.staged = None;
-        self.run_step(m, plain)?;
-        let next: Vec<u32> = if plain {
-            let t = self.layout.tokens as u64;
-            self.download_i32(self.s.rows.ptr() + t, m)?
-                .into_iter()
-                .map(|t| t as u32)
-                .collect()
-        } else {
-            let logits = self.download_logits(m)?;
-            ids.iter()
-                .zip(&logits)
-                .map(|(id, lg)| {
-                    let q = self.seqs[id.0].as_mut().expect("active");
-                    sample_with_history(lg, &q.sampling, &mut q.rng, &q.history)
-                })
-                .collect()
-        };
-        if plain {
-            // the sampling kernel wrote the tokens and moved the positions on
-            self.staged = Some(slots);
-        }
+        self.run_step(m)?;
+        let t = self.layout.tokens as u64;
+        let next = self.download_i32(self.s.rows.ptr() + t, m)?;
+        // the sampling kernel wrote the tokens and moved the positions on
+        self.staged = Some(slots);
         let mut out = Vec::with_capacity(m);
         for (id, &t) in ids.iter().zip(&next) {
             let q = self.seqs[id.0].as_mut().expect("active");
             q.pos += 1;
-            q.last = t;
-            q.history.push(t);
-            out.push((*id, t));
+            q.last = t as u32;
+            out.push((*id, t as u32));
         }
         Ok(out)
     }
 
     /// Runs a decode step of `m` staged rows: a captured graph when graphs are on.
-    fn run_step(&mut self, m: usize, sample: bool) -> Result<(), LlmError> {
+    fn run_step(&mut self, m: usize) -> Result<(), LlmError> {
         if !self.options.graphs {
-            return self.enqueue_forward(m, 0, sample, sample);
+            return self.enqueue_forward(m, 0, true, true);
         }
-        if !self.graphs.contains_key(&(m, sample)) {
+        if !self.graphs.contains_key(&m) {
             self.dev.begin_capture()?;
-            let enq = self.enqueue_forward(m, 0, sample, sample);
+            let enq = self.enqueue_forward(m, 0, true, true);
             let graph = self.dev.end_capture();
             enq?;
-            self.graphs.insert((m, sample), graph?);
+            self.graphs.insert(m, graph?);
         }
-        self.dev.replay(&self.graphs[&(m, sample)])?;
+        self.dev.replay(&self.graphs[&m])?;
         Ok(())
     }
 

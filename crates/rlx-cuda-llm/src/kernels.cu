@@ -531,47 +531,156 @@ D unsigned long long mix64(unsigned long long z) {
 // from a counter-based generator keyed by (seed, position), so a sequence draws the same
 // numbers whatever batch it runs in. Writes tokens[r]; when `advance`, moves pos[r] on by one
 // (decode steps replayed from a graph).
+// Block-wide arg-max of (v, i) pairs (ties: the lower index); every thread gets the result.
+D void block_argmax(float* best, int* bi, float* sv, int* si) {
+  for (int s = 16; s > 0; s >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, *best, s);
+    int oi = __shfl_xor_sync(0xffffffffu, *bi, s);
+    if (ov > *best || (ov == *best && oi < *bi)) { *best = ov; *bi = oi; }
+  }
+  if ((threadIdx.x & 31) == 0) { sv[threadIdx.x >> 5] = *best; si[threadIdx.x >> 5] = *bi; }
+  __syncthreads();
+  const int nw = blockDim.x >> 5;
+  *best = (int)(threadIdx.x & 31) < nw ? sv[threadIdx.x & 31] : -INFINITY;
+  *bi = (int)(threadIdx.x & 31) < nw ? si[threadIdx.x & 31] : 0x7fffffff;
+  for (int s = 16; s > 0; s >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, *best, s);
+    int oi = __shfl_xor_sync(0xffffffffu, *bi, s);
+    if (ov > *best || (ov == *best && oi < *bi)) { *best = ov; *bi = oi; }
+  }
+  __syncthreads();
+}
+
+// A float's bits as an unsigned key of the same order.
+D unsigned order_key(float f) {
+  unsigned u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The scaled logit of token i in row r: the repetition penalty applied where the sequence
+// has seen i (`seen` holds a bit per token), then divided by the temperature (when > 0).
+D float sample_value(const float* lr, i64 i, const unsigned* seen, float penalty, float inv_t) {
+  float v = lr[i];
+  if (penalty != 1.0f && (seen[i >> 5] >> (i & 31)) & 1u) v = v > 0.0f ? v / penalty : v * penalty;
+  return inv_t > 0.0f ? v * inv_t : v;
+}
+
+// Radix select from the top: the largest key k such that the weight of the values whose key
+// is >= k (and >= `low`) reaches `want`; weight 1 per value (`mass` 0) or exp(v - vmax).
+D unsigned select_key(const float* lr, i64 vocab, const unsigned* seen, float penalty, float inv_t,
+                      float vmax, unsigned low, float want, int mass, float* hist, unsigned* picked) {
+  unsigned prefix = 0, mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0.0f;
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = sample_value(lr, i, seen, penalty, inv_t);
+      const unsigned k = order_key(v);
+      if (k < low || (k & mask) != prefix) continue;
+      atomicAdd(&hist[(k >> shift) & 255u], mass ? __expf(v - vmax) : 1.0f);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float cum = 0.0f;
+      int chosen = -1, last = -1;
+      for (int b = 255; b >= 0; b--) {
+        if (hist[b] <= 0.0f) continue;
+        last = b;
+        if (cum + hist[b] >= want) { chosen = b; want -= cum; break; }
+        cum += hist[b];
+      }
+      // rounding left the target unreached: keep every value of this prefix
+      if (chosen < 0) { chosen = last < 0 ? 0 : last; want = 0.0f; }
+      *picked = prefix | ((unsigned)chosen << shift);
+      hist[256] = want;
+    }
+    __syncthreads();
+    prefix = *picked;
+    want = hist[256];
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+// The next token of each row (grid.x = rows): the repetition penalty (from the sequence's
+// `seen` bits), then greedy arg-max at temperature 0; otherwise top-k, min-p and top-p cut the
+// distribution at a threshold found by radix select, and a Gumbel-max draw (counter-based,
+// from the row's seed and position) samples softmax(v / T) among the values kept. The token
+// goes to tokens[r] and into the sequence's `seen` bits; positions move on when `advance`.
 extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* logits, i64 vocab, int* tokens,
-                                                               int* pos, const float* temps,
-                                                               const long long* seeds, i64 advance) {
+                                                               int* pos, const int* slots, const float* temps,
+                                                               const long long* seeds, const int* top_k,
+                                                               const float* top_p, const float* min_p,
+                                                               const float* penalties, unsigned* seen,
+                                                               i64 words, i64 advance) {
   GRID_WAIT();
   __shared__ float sv[32];
   __shared__ int si[32];
+  __shared__ float hist[257];
+  __shared__ unsigned picked;
   const i64 r = blockIdx.x;
   const float* lr = logits + r * vocab;
+  unsigned* sb = seen + (i64)slots[r] * words;
   const float inv_t = temps[r] > 0.0f ? 1.0f / temps[r] : 0.0f;
+  const float penalty = penalties[r];
+  const int k = top_k[r];
+  const float p = top_p[r], mp = min_p[r];
   const unsigned long long key = mix64((unsigned long long)seeds[r] ^ mix64((unsigned long long)pos[r] * 0x9e3779b97f4a7c15ULL));
+  unsigned low = 0;
+  const bool cut = inv_t > 0.0f && ((k > 0 && k < vocab) || p < 1.0f || mp > 0.0f);
+  if (cut) {
+    float best = -INFINITY;
+    int bi = 0x7fffffff;
+    for (i64 i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = sample_value(lr, i, sb, penalty, inv_t);
+      if (v > best) { best = v; bi = (int)i; }
+    }
+    block_argmax(&best, &bi, sv, si);
+    const float vmax = best;
+    if (mp > 0.0f) low = order_key(vmax + __logf(mp));
+    if (k > 0 && k < vocab) {
+      const unsigned kk = select_key(lr, vocab, sb, penalty, inv_t, vmax, 0u, (float)k, 0, hist, &picked);
+      low = max(low, kk);
+    }
+    if (p < 1.0f) {
+      float z = 0.0f;
+      for (i64 i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float v = sample_value(lr, i, sb, penalty, inv_t);
+        if (order_key(v) >= low) z += __expf(v - vmax);
+      }
+      z = warp_sum(z);
+      if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = z;
+      __syncthreads();
+      if (threadIdx.x < 32) {
+        z = (int)threadIdx.x < (int)(blockDim.x >> 5) ? sv[threadIdx.x] : 0.0f;
+        z = warp_sum(z);
+        if (threadIdx.x == 0) hist[256] = z;
+      }
+      __syncthreads();
+      z = hist[256];
+      __syncthreads();
+      const unsigned pk = select_key(lr, vocab, sb, penalty, inv_t, vmax, low, p * z, 1, hist, &picked);
+      low = max(low, pk);
+    }
+  }
   float best = -INFINITY;
   int bi = 0x7fffffff;
   for (i64 i = threadIdx.x; i < vocab; i += blockDim.x) {
-    float v = lr[i];
+    float v = sample_value(lr, i, sb, penalty, inv_t);
+    if (cut && order_key(v) < low) continue;
     if (inv_t > 0.0f) {
       unsigned long long z = mix64(key + (unsigned long long)i);
       float u = ((float)(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
-      v = v * inv_t - __logf(-__logf(u));
+      v = v - __logf(-__logf(u));
     }
     if (v > best || (v == best && (int)i < bi)) { best = v; bi = (int)i; }
   }
-  for (int s = 16; s > 0; s >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, best, s);
-    int oi = __shfl_xor_sync(0xffffffffu, bi, s);
-    if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
-  }
-  if ((threadIdx.x & 31) == 0) { sv[threadIdx.x >> 5] = best; si[threadIdx.x >> 5] = bi; }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int nw = blockDim.x >> 5;
-    best = threadIdx.x < nw ? sv[threadIdx.x] : -INFINITY;
-    bi = threadIdx.x < nw ? si[threadIdx.x] : 0x7fffffff;
-    for (int s = 16; s > 0; s >>= 1) {
-      float ov = __shfl_xor_sync(0xffffffffu, best, s);
-      int oi = __shfl_xor_sync(0xffffffffu, bi, s);
-      if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
-    }
-    if (threadIdx.x == 0) {
-      tokens[r] = bi;
-      if (advance) pos[r] += 1;
-    }
+  block_argmax(&best, &bi, sv, si);
+  if (threadIdx.x == 0) {
+    tokens[r] = bi;
+    atomicOr(&sb[bi >> 5], 1u << (bi & 31));
+    if (advance) pos[r] += 1;
   }
 }
 

@@ -31,4 +31,7 @@ pub enum LlmError {
     /// A request that cannot be run (an empty prompt, a bad token or setting).
     #[error("{0}")]
     Invalid(String),
+    /// A run that failed for several requests at once (the device error's message).
+    #[error("{0}")]
+    Run(String),
 }

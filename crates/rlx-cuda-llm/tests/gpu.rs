@@ -7,7 +7,7 @@
 use rlx_cuda::codegen::Launch;
 use rlx_cuda::device::CudaDevice;
 use rlx_cuda::memory::DeviceMemory;
-use rlx_cuda_llm::{format_suffix, kernel_source, CudaLlm, LlmOptions};
+use rlx_cuda_llm::{format_suffix, kernel_source, CudaLlm, LlmError, LlmOptions};
 use rlx_driver::testing::skip;
 use rlx_driver::Device;
 use rlx_gguf::QuantFormat;
@@ -437,6 +437,34 @@ fn batched_run(model: &Llama, gemm_rows: usize) {
     for id in ids {
         e.remove(id);
     }
+    // prompts added together run in shared prefill steps (29 rows in steps of 7, the
+    // last rows of all three in the last one) and make what each makes alone; a bad
+    // request among them fails alone
+    let mut batch: Vec<(&[u32], Sampling)> = prompts.iter().map(|p| (&p[..], greedy)).collect();
+    batch.insert(1, (&[], greedy));
+    let added = e.add_many(&batch);
+    assert!(
+        matches!(added[1], Err(LlmError::Invalid(_))),
+        "{:?}",
+        added[1]
+    );
+    let ids: Vec<_> = [0, 2, 3]
+        .iter()
+        .map(|&i| added[i].as_ref().unwrap().0)
+        .collect();
+    let mut got: Vec<Vec<u32>> = [0, 2, 3]
+        .iter()
+        .map(|&i| vec![added[i].as_ref().unwrap().1])
+        .collect();
+    for _ in 0..11 {
+        for (id, t) in e.step().unwrap() {
+            got[ids.iter().position(|x| *x == id).unwrap()].push(t);
+        }
+    }
+    assert_eq!(got, single, "add_many, gemm_rows {gemm_rows}");
+    for id in ids {
+        e.remove(id);
+    }
     // sampling at a temperature is reproducible from its seed, on the device or the host
     for s in [
         Sampling {
@@ -493,4 +521,179 @@ fn limits_give_clear_errors_and_the_engine_stays_usable() {
     let ok = e.generate(&long[..8], 4, &greedy, &[], |_| {}).unwrap();
     assert_eq!(ok.tokens.len(), 4);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// What the host keeps of one row under `s` (penalty, temperature, top-k, min-p, top-p in
+/// that order, as `sample_with_history`), with each kept token's probability.
+fn kept_distribution(logits: &[f32], seen: &[u32], s: &Sampling) -> Vec<(u32, f64)> {
+    let p = s.repetition_penalty;
+    let v: Vec<f64> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let x = x as f64;
+            if seen.contains(&(i as u32)) && p != 1.0 {
+                if x > 0.0 {
+                    x / p
+                } else {
+                    x * p
+                }
+            } else {
+                x
+            }
+        })
+        .collect();
+    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if s.temperature <= 0.0 {
+        let best = v.iter().position(|&x| x == max).unwrap();
+        return vec![(best as u32, 1.0)];
+    }
+    let mut probs: Vec<(f64, u32)> = v
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (((x - max) / s.temperature).exp(), i as u32))
+        .collect();
+    probs.sort_by(|a, b| b.0.total_cmp(&a.0));
+    if s.top_k > 0 {
+        probs.truncate(s.top_k);
+    }
+    if s.min_p > 0.0 {
+        let floor = probs[0].0 * s.min_p;
+        let keep = probs.iter().take_while(|q| q.0 >= floor).count().max(1);
+        probs.truncate(keep);
+    }
+    let total: f64 = probs.iter().map(|q| q.0).sum();
+    let (mut kept, mut n) = (0.0, 0);
+    for q in &probs {
+        kept += q.0 / total;
+        n += 1;
+        if kept >= s.top_p {
+            break;
+        }
+    }
+    let mass: f64 = probs[..n].iter().map(|q| q.0).sum();
+    probs[..n].iter().map(|q| (q.1, q.0 / mass)).collect()
+}
+
+#[test]
+fn device_sampling_keeps_what_the_host_keeps() {
+    let Some(dev) = gpu("device_sampling_keeps_what_the_host_keeps") else {
+        return;
+    };
+    let mem = DeviceMemory::get().unwrap();
+    let _q = dev.queue();
+    dev.bind().unwrap();
+    let f = dev.facts.compute_capability;
+    let source = kernel_source(&[QuantFormat::F32]);
+    let cubin =
+        rlx_cuda::nvrtc::compile_cached("rlx_llm", &source, &format!("sm_{}{}", f.0, f.1)).unwrap();
+    let module = dev.load_module(&cubin.image).unwrap();
+    let func = module.function("sample_rows", 0).unwrap();
+    let (vocab, rows) = (1000usize, 4000usize);
+    let words = vocab.div_ceil(32);
+    let mut rng = SplitMix64(21);
+    let logits: Vec<f32> = (0..vocab)
+        .map(|_| ((rng.next_f64() - 0.5) * 8.0) as f32)
+        .collect();
+    let argmax = (0..vocab)
+        .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+        .unwrap() as u32;
+    let seen: Vec<u32> = vec![argmax, 3, 17, 400];
+    let cases = [
+        (0.0, 0, 1.0, 0.0, 1.3),
+        (1.0, 5, 1.0, 0.0, 1.0),
+        (0.8, 0, 0.6, 0.0, 1.0),
+        (1.2, 0, 1.0, 0.1, 1.0),
+        (1.0, 50, 0.9, 0.02, 1.2),
+    ];
+    let up = |bytes: Vec<u8>| {
+        let b = mem.alloc(bytes.len()).unwrap();
+        dev.upload(b.ptr(), &bytes).unwrap();
+        b
+    };
+    let all: Vec<u8> = (0..rows)
+        .flat_map(|_| logits.iter().flat_map(|v| v.to_le_bytes()))
+        .collect();
+    let logits_d = up(all);
+    let mut failures = Vec::new();
+    for (temperature, top_k, top_p, min_p, penalty) in cases {
+        let s = Sampling {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty: penalty,
+            seed: 5,
+        };
+        let i32s = |v: i32| (0..rows).flat_map(move |_| v.to_le_bytes()).collect::<Vec<u8>>();
+        let f32s = |v: f64| {
+            (0..rows)
+                .flat_map(move |_| (v as f32).to_le_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let mut bits = vec![0u32; words];
+        for &t in &seen {
+            bits[t as usize / 32] |= 1 << (t % 32);
+        }
+        let seen_d = up((0..rows)
+            .flat_map(|_| bits.iter().flat_map(|w| w.to_le_bytes()))
+            .collect());
+        let tokens = up(vec![0; rows * 4]);
+        let pos = up((0..rows as i32).flat_map(|r| r.to_le_bytes()).collect());
+        let slots = up((0..rows as i32).flat_map(|r| r.to_le_bytes()).collect());
+        let temps = up(f32s(temperature));
+        let seeds = up((0..rows).flat_map(|_| 5u64.to_le_bytes()).collect());
+        let ks = up(i32s(top_k as i32));
+        let ps = up(f32s(top_p));
+        let mps = up(f32s(min_p));
+        let pens = up(f32s(penalty));
+        let args = [
+            logits_d.ptr(),
+            vocab as u64,
+            tokens.ptr(),
+            pos.ptr(),
+            slots.ptr(),
+            temps.ptr(),
+            seeds.ptr(),
+            ks.ptr(),
+            ps.ptr(),
+            mps.ptr(),
+            pens.ptr(),
+            seen_d.ptr(),
+            words as u64,
+            0,
+        ];
+        let launch = Launch {
+            grid: [rows as u32, 1],
+            block: 1024,
+            shared_bytes: 0,
+        };
+        dev.launch(&func, &launch, &args, "sample_rows").unwrap();
+        let mut out = vec![0u8; rows * 4];
+        dev.download(&mut out, tokens.ptr()).unwrap();
+        dev.sync().unwrap();
+        let drawn: Vec<u32> = out
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let kept = kept_distribution(&logits, &seen, &s);
+        let mut counts: HashMap<u32, usize> = HashMap::new();
+        for &t in &drawn {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (t, c) in &counts {
+            if !kept.iter().any(|k| k.0 == *t) {
+                failures.push(format!("{s:?}: token {t} drawn {c} times, not kept"));
+            }
+        }
+        for &(t, p) in &kept {
+            let e = rows as f64 * p;
+            let got = *counts.get(&t).unwrap_or(&0) as f64;
+            let sigma = (e * (1.0 - p)).sqrt();
+            if (got - e).abs() > 5.0 * sigma + 3.0 {
+                failures.push(format!("{s:?}: token {t} drawn {got} times, expected {e:.1}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -167,14 +167,21 @@ impl<'m> Engine<'m> {
     /// without taking rows promised to the sequences already in: a free slot and room in
     /// the KV cache. A request that can never fit is refused by [`Engine::check`].
     pub fn can_add(&self, rows: usize) -> bool {
-        if self.promised.len() >= self.max_sequences {
+        self.fits(&[rows])
+    }
+
+    /// Whether sequences needing these rows can all be added now (as [`Engine::can_add`]
+    /// for several at once, for [`Engine::add_many`]).
+    pub fn fits(&self, rows: &[usize]) -> bool {
+        if self.promised.len() + rows.len() > self.max_sequences {
             return false;
         }
         match self.kv_rows {
             None => true,
             Some(total) => {
                 let held: usize = self.promised.values().map(|r| blocks(*r)).sum();
-                held + blocks(rows) <= total
+                let want: usize = rows.iter().map(|r| blocks(*r)).sum();
+                held + want <= total
             }
         }
     }
@@ -220,10 +227,82 @@ impl<'m> Engine<'m> {
         max_tokens: usize,
         sampling: Sampling,
     ) -> Result<(SeqId, u32), LlmError> {
+        self.add_many(&[(prompt, max_tokens, sampling)]).remove(0)
+    }
+
+    /// Adds several sequences at once (prompt, max tokens, sampling each): on CUDA their
+    /// prompts run together in shared prefill steps, so admitting k requests costs about
+    /// one prefill of all their tokens. One result per request, in order; a request that
+    /// is refused fails alone, as [`Engine::add`] says.
+    pub fn add_many(
+        &mut self,
+        requests: &[(&[u32], usize, Sampling)],
+    ) -> Vec<Result<(SeqId, u32), LlmError>> {
+        let mut out: Vec<Result<(SeqId, u32), LlmError>> = Vec::with_capacity(requests.len());
+        let mut taken = self.promised.len();
+        let mut ready = Vec::new();
+        for (i, &(prompt, max_tokens, sampling)) in requests.iter().enumerate() {
+            let checked = self.admissible(prompt, max_tokens, &sampling, taken);
+            if checked.is_ok() {
+                taken += 1;
+                ready.push(i);
+            }
+            out.push(checked.map(|()| (SeqId(usize::MAX), 0)));
+        }
+        let rows = |i: usize| requests[i].0.len() + requests[i].1.max(1);
+        let context = self.context;
+        match &mut self.kind {
+            Kind::Graph {
+                generator,
+                seqs,
+                next_id,
+            } => {
+                for &i in &ready {
+                    let (prompt, _, sampling) = requests[i];
+                    let cap = rows(i).div_ceil(GRAPH_ROWS) * GRAPH_ROWS;
+                    out[i] = match generator.start(prompt, cap.min(context), &sampling) {
+                        Ok((seq, first)) => {
+                            let id = *next_id;
+                            *next_id += 1;
+                            seqs.insert(id, seq);
+                            Ok((SeqId(id), first))
+                        }
+                        Err(e) => Err(e.into()),
+                    };
+                }
+            }
+            #[cfg(feature = "cuda")]
+            Kind::Cuda(e) => {
+                let batch: Vec<(&[u32], Sampling)> = ready
+                    .iter()
+                    .map(|&i| (requests[i].0, requests[i].2))
+                    .collect();
+                for (&i, r) in ready.iter().zip(e.add_many(&batch)) {
+                    out[i] = r
+                        .map(|(id, first)| (SeqId(id.0), first))
+                        .map_err(Into::into);
+                }
+            }
+        }
+        for &i in &ready {
+            if let Ok((id, _)) = &out[i] {
+                self.promised.insert(*id, rows(i));
+            }
+        }
+        out
+    }
+
+    /// Checks one request of [`Engine::add_many`] with `taken` slots already in use.
+    fn admissible(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        taken: usize,
+    ) -> Result<(), LlmError> {
         self.check(prompt.len(), max_tokens)?;
         sampling.validate().map_err(LlmError::Invalid)?;
-        let rows = prompt.len() + max_tokens.max(1);
-        if self.promised.len() >= self.max_sequences {
+        if taken >= self.max_sequences {
             return Err(LlmError::Capacity(format!(
                 "all {} sequence slots are taken",
                 self.max_sequences
@@ -235,28 +314,7 @@ impl<'m> Engine<'m> {
                 "token {t} is outside the vocabulary of {vocab}"
             )));
         }
-        let context = self.context;
-        let (id, first) = match &mut self.kind {
-            Kind::Graph {
-                generator,
-                seqs,
-                next_id,
-            } => {
-                let cap = rows.div_ceil(GRAPH_ROWS) * GRAPH_ROWS;
-                let (seq, first) = generator.start(prompt, cap.min(context), &sampling)?;
-                let id = *next_id;
-                *next_id += 1;
-                seqs.insert(id, seq);
-                (SeqId(id), first)
-            }
-            #[cfg(feature = "cuda")]
-            Kind::Cuda(e) => {
-                let (id, first) = e.add(prompt, sampling)?;
-                (SeqId(id.0), first)
-            }
-        };
-        self.promised.insert(id, rows);
-        Ok((id, first))
+        Ok(())
     }
 
     /// One decode step of every sequence in the engine: each one's next token.
@@ -342,26 +400,44 @@ impl<'m> Engine<'m> {
         let result = (|| -> Result<(), LlmError> {
             let mut waiting = 0;
             while waiting < prompts.len() || !live.is_empty() {
-                // add as many waiting prompts as fit
-                while waiting < prompts.len() {
-                    let p = &prompts[waiting];
+                // add as many waiting prompts as fit, their prompts run together
+                let mut batch = Vec::new();
+                let mut rows = Vec::new();
+                while waiting + batch.len() < prompts.len() {
+                    let i = waiting + batch.len();
+                    let p = &prompts[i];
                     self.check(p.len(), max_tokens)?;
-                    if !self.can_add(p.len() + max_tokens.max(1)) && !live.is_empty() {
+                    rows.push(p.len() + max_tokens.max(1));
+                    let first = live.is_empty() && batch.is_empty();
+                    if !first && !self.fits(&rows) {
                         break;
                     }
                     let s = Sampling {
-                        seed: sampling.seed.wrapping_add(waiting as u64),
+                        seed: sampling.seed.wrapping_add(i as u64),
                         ..*sampling
                     };
-                    let (id, first) = self.add(p, max_tokens, s)?;
-                    ids.push(id);
-                    tokens[waiting].push(first);
-                    if stop_ids.contains(&first) || max_tokens <= 1 {
-                        self.remove(id);
-                    } else {
-                        live.insert(id, waiting);
+                    batch.push((p.as_slice(), max_tokens, s));
+                }
+                let mut failed = None;
+                for r in self.add_many(&batch) {
+                    match r {
+                        Ok((id, first)) => {
+                            ids.push(id);
+                            tokens[waiting].push(first);
+                            if stop_ids.contains(&first) || max_tokens <= 1 {
+                                self.remove(id);
+                            } else {
+                                live.insert(id, waiting);
+                            }
+                        }
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
                     }
                     waiting += 1;
+                }
+                if let Some(e) = failed {
+                    return Err(e);
                 }
                 if live.is_empty() {
                     continue;

@@ -58,6 +58,7 @@ impl From<rlx_cuda_llm::LlmError> for LlmError {
             E::Capacity(m) => LlmError::Capacity(m),
             E::Model(m) => LlmError::Model(m),
             E::Cuda(e) => LlmError::Run(e.to_string()),
+            E::Run(m) => LlmError::Run(m),
         }
     }
 }

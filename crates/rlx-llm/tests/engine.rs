@@ -82,6 +82,51 @@ fn sequences_stepped_together_match_their_single_runs() {
 }
 
 #[test]
+fn sequences_added_together_match_their_single_runs() {
+    let m = model("many");
+    let prompts: Vec<Vec<u32>> = vec![vec![5, 9, 11], vec![7], vec![3, 4, 5, 6, 7, 8, 9]];
+    let s = Sampling::default();
+    let mut e = Engine::new(&m, Device::Cpu, settings(3)).expect("engine");
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| e.generate(p, 6, &s, &[], &mut |_| {}).expect("runs").tokens)
+        .collect();
+    assert!(e.fits(&[8, 8, 8]) && !e.fits(&[8, 8, 8, 8]), "three slots");
+    let mut requests: Vec<(&[u32], usize, Sampling)> =
+        prompts.iter().map(|p| (&p[..], 6, s)).collect();
+    requests.insert(1, (&[999], 6, s));
+    requests.push((&[3], 6, s));
+    let added = e.add_many(&requests);
+    assert!(
+        matches!(added[1], Err(LlmError::Invalid(_))),
+        "bad token fails alone"
+    );
+    assert!(
+        matches!(added[4], Err(LlmError::Capacity(_))),
+        "a fourth sequence finds no slot"
+    );
+    let ids: Vec<_> = [0, 2, 3]
+        .iter()
+        .map(|&i| added[i].as_ref().unwrap().0)
+        .collect();
+    let mut got: Vec<Vec<u32>> = [0, 2, 3]
+        .iter()
+        .map(|&i| vec![added[i].as_ref().unwrap().1])
+        .collect();
+    for _ in 0..5 {
+        for (id, t) in e.step().expect("steps") {
+            got[ids.iter().position(|x| *x == id).expect("ours")].push(t);
+        }
+    }
+    assert_eq!(got, alone);
+    for id in ids {
+        e.remove(id);
+    }
+    let batch = e.generate_batch(&prompts, 6, &s, &[]).expect("batch");
+    assert_eq!(batch.tokens, alone);
+}
+
+#[test]
 fn text_streams_hold_back_stop_strings() {
     let m = model("text");
     let tok = &m.tokenizer;

@@ -14,7 +14,7 @@ use crate::metrics::Metrics;
 use crate::ServeError;
 use rlx_driver::Device;
 use rlx_llm::chat::{self, Message};
-use rlx_llm::{Engine, EngineSettings, Llama, LlmError, SeqId, TextStream};
+use rlx_llm::{Engine, EngineSettings, Llama, LlmError, Sampling, SeqId, TextStream};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,9 +23,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Sequences admitted into the batch between two decode steps at most (prefill of new
-/// requests interleaved with decode of the running ones).
-const ADMIT_PER_STEP: usize = 8;
+/// Prompt tokens admitted together while other sequences decode (one bounded prefill).
+const ADMIT_TOKENS: usize = 2048;
 
 /// What a generation request asks for.
 #[derive(Debug, Clone)]
@@ -330,24 +329,41 @@ impl<'m> Batcher<'m> {
         }
     }
 
-    /// Moves waiting choices into the batch while they fit.
+    /// Moves waiting choices into the batch while they fit; their prompts run together
+    /// (at most `ADMIT_TOKENS` prompt tokens while others are decoding, so a wave of
+    /// arrivals delays the running streams by one bounded prefill).
     fn admit(&mut self) {
-        let mut admitted = 0;
-        while let Some(c) = self.waiting.front() {
-            let rows = c.prompt.len() + c.generation.max_tokens;
-            if admitted >= ADMIT_PER_STEP && !self.live.is_empty() {
+        let mut rows = Vec::new();
+        let mut tokens = 0;
+        while let Some(c) = self.waiting.get(rows.len()) {
+            let busy = !self.live.is_empty() || !rows.is_empty();
+            if busy && tokens + c.prompt.len() > ADMIT_TOKENS {
                 break;
             }
-            if !self.engine.can_add(rows) {
+            rows.push(c.prompt.len() + c.generation.max_tokens);
+            if !self.engine.fits(&rows) {
+                rows.pop();
                 break;
             }
-            let c = self.waiting.pop_front().expect("front");
-            self.metrics.queue_depth.fetch_sub(1, Relaxed);
-            admitted += 1;
-            match self
-                .engine
-                .add(&c.prompt, c.generation.max_tokens, c.generation.sampling)
-            {
+            tokens += c.prompt.len();
+        }
+        if rows.is_empty() {
+            return;
+        }
+        let picked: Vec<Choice> = self.waiting.drain(..rows.len()).collect();
+        self.metrics
+            .queue_depth
+            .fetch_sub(picked.len() as u64, Relaxed);
+        let requests: Vec<(&[u32], usize, Sampling)> = picked
+            .iter()
+            .map(|c| {
+                let g = &c.generation;
+                (c.prompt.as_slice(), g.max_tokens, g.sampling)
+            })
+            .collect();
+        let added = self.engine.add_many(&requests);
+        for (c, r) in picked.into_iter().zip(added) {
+            match r {
                 Ok((id, first)) => {
                     if c.index == 0 {
                         self.metrics.first_token(c.arrived.elapsed().as_secs_f64());
