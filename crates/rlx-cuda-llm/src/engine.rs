@@ -108,7 +108,7 @@ pub struct LlmOptions {
     /// KV-cache rows shared by all sequences; None: `context` rows for each of
     /// `max_sequences` sequences, or what fits in 90% of the free device memory
     pub kv_rows: Option<usize>,
-    /// prompt tokens per prefill step
+    /// prompt rows per prefill step (larger steps read the weights fewer times per token)
     pub prefill_chunk: usize,
     /// replay decode steps from captured CUDA graphs (off: launch every kernel each step)
     pub graphs: bool,
@@ -123,7 +123,7 @@ impl Default for LlmOptions {
             max_sequences: 32,
             context: None,
             kv_rows: None,
-            prefill_chunk: 128,
+            prefill_chunk: 512,
             graphs: true,
             gemm_rows: 9,
         }
