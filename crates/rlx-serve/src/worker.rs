@@ -4,7 +4,7 @@
 //! The language model's thread takes requests from a channel, turns them into prompt
 //! tokens (chat template, tokenizer) and checks them, then admits them into the running
 //! batch between decode steps while there is a free sequence slot and room in the KV cache
-//! for their prompt and `max_tokens`. Every step advances every sequence by one token; text
+//! for their prompt and `max_tokens`; the prompts admitted together prefill together. Every step advances every sequence by one token; text
 //! goes back to each request's channel as it forms. A sequence leaves the batch when it
 //! ends (stop token or string, `max_tokens`), when its deadline passes, or when its client
 //! has gone (the channel is closed): its KV cache is freed before the next step.
