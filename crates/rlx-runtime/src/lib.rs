@@ -12,7 +12,7 @@ mod params;
 mod registry;
 mod session;
 
-pub use backend::{Backend, CompileOptions, Executable};
+pub use backend::{median_kernels, Backend, CompileOptions, Executable, KernelTime, RunProfile};
 pub use dynamic::{
     signature, BoxError, DynamicGraph, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
 };
