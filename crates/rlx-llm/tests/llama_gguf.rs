@@ -15,7 +15,7 @@ mod support;
 use rlx_gguf::GgufFile;
 use rlx_models::llama::{Generator, Llama, Sampling};
 use std::path::PathBuf;
-use support::{ids, SessionRunner};
+use support::{cpu_runner, ids};
 
 const FIXTURE: &str = include_str!("../../rlx-gguf/tests/fixtures/smollm2_greedy.json");
 
@@ -58,7 +58,7 @@ fn smollm2_greedy_matches_reference() {
 
     let model = Llama::from_gguf(&file).unwrap();
     drop(file);
-    let runner = SessionRunner::cpu();
+    let runner = cpu_runner();
     let mut gen = Generator::new(&model, runner);
     gen.stop_ids.clear();
     let n = fixture["new_tokens"].as_u64().unwrap() as usize;
