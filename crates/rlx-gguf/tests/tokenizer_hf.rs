@@ -38,7 +38,13 @@ fn ids_of(v: &Value) -> Vec<u32> {
 
 /// Every text through `tok` against the reference ids (without BOS/EOS) and decoded text;
 /// returns one line per mismatch, so a failure lists them all.
-fn check(name: &str, tok: &ChatTokenizer, texts: &[&str], ids: &[Vec<u32>], decoded: &[String]) -> Vec<String> {
+fn check(
+    name: &str,
+    tok: &ChatTokenizer,
+    texts: &[&str],
+    ids: &[Vec<u32>],
+    decoded: &[String],
+) -> Vec<String> {
     let mut bad = Vec::new();
     for ((text, want), want_text) in texts.iter().zip(ids).zip(decoded) {
         let mut got = tok.encode(text).unwrap();
@@ -55,7 +61,9 @@ fn check(name: &str, tok: &ChatTokenizer, texts: &[&str], ids: &[Vec<u32>], deco
         }
         let back = tok.decode(&got, false).unwrap();
         if &back != want_text {
-            bad.push(format!("{name}: decode of {text:?}: got {back:?}, want {want_text:?}"));
+            bad.push(format!(
+                "{name}: decode of {text:?}: got {back:?}, want {want_text:?}"
+            ));
         }
     }
     bad
@@ -86,14 +94,24 @@ fn gguf_tokenizers_match_hugging_face_on_multilingual_text() {
         bad.extend(check(name, &tok, &texts, &ids, &decoded));
         println!("{name}: {} texts match", texts.len());
     }
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]
 fn sentencepiece_decode_round_trips_text_and_bytes() {
     let tok = load(&fixtures().join("spm.gguf"));
     // Characters outside the vocabulary go through `<0xNN>` pieces and come back whole.
-    for text in ["héllo wörld 🎉", "  two leading", "tab\there\nnewline", "日本語 ok"] {
+    for text in [
+        "héllo wörld 🎉",
+        "  two leading",
+        "tab\there\nnewline",
+        "日本語 ok",
+    ] {
         let ids = tok.encode(text).unwrap();
         assert_eq!(tok.decode(&ids, true).unwrap(), text);
     }
@@ -129,7 +147,12 @@ fn smollm2_gguf_tokenizer_matches_its_tokenizer_json() {
         .collect();
     let decoded: Vec<String> = ids.iter().map(|i| hf.decode(i, false).unwrap()).collect();
     let bad = check("smollm2", &tok, &texts, &ids, &decoded);
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 /// A tokenizer-only GGUF file in the temp dir.
@@ -137,13 +160,22 @@ fn write_gguf(name: &str, meta: Vec<(&str, MetaValue)>) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rlx-gguf-tok-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
-    let meta: Vec<(String, MetaValue)> = meta.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    GgufWriter::create(&path, &meta, Vec::new()).unwrap().finish().unwrap();
+    let meta: Vec<(String, MetaValue)> =
+        meta.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    GgufWriter::create(&path, &meta, Vec::new())
+        .unwrap()
+        .finish()
+        .unwrap();
     path
 }
 
 fn strings(items: &[&str]) -> MetaValue {
-    MetaValue::Array(items.iter().map(|s| MetaValue::String(s.to_string())).collect())
+    MetaValue::Array(
+        items
+            .iter()
+            .map(|s| MetaValue::String(s.to_string()))
+            .collect(),
+    )
 }
 
 #[test]
@@ -172,7 +204,10 @@ fn unsupported_tokenizers_are_one_clear_error() {
             vec![
                 ("tokenizer.ggml.model", MetaValue::String("llama".into())),
                 ("tokenizer.ggml.tokens", strings(&["<unk>", "a"])),
-                ("tokenizer.ggml.scores", MetaValue::Array(vec![MetaValue::F32(0.0)])),
+                (
+                    "tokenizer.ggml.scores",
+                    MetaValue::Array(vec![MetaValue::F32(0.0)]),
+                ),
             ],
             "`tokenizer.ggml.scores` has 1 entries for 2 tokens",
         ),
