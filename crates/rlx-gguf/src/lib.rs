@@ -25,5 +25,5 @@ pub use error::GgufError;
 pub use file::{GgmlType, GgufFile, MetaValue, TensorInfo};
 pub use quantize::{quantize, quantize_block};
 pub use rlx_ir::QuantFormat;
-pub use tokenizer::{chat_prompt, ChatTokenizer};
+pub use tokenizer::{chat_prompt, ChatTokenizer, TURN_ENDS};
 pub use write::{ggml_type_of, GgufWriter, TensorDecl};

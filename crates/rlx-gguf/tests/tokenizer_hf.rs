@@ -218,3 +218,16 @@ fn unsupported_tokenizers_are_one_clear_error() {
         assert!(err.contains(want), "{name}: {err}");
     }
 }
+
+#[test]
+fn generated_text_keeps_its_first_space() {
+    let tok = load(&fixtures().join("spm.gguf"));
+    let prompt = tok.encode("The capital of France is").unwrap();
+    let both = tok.encode("The capital of France is Paris").unwrap();
+    let generated = &both[prompt.len()..];
+    assert_eq!(tok.decode(generated, true).unwrap(), "Paris");
+    assert_eq!(tok.decode_continuation(generated, true).unwrap(), " Paris");
+    let gpt2 = load(&fixtures().join("bpe-llama-bpe.gguf"));
+    let ids = gpt2.encode(" Paris").unwrap();
+    assert_eq!(gpt2.decode_continuation(&ids, true).unwrap(), " Paris");
+}

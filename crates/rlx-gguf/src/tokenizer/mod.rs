@@ -27,6 +27,15 @@ mod token_type {
     pub const USER_DEFINED: i64 = 4;
 }
 
+/// Tokens that end a chat turn, stop ids besides EOS: ChatML, Llama 3, Gemma, Phi-3.
+pub const TURN_ENDS: [&str; 5] = [
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<end_of_turn>",
+    "<|end|>",
+];
+
 /// A tokenizer with the special ids and chat template generation needs.
 pub struct ChatTokenizer {
     inner: Tokenizer,
@@ -44,8 +53,10 @@ pub struct ChatTokenizer {
     pub add_eos: bool,
     /// the chat template text, when the file has one
     pub chat_template: Option<String>,
-    /// ids that end a generation (eos and, for ChatML, `<|im_end|>`)
+    /// ids that end a generation (eos and the [`TURN_ENDS`] the vocabulary has)
     pub stop_ids: Vec<u32>,
+    /// whether decoding drops the space SentencePiece put before the text
+    strips_space_prefix: bool,
 }
 
 impl std::fmt::Debug for ChatTokenizer {
@@ -159,6 +170,7 @@ impl ChatTokenizer {
             add_eos: false,
             chat_template: None,
             stop_ids: Vec::new(),
+            strips_space_prefix: false,
         }
     }
 
@@ -175,9 +187,10 @@ impl ChatTokenizer {
     pub fn from_gguf(f: &GgufFile) -> Result<ChatTokenizer, GgufError> {
         let model = f.get_str("tokenizer.ggml.model")?;
         let vocab = GgufVocab::read(f)?;
-        let (mut inner, add_bos_default) = match model {
-            "gpt2" => (bpe::build(f, &vocab)?, false),
-            "llama" => (spm::build(f, &vocab)?, true),
+        let space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", true);
+        let (mut inner, add_bos_default, strips_space_prefix) = match model {
+            "gpt2" => (bpe::build(f, &vocab)?, false, false),
+            "llama" => (spm::build(f, &vocab, space_prefix)?, true, space_prefix),
             other => {
                 return Err(tok_err(format!(
                     "tokenizer model `{other}` is not supported (RLX reads `gpt2` byte-level \
@@ -195,9 +208,11 @@ impl ChatTokenizer {
         };
         let eos = id("tokenizer.ggml.eos_token_id");
         let mut stop_ids: Vec<u32> = eos.into_iter().collect();
-        if let Some(end) = vocab.tokens.iter().position(|t| t == "<|im_end|>") {
-            if !stop_ids.contains(&(end as u32)) {
-                stop_ids.push(end as u32);
+        for end in TURN_ENDS {
+            if let Some(i) = vocab.tokens.iter().position(|t| t == end) {
+                if !stop_ids.contains(&(i as u32)) {
+                    stop_ids.push(i as u32);
+                }
             }
         }
         let unk = id("tokenizer.ggml.unknown_token_id").or_else(|| {
@@ -217,6 +232,7 @@ impl ChatTokenizer {
                 .and_then(|v| v.as_str())
                 .map(str::to_string),
             stop_ids,
+            strips_space_prefix,
         })
     }
 
@@ -249,6 +265,32 @@ impl ChatTokenizer {
         self.inner
             .decode(ids, skip_special)
             .map_err(|e| tok_err(format!("decoding: {e}")))
+    }
+
+    /// Text of `ids` that continue earlier text (generated after a prompt, or a later piece
+    /// of a stream): as [`Self::decode`], except that a SentencePiece tokenizer keeps the
+    /// space its first `▁` stands for, which `decode` drops as the text's own space prefix.
+    ///
+    /// # Errors
+    /// The tokenizer failed (reported by the `tokenizers` crate).
+    pub fn decode_continuation(
+        &self,
+        ids: &[u32],
+        skip_special: bool,
+    ) -> Result<String, GgufError> {
+        let text = self.decode(ids, skip_special)?;
+        if !self.strips_space_prefix {
+            return Ok(text);
+        }
+        let added = self.inner.get_added_tokens_decoder();
+        let first = ids
+            .iter()
+            .find(|id| !(skip_special && added.get(id).is_some_and(|t| t.special)))
+            .and_then(|&id| self.inner.id_to_token(id));
+        match first {
+            Some(t) if t.starts_with(spm::SPACE) || t == "<0x20>" => Ok(format!(" {text}")),
+            _ => Ok(text),
+        }
     }
 
     /// Vocabulary size (special tokens included).

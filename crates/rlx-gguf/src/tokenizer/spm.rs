@@ -25,11 +25,15 @@ use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::{NormalizerWrapper, Tokenizer};
 
 /// SentencePiece's stand-in for a space.
-const SPACE: &str = "\u{2581}";
+pub(super) const SPACE: &str = "\u{2581}";
 
-/// The SentencePiece-style BPE tokenizer of a `llama`-model GGUF file (added tokens are
-/// registered by the caller).
-pub(super) fn build(f: &GgufFile, vocab: &GgufVocab) -> Result<Tokenizer, GgufError> {
+/// The SentencePiece-style BPE tokenizer of a `llama`-model GGUF file, with `▁` put before
+/// the text when `add_space_prefix` (added tokens are registered by the caller).
+pub(super) fn build(
+    f: &GgufFile,
+    vocab: &GgufVocab,
+    add_space_prefix: bool,
+) -> Result<Tokenizer, GgufError> {
     let scores = scores(f, vocab.tokens.len())?;
     let merges = merges_from_scores(vocab, &scores);
     let ids: Vocab = vocab
@@ -58,7 +62,6 @@ pub(super) fn build(f: &GgufFile, vocab: &GgufVocab) -> Result<Tokenizer, GgufEr
         .map_err(|e| tok_err(format!("building SentencePiece BPE: {e}")))?;
     let mut inner = Tokenizer::new(bpe);
 
-    let add_space_prefix = super::flag(f, "tokenizer.ggml.add_space_prefix", true);
     let replace = |from: &str, to: &str| {
         Replace::new(from, to).map_err(|e| tok_err(format!("replace `{from}`: {e}")))
     };
