@@ -283,8 +283,7 @@ D void gemv(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
   float acc0[MR], acc1[MR];
 #pragma unroll
   for (int r = 0; r < MR; r++) { acc0[r] = 0.0f; acc1[r] = 0.0f; }
-  // one token row (decode): four iterations' loads in flight per lane, for bandwidth
-#pragma unroll(MR == 1 ? 4 : 2)
+#pragma unroll 2
   for (i64 i = lane * 8; i < k; i += 256) {
     float a[8], b[8], nw[8];
     deq8<FMT>(w0, i, a);
