@@ -11,30 +11,51 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
-use rlx_ir::{Buffer, DType, Tensor, TensorData};
+use rlx_ir::{DType, Tensor, TensorData};
 use std::sync::Arc;
 
-/// Keeps a numpy array alive while a tensor reads its memory.
-struct ArrayOwner {
-    _array: Py<PyAny>,
-    ptr: *const u8,
-    len: usize,
+/// Host memory someone else owns, read in place by a tensor: `keep` (a numpy array, a
+/// consumed DLPack capsule) keeps the `len` bytes at `ptr` alive until it is dropped.
+pub struct HostBytes<K> {
+    /// what keeps the memory alive
+    pub _keep: K,
+    /// the first byte
+    pub ptr: *const u8,
+    /// how many bytes
+    pub len: usize,
 }
 
-// SAFETY: the pointer is only read, as a byte slice, while `_array` (a reference that keeps
-// the memory alive; `Py` is Send + Sync) lives.
-unsafe impl Send for ArrayOwner {}
+// SAFETY: the bytes are only read while `keep` (Send + Sync) keeps them alive.
+unsafe impl<K: Send + Sync> Send for HostBytes<K> {}
 // SAFETY: as above.
-unsafe impl Sync for ArrayOwner {}
+unsafe impl<K: Send + Sync> Sync for HostBytes<K> {}
 
-impl AsRef<[u8]> for ArrayOwner {
+impl<K> AsRef<[u8]> for HostBytes<K> {
     fn as_ref(&self) -> &[u8] {
         if self.len == 0 {
             return &[];
         }
-        // SAFETY: `ptr` points at the array's `len` bytes, alive while `_array` is.
+        // SAFETY: `ptr` points at `len` bytes, alive while `keep` is.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
+}
+
+/// Tensor storage of `dtype` reading `owner`'s bytes in place, or a copy where RLX's layout
+/// differs (bool) or the bytes are misaligned.
+pub fn host_tensor<K: Send + Sync + 'static>(
+    name: &str,
+    dtype: DType,
+    shape: Vec<usize>,
+    owner: HostBytes<K>,
+) -> PyResult<Tensor> {
+    let owner = Arc::new(owner);
+    let bytes = (*owner).as_ref();
+    let data = match TensorData::shared_from_le_bytes(dtype, owner.clone(), bytes) {
+        Some(d) => d,
+        None => TensorData::from_le_bytes(dtype, bytes)
+            .ok_or_else(|| invalid(format!("input `{name}`: unreadable {dtype} elements")))?,
+    };
+    Tensor::new(shape, data).map_err(|e| invalid(format!("input `{name}`: {e}")))
 }
 
 /// The RLX dtype of a numpy dtype (kind letter and item size).
@@ -96,23 +117,20 @@ fn from_numpy(name: &str, array: &Bound<'_, PyUntypedArray>) -> PyResult<Tensor>
     let shape = array.shape().to_vec();
     let len = array.len() * descr.itemsize();
     // SAFETY: a numpy array object's `data` points at its elements.
-    let ptr = unsafe { (*array.as_array_ptr()).data } as *const u8;
-    let owner = Arc::new(ArrayOwner {
-        _array: array.clone().into_any().unbind(),
+    let ptr = unsafe { (*array.as_array_ptr()).fields.data } as *const u8;
+    let owner = HostBytes {
+        _keep: array.clone().into_any().unbind(),
         ptr,
         len,
-    });
-    let bytes = (*owner).as_ref();
-    // bool (and an empty array) is copied: RLX's bool storage is not numpy's byte layout
-    let data = match TensorData::shared_from_le_bytes(dtype, owner.clone(), bytes) {
-        Some(d) => d,
-        None => TensorData::from_le_bytes(dtype, bytes)
-            .ok_or_else(|| invalid(format!("input `{name}`: unreadable {dtype} elements")))?,
     };
-    Tensor::new(shape, data).map_err(|e| invalid(format!("input `{name}`: {e}")))
+    host_tensor(name, dtype, shape, owner)
 }
 
-fn array<T: Element>(py: Python<'_>, shape: &[usize], v: Vec<T>) -> PyResult<Bound<'_, PyAny>> {
+fn array<'py, T: Element>(
+    py: Python<'py>,
+    shape: &[usize],
+    v: Vec<T>,
+) -> PyResult<Bound<'py, PyAny>> {
     let a = ArrayD::from_shape_vec(IxDyn(shape), v)
         .map_err(|e| invalid(format!("output of shape {shape:?}: {e}")))?;
     Ok(PyArray::from_owned_array(py, a).into_any())
@@ -122,20 +140,19 @@ fn array<T: Element>(py: Python<'_>, shape: &[usize], v: Vec<T>) -> PyResult<Bou
 /// narrow float formats (no numpy dtype) come back as float32.
 pub fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
     let shape = t.shape().to_vec();
-    let v = |b: Buffer<_>| b.into_vec();
     match t.into_data() {
-        TensorData::F32(b) => array::<f32>(py, &shape, v(b)),
-        TensorData::F64(b) => array::<f64>(py, &shape, v(b)),
-        TensorData::F16(b) => array::<f16>(py, &shape, v(b)),
-        TensorData::I8(b) => array::<i8>(py, &shape, v(b)),
-        TensorData::I16(b) => array::<i16>(py, &shape, v(b)),
-        TensorData::I32(b) => array::<i32>(py, &shape, v(b)),
-        TensorData::I64(b) => array::<i64>(py, &shape, v(b)),
-        TensorData::U8(b) => array::<u8>(py, &shape, v(b)),
-        TensorData::U16(b) => array::<u16>(py, &shape, v(b)),
-        TensorData::U32(b) => array::<u32>(py, &shape, v(b)),
-        TensorData::U64(b) => array::<u64>(py, &shape, v(b)),
-        TensorData::Bool(b) => array::<bool>(py, &shape, v(b)),
+        TensorData::F32(b) => array::<f32>(py, &shape, b.into_vec()),
+        TensorData::F64(b) => array::<f64>(py, &shape, b.into_vec()),
+        TensorData::F16(b) => array::<f16>(py, &shape, b.into_vec()),
+        TensorData::I8(b) => array::<i8>(py, &shape, b.into_vec()),
+        TensorData::I16(b) => array::<i16>(py, &shape, b.into_vec()),
+        TensorData::I32(b) => array::<i32>(py, &shape, b.into_vec()),
+        TensorData::I64(b) => array::<i64>(py, &shape, b.into_vec()),
+        TensorData::U8(b) => array::<u8>(py, &shape, b.into_vec()),
+        TensorData::U16(b) => array::<u16>(py, &shape, b.into_vec()),
+        TensorData::U32(b) => array::<u32>(py, &shape, b.into_vec()),
+        TensorData::U64(b) => array::<u64>(py, &shape, b.into_vec()),
+        TensorData::Bool(b) => array::<bool>(py, &shape, b.into_vec()),
         other => {
             let t = Tensor::new(shape.clone(), other)
                 .map_err(|e| invalid(format!("output: {e}")))?

@@ -176,35 +176,21 @@ pub fn export(py: Python<'_>, tensor: Arc<Tensor>) -> PyResult<Py<PyAny>> {
             drop(Box::from_raw(ctx));
             return Err(PyErr::fetch(py));
         }
-        Ok(Py::from_owned_ptr(py, capsule))
+        Ok(Bound::from_owned_ptr(py, capsule).unbind())
     }
 }
 
 /// A consumed DLPack tensor: calls the producer's deleter when the last reader is gone.
-struct Imported {
-    managed: *mut DlManagedTensor,
-    ptr: *const u8,
-    len: usize,
-}
+struct Consumed(*mut DlManagedTensor);
 
-// SAFETY: the memory is only read; the deleter runs once, with the interpreter attached.
-unsafe impl Send for Imported {}
-// SAFETY: as above.
-unsafe impl Sync for Imported {}
+// SAFETY: the deleter runs once, with the interpreter attached, from whichever thread.
+unsafe impl Send for Consumed {}
+// SAFETY: nothing is reached through a shared reference.
+unsafe impl Sync for Consumed {}
 
-impl AsRef<[u8]> for Imported {
-    fn as_ref(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: the producer keeps `len` bytes at `ptr` alive until its deleter runs.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Imported {
+impl Drop for Consumed {
     fn drop(&mut self) {
-        let managed = self.managed;
+        let managed = self.0;
         // producers' deleters release Python objects: run them attached
         Python::attach(|_| {
             // SAFETY: the capsule was renamed `used_dltensor`, so this is the only call.
@@ -250,11 +236,7 @@ pub fn import(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     };
     // SAFETY: the producer's tensor description, valid until the deleter runs.
     let t = unsafe { &(*managed).dl_tensor };
-    let mut owner = Imported {
-        managed,
-        ptr: std::ptr::null(),
-        len: 0,
-    };
+    let consumed = Consumed(managed);
     let dtype = rlx_dtype(t.dtype).ok_or_else(|| {
         invalid(format!(
             "input `{name}`: DLPack dtype (code {}, {} bits, {} lanes) has no RLX counterpart",
@@ -285,39 +267,36 @@ pub fn import(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             .zip(&row_major)
             .all(|((&s, &d), &r)| d <= 1 || s as isize == r),
     };
-    let data = if contiguous {
-        owner.ptr = base;
-        owner.len = numel * size;
-        let owner = Arc::new(owner);
-        let bytes = (*owner).as_ref();
-        match TensorData::shared_from_le_bytes(dtype, owner.clone(), bytes) {
-            Some(d) => d,
-            None => TensorData::from_le_bytes(dtype, bytes).ok_or_else(|| {
-                invalid(format!("input `{name}`: unreadable {dtype} elements"))
-            })?,
-        }
-    } else {
-        // gather the strided elements into row-major order (one copy)
-        let strides = strides.unwrap_or_default();
-        let mut out = Vec::with_capacity(numel * size);
-        let mut index = vec![0usize; ndim];
-        for _ in 0..numel {
-            let offset: i64 = index.iter().zip(&strides).map(|(&i, &s)| i as i64 * s).sum();
-            // SAFETY: the producer's strides address its own elements.
-            let at = unsafe { base.offset((offset * size as i64) as isize) };
-            out.extend_from_slice(unsafe { std::slice::from_raw_parts(at, size) });
-            for d in (0..ndim).rev() {
-                index[d] += 1;
-                if index[d] < shape[d] {
-                    break;
-                }
-                index[d] = 0;
+    if contiguous {
+        let owner = convert::HostBytes {
+            _keep: consumed,
+            ptr: base,
+            len: numel * size,
+        };
+        return convert::host_tensor(name, dtype, shape, owner);
+    }
+    // gather the strided elements into row-major order (one copy)
+    let strides = strides.unwrap_or_default();
+    let mut out = Vec::with_capacity(numel * size);
+    let mut index = vec![0usize; ndim];
+    for _ in 0..numel {
+        let offset: i64 = index.iter().zip(&strides).map(|(&i, &s)| i as i64 * s).sum();
+        // SAFETY: the producer's strides address its own elements.
+        let element = unsafe {
+            std::slice::from_raw_parts(base.offset((offset * size as i64) as isize), size)
+        };
+        out.extend_from_slice(element);
+        for d in (0..ndim).rev() {
+            index[d] += 1;
+            if index[d] < shape[d] {
+                break;
             }
+            index[d] = 0;
         }
-        drop(owner);
-        TensorData::from_le_bytes(dtype, &out)
-            .ok_or_else(|| invalid(format!("input `{name}`: unreadable {dtype} elements")))?
-    };
+    }
+    drop(consumed);
+    let data = TensorData::from_le_bytes(dtype, &out)
+        .ok_or_else(|| invalid(format!("input `{name}`: unreadable {dtype} elements")))?;
     Tensor::new(shape, data).map_err(|e| invalid(format!("input `{name}`: {e}")))
 }
 

@@ -15,7 +15,7 @@ mod llm;
 mod session;
 
 use embed::EmbeddingModel;
-use llm::{LanguageModel, Request, TextIterator};
+use llm::{LanguageModel, TextIterator};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use session::{InferenceSession, NodeArg};
@@ -125,8 +125,8 @@ fn texts_arg(texts: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
 /// Sentence embeddings (mean-pooled, L2-normalised) of `texts` with a BERT-family folder
 /// (or an `EmbeddingModel`): a `(len(texts), dim)` float32 numpy array.
 #[pyfunction]
-#[pyo3(signature = (texts, model, device="auto"))]
-fn embed<'py>(
+#[pyo3(name = "embed", signature = (texts, model, device="auto"))]
+fn embed_texts<'py>(
     py: Python<'py>,
     texts: &Bound<'py, PyAny>,
     model: &Bound<'py, PyAny>,
@@ -167,34 +167,32 @@ fn generate(
     stop: Option<Vec<String>>,
     ignore_eos: bool,
 ) -> PyResult<Py<PyAny>> {
-    let request = Request {
-        prompt,
-        max_tokens,
-        temperature,
-        top_k,
-        top_p,
-        min_p,
-        repeat_penalty,
-        seed,
-        chat,
-        stop: stop.unwrap_or_default(),
-        ignore_eos,
+    let generate = |m: &LanguageModel| {
+        m.generate(
+            py,
+            prompt,
+            max_tokens,
+            stream,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repeat_penalty,
+            seed,
+            chat,
+            stop,
+            ignore_eos,
+        )
     };
-    let it: TextIterator = if let Ok(m) = model.cast::<LanguageModel>() {
-        m.get().start(request)?
-    } else {
-        let path: PathBuf = model.extract()?;
-        let key = path.to_string_lossy().into_owned();
-        let m = cached(&LAST_LLM, &key, device, || {
-            Py::new(py, LanguageModel::open(py, path, device)?)
-        })?;
-        m.get().start(request)?
-    };
-    if stream {
-        return Ok(Py::new(py, it)?.into_any());
+    if let Ok(m) = model.cast::<LanguageModel>() {
+        return generate(m.get());
     }
-    let text = it.collect(py)?;
-    Ok(text.into_pyobject(py)?.into_any().unbind())
+    let path: PathBuf = model.extract()?;
+    let key = path.to_string_lossy().into_owned();
+    let m = cached(&LAST_LLM, &key, device, || {
+        Py::new(py, LanguageModel::open(py, path, device)?)
+    })?;
+    generate(m.get())
 }
 
 /// The extension module.
@@ -215,7 +213,7 @@ fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TextIterator>()?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
-    m.add_function(wrap_pyfunction!(embed, m)?)?;
+    m.add_function(wrap_pyfunction!(embed_texts, m)?)?;
     m.add_function(wrap_pyfunction!(generate, m)?)?;
     Ok(())
 }

@@ -46,7 +46,7 @@ impl LanguageModel {
             .name("rlx-generate".into())
             .spawn(move || serve(path, device, rx, ready_tx))
             .map_err(|e| error::RunError::new_err(format!("starting the model's thread: {e}")))?;
-        let ready = py.detach(|| ready_rx.recv());
+        let ready = py.detach(move || ready_rx.recv());
         match ready {
             Ok(Ok(())) => Ok(LanguageModel {
                 jobs,
@@ -177,7 +177,7 @@ impl LanguageModel {
     /// Generates after `prompt`: an iterator of text pieces (`stream=True`) or the text.
     #[pyo3(signature = (prompt, max_tokens=64, *, stream=true, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=0, chat=false, stop=None, ignore_eos=false))]
     #[allow(clippy::too_many_arguments)]
-    fn generate(
+    pub fn generate(
         &self,
         py: Python<'_>,
         prompt: String,
@@ -246,7 +246,7 @@ impl TextIterator {
     }
 
     /// Every remaining piece joined.
-    fn collect(&self, py: Python<'_>) -> PyResult<String> {
+    pub fn collect(&self, py: Python<'_>) -> PyResult<String> {
         let mut text = String::new();
         while let Some(p) = self.next_piece(py)? {
             text.push_str(&p);
