@@ -348,23 +348,23 @@ impl<'m> Engine<'m> {
         // Ok(true): ended normally, so what the stream held back is handed out
         let result = (|| -> Result<bool, LlmError> {
             loop {
-            generated += 1;
-            if stop_ids.contains(&token) {
-                return Ok(true);
-            }
-            let piece = text.push(token)?;
-            if !piece.is_empty() && !on_piece(&piece) {
-                return Ok(false);
-            }
-            if text.stopped() || generated >= max_tokens {
-                return Ok(true);
-            }
-            token = self
-                .step()?
-                .into_iter()
-                .find(|(s, _)| *s == id)
-                .map(|(_, t)| t)
-                .ok_or_else(|| LlmError::Run(format!("sequence {} gave no token", id.0)))?;
+                generated += 1;
+                if stop_ids.contains(&token) {
+                    return Ok(true);
+                }
+                let piece = text.push(token)?;
+                if !piece.is_empty() && !on_piece(&piece) {
+                    return Ok(false);
+                }
+                if text.stopped() || generated >= max_tokens {
+                    return Ok(true);
+                }
+                token = self
+                    .step()?
+                    .into_iter()
+                    .find(|(s, _)| *s == id)
+                    .map(|(_, t)| t)
+                    .ok_or_else(|| LlmError::Run(format!("sequence {} gave no token", id.0)))?;
             }
         })();
         self.remove(id);

@@ -16,10 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [_, path, dims, iters] = args.as_slice() else {
         return Err("usage: run_latency MODEL.onnx DIMS(1x4) ITERS".into());
     };
-    let shape: Vec<usize> = dims
-        .split('x')
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
+    let shape: Vec<usize> = dims.split('x').map(str::parse).collect::<Result<_, _>>()?;
     let iters: usize = iters.parse()?;
     let parsed = Arc::new(rlx_onnx::ParsedModel::open(path)?);
     let session = Session::new(rlx_driver::Device::Cpu)?;

@@ -163,7 +163,12 @@ pub fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
 }
 
 /// A numpy array of f32 rows, moved in without a copy.
-pub fn f32_matrix(py: Python<'_>, rows: usize, cols: usize, v: Vec<f32>) -> PyResult<Bound<'_, PyArrayDyn<f32>>> {
+pub fn f32_matrix(
+    py: Python<'_>,
+    rows: usize,
+    cols: usize,
+    v: Vec<f32>,
+) -> PyResult<Bound<'_, PyArrayDyn<f32>>> {
     let a = ArrayD::from_shape_vec(IxDyn(&[rows, cols]), v)
         .map_err(|e| invalid(format!("embeddings of {rows}x{cols}: {e}")))?;
     Ok(PyArray::from_owned_array(py, a))

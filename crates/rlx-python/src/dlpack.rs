@@ -243,13 +243,14 @@ pub fn import(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             t.dtype.code, t.dtype.bits, t.dtype.lanes
         ))
     })?;
-    let ndim = usize::try_from(t.ndim).map_err(|_| invalid(format!("input `{name}`: ndim {}", t.ndim)))?;
+    let ndim =
+        usize::try_from(t.ndim).map_err(|_| invalid(format!("input `{name}`: ndim {}", t.ndim)))?;
     // SAFETY: DLPack: `shape` (and `strides` when not null) hold `ndim` values.
     let shape: Vec<usize> = (0..ndim)
         .map(|i| unsafe { *t.shape.add(i) }.max(0) as usize)
         .collect();
-    let strides: Option<Vec<i64>> = (!t.strides.is_null())
-        .then(|| (0..ndim).map(|i| unsafe { *t.strides.add(i) }).collect());
+    let strides: Option<Vec<i64>> =
+        (!t.strides.is_null()).then(|| (0..ndim).map(|i| unsafe { *t.strides.add(i) }).collect());
     let size = dtype.size_bytes().max(1);
     let numel: usize = shape.iter().product();
     let base = if numel == 0 {
@@ -280,7 +281,11 @@ pub fn import(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let mut out = Vec::with_capacity(numel * size);
     let mut index = vec![0usize; ndim];
     for _ in 0..numel {
-        let offset: i64 = index.iter().zip(&strides).map(|(&i, &s)| i as i64 * s).sum();
+        let offset: i64 = index
+            .iter()
+            .zip(&strides)
+            .map(|(&i, &s)| i as i64 * s)
+            .sum();
         // SAFETY: the producer's strides address its own elements.
         let element = unsafe {
             std::slice::from_raw_parts(base.offset((offset * size as i64) as isize), size)

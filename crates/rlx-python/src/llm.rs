@@ -118,12 +118,7 @@ pub struct Request {
 
 /// The model's thread: loads, answers `ready`, then runs jobs one after another until the
 /// `LanguageModel` (and every iterator's sender) is gone.
-fn serve(
-    path: PathBuf,
-    device: Device,
-    jobs: Receiver<Job>,
-    ready: Sender<Result<(), LlmError>>,
-) {
+fn serve(path: PathBuf, device: Device, jobs: Receiver<Job>, ready: Sender<Result<(), LlmError>>) {
     let model = match Llama::open(&path) {
         Ok(m) => m,
         Err(e) => {

@@ -62,7 +62,11 @@ pub fn run(args: Args) -> CmdResult {
                 let sims: Vec<String> = rows
                     .iter()
                     .map(|b| {
-                        let dot: f64 = a.iter().zip(*b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+                        let dot: f64 = a
+                            .iter()
+                            .zip(*b)
+                            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                            .sum();
                         format!("{dot:6.3}")
                     })
                     .collect();
