@@ -63,51 +63,15 @@ fi
 
 echo
 echo "== Python package (wheel built into a fresh virtual environment, pytest)"
-py_passed=0 py_failed=0 py_skipped=0
-py_skip_log=$(mktemp)
 py_log=$(mktemp)
-py_env=$(mktemp -d)
-trap 'rm -f "$skip_log" "$log" "$py_skip_log" "$py_log"; rm -rf "$py_env"' EXIT
-py_skip() {
-  echo "SKIPPED: $1"
-  echo "python package: $1" >>"$skip_log"
-  py_skipped=$((py_skipped + 1))
-}
-py_t0=$(date +%s)
-if ! command -v python3 >/dev/null; then
-  py_skip "python3 not found: the Python package is not tested"
-elif ! python3 -m venv --system-site-packages "$py_env/venv" >/dev/null 2>&1; then
-  py_skip "python3 -m venv failed (install python3-venv): the Python package is not tested"
-elif ! "$py_env/venv/bin/python" -m pip install -q "maturin>=1.9.4,<2" pytest >/dev/null 2>&1; then
-  py_skip "pip could not install maturin and pytest (offline?): the Python package is not tested"
-else
-  # The venv sees the machine's numpy/onnx/onnxruntime (tests that need one that is absent
-  # report SKIPPED); rlx itself comes only from the wheel built here. The dev profile and
-  # target dir of `cargo test` above: only rlx-python and pyo3 compile anew.
-  set +e
-  (
-    . "$py_env/venv/bin/activate"
-    { maturin build --profile dev --interpreter python --out "$py_env/wheel" >"$py_env/build.log" 2>&1 ||
-      { tail -n 40 "$py_env/build.log"; false; }; } &&
-      tail -n 2 "$py_env/build.log" &&
-      pip install -q --no-deps --force-reinstall "$py_env"/wheel/rlx-*.whl &&
-      cd "$py_env" &&
-      RLX_PY_SKIP_LOG="$py_skip_log" RLX_MODELS_DIR="$OLDPWD/models" \
-        python -m pytest -q -rs -p no:cacheprovider "$OLDPWD/python/tests"
-  ) 2>&1 | tee "$py_log"
-  py_status=${PIPESTATUS[0]}
-  set -e
-  py_passed=$(grep -Eo '[0-9]+ passed' "$py_log" | tail -n 1 | grep -Eo '[0-9]+' || echo 0)
-  py_failed=$(grep -Eo '[0-9]+ (failed|error)' "$py_log" | awk '{ s += $1 } END { print s + 0 }')
-  py_skipped=$(grep -Eo '[0-9]+ skipped' "$py_log" | tail -n 1 | grep -Eo '[0-9]+' || echo 0)
-  sed 's/^/python: /' "$py_skip_log" | sort -u >>"$skip_log"
-  if [ "$py_status" -ne 0 ] || [ "$py_failed" -ne 0 ]; then
-    echo "Python package FAILED (wheel build, install or pytest)"
-    [ "$py_failed" -ne 0 ] || py_failed=1
-    status=1
-  fi
-fi
-echo "Python package step: $(($(date +%s) - py_t0)) s"
+trap 'rm -f "$skip_log" "$log" "$py_log"' EXIT
+set +e
+RLX_SKIP_LOG="$skip_log" scripts/test-python.sh 2>&1 | tee "$py_log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+set -e
+# its last line: `python: P passed, F failed, S skipped`
+read -r py_passed py_failed py_skipped < <(tail -n 1 "$py_log" |
+  awk '{ print $2 + 0, $4 + 0, $6 + 0 }')
 
 passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^passed/) s += $i } END { print s + 0 }' "$log")
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^failed/) s += $i } END { print s + 0 }' "$log")
