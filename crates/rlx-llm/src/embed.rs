@@ -12,6 +12,17 @@ use std::path::{Path, PathBuf};
 
 /// A BERT-family model compiled on a device, ready to embed batches of texts (from several
 /// threads at once).
+///
+/// ```no_run
+/// use rlx_llm::Embedder;
+/// # fn main() -> Result<(), rlx_llm::LlmError> {
+/// let embedder = Embedder::load("models/minilm", rlx_driver::Device::Cpu)?;
+/// let e = embedder.embed(&["A cat sat on the mat.", "Dogs play outside."])?;
+/// assert_eq!(e.rows().count(), 2);
+/// println!("{} floats per text", e.dim);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Embedder {
     dir: PathBuf,
     tokenizer: TextTokenizer,

@@ -327,6 +327,21 @@ impl<'m> Engine<'m> {
     /// string of `stops`, after `max_tokens`, or when `on_piece` returns false (the caller
     /// went away). Returns the number of tokens generated.
     ///
+    /// ```no_run
+    /// use rlx_llm::{Engine, EngineSettings, Llama, Sampling};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let model = Llama::open("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".as_ref())?;
+    /// let mut engine = Engine::new(&model, rlx_driver::Device::Cpu, EngineSettings::default())?;
+    /// let prompt = model.tokenizer.encode("The capital of France is")?;
+    /// let stop_ids = model.tokenizer.stop_ids.clone();
+    /// engine.generate_text(&prompt, 16, Sampling::default(), &stop_ids, &[], &mut |piece| {
+    ///     print!("{piece}");
+    ///     true
+    /// })?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     /// As [`Engine::add`] and [`Engine::step`]; the sequence is removed either way.
     pub fn generate_text(

@@ -94,11 +94,14 @@ fn load(py: Python<'_>, path: &Bound<'_, PyAny>, device: &str) -> PyResult<Py<Py
 
 /// The model the convenience functions loaded last, by (path, device): `rlx.embed` and
 /// `rlx.generate` called again with the same model reuse it instead of loading it again.
-static LAST_EMBEDDER: Mutex<Option<(String, String, Arc<Py<EmbeddingModel>>)>> = Mutex::new(None);
-static LAST_LLM: Mutex<Option<(String, String, Arc<Py<LanguageModel>>)>> = Mutex::new(None);
+static LAST_EMBEDDER: LastModel<EmbeddingModel> = Mutex::new(None);
+static LAST_LLM: LastModel<LanguageModel> = Mutex::new(None);
+
+/// A model with the path and device it was loaded for.
+type LastModel<T> = Mutex<Option<(String, String, Arc<Py<T>>)>>;
 
 fn cached<T>(
-    slot: &Mutex<Option<(String, String, Arc<Py<T>>)>>,
+    slot: &LastModel<T>,
     path: &str,
     device: &str,
     open: impl FnOnce() -> PyResult<Py<T>>,
