@@ -19,6 +19,7 @@ pub use dynamic::{
 pub use error::RuntimeError;
 pub use params::{ParamMap, ParamStore};
 pub use registry::{
-    auto_device, backend_for, register_backend, registered_devices, BackendFactory,
+    auto_device, backend_for, device_statuses, register_backend, registered_devices,
+    BackendFactory, DeviceStatus,
 };
 pub use session::{bind_inputs, Bindings, CompiledGraph, Session, Variant};
