@@ -68,7 +68,7 @@ fn per_axis(ctx: &mut Ctx, v: &Val, x: &Val, axis: i64, block: i64) -> R<Val> {
     ctx.reshape(v, &dims)
 }
 
-fn saturate_round(ctx: &mut Ctx, y: &Val, to: DType) -> R<Val> {
+pub(crate) fn saturate_round(ctx: &mut Ctx, y: &Val, to: DType) -> R<Val> {
     let (lo, hi) = range(to)?;
     let y = ctx.unary(UnaryOp::Round, y)?;
     let y = ctx.binary_scalar(BinaryOp::Max, &y, lo)?;
@@ -143,8 +143,16 @@ pub fn dequantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 /// `DynamicQuantizeLinear`: u8 with a scale and zero point from the data's range.
 pub fn dynamic_quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
-    let xf = ctx.cast(&x, DType::F32)?;
-    let all: Vec<usize> = (0..ctx.rank(&x)).collect();
+    let (y, scale, zp) = dynamic_quantize_values(ctx, &x)?;
+    let d = ctx.dtype(&x);
+    Ok(vec![y, ctx.cast(&scale, d)?, ctx.cast(&zp, DType::U8)?])
+}
+
+/// `DynamicQuantizeLinear`'s values: `x` as u8, its f32 scale and its zero point (an
+/// integer held in f32).
+pub(crate) fn dynamic_quantize_values(ctx: &mut Ctx, x: &Val) -> R<(Val, Val, Val)> {
+    let xf = ctx.cast(x, DType::F32)?;
+    let all: Vec<usize> = (0..ctx.rank(x)).collect();
     let mx = ctx.reduce(ReduceOp::Max, &xf, &all, false)?;
     let mn = ctx.reduce(ReduceOp::Min, &xf, &all, false)?;
     let mx = ctx.binary_scalar(BinaryOp::Max, &mx, 0.0)?;
@@ -164,8 +172,7 @@ pub fn dynamic_quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let y = ctx.unary(UnaryOp::Round, &y)?;
     let y = ctx.add(&y, &zp)?;
     let y = saturate_round(ctx, &y, DType::U8)?;
-    let d = ctx.dtype(&x);
-    Ok(vec![y, ctx.cast(&scale, d)?, ctx.cast(&zp, DType::U8)?])
+    Ok((y, scale, zp))
 }
 
 /// `x - zp` in i32 (zp optional).
