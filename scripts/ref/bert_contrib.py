@@ -9,8 +9,9 @@ with random ids, a padded attention mask and onnxruntime's (CPU) outputs:
                       MatMulInteger)
   int8_ort            quantize_dynamic, then onnxruntime's own graph optimizations saved
                       (DynamicQuantizeMatMul, MatMulIntegerToFloat, FusedMatMul, Gelu, ...)
-With --time N each variant's onnxruntime run is timed (median of N runs, ms) into
-OUT/<variant>/ort_ms.txt.
+The inputs and onnxruntime's outputs are also written as OUT/<variant>/npy/NAME.npy and
+npy/ort_NAME.npy. With --time N each variant's onnxruntime run is timed (median of N runs
+after 3 warm-up, ms) into OUT/<variant>/ort_ms.txt.
 Usage: bert_contrib.py OUT_DIR [--layers 6] [--batch 2] [--seq 128] [--time N]."""
 import argparse
 import os
@@ -58,6 +59,13 @@ def write_case(out, name, model_path, feeds, reps):
     for i, (o, a) in enumerate(zip(sess.get_outputs(), outs)):
         with open(os.path.join(data, f"output_{i}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(a, o.name).SerializeToString())
+    # the same as .npy files, for `rlx run --input NAME=FILE.npy` / `--out`
+    npy = os.path.join(d, "npy")
+    os.makedirs(npy, exist_ok=True)
+    for n in names:
+        np.save(os.path.join(npy, n + ".npy"), feed[n])
+    for o, a in zip(sess.get_outputs(), outs):
+        np.save(os.path.join(npy, "ort_" + o.name + ".npy"), a)
     if reps:
         for _ in range(3):
             sess.run(None, feed)

@@ -100,7 +100,10 @@ fn run_case(dir: &Path) -> Result<String, String> {
 fn contrib_ops_match_onnxruntime() {
     let test = "contrib_ops_match_onnxruntime";
     if !python_ok() {
-        rlx_driver::testing::skip(test, "python3 with numpy, onnx and onnxruntime not available");
+        rlx_driver::testing::skip(
+            test,
+            "python3 with numpy, onnx and onnxruntime not available",
+        );
         return;
     }
     let out = std::env::temp_dir().join(format!("rlx-contrib-{}", std::process::id()));
@@ -134,7 +137,12 @@ fn contrib_ops_match_onnxruntime() {
         }
     }
     let _ = std::fs::remove_dir_all(&out);
-    assert!(failed.is_empty(), "{} of {} cases failed: {failed:?}", failed.len(), cases.len());
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases failed: {failed:?}",
+        failed.len(),
+        cases.len()
+    );
 }
 
 /// A MiniLM-shaped BERT (2 layers here) as ONNX Runtime's transformer optimizer and
@@ -146,7 +154,10 @@ fn contrib_ops_match_onnxruntime() {
 fn bert_contrib_exports_match_onnxruntime() {
     let test = "bert_contrib_exports_match_onnxruntime";
     if !python_ok() {
-        rlx_driver::testing::skip(test, "python3 with numpy, onnx and onnxruntime not available");
+        rlx_driver::testing::skip(
+            test,
+            "python3 with numpy, onnx and onnxruntime not available",
+        );
         return;
     }
     let out = std::env::temp_dir().join(format!("rlx-bert-contrib-{}", std::process::id()));
@@ -204,7 +215,11 @@ fn run_dynamic(dir: &Path, limit: f64) -> Result<String, String> {
             .ok_or(format!("output `{name}` missing"))?
             .1;
         if got.shape() != want.shape() {
-            return Err(format!("`{name}`: shape {:?} vs {:?}", got.shape(), want.shape()));
+            return Err(format!(
+                "`{name}`: shape {:?} vs {:?}",
+                got.shape(),
+                want.shape()
+            ));
         }
         let e = rel_l2(&want, got);
         if e.is_nan() || e > limit {

@@ -101,19 +101,23 @@ fn key_mask(ctx: &mut Ctx, m: &Val, batch: usize, s: usize, t: usize, filter: f6
     to_bias(ctx, &allowed, filter)
 }
 
+/// What hides scores from a query: an additive bias broadcastable to `[B, N, S, T]`,
+/// the causal rule, and the value masked scores get.
+struct Mask {
+    bias: Option<Val>,
+    causal: bool,
+    filter: f64,
+}
+
 /// Attention of `[B, N, S, D]` queries over `[B, N, T, D]` keys and values: the IR op with
 /// an additive mask when there is a bias (the causal rule folded into it), else a causal
 /// or no mask. The result is `[B, N, S, Dv]`.
-fn sdpa(
-    ctx: &mut Ctx,
-    q: &Val,
-    k: &Val,
-    v: &Val,
-    bias: Option<Val>,
-    causal: bool,
-    scale: f64,
-    filter: f64,
-) -> R<Val> {
+fn sdpa(ctx: &mut Ctx, q: &Val, k: &Val, v: &Val, mask: Mask, scale: f64) -> R<Val> {
+    let Mask {
+        bias,
+        causal,
+        filter,
+    } = mask;
     let dt = ctx.dtype(q);
     let (s, t) = (ctx.shape(q)?[2], ctx.shape(k)?[2]);
     let scale = Some(scale);
@@ -200,7 +204,10 @@ pub fn attention(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         None => invalid!("weights width {} is not divisible by 3", ws[1]),
     };
     if sizes.iter().sum::<usize>() != ws[1] || sizes[0] != sizes[1] {
-        invalid!("qkv_hidden_sizes {sizes:?} must sum to {} with q and k equal", ws[1]);
+        invalid!(
+            "qkv_hidden_sizes {sizes:?} must sum to {} with q and k equal",
+            ws[1]
+        );
     }
     let mut qkv = crate::ops::linalg::matmul_np(ctx, &x, &w)?;
     if let Some(b) = n.opt(2) {
@@ -237,7 +244,12 @@ pub fn attention(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     }
     let head = sizes[0] / heads;
     let scale = scale_attr(n, head)?;
-    let y = sdpa(ctx, &q, &k, &v, bias, causal, scale, filter)?;
+    let mask = Mask {
+        bias,
+        causal,
+        filter,
+    };
+    let y = sdpa(ctx, &q, &k, &v, mask, scale)?;
     let y = merge_heads(ctx, &y)?;
     let present = if n.wants(1) {
         let pk = ctx.unsqueeze(&k, &[0])?;
@@ -275,7 +287,11 @@ pub fn multi_head_attention(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (dq, dk, dv) = (qs[2], ctx.shape(&key)?[2], ctx.shape(&value)?[2]);
     let kv_split = ctx.rank(&key) == 4;
     if kv_split != (ctx.rank(&value) == 4) || !(kv_split || ctx.rank(&key) == 3) {
-        unsupported!("key of rank {} with value of rank {}", ctx.rank(&key), ctx.rank(&value));
+        unsupported!(
+            "key of rank {} with value of rank {}",
+            ctx.rank(&key),
+            ctx.rank(&value)
+        );
     }
     let (mut q, mut key, mut value) = (q, key, value);
     if let Some(b) = n.opt(3) {
@@ -293,7 +309,10 @@ pub fn multi_head_attention(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (mut k, mut v) = if kv_split {
         (key, value)
     } else {
-        (split_heads(ctx, &key, heads)?, split_heads(ctx, &value, heads)?)
+        (
+            split_heads(ctx, &key, heads)?,
+            split_heads(ctx, &value, heads)?,
+        )
     };
     match (n.opt(6), n.opt(7)) {
         (Some(pk), Some(pv)) => {
@@ -314,7 +333,12 @@ pub fn multi_head_attention(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     }
     let head = ctx.shape(&q)?[3];
     let scale = scale_attr(n, head)?;
-    let y = sdpa(ctx, &q, &k, &v, bias, causal, scale, filter)?;
+    let mask = Mask {
+        bias,
+        causal,
+        filter,
+    };
+    let y = sdpa(ctx, &q, &k, &v, mask, scale)?;
     Ok(vec![merge_heads(ctx, &y)?, k, v])
 }
 
@@ -433,6 +457,11 @@ pub fn group_query_attention(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let scale = scale_attr(n, head)?;
     let kr = repeat_heads(ctx, &k, heads / kv_heads)?;
     let vr = repeat_heads(ctx, &v, heads / kv_heads)?;
-    let y = sdpa(ctx, &q, &kr, &vr, Some(bias), false, scale, f32::MIN as f64)?;
+    let mask = Mask {
+        bias: Some(bias),
+        causal: false,
+        filter: f32::MIN as f64,
+    };
+    let y = sdpa(ctx, &q, &kr, &vr, mask, scale)?;
     Ok(vec![merge_heads(ctx, &y)?, k, v])
 }

@@ -49,7 +49,7 @@ impl Blocks {
     fn ggml(&self) -> Option<QuantFormat> {
         let mid = (1u32 << (self.bits - 1)) as f32;
         let exact = self.scales.iter().all(|&s| f16::from_f32(s).to_f32() == s);
-        let fits = self.block % 32 == 0 && self.k == self.n_blocks * self.block;
+        let fits = self.block.is_multiple_of(32) && self.k == self.n_blocks * self.block;
         if !(exact && fits && self.zeros.iter().all(|&z| z == mid)) {
             return None;
         }

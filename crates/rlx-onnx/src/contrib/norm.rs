@@ -43,7 +43,10 @@ fn norm_last(
                 ctx.expand(&zero, h)?
             }
         };
-        return Ok((ctx.op(Op::LayerNorm { axis, eps }, &[sum, gamma, &b])?, None));
+        return Ok((
+            ctx.op(Op::LayerNorm { axis, eps }, &[sum, gamma, &b])?,
+            None,
+        ));
     }
     let (centered, mean) = if simplified {
         (sum.clone(), None)

@@ -97,8 +97,11 @@ pub fn concat(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let Some(axis) = n.int_opt("axis")? else {
         invalid!("axis is required");
     };
-    if n.n_inputs() < 5 || (n.n_inputs() - 2) % 3 != 0 {
-        invalid!("inputs must be Y_scale, Y_zp and triples (X, scale, zero point), got {} inputs", n.n_inputs());
+    if n.n_inputs() < 5 || !(n.n_inputs() - 2).is_multiple_of(3) {
+        invalid!(
+            "inputs must be Y_scale, Y_zp and triples (X, scale, zero point), got {} inputs",
+            n.n_inputs()
+        );
     }
     let first = n.input(2)?;
     let to = ctx.dtype(&first);

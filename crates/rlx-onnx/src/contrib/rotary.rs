@@ -25,9 +25,16 @@ pub fn rotary_embedding(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let half = ctx.shape(&cos)?.last().copied().unwrap_or(0);
     if xs.len() == 3 && heads == 0 {
         // the head size is the rotated size
-        let head = if rot_dim > 0 { rot_dim as usize } else { 2 * half };
+        let head = if rot_dim > 0 {
+            rot_dim as usize
+        } else {
+            2 * half
+        };
         if head == 0 || xs[2] % head != 0 {
-            invalid!("hidden size {} is not a multiple of the head size {head}", xs[2]);
+            invalid!(
+                "hidden size {} is not a multiple of the head size {head}",
+                xs[2]
+            );
         }
         heads = (xs[2] / head) as i64;
     }
@@ -43,7 +50,11 @@ pub fn rotary_embedding(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     };
     let cos = ctx.gather(&cos, &pos, 0)?;
     let sin = ctx.gather(&sin, &pos, 0)?;
-    let rd = if rot_dim > 0 { rot_dim } else { 2 * half as i64 };
+    let rd = if rot_dim > 0 {
+        rot_dim
+    } else {
+        2 * half as i64
+    };
     Ok(vec![crate::ops::rotary::rotate_any(
         ctx,
         &x,
