@@ -8,7 +8,7 @@ use super::activation::float_input;
 use crate::ctx::{invalid, unsupported, Ctx, Val, R};
 use crate::node::NodeIn;
 use crate::ops::linalg::matmul_np;
-use rlx_ir::{BinaryOp, DType};
+use rlx_ir::{BinaryOp, DType, UnaryOp};
 
 /// Swaps the last two dims (vectors stay as they are).
 fn swap_last(ctx: &mut Ctx, x: &Val) -> R<Val> {
@@ -87,9 +87,15 @@ fn rescale(ctx: &mut Ctx, y: &Val, a_scale: &Val, b_scale: &Val, bias: Option<Va
 /// `DynamicQuantizeMatMul`: inputs A (f32), B (int8), b_scale, b_zero_point?, bias?.
 pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let a = float_input(ctx, n, 0)?;
-    let (aq, a_scale, a_zp) = crate::ops::quant::dynamic_quantize_values(ctx, &a)?;
-    let af = ctx.cast(&aq, DType::F32)?;
-    let ac = ctx.sub(&af, &a_zp)?;
+    let af = ctx.cast(&a, DType::F32)?;
+    let (a_scale, a_zp) = crate::ops::quant::dynamic_quantize_params(ctx, &af)?;
+    // saturate(round(a / scale) + zp) - zp, all in f32: clamp(round(a / scale), -zp, 255 - zp)
+    let q = ctx.div(&af, &a_scale)?;
+    let q = ctx.unary(UnaryOp::Round, &q)?;
+    let lo = ctx.unary(UnaryOp::Neg, &a_zp)?;
+    let hi = ctx.binary_scalar(BinaryOp::Sub, &lo, -255.0)?;
+    let q = ctx.binary(BinaryOp::Max, &q, &lo)?;
+    let ac = ctx.binary(BinaryOp::Min, &q, &hi)?;
     let bc = centered_f32(ctx, &n.input(1)?, n.opt(3), true)?;
     let y = matmul_np(ctx, &ac, &bc)?;
     let b_scale = column_scale(ctx, &n.input(2)?)?;

@@ -152,9 +152,19 @@ pub fn dynamic_quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 /// integer held in f32).
 pub(crate) fn dynamic_quantize_values(ctx: &mut Ctx, x: &Val) -> R<(Val, Val, Val)> {
     let xf = ctx.cast(x, DType::F32)?;
-    let all: Vec<usize> = (0..ctx.rank(x)).collect();
-    let mx = ctx.reduce(ReduceOp::Max, &xf, &all, false)?;
-    let mn = ctx.reduce(ReduceOp::Min, &xf, &all, false)?;
+    let (scale, zp) = dynamic_quantize_params(ctx, &xf)?;
+    let y = ctx.div(&xf, &scale)?;
+    let y = ctx.unary(UnaryOp::Round, &y)?;
+    let y = ctx.add(&y, &zp)?;
+    let y = saturate_round(ctx, &y, DType::U8)?;
+    Ok((y, scale, zp))
+}
+
+/// `DynamicQuantizeLinear`'s scale and zero point (an integer held in f32) for f32 `xf`.
+pub(crate) fn dynamic_quantize_params(ctx: &mut Ctx, xf: &Val) -> R<(Val, Val)> {
+    let all: Vec<usize> = (0..ctx.rank(xf)).collect();
+    let mx = ctx.reduce(ReduceOp::Max, xf, &all, false)?;
+    let mn = ctx.reduce(ReduceOp::Min, xf, &all, false)?;
     let mx = ctx.binary_scalar(BinaryOp::Max, &mx, 0.0)?;
     let mn = ctx.binary_scalar(BinaryOp::Min, &mn, 0.0)?;
     let same = ctx.binary(BinaryOp::Eq, &mx, &mn)?;
@@ -168,11 +178,7 @@ pub(crate) fn dynamic_quantize_values(ctx: &mut Ctx, x: &Val) -> R<(Val, Val, Va
     let zp = ctx.binary_scalar(BinaryOp::Max, &zp, 0.0)?;
     let zp = ctx.binary_scalar(BinaryOp::Min, &zp, 255.0)?;
     let zp = ctx.unary(UnaryOp::Round, &zp)?;
-    let y = ctx.div(&xf, &scale)?;
-    let y = ctx.unary(UnaryOp::Round, &y)?;
-    let y = ctx.add(&y, &zp)?;
-    let y = saturate_round(ctx, &y, DType::U8)?;
-    Ok((y, scale, zp))
+    Ok((scale, zp))
 }
 
 /// `x - zp` in i32 (zp optional).
@@ -203,12 +209,19 @@ pub fn matmul_integer(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![crate::ops::linalg::matmul_np(ctx, &a, &b)?])
 }
 
+/// The product of two centered integer operands in f64 (exact: every sum of 8-bit products
+/// stays far below 2^53), where the result is wanted in floating point anyway.
+fn exact_product(ctx: &mut Ctx, a: &Val, b: &Val) -> R<Val> {
+    let af = ctx.cast(a, DType::F64)?;
+    let bf = ctx.cast(b, DType::F64)?;
+    crate::ops::linalg::matmul_np(ctx, &af, &bf)
+}
+
 /// `QLinearMatMul`.
 pub fn qlinear_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let a = centered(ctx, &n.input(0)?, n.opt(2))?;
     let b = centered(ctx, &n.input(3)?, n.opt(5))?;
-    let c = crate::ops::linalg::matmul_np(ctx, &a, &b)?;
-    let c = ctx.cast(&c, DType::F64)?;
+    let c = exact_product(ctx, &a, &b)?;
     let sa = ctx.cast(&n.input(1)?, DType::F64)?;
     let sb = ctx.cast(&n.input(4)?, DType::F64)?;
     let sy = ctx.cast(&n.input(6)?, DType::F64)?;
