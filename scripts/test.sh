@@ -29,6 +29,8 @@ scripts/fetch-models.sh || echo "models could not be fetched: tests that need th
 # The MiniLM reference is numpy; Python's tokenizers (when it installs) cross-checks token ids.
 python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q numpy >/dev/null 2>&1 || true
 python3 -c 'import tokenizers' 2>/dev/null || python3 -m pip install -q tokenizers >/dev/null 2>&1 || true
+# The contrib-op tests (crates/rlx/tests/contrib_onnx.rs) compare with onnxruntime.
+python3 -c 'import onnx, onnxruntime' 2>/dev/null || python3 -m pip install -q onnx onnxruntime >/dev/null 2>&1 || true
 
 echo "== cargo test"
 skip_log=$(mktemp)

@@ -6,6 +6,7 @@
 //!   into typed storage); graph inputs become run-time inputs with dynamic dims as symbols.
 //! - Every ONNX op maps to IR ops in [`ops`], one line per op in its registry; values known
 //!   at import (constants, initializers, shape computations) fold as they are read.
+//! - ONNX Runtime's contrib ops (`com.microsoft`) decompose into IR ops in [`contrib`].
 //! - Every unsupported node is listed in one [`OnnxError::Unsupported`].
 //! - [`ParsedModel`] keeps a decoded model and imports it again per set of dim sizes, so a
 //!   runtime can specialise a dynamic-axis model to the shapes of its inputs.
@@ -17,6 +18,7 @@
 //! validation interpreter, for the reference semantics of constant folding (and, with the
 //! `runtime` feature, the runtime's `DynamicGraph`, which compiles what the importer builds).
 
+pub mod contrib;
 mod ctx;
 mod dtype;
 mod emit;

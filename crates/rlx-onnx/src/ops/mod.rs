@@ -31,6 +31,9 @@ pub type Mapper = fn(&mut Ctx, &NodeIn) -> R<Vec<Val>>;
 
 /// The mapper for an op of a domain (`ai.onnx` is the default domain), if there is one.
 pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
+    if domain == "com.microsoft" {
+        return crate::contrib::lookup(op_type);
+    }
     if domain != "ai.onnx" {
         return None;
     }

@@ -68,7 +68,7 @@ fn per_axis(ctx: &mut Ctx, v: &Val, x: &Val, axis: i64, block: i64) -> R<Val> {
     ctx.reshape(v, &dims)
 }
 
-fn saturate_round(ctx: &mut Ctx, y: &Val, to: DType) -> R<Val> {
+pub(crate) fn saturate_round(ctx: &mut Ctx, y: &Val, to: DType) -> R<Val> {
     let (lo, hi) = range(to)?;
     let y = ctx.unary(UnaryOp::Round, y)?;
     let y = ctx.binary_scalar(BinaryOp::Max, &y, lo)?;
@@ -143,10 +143,28 @@ pub fn dequantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 /// `DynamicQuantizeLinear`: u8 with a scale and zero point from the data's range.
 pub fn dynamic_quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
-    let xf = ctx.cast(&x, DType::F32)?;
-    let all: Vec<usize> = (0..ctx.rank(&x)).collect();
-    let mx = ctx.reduce(ReduceOp::Max, &xf, &all, false)?;
-    let mn = ctx.reduce(ReduceOp::Min, &xf, &all, false)?;
+    let (y, scale, zp) = dynamic_quantize_values(ctx, &x)?;
+    let d = ctx.dtype(&x);
+    Ok(vec![y, ctx.cast(&scale, d)?, ctx.cast(&zp, DType::U8)?])
+}
+
+/// `DynamicQuantizeLinear`'s values: `x` as u8, its f32 scale and its zero point (an
+/// integer held in f32).
+pub(crate) fn dynamic_quantize_values(ctx: &mut Ctx, x: &Val) -> R<(Val, Val, Val)> {
+    let xf = ctx.cast(x, DType::F32)?;
+    let (scale, zp) = dynamic_quantize_params(ctx, &xf)?;
+    let y = ctx.div(&xf, &scale)?;
+    let y = ctx.unary(UnaryOp::Round, &y)?;
+    let y = ctx.add(&y, &zp)?;
+    let y = saturate_round(ctx, &y, DType::U8)?;
+    Ok((y, scale, zp))
+}
+
+/// `DynamicQuantizeLinear`'s scale and zero point (an integer held in f32) for f32 `xf`.
+pub(crate) fn dynamic_quantize_params(ctx: &mut Ctx, xf: &Val) -> R<(Val, Val)> {
+    let all: Vec<usize> = (0..ctx.rank(xf)).collect();
+    let mx = ctx.reduce(ReduceOp::Max, xf, &all, false)?;
+    let mn = ctx.reduce(ReduceOp::Min, xf, &all, false)?;
     let mx = ctx.binary_scalar(BinaryOp::Max, &mx, 0.0)?;
     let mn = ctx.binary_scalar(BinaryOp::Min, &mn, 0.0)?;
     let same = ctx.binary(BinaryOp::Eq, &mx, &mn)?;
@@ -160,12 +178,7 @@ pub fn dynamic_quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let zp = ctx.binary_scalar(BinaryOp::Max, &zp, 0.0)?;
     let zp = ctx.binary_scalar(BinaryOp::Min, &zp, 255.0)?;
     let zp = ctx.unary(UnaryOp::Round, &zp)?;
-    let y = ctx.div(&xf, &scale)?;
-    let y = ctx.unary(UnaryOp::Round, &y)?;
-    let y = ctx.add(&y, &zp)?;
-    let y = saturate_round(ctx, &y, DType::U8)?;
-    let d = ctx.dtype(&x);
-    Ok(vec![y, ctx.cast(&scale, d)?, ctx.cast(&zp, DType::U8)?])
+    Ok((scale, zp))
 }
 
 /// `x - zp` in i32 (zp optional).
@@ -196,12 +209,19 @@ pub fn matmul_integer(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![crate::ops::linalg::matmul_np(ctx, &a, &b)?])
 }
 
+/// The product of two centered integer operands in f64 (exact: every sum of 8-bit products
+/// stays far below 2^53), where the result is wanted in floating point anyway.
+fn exact_product(ctx: &mut Ctx, a: &Val, b: &Val) -> R<Val> {
+    let af = ctx.cast(a, DType::F64)?;
+    let bf = ctx.cast(b, DType::F64)?;
+    crate::ops::linalg::matmul_np(ctx, &af, &bf)
+}
+
 /// `QLinearMatMul`.
 pub fn qlinear_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let a = centered(ctx, &n.input(0)?, n.opt(2))?;
     let b = centered(ctx, &n.input(3)?, n.opt(5))?;
-    let c = crate::ops::linalg::matmul_np(ctx, &a, &b)?;
-    let c = ctx.cast(&c, DType::F64)?;
+    let c = exact_product(ctx, &a, &b)?;
     let sa = ctx.cast(&n.input(1)?, DType::F64)?;
     let sb = ctx.cast(&n.input(4)?, DType::F64)?;
     let sy = ctx.cast(&n.input(6)?, DType::F64)?;

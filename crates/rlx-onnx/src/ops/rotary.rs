@@ -1,6 +1,7 @@
 //! `RotaryEmbedding` (opset 23), as the ONNX reference computes it: halves or interleaved
 //! pairs rotated by cos/sin caches (indexed by `position_ids` when given), optionally on a
-//! prefix of each head.
+//! prefix of each head. [`rotate`] is shared with ONNX Runtime's contrib
+//! `RotaryEmbedding` and `GroupQueryAttention`.
 
 use crate::ctx::{invalid, Ctx, Val, R};
 use crate::node::NodeIn;
@@ -12,37 +13,78 @@ pub fn rotary(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let interleaved = n.int("interleaved", 0)? != 0;
     let rot_dim = n.int("rotary_embedding_dim", 0)?;
     let heads = n.int("num_heads", 0)?;
-    let orig = ctx.shape(&x)?;
+    if let Some(pos) = n.opt(3) {
+        cos = ctx.gather(&cos, &pos, 0)?;
+        sin = ctx.gather(&sin, &pos, 0)?;
+    }
+    Ok(vec![rotate_any(
+        ctx,
+        &x,
+        &cos,
+        &sin,
+        heads,
+        rot_dim,
+        interleaved,
+    )?])
+}
+
+/// Rotates `x` given as `[batch, heads, seq, head]` or `[batch, seq, heads * head]` (with
+/// `heads` > 0), keeping its layout.
+pub fn rotate_any(
+    ctx: &mut Ctx,
+    x: &Val,
+    cos: &Val,
+    sin: &Val,
+    heads: i64,
+    rot_dim: i64,
+    interleaved: bool,
+) -> R<Val> {
+    let orig = ctx.shape(x)?;
     // to [batch, seq, heads, head]
     let x4 = match orig.len() {
-        4 => ctx.transpose(&x, &[0, 2, 1, 3])?,
+        4 => ctx.transpose(x, &[0, 2, 1, 3])?,
         3 => {
             if heads <= 0 || orig[2] % heads as usize != 0 {
                 invalid!("3-D input needs num_heads dividing the hidden size");
             }
             let h = heads as usize;
-            ctx.reshape(&x, &[orig[0], orig[1], h, orig[2] / h])?
+            ctx.reshape(x, &[orig[0], orig[1], h, orig[2] / h])?
         }
         r => invalid!("input must be 3-D or 4-D, got rank {r}"),
     };
-    let s = ctx.shape(&x4)?;
+    let out = rotate(ctx, &x4, cos, sin, rot_dim, interleaved)?;
+    if orig.len() == 3 {
+        ctx.reshape(&out, &orig)
+    } else {
+        ctx.transpose(&out, &[0, 2, 1, 3])
+    }
+}
+
+/// Rotates `x4` `[batch, seq, heads, head]` by `cos`/`sin` rows (already indexed by
+/// position: `[seq, rd/2]` or `[batch, seq, rd/2]`) on its first `rot_dim` values of each
+/// head (all of them for 0).
+pub fn rotate(
+    ctx: &mut Ctx,
+    x4: &Val,
+    cos: &Val,
+    sin: &Val,
+    rot_dim: i64,
+    interleaved: bool,
+) -> R<Val> {
+    let s = ctx.shape(x4)?;
     let head = s[3];
     let rd = if rot_dim == 0 { head } else { rot_dim as usize };
-    if rd > head || rd % 2 != 0 {
+    if rot_dim < 0 || rd > head || rd % 2 != 0 {
         invalid!("rotary_embedding_dim {rd} must be even and at most the head size {head}");
     }
     let half = rd / 2;
-    if let Some(pos) = n.opt(3) {
-        cos = ctx.gather(&cos, &pos, 0)?;
-        sin = ctx.gather(&sin, &pos, 0)?;
-    }
-    if ctx.shape(&cos)?.last() != Some(&half) || ctx.shape(&sin)?.last() != Some(&half) {
+    if ctx.shape(cos)?.last() != Some(&half) || ctx.shape(sin)?.last() != Some(&half) {
         invalid!("cos/sin caches must end in rotary_embedding_dim / 2 = {half}");
     }
-    let cr = ctx.rank(&cos);
-    let cos = ctx.unsqueeze(&cos, &[cr - 1])?;
-    let sin = ctx.unsqueeze(&sin, &[cr - 1])?;
-    let xr = ctx.slice(&x4, 3, 0, rd as i64, 1)?;
+    let cr = ctx.rank(cos);
+    let cos = ctx.unsqueeze(cos, &[cr - 1])?;
+    let sin = ctx.unsqueeze(sin, &[cr - 1])?;
+    let xr = ctx.slice(x4, 3, 0, rd as i64, 1)?;
     let (x1, x2) = if interleaved {
         (
             ctx.slice(&xr, 3, 0, rd as i64, 2)?,
@@ -68,16 +110,10 @@ pub fn rotary(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     } else {
         ctx.concat(&[real, imag], 3)?
     };
-    let out = if rd < head {
-        let rest = ctx.slice(&x4, 3, rd as i64, head as i64, 1)?;
-        ctx.concat(&[rotated, rest], 3)?
+    if rd < head {
+        let rest = ctx.slice(x4, 3, rd as i64, head as i64, 1)?;
+        ctx.concat(&[rotated, rest], 3)
     } else {
-        rotated
-    };
-    let y = if orig.len() == 3 {
-        ctx.reshape(&out, &orig)?
-    } else {
-        ctx.transpose(&out, &[0, 2, 1, 3])?
-    };
-    Ok(vec![y])
+        Ok(rotated)
+    }
 }
