@@ -93,6 +93,13 @@ pub trait Executable: Send + Sync {
     /// The generated program, as text (for `rlx dump --stage kernels`).
     fn dump(&self) -> String;
 
+    /// The device allocator's statistics (bytes in use and reserved, their peaks, provider
+    /// allocations) after the runs so far; `None` where the device has no pooled allocator
+    /// (the CPU's intermediates live in one arena of [`Executable::arena_bytes`]).
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        None
+    }
+
     /// Runs `runs` times timing every kernel on the device's own clock; `None` when this
     /// device cannot time its kernels.
     ///

@@ -240,6 +240,12 @@ impl CompiledGraph {
             .profile(inputs, &self.bound_params(), runs.max(1))
     }
 
+    /// The device allocator's statistics (see [`crate::Executable::memory`]); `None` before
+    /// anything was compiled or where the device has no pooled allocator.
+    pub fn memory(&self) -> Option<rlx_mem::Stats> {
+        self.first_variant().and_then(|v| v.executable.memory())
+    }
+
     /// The weights as the compiled program reads them: the session's, with those that
     /// mixed precision reads in a low dtype converted (a tool that runs the variant's graph
     /// itself, such as a profiler, binds these).

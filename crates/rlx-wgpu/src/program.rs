@@ -92,7 +92,7 @@ struct Readback {
 /// A kernel program compiled for one wgpu device.
 pub struct WgpuProgram {
     ctx: Arc<Context>,
-    _mem: Arc<DeviceMemory>,
+    mem: Arc<DeviceMemory>,
     program: KernelProgram,
     plan: Plan,
     pipelines: Vec<wgpu::ComputePipeline>,
@@ -480,7 +480,7 @@ impl WgpuProgram {
             .collect::<Result<Vec<_>, _>>()?;
         let prog = WgpuProgram {
             ctx,
-            _mem: mem,
+            mem,
             program,
             plan,
             pipelines,
@@ -515,6 +515,11 @@ impl WgpuProgram {
             }
         }
         s
+    }
+
+    /// The statistics of the device memory pool this program allocates from.
+    pub fn memory_stats(&self) -> rlx_mem::Stats {
+        self.mem.stats()
     }
 
     /// The plan (shaders and scratch).

@@ -85,6 +85,10 @@ impl DeviceProgram for CudaProgram {
         )
     }
 
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        rlx_cuda::memory::DeviceMemory::get().ok().map(|m| m.stats())
+    }
+
     fn profile(
         &self,
         inputs: &HashMap<String, Tensor>,

@@ -47,6 +47,10 @@ pub(crate) trait DeviceProgram: Send + Sync + 'static {
     fn arena_bytes(&self) -> usize;
     /// The program and its generated source, for `rlx dump`.
     fn dump(&self) -> String;
+    /// The device allocator's statistics, where it has a pool.
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        None
+    }
     /// Per kernel (name, kind, microseconds) of `runs` runs after one run on these inputs,
     /// and the clock; `None` when the device cannot time its kernels.
     fn profile(
@@ -159,6 +163,10 @@ impl<D: KernelDevice> Executable for KernelExecutable<D> {
 
     fn dump(&self) -> String {
         self.program.dump()
+    }
+
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        self.program.memory()
     }
 
     fn profile(

@@ -106,6 +106,10 @@ impl DeviceProgram for WgpuProgram {
         )
     }
 
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        Some(self.memory_stats())
+    }
+
     fn profile(
         &self,
         inputs: &HashMap<String, Tensor>,

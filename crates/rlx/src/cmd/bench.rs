@@ -164,6 +164,20 @@ pub fn run(args: Args) -> CmdResult {
         if let Some(p) = &profile {
             v["profile"] = p.to_json();
         }
+        v["arena_bytes"] = compiled
+            .first_variant()
+            .map_or(0, |v| v.executable.arena_bytes())
+            .into();
+        if let Some(m) = compiled.memory() {
+            v["memory"] = serde_json::json!({
+                "bytes_in_use": m.bytes_in_use,
+                "peak_bytes_in_use": m.peak_bytes_in_use,
+                "bytes_reserved": m.bytes_reserved,
+                "peak_bytes_reserved": m.peak_bytes_reserved,
+                "provider_allocs": m.provider_allocs,
+                "fragmentation": m.fragmentation,
+            });
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("model     {}", args.model);
@@ -177,6 +191,15 @@ pub fn run(args: Args) -> CmdResult {
             "run       median {median_ms:.3} ms, p90 {p90_ms:.3} ms, min {:.3} ms ({iters} runs after {} warm-up)",
             times[0], args.warmup
         );
+        if let Some(m) = compiled.memory() {
+            let mb = |b: usize| b as f64 / 1e6;
+            println!(
+                "memory    device peak {:.1} MB in use, {:.1} MB reserved ({} provider allocations)",
+                mb(m.peak_bytes_in_use),
+                mb(m.peak_bytes_reserved),
+                m.provider_allocs
+            );
+        }
         if let Some(p) = &profile {
             p.print();
         }
