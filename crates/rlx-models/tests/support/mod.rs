@@ -11,14 +11,21 @@ use std::sync::Arc;
 /// Compiles and runs the generator's graphs in one CPU session.
 pub struct SessionRunner {
     session: Session,
+    options: CompileOptions,
     graphs: Vec<CompiledGraph>,
 }
 
 impl SessionRunner {
-    /// A runner on a fresh CPU session.
+    /// A runner on a fresh CPU session, default options.
     pub fn cpu() -> SessionRunner {
+        SessionRunner::cpu_with(CompileOptions::default())
+    }
+
+    /// A runner on a fresh CPU session compiling with `options`.
+    pub fn cpu_with(options: CompileOptions) -> SessionRunner {
         SessionRunner {
             session: Session::new(Device::Cpu).unwrap(),
+            options,
             graphs: Vec::new(),
         }
     }
@@ -31,7 +38,7 @@ impl Runner for SessionRunner {
     fn compile(&mut self, graph: &Graph) -> Result<usize, String> {
         let g = self
             .session
-            .compile(graph, CompileOptions::default())
+            .compile(graph, self.options.clone())
             .map_err(|e| e.to_string())?;
         self.graphs.push(g);
         Ok(self.graphs.len() - 1)
