@@ -24,44 +24,68 @@ pub(crate) fn supports(format: QuantFormat) -> bool {
     )
 }
 
-/// Dot product of one packed row `w` (a format [`supports`] accepts) with the quantized
-/// activation row `a` of the same length.
-pub(crate) fn dot_row(format: QuantFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
-    dot_row_on(isa(), format, w, a)
+/// Dot products of the packed rows in `w` (`out.len()` rows of `row_bytes`, a format
+/// [`supports`] accepts) with the quantized activation row `a` of the same length, into
+/// `out`.
+pub(crate) fn dot_rows(
+    format: QuantFormat,
+    w: &[u8],
+    row_bytes: usize,
+    a: Q8Row<'_>,
+    out: &mut [f32],
+) {
+    dot_rows_on(isa(), format, w, row_bytes, a, out)
 }
 
-/// [`dot_row`] with the kernels of `isa` (which the CPU must have: [`isa`] or below).
-fn dot_row_on(isa: Isa, format: QuantFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
+/// [`dot_rows`] with the kernels of `isa` (which the CPU must have: [`isa`] or below).
+fn dot_rows_on(
+    isa: Isa,
+    format: QuantFormat,
+    w: &[u8],
+    row_bytes: usize,
+    a: Q8Row<'_>,
+    out: &mut [f32],
+) {
     let nb = a.ds.len();
     assert!(
-        w.len() >= nb * format.block_bytes() && a.qs.len() >= nb * QK,
+        row_bytes >= nb * format.block_bytes()
+            && w.len() >= out.len() * row_bytes
+            && a.qs.len() >= nb * QK,
         "dot_i8 lengths"
     );
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `isa` is what the CPU has, or below it (the callers' contract); the lengths
     // were checked above.
     unsafe {
+        let args = (w, row_bytes, a, &mut *out);
         match (isa, format) {
-            (Isa::AvxVnni, QuantFormat::Q4_1) => return x86::q4_1_avxvnni(w, a),
-            (Isa::AvxVnni, QuantFormat::Q4_0) => return x86::q4_0_avxvnni(w, a),
-            (Isa::AvxVnni, QuantFormat::Q8_0) => return x86::q8_0_avxvnni(w, a),
-            (Isa::Avx512Vnni, QuantFormat::Q4_1) => return x86::q4_1_avx512(w, a),
-            (Isa::Avx512Vnni, QuantFormat::Q4_0) => return x86::q4_0_avx512(w, a),
-            (Isa::Avx512Vnni, QuantFormat::Q8_0) => return x86::q8_0_avx512(w, a),
-            (Isa::Avx2, QuantFormat::Q4_1) => return x86::q4_1_avx2(w, a),
-            (Isa::Avx2, QuantFormat::Q4_0) => return x86::q4_0_avx2(w, a),
-            (Isa::Avx2, QuantFormat::Q8_0) => return x86::q8_0_avx2(w, a),
+            (Isa::AvxVnni, QuantFormat::Q4_1) => return x86::q4_1_avxvnni(args),
+            (Isa::AvxVnni, QuantFormat::Q4_0) => return x86::q4_0_avxvnni(args),
+            (Isa::AvxVnni, QuantFormat::Q8_0) => return x86::q8_0_avxvnni(args),
+            (Isa::Avx512Vnni, QuantFormat::Q4_1) => return x86::q4_1_avx512(args),
+            (Isa::Avx512Vnni, QuantFormat::Q4_0) => return x86::q4_0_avx512(args),
+            (Isa::Avx512Vnni, QuantFormat::Q8_0) => return x86::q8_0_avx512(args),
+            (Isa::Avx2, QuantFormat::Q4_1) => return x86::q4_1_avx2(args),
+            (Isa::Avx2, QuantFormat::Q4_0) => return x86::q4_0_avx2(args),
+            (Isa::Avx2, QuantFormat::Q8_0) => return x86::q8_0_avx2(args),
             _ => {}
         }
     }
     let _ = isa;
-    dot_scalar(format, w, a)
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot_scalar(format, &w[j * row_bytes..(j + 1) * row_bytes], a);
+    }
 }
 
-/// Every instruction set this CPU has (the scalar loop first), for tests that check each
-/// kernel against the reference.
+/// Every instruction set this CPU has (the scalar loop first) and the dot products of
+/// `w`'s rows with `a` its kernels give, for tests that check each kernel.
 #[cfg(test)]
-pub(crate) fn each_isa(format: QuantFormat, w: &[u8], a: Q8Row<'_>) -> Vec<(String, f32)> {
+pub(crate) fn each_isa(
+    format: QuantFormat,
+    w: &[u8],
+    row_bytes: usize,
+    a: Q8Row<'_>,
+) -> Vec<(String, Vec<f32>)> {
     let best = isa();
     let mut all = vec![Isa::None];
     #[cfg(target_arch = "x86_64")]
@@ -80,13 +104,18 @@ pub(crate) fn each_isa(format: QuantFormat, w: &[u8], a: Q8Row<'_>) -> Vec<(Stri
             }
         }
     }
+    let rows = w.len() / row_bytes;
     all.into_iter()
-        .map(|i| (format!("{i:?}"), dot_row_on(i, format, w, a)))
+        .map(|i| {
+            let mut out = vec![f32::NAN; rows];
+            dot_rows_on(i, format, w, row_bytes, a, &mut out);
+            (format!("{i:?}"), out)
+        })
         .collect()
 }
 
-/// The scalar reference of [`dot_row`] (and its path off x86).
-pub(crate) fn dot_scalar(format: QuantFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
+/// The scalar reference of one row of [`dot_rows`] (and its path off x86).
+fn dot_scalar(format: QuantFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
     let bb = format.block_bytes();
     let h = |b: &[u8], i: usize| half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
     let mut acc = 0f32;
@@ -222,96 +251,195 @@ mod x86 {
         _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
     }
 
-    /// Q4_0 (`MIN` false) or Q4_1 (`MIN` true) row dot `a`; lengths checked by the caller.
+    /// The arguments of a kernel: `out.len()` rows of `row_bytes` from `w`, the activation
+    /// row, the results.
+    pub(super) type Args<'a, 'b> = (&'a [u8], usize, Q8Row<'a>, &'b mut [f32]);
+
+    /// Rows dotted together: they share each activation block's load and scales.
+    const ROWS: usize = 2;
+
+    /// Q4_0 (`MIN` false) or Q4_1 (`MIN` true) rows dot `a`, `R` rows at a time; lengths
+    /// checked by the caller.
     #[inline(always)]
-    unsafe fn dot_q4<D: Dot, const MIN: bool>(w: &[u8], a: Q8Row<'_>) -> f32 {
+    unsafe fn dot_q4<D: Dot, const MIN: bool, const R: usize>(
+        w: *const u8,
+        row_bytes: usize,
+        a: Q8Row<'_>,
+        out: *mut f32,
+    ) {
         let (bb, qo) = if MIN { (20, 4) } else { (18, 2) };
-        let (wp, ap, dsp) = (w.as_ptr(), a.qs.as_ptr(), a.ds.as_ptr());
+        let (ap, dsp) = (a.qs.as_ptr(), a.ds.as_ptr());
         // lane 0 scales the block's integer sum, lane 1 is the block's offset term
         let off_mul = if MIN {
             _mm_set1_ps(1.0)
         } else {
             _mm_setr_ps(1.0, -8.0, 0.0, 0.0)
         };
-        let mut acc = _mm256_setzero_ps();
-        let mut off = _mm_setzero_ps();
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut off = [_mm_setzero_ps(); R];
         for b in 0..a.ds.len() {
-            let blk = wp.add(b * bb);
             let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
-            let p = D::dot(_mm256_setzero_si256(), nibbles(blk.add(qo)), x);
-            // [dw, mw] (Q4_1) or [dw, dw] (Q4_0), times [dx, sx]
-            let dm = if MIN {
-                _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()))
-            } else {
-                let d = (blk as *const u16).read_unaligned() as i32;
-                _mm_cvtph_ps(_mm_set1_epi16(d as i16))
-            };
-            let t = _mm_mul_ps(_mm_mul_ps(dm, act_scales(dsp.add(b))), off_mul);
-            acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(t), _mm256_cvtepi32_ps(p), acc);
-            off = _mm_add_ps(off, t);
+            let xs = act_scales(dsp.add(b));
+            for r in 0..R {
+                let blk = w.add(r * row_bytes + b * bb);
+                // the same block of the rows after these: one group's pass ahead
+                _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(R * row_bytes) as *const i8);
+                let p = D::dot(_mm256_setzero_si256(), nibbles(blk.add(qo)), x);
+                // [dw, mw] (Q4_1) or [dw, dw] (Q4_0), times [dx, sx]
+                let dm = if MIN {
+                    _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()))
+                } else {
+                    let d = (blk as *const u16).read_unaligned() as i32;
+                    _mm_cvtph_ps(_mm_set1_epi16(d as i16))
+                };
+                let t = _mm_mul_ps(_mm_mul_ps(dm, xs), off_mul);
+                acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(t), _mm256_cvtepi32_ps(p), acc[r]);
+                off[r] = _mm_add_ps(off[r], t);
+            }
         }
-        hsum(acc) + _mm_cvtss_f32(_mm_shuffle_ps(off, off, 1))
+        for r in 0..R {
+            *out.add(r) = hsum(acc[r]) + _mm_cvtss_f32(_mm_shuffle_ps(off[r], off[r], 1));
+        }
     }
 
-    /// Q8_0 row dot `a`: |w| times a with w's sign, so the unsigned operand fits a byte.
+    /// Q8_0 rows dot `a`, `R` rows at a time: |w| times a with w's sign, so the unsigned
+    /// operand fits a byte.
     #[inline(always)]
-    unsafe fn dot_q8_0<D: Dot>(w: &[u8], a: Q8Row<'_>) -> f32 {
-        let (wp, ap, dsp) = (w.as_ptr(), a.qs.as_ptr(), a.ds.as_ptr());
-        let mut acc = _mm256_setzero_ps();
+    unsafe fn dot_q8_0<D: Dot, const R: usize>(
+        w: *const u8,
+        row_bytes: usize,
+        a: Q8Row<'_>,
+        out: *mut f32,
+    ) {
+        let (ap, dsp) = (a.qs.as_ptr(), a.ds.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..a.ds.len() {
-            let blk = wp.add(b * 34);
-            let q = _mm256_loadu_si256(blk.add(2) as *const __m256i);
             let x = _mm256_loadu_si256(ap.add(b * QK) as *const __m256i);
-            let p = D::dot(
-                _mm256_setzero_si256(),
-                _mm256_sign_epi8(q, q),
-                _mm256_sign_epi8(x, q),
-            );
-            let d = (blk as *const u16).read_unaligned() as i32;
-            let dw = _mm_cvtph_ps(_mm_cvtsi32_si128(d));
-            let t = _mm_mul_ss(dw, act_scales(dsp.add(b)));
-            acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(t), _mm256_cvtepi32_ps(p), acc);
+            let xs = act_scales(dsp.add(b));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let blk = w.add(r * row_bytes + b * 34);
+                // the same block of the rows after these: one group's pass ahead
+                _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(R * row_bytes) as *const i8);
+                let q = _mm256_loadu_si256(blk.add(2) as *const __m256i);
+                let p = D::dot(
+                    _mm256_setzero_si256(),
+                    _mm256_sign_epi8(q, q),
+                    _mm256_sign_epi8(x, q),
+                );
+                let d = (blk as *const u16).read_unaligned() as i32;
+                let t = _mm_mul_ss(_mm_cvtph_ps(_mm_cvtsi32_si128(d)), xs);
+                *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(t), _mm256_cvtepi32_ps(p), *acc);
+            }
         }
-        hsum(acc)
+        for (r, acc) in acc.iter().enumerate() {
+            *out.add(r) = hsum(*acc);
+        }
+    }
+
+    /// Runs `group` (a kernel of `ROWS` rows) over the rows, then `one` (the kernel of one
+    /// row) on the rest; both take the first row's bytes and result. Closures, not function
+    /// pointers, so the kernels inline into the entry point compiled with the features.
+    #[inline(always)]
+    unsafe fn rows(
+        (w, row_bytes, _, out): Args<'_, '_>,
+        group: impl Fn(*const u8, *mut f32),
+        one: impl Fn(*const u8, *mut f32),
+    ) {
+        let n = out.len();
+        let (wp, op) = (w.as_ptr(), out.as_mut_ptr());
+        let mut j = 0;
+        while j + ROWS <= n {
+            group(wp.add(j * row_bytes), op.add(j));
+            j += ROWS;
+        }
+        while j < n {
+            one(wp.add(j * row_bytes), op.add(j));
+            j += 1;
+        }
     }
 
     // One entry point per (format, instruction set), each compiled with its features.
     // SAFETY (all): called only when `isa()` found the features, with lengths checked.
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4_1_avx2(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q4::<Avx2, true>(w, a)
+    pub(super) unsafe fn q4_1_avx2(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q4::<Avx2, true, ROWS>(w, rb, a, o),
+            |w, o| dot_q4::<Avx2, true, 1>(w, rb, a, o),
+        )
     }
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4_0_avx2(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q4::<Avx2, false>(w, a)
+    pub(super) unsafe fn q4_0_avx2(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q4::<Avx2, false, ROWS>(w, rb, a, o),
+            |w, o| dot_q4::<Avx2, false, 1>(w, rb, a, o),
+        )
     }
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q8_0_avx2(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q8_0::<Avx2>(w, a)
+    pub(super) unsafe fn q8_0_avx2(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q8_0::<Avx2, ROWS>(w, rb, a, o),
+            |w, o| dot_q8_0::<Avx2, 1>(w, rb, a, o),
+        )
     }
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    pub(super) unsafe fn q4_1_avxvnni(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q4::<AvxVnni, true>(w, a)
+    pub(super) unsafe fn q4_1_avxvnni(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q4::<AvxVnni, true, ROWS>(w, rb, a, o),
+            |w, o| dot_q4::<AvxVnni, true, 1>(w, rb, a, o),
+        )
     }
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    pub(super) unsafe fn q4_0_avxvnni(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q4::<AvxVnni, false>(w, a)
+    pub(super) unsafe fn q4_0_avxvnni(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q4::<AvxVnni, false, ROWS>(w, rb, a, o),
+            |w, o| dot_q4::<AvxVnni, false, 1>(w, rb, a, o),
+        )
     }
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    pub(super) unsafe fn q8_0_avxvnni(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q8_0::<AvxVnni>(w, a)
+    pub(super) unsafe fn q8_0_avxvnni(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q8_0::<AvxVnni, ROWS>(w, rb, a, o),
+            |w, o| dot_q8_0::<AvxVnni, 1>(w, rb, a, o),
+        )
     }
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn q4_1_avx512(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q4::<Avx512Vnni, true>(w, a)
+    pub(super) unsafe fn q4_1_avx512(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q4::<Avx512Vnni, true, ROWS>(w, rb, a, o),
+            |w, o| dot_q4::<Avx512Vnni, true, 1>(w, rb, a, o),
+        )
     }
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn q4_0_avx512(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q4::<Avx512Vnni, false>(w, a)
+    pub(super) unsafe fn q4_0_avx512(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q4::<Avx512Vnni, false, ROWS>(w, rb, a, o),
+            |w, o| dot_q4::<Avx512Vnni, false, 1>(w, rb, a, o),
+        )
     }
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn q8_0_avx512(w: &[u8], a: Q8Row<'_>) -> f32 {
-        dot_q8_0::<Avx512Vnni>(w, a)
+    pub(super) unsafe fn q8_0_avx512(args: Args<'_, '_>) {
+        let (rb, a) = (args.1, args.2);
+        rows(
+            args,
+            |w, o| dot_q8_0::<Avx512Vnni, ROWS>(w, rb, a, o),
+            |w, o| dot_q8_0::<Avx512Vnni, 1>(w, rb, a, o),
+        )
     }
 }

@@ -99,13 +99,14 @@ impl QuantPlan {
         let (m, n, format) = (self.m, self.n, self.format);
         let act = Q8Rows::quantize(x, self.k);
         let rows = |js: Range<usize>, out: OutPtr| {
-            for j in js {
-                let wr = &w[j * row_bytes..(j + 1) * row_bytes];
-                for i in 0..m {
-                    let v = dot_i8::dot_row(format, wr, act.row(i));
-                    // SAFETY: element (i, j) is written by the one task owning row j.
-                    unsafe { *out.ptr().add(i * n + j) = v };
-                }
+            let wr = &w[js.start * row_bytes..js.end * row_bytes];
+            for i in 0..m {
+                // SAFETY: columns `js` of row i lie inside `y` (`js.end <= n`) and are written
+                // by this task alone.
+                let o = unsafe {
+                    std::slice::from_raw_parts_mut(out.ptr().add(i * n + js.start), js.len())
+                };
+                dot_i8::dot_rows(format, wr, row_bytes, act.row(i), o);
             }
         };
         self.for_each_chunk(rows, y);
@@ -331,21 +332,21 @@ mod tests {
                 let x = activations(1, k, k as u64);
                 let act = Q8Rows::quantize(&x, k);
                 let row_bytes = k / 32 * format.block_bytes();
-                for j in 0..n {
-                    let wr = &w[j * row_bytes..(j + 1) * row_bytes];
-                    let (exact, bound, _) = exact_and_bound(&wf[j * k..(j + 1) * k], &x);
-                    let all = dot_i8::each_isa(format, wr, act.row(0));
-                    let scalar = all[0].1;
-                    for (isa, got) in &all {
-                        let err = (*got as f64 - exact).abs();
+                let all = dot_i8::each_isa(format, &w, row_bytes, act.row(0));
+                let scalar = &all[0].1;
+                for (isa, got) in &all {
+                    for j in 0..n {
+                        let (exact, bound, _) = exact_and_bound(&wf[j * k..(j + 1) * k], &x);
+                        let (got, scalar) = (got[j] as f64, scalar[j] as f64);
+                        let err = (got - exact).abs();
                         assert!(
                             err <= bound,
                             "{format} k={k} row {j} {isa}: {got} vs {exact} (bound {bound})"
                         );
                         // the kernels sum the same integers; only f32 rounding differs
-                        let tol = 1e-5 * bound.max(scalar.abs() as f64);
+                        let tol = 1e-5 * bound.max(scalar.abs());
                         assert!(
-                            (*got as f64 - scalar as f64).abs() <= tol,
+                            (got - scalar).abs() <= tol,
                             "{format} k={k} row {j} {isa}: {got} vs scalar {scalar}"
                         );
                     }
