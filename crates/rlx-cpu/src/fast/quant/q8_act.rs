@@ -61,11 +61,47 @@ impl Q8Rows {
     }
 }
 
-/// [`quantize_blocks`] compiled for AVX2 (the compiler vectorizes the per-block loops).
+/// [`quantize_blocks`] with AVX2: the same scale, rounding (to nearest, ties to even) and
+/// clamp, eight values a register.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn quantize_avx2(x: &[f32], r: &mut Q8Rows) {
-    quantize_blocks(x, r)
+    use std::arch::x86_64::*;
+    let nb = x.len() / QK;
+    assert!(r.qs.len() >= nb * QK && r.ds.len() >= nb, "q8 rows");
+    let sign = _mm256_set1_ps(-0.0);
+    // undoes the lane interleaving of the two packs below
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for b in 0..nb {
+        let p = x.as_ptr().add(b * QK);
+        let v = [0, 8, 16, 24].map(|o| _mm256_loadu_ps(p.add(o)));
+        let abs = v.map(|v| _mm256_andnot_ps(sign, v));
+        let m = _mm256_max_ps(_mm256_max_ps(abs[0], abs[1]), _mm256_max_ps(abs[2], abs[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+        let scale = amax / 127.0;
+        let inv = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+        let lim = _mm256_set1_ps(127.0);
+        let q = v.map(|v| {
+            let t = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v, inv),
+            );
+            _mm256_cvtps_epi32(_mm256_max_ps(
+                _mm256_min_ps(t, lim),
+                _mm256_sub_ps(sign, lim),
+            ))
+        });
+        let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+        let lo = _mm256_packs_epi32(q[0], q[1]);
+        let hi = _mm256_packs_epi32(q[2], q[3]);
+        let bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(lo, hi), order);
+        _mm256_storeu_si256(r.qs.as_mut_ptr().add(b * QK) as *mut __m256i, bytes);
+        *r.ds.get_unchecked_mut(b) = [scale, scale * sum as f32];
+    }
 }
 
 #[inline(always)]
@@ -117,6 +153,18 @@ mod tests {
                 }
             }
         }
+        // the vector and scalar quantizers agree exactly
+        let x: Vec<f32> = (0..1536)
+            .map(|i| ((rng.next_u64() % 20001) as f32 / 10000.0 - 1.0) * (1 + i % 5) as f32)
+            .collect();
+        let mut scalar = Q8Rows {
+            k: 1536,
+            qs: vec![0; 1536],
+            ds: vec![[0.0; 2]; 48],
+        };
+        quantize_blocks(&x, &mut scalar);
+        let fast = Q8Rows::quantize(&x, 1536);
+        assert_eq!((&fast.qs, &fast.ds), (&scalar.qs, &scalar.ds));
         // an all-zero block quantizes to zeros with scale 0
         let r = Q8Rows::quantize(&[0.0; 32], 32);
         assert_eq!(r.row(0).ds[0], [0.0, 0.0]);
