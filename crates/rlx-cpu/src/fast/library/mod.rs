@@ -58,7 +58,7 @@ enum Impl {
     /// f16/bf16 attention computed in f32: operands widened into scratch (regions 1..:
     /// q, k, v, the mask if any, then the result), the result rounded back
     AttentionViaF32(AttnPlan),
-    /// packed weights, dequantized per tile (`fast/quant.rs`)
+    /// packed weights: dotted in registers or dequantized per tile (`fast/quant/`)
     Quant(crate::fast::quant::QuantPlan),
     Gather(GatherPlan),
     Concat(ConcatPlan),
