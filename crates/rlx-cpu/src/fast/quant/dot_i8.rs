@@ -256,7 +256,7 @@ mod x86 {
     pub(super) type Args<'a, 'b> = (&'a [u8], usize, Q8Row<'a>, &'b mut [f32]);
 
     /// Rows dotted together: they share each activation block's load and scales.
-    const ROWS: usize = 2;
+    const ROWS: usize = 4;
 
     /// Q4_0 (`MIN` false) or Q4_1 (`MIN` true) rows dot `a`, `R` rows at a time; lengths
     /// checked by the caller.
