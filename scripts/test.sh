@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every check CI runs: formatting, clippy, the workspace tests and the ONNX conformance
-# suite, then prints one
+# Runs every check CI runs: formatting, clippy, the workspace tests, the ONNX conformance
+# suite and the Python package (wheel + pytest), then prints one
 # summary line where tests that printed `SKIPPED: <reason>` count as skipped, not passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,9 +61,23 @@ if [ "$onnx_status" -ne 0 ]; then
   status=1
 fi
 
+echo
+echo "== Python package (wheel built into a fresh virtual environment, pytest)"
+py_log=$(mktemp)
+trap 'rm -f "$skip_log" "$log" "$py_log"' EXIT
+set +e
+RLX_SKIP_LOG="$skip_log" scripts/test-python.sh 2>&1 | tee "$py_log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+set -e
+# its last line: `python: P passed, F failed, S skipped`
+read -r py_passed py_failed py_skipped < <(tail -n 1 "$py_log" |
+  awk '{ print $2 + 0, $4 + 0, $6 + 0 }')
+
 passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^passed/) s += $i } END { print s + 0 }' "$log")
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^failed/) s += $i } END { print s + 0 }' "$log")
-skipped=$(sort -u "$skip_log" | wc -l)
+# Python skips are counted by pytest (not among the passed); Rust skips are among cargo's passed
+rust_skipped=$(sort -u "$skip_log" | grep -vc '^python' || true)
+skipped=$((rust_skipped + py_skipped))
 echo
 if [ -s "$skip_log" ]; then
   echo "Skipped tests:"
@@ -71,5 +85,5 @@ if [ -s "$skip_log" ]; then
 fi
 onnx_line=passed
 [ "$onnx_status" -eq 0 ] || onnx_line=FAILED
-echo "summary: $((${passed:-0} - skipped)) passed, ${failed:-0} failed, ${skipped} skipped; ONNX conformance ${onnx_line}; exit ${status}"
+echo "summary: $((${passed:-0} - rust_skipped + py_passed)) passed, $((${failed:-0} + py_failed)) failed, ${skipped} skipped (Python: ${py_passed} passed, ${py_failed} failed, ${py_skipped} skipped); ONNX conformance ${onnx_line}; exit ${status}"
 exit "$status"

@@ -4,6 +4,7 @@
 #   parity  tiny random folders written by transformers: rlx greedy tokens vs transformers'
 #   small   SmolLM2-135M shape, f16: rlx bench and rlx generate vs transformers (peer_llm.py)
 #   8b      Llama-3-8B shape, f16: prefill 512, decode batch 1 and 32, vs transformers
+#   bert   a BertModel folder: rlx bench (f16, seq 128, batch 1/32/256), --profile/--trace, PyTorch
 #   serve-small, serve-8b   rlx serve (continuous batching) under rlx loadtest: 64 streams
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
 # (RLX_PARITY=arch:dtype,... picks the parity folders; make_llm.py knows llama mistral qwen2 phi3 gemma)
@@ -49,6 +50,17 @@ for part in "$@"; do
         $g/rlx bench $d --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-bench.json"; echo | tee -a "$out/8b-bench.json"
       done
       [ -n "${SKIP_PEER:-}" ] || python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/8b-peer.txt" ;;
+    bert)
+      # a transformers BertModel folder (MiniLM shape), rlx bench with per-kernel device
+      # times and a trace, against PyTorch in the same command
+      d=$work/bert-minilm
+      [ -f $d/config.json ] || python3 $g/make_bert.py $d $g/bert-tokenizer.json > /dev/null 2>&1
+      for b in 1 32 256; do
+        $g/rlx bench $d --device cuda --precision f16 --dim batch=$b,seq=128 --iters 200 --json 2>&1 | tr -d '\n ' | tee -a "$out/bert-bench.json"; echo | tee -a "$out/bert-bench.json"
+      done
+      $g/rlx bench $d --device cuda --precision f16 --dim batch=32,seq=128 --iters 50 --profile --trace "$out/bert-b32-trace.json" > "$out/bert-b32-profile.txt" 2>&1
+      head -30 "$out/bert-b32-profile.txt"
+      [ -n "${SKIP_PEER:-}" ] || python3 $g/peer_bert.py 1,32,256 cudagraph,reduce-overhead 2>&1 | grep '^{' | tee "$out/bert-peer.txt" ;;
     serve-small|serve-8b)
       if [ $part = serve-small ]; then name=smollm2-f16 shape=smollm2_135m; else name=llama3-8b-f16 shape=llama3_8b; fi
       d=$work/$name

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (here, release) what the LLM checks run on the GPU machine and copies it, stripped,
 # into .gpu/: the rlx binary, rlx-cuda-llm's test binaries, the transformers peers and the
-# SmolLM2 tokenizer.json (from models/smollm2-hf, made by scripts/fetch-models.sh). Then, on
+# SmolLM2 and MiniLM tokenizer.json files (from models/, filled by scripts/fetch-models.sh). Then, on
 # the GPU machine: bash .gpu/run-llm.sh [tests] [parity] [small] [8b] (see that file).
 # The peers (make_llm.py, peer_llm.py) come from the shared folder; set RLX_SHARED to it.
 set -euo pipefail
@@ -21,6 +21,8 @@ cargo build --release -p rlx
 cp "$target/release/rlx" .gpu/
 cp scripts/gpu/run-llm.sh scripts/gpu/llm_parity.py .gpu/
 cp "$shared/gpu/peers/make_llm.py" "$shared/gpu/peers/peer_llm.py" .gpu/
+cp "$shared/gpu/peers/make_bert.py" "$shared/gpu/peers/peer_bert.py" .gpu/
 cp models/smollm2-hf/tokenizer.json .gpu/tokenizer.json
+cp models/minilm/tokenizer.json .gpu/bert-tokenizer.json
 strip .gpu/tests/* .gpu/rlx 2>/dev/null || true
 du -sh .gpu; ls -la .gpu .gpu/tests

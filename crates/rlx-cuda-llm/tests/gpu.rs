@@ -625,7 +625,11 @@ fn device_sampling_keeps_what_the_host_keeps() {
             repetition_penalty: penalty,
             seed: 5,
         };
-        let i32s = |v: i32| (0..rows).flat_map(move |_| v.to_le_bytes()).collect::<Vec<u8>>();
+        let i32s = |v: i32| {
+            (0..rows)
+                .flat_map(move |_| v.to_le_bytes())
+                .collect::<Vec<u8>>()
+        };
         let f32s = |v: f64| {
             (0..rows)
                 .flat_map(move |_| (v as f32).to_le_bytes())
@@ -691,7 +695,9 @@ fn device_sampling_keeps_what_the_host_keeps() {
             let got = *counts.get(&t).unwrap_or(&0) as f64;
             let sigma = (e * (1.0 - p)).sqrt();
             if (got - e).abs() > 5.0 * sigma + 3.0 {
-                failures.push(format!("{s:?}: token {t} drawn {got} times, expected {e:.1}"));
+                failures.push(format!(
+                    "{s:?}: token {t} drawn {got} times, expected {e:.1}"
+                ));
             }
         }
     }

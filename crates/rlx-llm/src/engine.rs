@@ -1,6 +1,6 @@
 //! [`Engine`]: sequences added, stepped and removed on the CUDA engine or the graph path.
 
-use crate::{LlmError, SessionRunner};
+use crate::{LlmError, SessionRunner, TextStream};
 use rlx_driver::Device;
 use rlx_models::llama::{GenerationStats, Generator, Llama, Sampling, Sequence};
 use rlx_runtime::{backend_for, CompileOptions, Session};
@@ -111,7 +111,7 @@ impl<'m> Engine<'m> {
             threads: s.threads,
             ..Default::default()
         };
-        let session = Session::new(device).map_err(|e| LlmError::Model(e.to_string()))?;
+        let session = Session::new(device)?;
         let runner = SessionRunner::new(session, options);
         Ok(Engine {
             kind: Kind::Graph {
@@ -378,6 +378,76 @@ impl<'m> Engine<'m> {
             #[cfg(feature = "cuda")]
             Kind::Cuda(e) => Ok(e.generate(prompt, max_tokens, sampling, stop_ids, on_token)?),
         }
+    }
+
+    /// Generates after `prompt` and hands out the text as it comes, in pieces that never
+    /// split a character ([`TextStream`]). Ends after a token of `stop_ids`, before a stop
+    /// string of `stops`, after `max_tokens`, or when `on_piece` returns false (the caller
+    /// went away). Returns the number of tokens generated.
+    ///
+    /// ```no_run
+    /// use rlx_llm::{Engine, EngineSettings, Llama, Sampling};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let model = Llama::open("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".as_ref())?;
+    /// let mut engine = Engine::new(&model, rlx_driver::Device::Cpu, EngineSettings::default())?;
+    /// let prompt = model.tokenizer.encode("The capital of France is")?;
+    /// let stop_ids = model.tokenizer.stop_ids.clone();
+    /// engine.generate_text(&prompt, 16, Sampling::default(), &stop_ids, &[], &mut |piece| {
+    ///     print!("{piece}");
+    ///     true
+    /// })?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Engine::add`] and [`Engine::step`]; the sequence is removed either way.
+    pub fn generate_text(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: Sampling,
+        stop_ids: &[u32],
+        stops: &[String],
+        on_piece: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<usize, LlmError> {
+        if max_tokens == 0 {
+            return Ok(0);
+        }
+        let model = self.model;
+        let mut text = TextStream::new(&model.tokenizer, stops);
+        let (id, mut token) = self.add(prompt, max_tokens, sampling)?;
+        let mut generated = 0;
+        // Ok(true): ended normally, so what the stream held back is handed out
+        let result = (|| -> Result<bool, LlmError> {
+            loop {
+                generated += 1;
+                if stop_ids.contains(&token) {
+                    return Ok(true);
+                }
+                let piece = text.push(token)?;
+                if !piece.is_empty() && !on_piece(&piece) {
+                    return Ok(false);
+                }
+                if text.stopped() || generated >= max_tokens {
+                    return Ok(true);
+                }
+                token = self
+                    .step()?
+                    .into_iter()
+                    .find(|(s, _)| *s == id)
+                    .map(|(_, t)| t)
+                    .ok_or_else(|| LlmError::Run(format!("sequence {} gave no token", id.0)))?;
+            }
+        })();
+        self.remove(id);
+        if result? {
+            let rest = text.finish()?;
+            if !rest.is_empty() {
+                on_piece(&rest);
+            }
+        }
+        Ok(generated)
     }
 
     /// Generates for several prompts together (sequences leave as they finish; the

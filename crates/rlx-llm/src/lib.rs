@@ -11,12 +11,16 @@
 //! - [`TextStream`]: token ids to text as they come (never splitting a UTF-8 character),
 //!   with stop strings.
 //! - [`SessionRunner`]: the generator's graphs compiled and run in one session.
+//! - [`Embedder`]: sentence embeddings with a BERT-family folder (the CLI's `embed`, the
+//!   server's `/v1/embeddings` and Python's `rlx.embed`).
 
 pub mod chat;
+mod embed;
 mod engine;
 mod runner;
 mod text;
 
+pub use embed::{Embedder, Embeddings};
 pub use engine::{llm_device, BatchResult, Engine, EngineSettings, SeqId};
 pub use rlx_models::llama::{GenerationStats, Llama, Sampling};
 pub use runner::SessionRunner;
@@ -37,6 +41,23 @@ pub enum LlmError {
     /// The device or a run failed.
     #[error("{0}")]
     Run(String),
+    /// The device has no backend or is not available (the reason is in the error).
+    #[error(transparent)]
+    Device(#[from] rlx_driver::DeviceError),
+}
+
+impl From<rlx_runtime::RuntimeError> for LlmError {
+    fn from(e: rlx_runtime::RuntimeError) -> Self {
+        use rlx_runtime::RuntimeError as E;
+        match e {
+            E::Device(d) => LlmError::Device(d),
+            E::Input { .. } => LlmError::Invalid(e.to_string()),
+            E::Ir(_) | E::Opt(_) | E::Legalize(_) | E::Param { .. } | E::Specialise { .. } => {
+                LlmError::Model(e.to_string())
+            }
+            E::Backend { .. } => LlmError::Run(e.to_string()),
+        }
+    }
 }
 
 impl From<rlx_models::llama::LlamaError> for LlmError {

@@ -99,7 +99,7 @@ impl<'t> TextStream<'t> {
 
     fn decode(&self) -> Result<String, LlmError> {
         self.tok
-            .decode(&self.ids, true)
+            .decode_continuation(&self.ids, true)
             .map_err(|e| LlmError::Run(format!("decoding tokens: {e}")))
     }
 }

@@ -174,6 +174,23 @@ pub fn declared_inputs(
     Ok(out)
 }
 
+/// The graph outputs in declared order with their types; `None` where the model leaves the
+/// type or rank unknown (the import infers them).
+pub fn declared_outputs(model: &ModelProto) -> Vec<(String, Option<TensorType>)> {
+    let Some(graph) = model.graph.as_ref() else {
+        return Vec::new();
+    };
+    graph
+        .output
+        .iter()
+        .map(|o| {
+            let name = o.name().to_string();
+            let ty = value_type(o, &name, &HashMap::new()).ok();
+            (name, ty)
+        })
+        .collect()
+}
+
 /// Imports a model whose initializers are already decoded (shared, not copied).
 pub fn import_decoded(
     model: &ModelProto,

@@ -10,8 +10,12 @@
 //! - [`ParsedModel`] keeps a decoded model and imports it again per set of dim sizes, so a
 //!   runtime can specialise a dynamic-axis model to the shapes of its inputs.
 //!
+//! - With the `runtime` feature, [`runtime::dynamic`] puts a [`ParsedModel`] behind an
+//!   `rlx_runtime::DynamicGraph`, compiled once per shape signature of its inputs.
+//!
 //! Importers build a graph and never touch a device; the only other crate used is the CPU
-//! validation interpreter, for the reference semantics of constant folding.
+//! validation interpreter, for the reference semantics of constant folding (and, with the
+//! `runtime` feature, the runtime's `DynamicGraph`, which compiles what the importer builds).
 
 mod ctx;
 mod dtype;
@@ -22,6 +26,8 @@ mod node;
 pub mod ops;
 mod parsed;
 pub mod proto;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 mod tensor;
 
 pub use dtype::{onnx_type_name, to_dtype, to_onnx};

@@ -20,6 +20,7 @@ pub struct ParsedModel {
     label: String,
     inits: Initializers,
     inputs: Vec<(String, TensorType)>,
+    outputs: Vec<(String, Option<TensorType>)>,
 }
 
 /// One import of a [`ParsedModel`]: the graph and the weights it binds (shared with the
@@ -60,11 +61,13 @@ impl ParsedModel {
         let mut ext = ExternalData::new(base_dir);
         let inits = import::initializers(&model, label, &mut ext)?;
         let inputs = import::declared_inputs(&model, label, &Default::default())?;
+        let outputs = import::declared_outputs(&model);
         Ok(ParsedModel {
             model,
             label: label.to_string(),
             inits,
             inputs,
+            outputs,
         })
     }
 
@@ -72,6 +75,12 @@ impl ParsedModel {
     /// the model or `INPUT_dI` where it leaves them unnamed.
     pub fn inputs(&self) -> &[(String, TensorType)] {
         &self.inputs
+    }
+
+    /// The graph outputs in declared order with their declared types (`None` where the
+    /// model leaves type or rank to inference).
+    pub fn outputs(&self) -> &[(String, Option<TensorType>)] {
+        &self.outputs
     }
 
     /// The symbolic dims of the inputs, each once, in order of first appearance.

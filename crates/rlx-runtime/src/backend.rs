@@ -97,4 +97,84 @@ pub trait Executable: Send + Sync {
 
     /// The generated program, as text (for `rlx dump --stage kernels`).
     fn dump(&self) -> String;
+
+    /// Runs `runs` times timing every kernel on the device's own clock; `None` when this
+    /// device cannot time its kernels.
+    ///
+    /// # Errors
+    /// As [`Executable::run`].
+    fn profile(
+        &self,
+        _inputs: &HashMap<String, Tensor>,
+        _params: &ParamStore,
+        _runs: usize,
+    ) -> Result<Option<RunProfile>, RuntimeError> {
+        Ok(None)
+    }
+}
+
+/// One kernel of a profiled program.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    /// the kernel's name and the source ops it runs
+    pub name: String,
+    /// its kind: `gemm`, `loop`, a library op, a generated kernel's family
+    pub kind: String,
+    /// median microseconds per run
+    pub micros: f64,
+}
+
+/// Per-kernel times of a program, in launch order (what `rlx bench --profile` prints and
+/// `--trace` writes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunProfile {
+    /// kernels in the order they run
+    pub kernels: Vec<KernelTime>,
+    /// runs the medians are taken over
+    pub runs: usize,
+    /// the clock: "cpu wall clock", "cuda events", "gpu timestamps" or "host clock"
+    pub clock: &'static str,
+}
+
+impl RunProfile {
+    /// Microseconds of all kernels of one run (launch gaps excluded).
+    pub fn kernel_micros(&self) -> f64 {
+        self.kernels.iter().map(|k| k.micros).sum()
+    }
+
+    /// A Chrome / Perfetto trace (`chrome://tracing`, ui.perfetto.dev) of one run: the
+    /// kernels back to back on one track, each with its kind and source ops.
+    pub fn chrome_trace(&self, process: &str) -> String {
+        let mut events = vec![serde_json::json!({
+            "name": "process_name", "ph": "M", "pid": 1, "tid": 1,
+            "args": {"name": process},
+        })];
+        let mut at = 0.0;
+        for k in &self.kernels {
+            events.push(serde_json::json!({
+                "name": k.name, "cat": k.kind, "ph": "X", "pid": 1, "tid": 1,
+                "ts": at, "dur": k.micros, "args": {"kind": k.kind, "clock": self.clock},
+            }));
+            at += k.micros;
+        }
+        serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ms" }).to_string()
+    }
+}
+
+/// Medians per kernel over runs of the same program (each run's kernels in the same order).
+pub fn median_kernels(runs: &[Vec<(String, String, f64)>]) -> Vec<KernelTime> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            let mut t: Vec<f64> = runs.iter().filter_map(|r| r.get(i).map(|k| k.2)).collect();
+            t.sort_by(f64::total_cmp);
+            KernelTime {
+                name: first[i].0.clone(),
+                kind: first[i].1.clone(),
+                micros: t[t.len() / 2],
+            }
+        })
+        .collect()
 }

@@ -12,13 +12,14 @@ mod params;
 mod registry;
 mod session;
 
-pub use backend::{Backend, CompileOptions, Executable};
+pub use backend::{median_kernels, Backend, CompileOptions, Executable, KernelTime, RunProfile};
 pub use dynamic::{
     signature, BoxError, DynamicGraph, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
 };
 pub use error::RuntimeError;
 pub use params::{ParamMap, ParamStore};
 pub use registry::{
-    auto_device, backend_for, register_backend, registered_devices, BackendFactory,
+    auto_device, backend_for, device_statuses, register_backend, registered_devices,
+    BackendFactory, DeviceStatus,
 };
 pub use session::{bind_inputs, Bindings, CompiledGraph, Session, Variant};

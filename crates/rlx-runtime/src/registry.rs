@@ -62,3 +62,48 @@ pub fn auto_device() -> Device {
         })
         .unwrap_or(Device::Cpu)
 }
+
+/// What `rlx devices` reports for one device.
+#[derive(Debug, Clone)]
+pub struct DeviceStatus {
+    /// the device
+    pub device: Device,
+    /// a backend is compiled in
+    pub registered: bool,
+    /// it can compile and run now
+    pub available: bool,
+    /// why not, when it cannot
+    pub reason: Option<String>,
+    /// facts about it, when available
+    pub info: Option<rlx_driver::DeviceInfo>,
+}
+
+/// Every device in [`Device::ALL`] order: compiled in, available now, and why not.
+pub fn device_statuses() -> Vec<DeviceStatus> {
+    Device::ALL
+        .into_iter()
+        .map(|device| match backend_for(device) {
+            Some(b) => {
+                let a = b.availability();
+                let info = if a.available { b.info() } else { None };
+                DeviceStatus {
+                    device,
+                    registered: true,
+                    available: a.available,
+                    reason: a.reason,
+                    info,
+                }
+            }
+            None => DeviceStatus {
+                device,
+                registered: false,
+                available: false,
+                reason: Some(format!(
+                    "not compiled in; rebuild with the Cargo feature `{}`",
+                    device.cargo_feature()
+                )),
+                info: None,
+            },
+        })
+        .collect()
+}

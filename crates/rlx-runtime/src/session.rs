@@ -222,6 +222,24 @@ impl CompiledGraph {
         variant.executable.run(inputs, &self.mixed_params())
     }
 
+    /// Runs `runs` times timing every kernel on the device's clock (see
+    /// [`crate::Executable::profile`]); `None` when the device cannot time its kernels.
+    ///
+    /// # Errors
+    /// As [`CompiledGraph::run`].
+    pub fn profile(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        runs: usize,
+    ) -> Result<Option<crate::RunProfile>, RuntimeError> {
+        let bindings = self.check_inputs(inputs)?;
+        let variant = self.variant(&bindings)?;
+        self.check_params()?;
+        variant
+            .executable
+            .profile(inputs, &self.bound_params(), runs.max(1))
+    }
+
     /// The weights as the compiled program reads them: the session's, with those that
     /// mixed precision reads in a low dtype converted (a tool that runs the variant's graph
     /// itself, such as a profiler, binds these).

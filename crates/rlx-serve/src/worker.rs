@@ -4,7 +4,7 @@
 //! The language model's thread takes requests from a channel, turns them into prompt
 //! tokens (chat template, tokenizer) and checks them, then admits them into the running
 //! batch between decode steps while there is a free sequence slot and room in the KV cache
-//! for their prompt and `max_tokens`. Every step advances every sequence by one token; text
+//! for their prompt and `max_tokens`; the prompts admitted together prefill together. Every step advances every sequence by one token; text
 //! goes back to each request's channel as it forms. A sequence leaves the batch when it
 //! ends (stop token or string, `max_tokens`), when its deadline passes, or when its client
 //! has gone (the channel is closed): its KV cache is freed before the next step.
@@ -500,7 +500,6 @@ pub fn spawn_embed(
     device: Device,
     metrics: Arc<Metrics>,
 ) -> Result<EmbedWorker, ServeError> {
-    use rlx_models::bert::{self, SENTENCE_EMBEDDING};
     let (tx, rx) = mpsc::channel::<EmbedJob>();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let name = dir
@@ -510,25 +509,14 @@ pub fn spawn_embed(
     std::thread::Builder::new()
         .name("rlx-embed".into())
         .spawn(move || {
-            let setup = (|| -> Result<_, String> {
-                let model = rlx_models::BertModel::load(&dir).map_err(|e| e.to_string())?;
-                let tok = model.tokenizer().map_err(|e| e.to_string())?;
-                let session = rlx_runtime::Session::new(device).map_err(|e| e.to_string())?;
-                for (n, t) in &model.params {
-                    session.set_param(n, t.clone());
-                }
-                let compiled = session
-                    .compile(&model.graph, rlx_runtime::CompileOptions::default())
-                    .map_err(|e| e.to_string())?;
-                Ok((tok, compiled, session))
-            })();
-            let (tok, compiled, _session) = match setup {
-                Ok(x) => x,
+            let embedder = match rlx_llm::Embedder::load(&dir.to_string_lossy(), device) {
+                Ok(e) => e,
                 Err(e) => {
                     let _ = ready_tx.send(Err(format!("{}: {e}", dir.display())));
                     return;
                 }
             };
+            let tok = embedder.tokenizer();
             let _ = ready_tx.send(Ok(()));
             while let Ok(first) = rx.recv() {
                 let mut jobs = vec![first];
@@ -567,23 +555,9 @@ pub fn spawn_embed(
                         .iter()
                         .map(|(_, j, i)| jobs[*j].texts[*i].as_str())
                         .collect();
-                    let run = (|| -> Result<Vec<Vec<f32>>, String> {
-                        let enc = tok.encode(&texts).map_err(|e| e.to_string())?;
-                        let outs = compiled
-                            .run(&bert::inputs(&enc))
-                            .map_err(|e| e.to_string())?;
-                        let emb = outs
-                            .iter()
-                            .find(|(n, _)| n == SENTENCE_EMBEDDING)
-                            .map(|(_, t)| t)
-                            .ok_or("the graph has no sentence_embedding output")?;
-                        let dim = emb.shape()[1].max(1);
-                        Ok(emb
-                            .to_f64_vec()
-                            .chunks(dim)
-                            .map(|r| r.iter().map(|&x| x as f32).collect())
-                            .collect())
-                    })();
+                    let run = embedder
+                        .embed(&texts)
+                        .map(|e| e.rows().map(<[f32]>::to_vec).collect::<Vec<_>>());
                     match run {
                         Ok(rows) => {
                             for ((len, j, i), row) in live.iter().zip(rows) {

@@ -182,7 +182,10 @@ fn create(flavor: Flavor) -> Result<Context, String> {
         (wgpu::Features::empty(), defaults)
     } else {
         // Optional features only where the adapter offers them: without, codegen falls back.
-        let f = adapter_features & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let f = adapter_features
+            & (wgpu::Features::SHADER_F16
+                | wgpu::Features::SUBGROUP
+                | wgpu::Features::TIMESTAMP_QUERY);
         (f, adapter.limits())
     };
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {

@@ -228,6 +228,9 @@ fn pipeline(
     Ok((p, false))
 }
 
+/// Per profiled run, every dispatch's label and microseconds.
+pub type DispatchTimes = Vec<Vec<(String, f64)>>;
+
 impl WgpuProgram {
     /// Plans, generates and builds `program` for `flavor`: pipelines, memory, bind groups;
     /// uploads its constants. Weights get slots in `weights` (uploaded at run time).
@@ -558,6 +561,119 @@ impl WgpuProgram {
             return Err(dev_err("run", errors.join("; ")));
         }
         Ok(())
+    }
+
+    /// Times every dispatch `iters` times (inputs and weights stay where the last
+    /// [`WgpuProgram::run`] put them): on the GPU's timestamps where the device has timestamp
+    /// queries (each dispatch in its own pass), else on the host clock around a submission
+    /// of each dispatch alone. Per run, every dispatch's label and microseconds, and the
+    /// clock's name.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn profile_dispatches(
+        &self,
+        iters: usize,
+    ) -> Result<(DispatchTimes, &'static str), WgpuError> {
+        let steps = || {
+            self.plan
+                .steps
+                .iter()
+                .zip(&self.pipelines)
+                .zip(&self.bind_groups)
+        };
+        let n = self.plan.steps.len();
+        let mut runs = Vec::with_capacity(iters);
+        let device = &self.ctx.device;
+        if n > 0 && device.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
+            let count = (2 * n) as u32;
+            let set = device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("rlx profile"),
+                ty: wgpu::QueryType::Timestamp,
+                count,
+            });
+            let bytes = u64::from(count) * 8;
+            let resolve = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("rlx profile resolve"),
+                size: bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            let read = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("rlx profile read"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let period = f64::from(self.ctx.queue.get_timestamp_period());
+            for _ in 0..iters {
+                let mut encoder =
+                    device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+                for (i, ((step, p), bg)) in steps().enumerate() {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(&step.label),
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: &set,
+                            beginning_of_pass_write_index: Some(2 * i as u32),
+                            end_of_pass_write_index: Some(2 * i as u32 + 1),
+                        }),
+                    });
+                    pass.set_pipeline(p);
+                    pass.set_bind_group(0, bg, &[]);
+                    let [x, y, z] = step.workgroups;
+                    pass.dispatch_workgroups(x, y, z);
+                }
+                encoder.resolve_query_set(&set, 0..count, &resolve, 0);
+                encoder.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
+                self.ctx.queue.submit([encoder.finish()]);
+                read.map_async(wgpu::MapMode::Read, .., |_| {});
+                self.wait()?;
+                let ticks: Vec<u64> = {
+                    let view = read
+                        .get_mapped_range(..)
+                        .map_err(|e| dev_err("profile readback", e))?;
+                    view.chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                        .collect()
+                };
+                read.unmap();
+                runs.push(
+                    self.plan
+                        .steps
+                        .iter()
+                        .enumerate()
+                        .map(|(i, step)| {
+                            let d = ticks[2 * i + 1].saturating_sub(ticks[2 * i]);
+                            (step.label.clone(), d as f64 * period / 1e3)
+                        })
+                        .collect(),
+                );
+            }
+            return Ok((runs, "gpu timestamps"));
+        }
+        for _ in 0..iters {
+            let mut run = Vec::with_capacity(n);
+            for ((step, p), bg) in steps() {
+                let start = Instant::now();
+                let mut encoder =
+                    device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+                {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(&step.label),
+                        timestamp_writes: None,
+                    });
+                    pass.set_pipeline(p);
+                    pass.set_bind_group(0, bg, &[]);
+                    let [x, y, z] = step.workgroups;
+                    pass.dispatch_workgroups(x, y, z);
+                }
+                self.ctx.queue.submit([encoder.finish()]);
+                self.wait()?;
+                run.push((step.label.clone(), start.elapsed().as_secs_f64() * 1e6));
+            }
+            runs.push(run);
+        }
+        Ok((runs, "host clock"))
     }
 
     /// Times `iters` runs of the dispatches alone (inputs and weights stay where the last

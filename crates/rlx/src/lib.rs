@@ -5,7 +5,7 @@
 //! [`onnx`] runs ONNX models with dynamic axes, compiled per shape of their inputs.
 
 pub mod demo;
-pub mod onnx;
+pub use rlx_onnx::runtime as onnx;
 
 /// The common surface in one import: `use rlx::prelude::*;`.
 pub mod prelude {

@@ -1,5 +1,5 @@
 //! Keeps ARCHITECTURE.md true: every path it names must exist. Paths starting with
-//! `crates/`, `scripts/` or `assets/` are checked from the repo root; bare file names such
+//! `crates/`, `scripts/`, `assets/` or `python/` are checked from the repo root; bare file names such
 //! as `session.rs` or `builtin/` are checked inside the `src/` of the crate whose section
 //! they appear in.
 
@@ -36,7 +36,7 @@ fn every_path_in_architecture_md_exists() {
             if tok.contains('<') {
                 continue;
             }
-            let rooted = ["crates/", "scripts/", "assets/"]
+            let rooted = ["crates/", "scripts/", "assets/", "python/"]
                 .iter()
                 .any(|p| tok.starts_with(p));
             let path = if rooted {

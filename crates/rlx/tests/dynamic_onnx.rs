@@ -576,6 +576,82 @@ fn rlx_run_and_bench_take_the_sizes_from_the_npy_files() {
     std::fs::remove_dir_all(&d).ok();
 }
 
+/// `rlx bench --profile --trace` on every available device of the CPU, CUDA and Vulkan: the
+/// per-kernel device times add up to no more than a run, and the trace is Chrome's JSON
+/// with one complete event per kernel, back to back.
+#[test]
+fn bench_profiles_and_traces_on_every_available_device() {
+    let d = dir("profile");
+    let cnn_path = d.join("cnn.onnx");
+    std::fs::write(&cnn_path, cnn()).unwrap();
+    let c = cnn_path.to_str().unwrap();
+    let (ok, text, err) = rlx(&["devices", "--json"]);
+    assert!(ok, "{err}");
+    let devices: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for device in ["cpu", "cuda", "vulkan"] {
+        let available = devices
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["device"] == device && v["available"] == true);
+        if !available {
+            rlx_driver::testing::skip(
+                &format!("bench_profiles_and_traces ({device})"),
+                "device not available here",
+            );
+            continue;
+        }
+        let trace = d.join(format!("{device}.json"));
+        let (ok, text, err) = rlx(&[
+            "bench",
+            c,
+            "--device",
+            device,
+            "--input",
+            "x=random",
+            "--dim",
+            "batch=2",
+            "--warmup",
+            "1",
+            "--iters",
+            "3",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(ok, "{device}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let p = &v["profile"];
+        let kernel_ms = p["kernel_ms"].as_f64().unwrap();
+        assert!(kernel_ms > 0.0, "{device}: {p}");
+        assert!(
+            !p["by_kind"].as_array().unwrap().is_empty(),
+            "{device}: {p}"
+        );
+        assert!(p["clock"].as_str().is_some(), "{device}: {p}");
+        let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+        let events: Vec<&serde_json::Value> = t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .collect();
+        assert!(!events.is_empty(), "{device}: {t}");
+        let mut end = 0.0;
+        for e in &events {
+            assert!(e["name"].as_str().is_some_and(|n| !n.is_empty()), "{e}");
+            let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
+            assert!(dur >= 0.0 && (ts - end).abs() < 1e-6, "{device}: {e}");
+            end = ts + dur;
+        }
+        assert!(
+            (end / 1e3 - kernel_ms).abs() < 1e-6 * kernel_ms.max(1.0),
+            "{device}"
+        );
+    }
+    std::fs::remove_dir_all(&d).ok();
+}
+
 /// A real-size model, when `RLX_DYN_ONNX` names one with `input_ids`/`attention_mask`
 /// inputs (e.g. MiniLM from `../shared/bench/build_minilm_onnx.py`): the time to import and
 /// compile a new shape of the cached model, printed.

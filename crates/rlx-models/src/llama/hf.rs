@@ -390,14 +390,7 @@ pub fn hf_tokenizer(dir: &Path, config: &Value) -> Result<ChatTokenizer, LlamaEr
         _ => None,
     };
     let mut stop_ids = eos.clone();
-    // chat turn ends: ChatML, Llama 3, Gemma, Phi-3
-    for t in [
-        "<|im_end|>",
-        "<|eot_id|>",
-        "<|end_of_text|>",
-        "<end_of_turn>",
-        "<|end|>",
-    ] {
+    for t in rlx_gguf::TURN_ENDS {
         if let Some(id) = inner.token_to_id(t) {
             if !stop_ids.contains(&id) {
                 stop_ids.push(id);

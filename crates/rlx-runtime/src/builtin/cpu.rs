@@ -1,7 +1,9 @@
 //! Adapter from the `rlx-cpu` crate to the [`Backend`] contract: lowers the legalized
 //! graph to kernel IR with `rlx-opt` and compiles it with the CPU fast path.
 
-use crate::{Backend, CompileOptions, Executable, ParamStore, RuntimeError};
+use crate::{
+    median_kernels, Backend, CompileOptions, Executable, ParamStore, RunProfile, RuntimeError,
+};
 use rlx_cpu::{CpuOptions, CpuProgram};
 use rlx_driver::{Availability, Device, DeviceInfo};
 use rlx_ir::{Graph, Op, Tensor, TensorType};
@@ -102,5 +104,33 @@ impl Executable for CpuExecutable {
 
     fn dump(&self) -> String {
         self.dump.clone()
+    }
+
+    fn profile(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        params: &ParamStore,
+        runs: usize,
+    ) -> Result<Option<RunProfile>, RuntimeError> {
+        let params = params.snapshot();
+        self.program.run(inputs, &params).map_err(backend_err)?;
+        let mut all = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let p = self
+                .program
+                .run_profiled(inputs, &params)
+                .map_err(backend_err)?;
+            all.push(
+                p.timings
+                    .into_iter()
+                    .map(|k| (k.name, k.kind.to_string(), k.seconds * 1e6))
+                    .collect(),
+            );
+        }
+        Ok(Some(RunProfile {
+            kernels: median_kernels(&all),
+            runs,
+            clock: "cpu wall clock",
+        }))
     }
 }

@@ -1,6 +1,6 @@
 //! `rlx-cuda` behind the kernel-IR adapter: NVRTC-generated kernels and cuBLASLt.
 
-use super::kernel::{DeviceProgram, KernelBackend, KernelDevice};
+use super::kernel::{DeviceProgram, KernelBackend, KernelDevice, KernelRuns};
 use crate::Backend;
 use rlx_cuda::weights::WeightCache;
 use rlx_cuda::{CudaError, CudaOptions, CudaProgram};
@@ -83,5 +83,28 @@ impl DeviceProgram for CudaProgram {
             CudaProgram::dump(self),
             self.source()
         )
+    }
+
+    fn profile(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        weights: &HashMap<String, Arc<Tensor>>,
+        runs: usize,
+    ) -> Result<Option<(KernelRuns, &'static str)>, CudaError> {
+        CudaProgram::run(self, inputs, weights)?;
+        // medians per step already: one run of them
+        let run = self
+            .profile_steps(runs)?
+            .into_iter()
+            .map(|(label, ms)| {
+                let kind = if label.starts_with("gemm ") {
+                    "gemm"
+                } else {
+                    "kernel"
+                };
+                (label, kind.to_string(), ms * 1e3)
+            })
+            .collect();
+        Ok(Some((vec![run], "cuda events")))
     }
 }

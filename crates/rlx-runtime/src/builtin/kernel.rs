@@ -4,7 +4,9 @@
 //! the backend is unavailable with the reason, claims no ops, and `compile` refuses with that
 //! reason; a device error that means "unavailable" surfaces as [`DeviceError::Unavailable`].
 
-use crate::{Backend, CompileOptions, Executable, ParamStore, RuntimeError};
+use crate::{
+    median_kernels, Backend, CompileOptions, Executable, ParamStore, RunProfile, RuntimeError,
+};
 use rlx_driver::{Availability, Device, DeviceError, DeviceInfo};
 use rlx_ir::kernel::KernelProgram;
 use rlx_ir::{Graph, Op, Tensor, TensorType};
@@ -45,7 +47,20 @@ pub(crate) trait DeviceProgram: Send + Sync + 'static {
     fn arena_bytes(&self) -> usize;
     /// The program and its generated source, for `rlx dump`.
     fn dump(&self) -> String;
+    /// Per kernel (name, kind, microseconds) of `runs` runs after one run on these inputs,
+    /// and the clock; `None` when the device cannot time its kernels.
+    fn profile(
+        &self,
+        _inputs: &HashMap<String, Tensor>,
+        _weights: &HashMap<String, Arc<Tensor>>,
+        _runs: usize,
+    ) -> Result<Option<(KernelRuns, &'static str)>, Self::Error> {
+        Ok(None)
+    }
 }
+
+/// Per run, every kernel's (name, kind, microseconds).
+pub(crate) type KernelRuns = Vec<Vec<(String, String, f64)>>;
 
 /// A [`Backend`] for `device` served by the device crate `D`.
 pub(crate) struct KernelBackend<D: KernelDevice> {
@@ -144,5 +159,23 @@ impl<D: KernelDevice> Executable for KernelExecutable<D> {
 
     fn dump(&self) -> String {
         self.program.dump()
+    }
+
+    fn profile(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        params: &ParamStore,
+        runs: usize,
+    ) -> Result<Option<RunProfile>, RuntimeError> {
+        let params = params.snapshot();
+        let timed = self.program.profile(inputs, &params, runs).map_err(|e| {
+            let reason = D::unavailable(&e);
+            device_err(self.device, e, reason)
+        })?;
+        Ok(timed.map(|(all, clock)| RunProfile {
+            kernels: median_kernels(&all),
+            runs,
+            clock,
+        }))
     }
 }

@@ -2,7 +2,7 @@
 //! of any backend), `vulkan`, `opengl` (EGL, headless), `webgpu` (WebGPU default limits and
 //! features only) and, on Apple hosts, `metal`.
 
-use super::kernel::{DeviceProgram, KernelBackend, KernelDevice};
+use super::kernel::{DeviceProgram, KernelBackend, KernelDevice, KernelRuns};
 use crate::Backend;
 use rlx_driver::{Availability, Device, DeviceInfo};
 use rlx_ir::kernel::KernelProgram;
@@ -104,5 +104,24 @@ impl DeviceProgram for WgpuProgram {
             WgpuProgram::dump(self),
             self.source()
         )
+    }
+
+    fn profile(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        weights: &HashMap<String, Arc<Tensor>>,
+        runs: usize,
+    ) -> Result<Option<(KernelRuns, &'static str)>, WgpuError> {
+        WgpuProgram::run(self, inputs, weights)?;
+        let (timed, clock) = self.profile_dispatches(runs)?;
+        let runs = timed
+            .into_iter()
+            .map(|run| {
+                run.into_iter()
+                    .map(|(label, us)| (label, "dispatch".to_string(), us))
+                    .collect()
+            })
+            .collect();
+        Ok(Some((runs, clock)))
     }
 }

@@ -1,12 +1,13 @@
 //! `rlx bench MODEL`: compile once (timed apart), warm up, then time runs; median and p90.
 //! MODEL is an ONNX file, a model folder (BERT family; `hf:<name>` downloads one) or a
-//! GGUF file. `--profile` adds the time per kernel, summed per kind (CPU).
+//! GGUF file. `--profile` adds the device time per kernel, summed per kind, on every device
+//! that can time its kernels; `--trace FILE.json` writes it as a Chrome / Perfetto trace.
 
 use super::model::device;
 use super::{npy, CmdResult};
 use rlx_ir::{Dim, Graph, Tensor, TensorType};
 use rlx_models::{BertModel, Family};
-use rlx_runtime::{CompileOptions, CompiledGraph, Session};
+use rlx_runtime::{CompileOptions, RunProfile, Session};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -38,9 +39,14 @@ pub struct Args {
     /// Print one JSON object: model, device, compile_ms, median_ms, p90_ms, iters.
     #[arg(long)]
     json: bool,
-    /// Also time every kernel (CPU only) and print the time per kernel kind.
+    /// Also time every kernel on the device's clock (CPU wall clock, CUDA events, GPU
+    /// timestamps) and print the device time per kernel kind and the slowest kernels.
     #[arg(long)]
     profile: bool,
+    /// Write a Chrome / Perfetto trace of one profiled run (kernels back to back, with
+    /// their kinds and source ops) to this JSON file; implies `--profile`.
+    #[arg(long, value_name = "FILE.json")]
+    trace: Option<std::path::PathBuf>,
     /// Llama models: prompt tokens per sequence (random ids).
     #[arg(long, default_value_t = 512)]
     prompt_tokens: usize,
@@ -125,8 +131,18 @@ pub fn run(args: Args) -> CmdResult {
     let p90_ms = quantile(&times, 0.9);
     let shapes: BTreeMap<&String, &[usize]> = inputs.iter().map(|(n, t)| (n, t.shape())).collect();
 
-    let profile = if args.profile {
-        Some(profile(&compiled, &inputs, iters, device)?)
+    let profile = if args.profile || args.trace.is_some() {
+        let p = compiled
+            .profile(&inputs, iters)?
+            .ok_or_else(|| format!("--profile: {device} cannot time its kernels"))?;
+        if let Some(path) = &args.trace {
+            std::fs::write(
+                path,
+                p.chrome_trace(&format!("rlx {} on {device}", args.model)),
+            )
+            .map_err(|e| format!("--trace {}: {e}", path.display()))?;
+        }
+        Some(Profile::from(&p))
     } else {
         None
     };
@@ -431,108 +447,83 @@ fn bind_symbols(
     Ok(out)
 }
 
-/// Time per kernel, summed over the profiled runs.
+/// Device time per kernel kind and the slowest kernels of a [`RunProfile`].
 struct Profile {
     runs: usize,
-    /// per kind: (kernels per run, total seconds)
+    clock: &'static str,
+    /// per kind: (kernels per run, microseconds per run)
     kinds: Vec<(String, usize, f64)>,
-    /// per kernel name: (kind, total seconds)
+    /// per kernel name: (kind, microseconds per run)
     top: Vec<(String, String, f64)>,
+    /// microseconds per run in kernels
     total: f64,
+}
+
+impl From<&RunProfile> for Profile {
+    fn from(p: &RunProfile) -> Profile {
+        let mut by_kind: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+        let mut by_name: HashMap<String, (String, f64)> = HashMap::new();
+        for k in &p.kernels {
+            let e = by_kind.entry(k.kind.clone()).or_default();
+            e.0 += 1;
+            e.1 += k.micros;
+            by_name
+                .entry(k.name.clone())
+                .or_insert((k.kind.clone(), 0.0))
+                .1 += k.micros;
+        }
+        let mut kinds: Vec<(String, usize, f64)> =
+            by_kind.into_iter().map(|(k, (n, s))| (k, n, s)).collect();
+        kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let mut top: Vec<(String, String, f64)> =
+            by_name.into_iter().map(|(n, (k, s))| (n, k, s)).collect();
+        top.sort_by(|a, b| b.2.total_cmp(&a.2));
+        Profile {
+            runs: p.runs,
+            clock: p.clock,
+            kinds,
+            top,
+            total: p.kernel_micros(),
+        }
+    }
 }
 
 impl Profile {
     fn print(&self) {
-        let per = |s: f64| s * 1e3 / self.runs as f64;
+        let ms = |us: f64| us / 1e3;
         println!(
-            "profile   {:.3} ms per run in kernels ({} runs):",
-            per(self.total),
+            "profile   {:.3} ms per run in kernels (device time, {}, medians of {} runs):",
+            ms(self.total),
+            self.clock,
             self.runs
         );
-        for (kind, n, s) in &self.kinds {
+        for (kind, n, us) in &self.kinds {
             println!(
                 "  {kind:<14} {:>8.3} ms  {:>5.1}%  {n} kernels",
-                per(*s),
-                100.0 * s / self.total
+                ms(*us),
+                100.0 * us / self.total.max(1e-9)
             );
         }
         println!("  slowest kernels:");
-        for (name, kind, s) in self.top.iter().take(15) {
-            println!("  {:>8.3} ms  {kind:<12} {name}", per(*s));
+        for (name, kind, us) in self.top.iter().take(15) {
+            println!("  {:>8.3} ms  {kind:<12} {name}", ms(*us));
         }
     }
 
     fn to_json(&self) -> serde_json::Value {
-        let per = |s: f64| s * 1e3 / self.runs as f64;
+        let ms = |us: f64| us / 1e3;
         serde_json::json!({
             "runs": self.runs,
-            "kernel_ms": per(self.total),
-            "by_kind": self.kinds.iter().map(|(k, n, s)| serde_json::json!({
-                "kind": k, "kernels": n, "ms": per(*s)
+            "clock": self.clock,
+            "kernel_ms": ms(self.total),
+            "by_kind": self.kinds.iter().map(|(k, n, us)| serde_json::json!({
+                "kind": k, "kernels": n, "ms": ms(*us)
             })).collect::<Vec<_>>(),
-            "slowest": self.top.iter().take(15).map(|(name, k, s)| serde_json::json!({
-                "kernel": name, "kind": k, "ms": per(*s)
+            "slowest": self.top.iter().take(15).map(|(name, k, us)| serde_json::json!({
+                "kernel": name, "kind": k, "ms": ms(*us)
             })).collect::<Vec<_>>(),
         })
     }
-}
-
-#[cfg(feature = "cpu")]
-fn profile(
-    compiled: &CompiledGraph,
-    inputs: &HashMap<String, Tensor>,
-    runs: usize,
-    device: rlx_driver::Device,
-) -> Result<Profile, Box<dyn std::error::Error>> {
-    if device != rlx_driver::Device::Cpu {
-        return Err(format!("--profile times CPU kernels; {device} is not the CPU").into());
-    }
-    let variant = compiled
-        .first_variant()
-        .ok_or("--profile: nothing was compiled")?;
-    // The same legalized graph the session compiled, lowered and compiled again for the
-    // CPU fast path, whose runs can time each kernel.
-    let program = rlx_opt::lower(&variant.graph)?;
-    let program = rlx_cpu::CpuProgram::compile(program, &rlx_cpu::CpuOptions::default())?;
-    let params = compiled.bound_params().snapshot();
-    program.run(inputs, &params)?;
-    let mut by_kind: BTreeMap<String, (usize, f64)> = BTreeMap::new();
-    let mut by_name: HashMap<String, (String, f64)> = HashMap::new();
-    let mut total = 0.0;
-    for r in 0..runs {
-        let p = program.run_profiled(inputs, &params)?;
-        for k in p.timings {
-            let e = by_kind.entry(k.kind.to_string()).or_default();
-            if r == 0 {
-                e.0 += 1;
-            }
-            e.1 += k.seconds;
-            total += k.seconds;
-            by_name.entry(k.name).or_insert((k.kind.to_string(), 0.0)).1 += k.seconds;
-        }
-    }
-    let mut kinds: Vec<(String, usize, f64)> =
-        by_kind.into_iter().map(|(k, (n, s))| (k, n, s)).collect();
-    kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
-    let mut top: Vec<(String, String, f64)> =
-        by_name.into_iter().map(|(n, (k, s))| (n, k, s)).collect();
-    top.sort_by(|a, b| b.2.total_cmp(&a.2));
-    Ok(Profile {
-        runs,
-        kinds,
-        top,
-        total,
-    })
-}
-
-#[cfg(not(feature = "cpu"))]
-fn profile(
-    _compiled: &CompiledGraph,
-    _inputs: &HashMap<String, Tensor>,
-    _runs: usize,
-    _device: rlx_driver::Device,
-) -> Result<Profile, Box<dyn std::error::Error>> {
-    Err("--profile needs the `cpu` feature of rlx".into())
 }
 
 #[cfg(test)]

@@ -1,8 +1,7 @@
 //! `rlx devices`: every device, whether a backend is compiled in, and whether it can run now.
 
 use super::CmdResult;
-use rlx_driver::Device;
-use rlx_runtime::backend_for;
+use rlx_runtime::device_statuses;
 
 /// Arguments of `rlx devices`.
 #[derive(clap::Args)]
@@ -14,26 +13,10 @@ pub struct Args {
 
 /// Lists devices.
 pub fn run(args: Args) -> CmdResult {
-    let mut rows = Vec::new();
-    for d in Device::ALL {
-        let (registered, available, reason, info) = match backend_for(d) {
-            Some(b) => {
-                let a = b.availability();
-                let info = if a.available { b.info() } else { None };
-                (true, a.available, a.reason, info)
-            }
-            None => (
-                false,
-                false,
-                Some(format!(
-                    "not compiled in; rebuild with the Cargo feature `{}`",
-                    d.cargo_feature()
-                )),
-                None,
-            ),
-        };
-        rows.push((d, registered, available, reason, info));
-    }
+    let rows: Vec<_> = device_statuses()
+        .into_iter()
+        .map(|s| (s.device, s.registered, s.available, s.reason, s.info))
+        .collect();
     if args.json {
         let v: Vec<serde_json::Value> = rows
             .iter()

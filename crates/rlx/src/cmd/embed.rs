@@ -4,9 +4,7 @@
 
 use super::model::device;
 use super::CmdResult;
-use rlx_models::bert::{self, SENTENCE_EMBEDDING};
-use rlx_models::{BertModel, Family};
-use rlx_runtime::{CompileOptions, Session};
+use rlx_llm::Embedder;
 use std::time::Instant;
 
 /// Arguments of `rlx embed`.
@@ -30,43 +28,14 @@ pub struct Args {
 /// Embeds the texts and prints them.
 pub fn run(args: Args) -> CmdResult {
     let device = device(&args.device)?;
-    let dir = rlx_models::resolve(&args.model)?;
-    match rlx_models::family(&dir)? {
-        Family::Bert => {}
-        Family::Llama => {
-            return Err(format!(
-                "{}: a Llama model generates text; use `rlx generate --model {}`",
-                dir.display(),
-                dir.display()
-            )
-            .into())
-        }
-    }
     let t0 = Instant::now();
-    let model = BertModel::load(&dir)?;
-    let tok = model.tokenizer()?;
-    let session = Session::new(device)?;
-    for (name, t) in &model.params {
-        session.set_param(name, t.clone());
-    }
+    let embedder = Embedder::load(&args.model, device)?;
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
-    let enc = tok.encode(&texts)?;
-    let inputs = bert::inputs(&enc);
-    let compiled = session.compile(&model.graph, CompileOptions::default())?;
-    let outputs = compiled.run(&inputs)?;
+    let emb = embedder.embed(&texts)?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
-    let emb = outputs
-        .iter()
-        .find(|(n, _)| n == SENTENCE_EMBEDDING)
-        .map(|(_, t)| t)
-        .ok_or("the graph has no sentence_embedding output")?;
-    let dim = emb.shape()[1];
-    let rows: Vec<Vec<f64>> = emb
-        .to_f64_vec()
-        .chunks(dim.max(1))
-        .map(<[f64]>::to_vec)
-        .collect();
-    let tokens = enc.lengths();
+    let dim = emb.dim;
+    let rows: Vec<&[f32]> = emb.rows().collect();
+    let tokens = &emb.tokens;
     if args.json {
         let v = serde_json::json!({
             "model": args.model,
@@ -79,10 +48,11 @@ pub fn run(args: Args) -> CmdResult {
     } else {
         println!(
             "model     {} ({} tokens max)",
-            args.model, model.max_seq_len
+            args.model,
+            embedder.max_seq_len()
         );
         println!("device    {device}");
-        for ((text, row), n) in texts.iter().zip(&rows).zip(&tokens) {
+        for ((text, row), n) in texts.iter().zip(&rows).zip(tokens) {
             let head: Vec<String> = row.iter().take(6).map(|x| format!("{x:+.4}")).collect();
             println!("{n:>4} tok  [{}, ...] ({dim})  {text}", head.join(", "));
         }
@@ -91,7 +61,14 @@ pub fn run(args: Args) -> CmdResult {
             for (i, a) in rows.iter().enumerate() {
                 let sims: Vec<String> = rows
                     .iter()
-                    .map(|b| format!("{:6.3}", a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>()))
+                    .map(|b| {
+                        let dot: f64 = a
+                            .iter()
+                            .zip(*b)
+                            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                            .sum();
+                        format!("{dot:6.3}")
+                    })
                     .collect();
                 println!("  #{i}  {}", sims.join(" "));
             }

@@ -14,7 +14,7 @@ use rlx_models::llama::{FfnAct, Generator, Llama, Runner, Sampling, Stage};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use support::SessionRunner;
+use support::cpu_runner;
 
 fn folder(tag: &str, spec: &RandomLlama) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rlx-llama-arch-{tag}-{}", std::process::id()));
@@ -214,7 +214,7 @@ fn reference(dir: &Path, tokens: &[u32]) -> Vec<Vec<f64>> {
 
 /// The last position's logits of `prompt` on the CPU graph path (prefill).
 fn cpu_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
-    let mut runner = SessionRunner::cpu();
+    let mut runner = cpu_runner();
     for (name, t) in &model.params {
         runner.set_param(name, t.clone());
     }
@@ -289,7 +289,7 @@ fn check(tag: &str, spec: &RandomLlama) {
     let got = cpu_logits(&model, &prompt);
     let err = rel_l2(&got, want.last().unwrap());
     assert!(err < 1e-4, "{tag}: prefill logits rel L2 {err}");
-    let mut gen = Generator::new(&model, SessionRunner::cpu());
+    let mut gen = Generator::new(&model, cpu_runner());
     gen.stop_ids.clear();
     let stats = gen
         .generate(&prompt, 8, &Sampling::default(), |_| {})

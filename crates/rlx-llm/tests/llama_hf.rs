@@ -13,7 +13,7 @@ mod support;
 
 use rlx_models::llama::{Generator, Llama, Sampling};
 use std::path::{Path, PathBuf};
-use support::{ids, SessionRunner};
+use support::{cpu_runner, ids};
 
 const FIXTURE: &str = include_str!("../../rlx-gguf/tests/fixtures/smollm2_greedy.json");
 
@@ -36,7 +36,7 @@ fn smollm2_hf_folder_greedy_matches_reference() {
     assert_eq!(model.config.kv_heads * 3, model.config.heads, "GQA config");
     assert_eq!(model.tokenizer.eos, Some(2));
     assert!(model.tokenizer.chat_template.is_some());
-    let runner = SessionRunner::cpu();
+    let runner = cpu_runner();
     let mut gen = Generator::new(&model, runner);
     gen.stop_ids.clear();
     let n = fixture["new_tokens"].as_u64().unwrap() as usize;
@@ -128,7 +128,7 @@ fn tiny_bf16_folder_loads_and_generates() {
     let model = Llama::open(&dir).unwrap();
     assert_eq!(model.tokenizer.encode("a b c").unwrap(), vec![2, 3, 4]);
     assert_eq!(model.tokenizer.stop_ids, vec![1]);
-    let runner = SessionRunner::cpu();
+    let runner = cpu_runner();
     let mut gen = Generator::new(&model, runner);
     gen.stop_ids.clear();
     let stats = gen
@@ -159,7 +159,7 @@ fn kv_cache_is_one_allocation_per_generation() {
     let dir = std::env::temp_dir().join(format!("rlx-llama-hf-kv-{}", std::process::id()));
     tiny_folder(&dir, None, true);
     let model = Llama::open(&dir).unwrap();
-    let mut gen = Generator::new(&model, SessionRunner::cpu());
+    let mut gen = Generator::new(&model, cpu_runner());
     gen.stop_ids.clear();
     let first = gen
         .generate(&[2, 3], 6, &Sampling::default(), |_| {})
@@ -225,7 +225,7 @@ fn random_llama_and_qwen2_folders_generate_on_the_cpu() {
             "q/k/v biases of 2 layers"
         );
         assert_eq!(model.tokenizer.encode("w5 w6").unwrap(), vec![5, 6]);
-        let mut gen = Generator::new(&model, SessionRunner::cpu());
+        let mut gen = Generator::new(&model, cpu_runner());
         gen.stop_ids.clear();
         let a = gen
             .generate(&[5, 6, 7], 6, &Sampling::default(), |_| {})

@@ -9,13 +9,14 @@ mod support;
 
 use rlx_gguf::{GgufFile, QuantFormat};
 use rlx_ir::Tensor;
+use rlx_llm::SessionRunner;
 use rlx_models::llama::export::export_gguf;
 use rlx_models::llama::sample::RandomLlama;
 use rlx_models::llama::{Generator, Llama, Runner, Sampling};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use support::SessionRunner;
+use support::cpu_runner;
 
 fn temp(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rlx-export-{tag}-{}", std::process::id()));
@@ -65,7 +66,7 @@ fn continue_from(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<
     let mut gen = Generator::new(
         model,
         Recording {
-            inner: SessionRunner::cpu(),
+            inner: cpu_runner(),
             logits: logits.clone(),
         },
     );

@@ -20,7 +20,7 @@ use rlx_gguf::GgufFile;
 use rlx_models::llama::{Generator, Llama, Sampling};
 use rlx_runtime::CompileOptions;
 use std::path::PathBuf;
-use support::{ids, SessionRunner};
+use support::{cpu_runner, cpu_runner_with, ids};
 
 const FIXTURE: &str = include_str!("../../rlx-gguf/tests/fixtures/smollm2_greedy.json");
 
@@ -63,7 +63,7 @@ fn smollm2_greedy_matches_reference() {
 
     let model = Llama::from_gguf(&file).unwrap();
     drop(file);
-    let runner = SessionRunner::cpu_with(CompileOptions {
+    let runner = cpu_runner_with(CompileOptions {
         exact_quant: true,
         ..CompileOptions::default()
     });
@@ -102,7 +102,7 @@ fn smollm2_integer_dot_still_answers_paris() {
     };
     let fixture: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
     let model = Llama::open(&path).unwrap();
-    let mut gen = Generator::new(&model, SessionRunner::cpu());
+    let mut gen = Generator::new(&model, cpu_runner());
     gen.stop_ids.clear();
     let case = &fixture["cases"][0];
     let prompt = case["prompt"].as_str().unwrap();

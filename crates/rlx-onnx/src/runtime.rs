@@ -1,7 +1,9 @@
 //! ONNX models with dynamic axes on a [`Session`]: the model is decoded once
-//! ([`rlx_onnx::ParsedModel`]) and imported again with every dim bound for each new shape
-//! signature of the inputs, so ops that need static shapes run whatever the sizes.
+//! ([`ParsedModel`]) and imported again with every dim bound for each new shape
+//! signature of the inputs, so ops that need static shapes run whatever the sizes. The CLI
+//! (`rlx run`, `rlx bench`) and the Python package's `InferenceSession` share it.
 
+use crate::{ImportOptions, ParsedModel};
 use rlx_ir::Tensor;
 use rlx_runtime::{CompileOptions, DynamicGraph, Session, Specialised};
 use std::collections::HashMap;
@@ -11,23 +13,23 @@ use std::sync::Arc;
 /// dims bound to the inputs' sizes and compiles it with `options`.
 pub fn dynamic(
     session: &Session,
-    model: Arc<rlx_onnx::ParsedModel>,
+    model: Arc<ParsedModel>,
     options: CompileOptions,
 ) -> DynamicGraph {
     dynamic_with(session, model, HashMap::new(), options)
 }
 
 /// [`dynamic`] with input values the importer may freeze where the IR needs a static value
-/// (see [`rlx_onnx::ImportOptions::known_inputs`]); only for runs with exactly these values.
+/// (see [`ImportOptions::known_inputs`]); only for runs with exactly these values.
 pub fn dynamic_with(
     session: &Session,
-    model: Arc<rlx_onnx::ParsedModel>,
+    model: Arc<ParsedModel>,
     known_inputs: HashMap<String, Tensor>,
     options: CompileOptions,
 ) -> DynamicGraph {
     let inputs = model.inputs().to_vec();
     let build = move |dims: &rlx_runtime::Bindings| {
-        let opts = rlx_onnx::ImportOptions {
+        let opts = ImportOptions {
             known_inputs: known_inputs.clone(),
             dims: dims.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         };
