@@ -82,7 +82,16 @@ fn one_program_from_four_threads() {
         .unwrap();
     b.output("s", s);
     let prog = b.finish();
-    let p = Arc::new(CpuProgram::compile(prog.clone(), &CpuOptions { threads: Some(2) }).unwrap());
+    let p = Arc::new(
+        CpuProgram::compile(
+            prog.clone(),
+            &CpuOptions {
+                threads: Some(2),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
     let handles: Vec<_> = (0..4)
         .map(|t| {
             let p = p.clone();
@@ -297,7 +306,14 @@ fn outputs_past_the_caches_stream_and_stay_exact() {
     let t = b.push_loop(unary_kernel("tanh", &[n], x, UnaryOp::Tanh));
     let y = b.push_loop(unary_kernel("neg", &[n], t, UnaryOp::Neg));
     b.output("y", y);
-    let p = CpuProgram::compile(b.finish(), &CpuOptions { threads: Some(2) }).unwrap();
+    let p = CpuProgram::compile(
+        b.finish(),
+        &CpuOptions {
+            threads: Some(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let data: Vec<f32> = (0..n)
         .map(|i| ((i % 1000) as f32 - 500.0) / 250.0)
         .collect();
@@ -346,7 +362,14 @@ fn rebinding_a_weight_repacks_it() {
         let y = b.push_library("mm", Op::MatMul, &[x, w], None).unwrap();
         b.output("y", y);
         let prog = b.finish();
-        let p = CpuProgram::compile(prog.clone(), &CpuOptions { threads: Some(2) }).unwrap();
+        let p = CpuProgram::compile(
+            prog.clone(),
+            &CpuOptions {
+                threads: Some(2),
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let inputs = HashMap::from([("x".to_string(), Tensor::random(dtype, &[3, 10, 40], 1))]);
         for seed in [2, 3, 2] {
             let params = HashMap::from([(

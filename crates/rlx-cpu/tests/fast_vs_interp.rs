@@ -43,7 +43,15 @@ fn kernel(
 fn check(b: ProgramBuilder, threads: Option<usize>) {
     let p = b.finish();
     for seed in [1, 2] {
-        let err = compare_with_reference(&p, &CpuOptions { threads }, seed).unwrap();
+        let err = compare_with_reference(
+            &p,
+            &CpuOptions {
+                threads,
+                ..Default::default()
+            },
+            seed,
+        )
+        .unwrap();
         assert!(err <= 1e-5, "rel l2 {err} (seed {seed})\n{p}");
     }
 }

@@ -191,7 +191,15 @@ fn random_loop_kernels_match_the_interpreter() {
         for (dt, tol) in [(DType::F32, 1e-5), (DType::F64, 1e-12), (DType::I32, 0.0)] {
             let p = random_program(seed, dt);
             let threads = Some(1 + (seed % 3) as usize);
-            let err = compare_with_reference(&p, &CpuOptions { threads }, seed).unwrap();
+            let err = compare_with_reference(
+                &p,
+                &CpuOptions {
+                    threads,
+                    ..Default::default()
+                },
+                seed,
+            )
+            .unwrap();
             assert!(err <= tol, "seed {seed} {dt}: rel l2 {err}\n{p}");
         }
     }

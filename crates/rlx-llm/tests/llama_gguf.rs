@@ -8,14 +8,19 @@
 //!     crates/rlx-gguf/tests/fixtures/smollm2_greedy.json
 //! ```
 //!
+//! The reference comparison runs the CPU's exact quantized matmuls
+//! (`CompileOptions::exact_quant`); the default integer path (activations quantized to 8
+//! bits, as llama.cpp does) is checked to still answer "Paris".
+//!
 //! Needs the model file (`scripts/fetch-models.sh`); says SKIPPED without it.
 
 mod support;
 
 use rlx_gguf::GgufFile;
 use rlx_models::llama::{Generator, Llama, Sampling};
+use rlx_runtime::CompileOptions;
 use std::path::PathBuf;
-use support::{cpu_runner, ids};
+use support::{cpu_runner, cpu_runner_with, ids};
 
 const FIXTURE: &str = include_str!("../../rlx-gguf/tests/fixtures/smollm2_greedy.json");
 
@@ -58,7 +63,10 @@ fn smollm2_greedy_matches_reference() {
 
     let model = Llama::from_gguf(&file).unwrap();
     drop(file);
-    let runner = cpu_runner();
+    let runner = cpu_runner_with(CompileOptions {
+        exact_quant: true,
+        ..CompileOptions::default()
+    });
     let mut gen = Generator::new(&model, runner);
     gen.stop_ids.clear();
     let n = fixture["new_tokens"].as_u64().unwrap() as usize;
@@ -81,4 +89,39 @@ fn smollm2_greedy_matches_reference() {
             assert!(text.contains("Paris"), "{text:?}");
         }
     }
+}
+
+#[test]
+fn smollm2_integer_dot_still_answers_paris() {
+    let Some(path) = model_path() else {
+        rlx_driver::testing::skip(
+            "smollm2_integer_dot_still_answers_paris",
+            "SmolLM2 GGUF not fetched (run scripts/fetch-models.sh)",
+        );
+        return;
+    };
+    let fixture: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
+    let model = Llama::open(&path).unwrap();
+    let mut gen = Generator::new(&model, cpu_runner());
+    gen.stop_ids.clear();
+    let case = &fixture["cases"][0];
+    let prompt = case["prompt"].as_str().unwrap();
+    assert_eq!(prompt, "The capital of France is");
+    let want = ids(&case["greedy_ids"]);
+    let prompt_ids = model.tokenizer.encode(prompt).unwrap();
+    let stats = gen
+        .generate(&prompt_ids, want.len(), &Sampling::default(), |_| {})
+        .unwrap();
+    let text = model.tokenizer.decode(&stats.tokens, false).unwrap();
+    let same = stats
+        .tokens
+        .iter()
+        .zip(&want)
+        .take_while(|(a, b)| a == b)
+        .count();
+    println!(
+        "{prompt:?} -> {text:?} ({same} of {} tokens as the f32 reference)",
+        want.len()
+    );
+    assert!(text.contains("Paris"), "{text:?}");
 }

@@ -36,6 +36,12 @@ pub struct CpuOptions {
     /// Threads; None uses the global pool ([`pool::global`]: `RLX_CPU_THREADS`, else
     /// `RAYON_NUM_THREADS`, else all cores).
     pub threads: Option<usize>,
+    /// Quantized matmuls dot their f32 activations with the dequantized weights, as the
+    /// interpreter does, instead of quantizing the activations to 8 bits for integer dot
+    /// products (the default for Q4_0, Q4_1 and Q8_0 weights on a few activation rows, as
+    /// llama.cpp does; each value of an activation block then moves by up to 1/254 of the
+    /// block's largest magnitude). For parity tests.
+    pub exact_quant: bool,
 }
 
 /// The outputs of a profiled run and the time each kernel took.
@@ -146,6 +152,7 @@ impl CpuProgram {
                             in_types,
                             result,
                             threads,
+                            opts.exact_quant,
                             weight,
                             views.attention.get(&ki),
                         ))),

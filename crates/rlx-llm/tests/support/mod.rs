@@ -7,9 +7,15 @@ use rlx_runtime::{CompileOptions, Session};
 
 /// A runner on a fresh CPU session.
 pub fn cpu_runner() -> SessionRunner {
+    cpu_runner_with(CompileOptions::default())
+}
+
+/// A runner on a fresh CPU session compiling with `options`.
+#[allow(dead_code)] // not every test file sets options
+pub fn cpu_runner_with(options: CompileOptions) -> SessionRunner {
     SessionRunner::new(
         Session::new(Device::Cpu).expect("the CPU is always there"),
-        CompileOptions::default(),
+        options,
     )
 }
 

@@ -60,6 +60,7 @@ impl Backend for CpuBackend {
         let kernels = program.kernels.len();
         let opts = CpuOptions {
             threads: options.threads,
+            exact_quant: options.exact_quant,
         };
         let program = CpuProgram::compile(program, &opts).map_err(backend_err)?;
         Ok(Box::new(CpuExecutable {

@@ -58,7 +58,7 @@ enum Impl {
     /// f16/bf16 attention computed in f32: operands widened into scratch (regions 1..:
     /// q, k, v, the mask if any, then the result), the result rounded back
     AttentionViaF32(AttnPlan),
-    /// packed weights, dequantized per tile (`fast/quant.rs`)
+    /// packed weights: dotted in registers or dequantized per tile (`fast/quant/`)
     Quant(crate::fast::quant::QuantPlan),
     Gather(GatherPlan),
     Concat(ConcatPlan),
@@ -209,12 +209,14 @@ pub(crate) struct LibExec {
 impl LibExec {
     /// Compiles a checked library kernel whose operands have `in_types` and whose op result
     /// is `result`; `weight` says where a matmul's right operand comes from when it is a
-    /// param or a constant.
+    /// param or a constant; `exact_quant` keeps quantized matmuls in f32
+    /// ([`crate::CpuOptions::exact_quant`]).
     pub fn compile(
         l: &LibraryKernel,
         in_types: Vec<(DType, Vec<usize>)>,
         result: (DType, Vec<usize>),
         threads: usize,
+        exact_quant: bool,
         weight: Option<WeightSource>,
         views: Option<&AttentionViews>,
     ) -> LibExec {
@@ -346,6 +348,7 @@ impl LibExec {
                 *k,
                 shape(0).iter().product(),
                 threads,
+                exact_quant,
             )),
             Op::Gather { axis } => {
                 Impl::Gather(GatherPlan::new(*axis, shape(0), result.0.size_bytes()))
