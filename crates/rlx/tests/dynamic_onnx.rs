@@ -577,8 +577,8 @@ fn rlx_run_and_bench_take_the_sizes_from_the_npy_files() {
 }
 
 /// `rlx bench --profile --trace` on every available device of the CPU, CUDA and Vulkan: the
-/// per-kernel device times add up to no more than a run, and the trace is Chrome's JSON
-/// with one complete event per kernel, back to back.
+/// trace is Chrome's JSON with one complete event per kernel, back to back, adding up to the
+/// profile's kernel time; GPUs report their memory pool's peaks.
 #[test]
 fn bench_profiles_and_traces_on_every_available_device() {
     let d = dir("profile");
@@ -621,6 +621,15 @@ fn bench_profiles_and_traces_on_every_available_device() {
         ]);
         assert!(ok, "{device}: {err}");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        if device != "cpu" {
+            // the device pool's statistics: what the run holds and what it reserved
+            let m = &v["memory"];
+            let (used, reserved) = (
+                m["peak_bytes_in_use"].as_u64().unwrap(),
+                m["peak_bytes_reserved"].as_u64().unwrap(),
+            );
+            assert!(used > 0 && reserved >= used, "{device}: {m}");
+        }
         let p = &v["profile"];
         let kernel_ms = p["kernel_ms"].as_f64().unwrap();
         assert!(kernel_ms > 0.0, "{device}: {p}");

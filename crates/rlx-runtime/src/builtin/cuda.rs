@@ -86,7 +86,9 @@ impl DeviceProgram for CudaProgram {
     }
 
     fn memory(&self) -> Option<rlx_mem::Stats> {
-        rlx_cuda::memory::DeviceMemory::get().ok().map(|m| m.stats())
+        rlx_cuda::memory::DeviceMemory::get()
+            .ok()
+            .map(|m| m.stats())
     }
 
     fn profile(
