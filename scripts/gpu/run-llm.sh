@@ -4,6 +4,8 @@
 #   parity  tiny random folders written by transformers: rlx greedy tokens vs transformers'
 #   small   SmolLM2-135M shape, f16: rlx bench and rlx generate vs transformers (peer_llm.py)
 #   8b      Llama-3-8B shape, f16: prefill 512, decode batch 1 and 32, vs transformers
+#   8b-q4k  the 8B folder quantized by rlx quantize to Q4_K: decode batch 1 and 32, prefill 512
+#   split   batch-1 decode with split-k products off and on (decode_split, diagnosis), 8B f16 + Q4_K
 #   bert   a BertModel folder: rlx bench (f16, seq 128, batch 1/32/256), --profile/--trace, PyTorch
 #   serve-small, serve-8b   rlx serve (continuous batching) under rlx loadtest: 64 streams
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
@@ -50,6 +52,26 @@ for part in "$@"; do
         $g/rlx bench $d --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-bench.json"; echo | tee -a "$out/8b-bench.json"
       done
       [ -n "${SKIP_PEER:-}" ] || python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/8b-peer.txt" ;;
+    8b-q4k)
+      d=$work/llama3-8b-f16; q=$work/llama3-8b-q4k.gguf
+      [ -f $d/config.json ] || python3 $g/make_llm.py $d llama llama3_8b $g/tokenizer.json --dtype float16 > /dev/null 2>&1
+      t0=$(date +%s)
+      [ -f $q ] || $g/rlx quantize $d $q --type q4_k 2>&1 | tail -3
+      echo "quantize: $(( $(date +%s) - t0 )) s, $(du -h $q | cut -f1)" | tee "$out/8b-q4k-quantize.txt"
+      for args in "16 129 1" "512 129 1" "16 65 32"; do
+        set -- $args
+        $g/rlx bench $q --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-q4k-bench.json"; echo | tee -a "$out/8b-q4k-bench.json"
+      done ;;
+    split)
+      for m in $work/llama3-8b-f16 $work/llama3-8b-q4k.gguf $work/smollm2-f16; do
+        [ -e $m ] && { echo "$m"; $g/decode_split $m 128; } 2>&1 | tee -a "$out/split.txt"
+      done
+      # a kernel-level profile of SmolLM2 decode where Nsight Systems is installed
+      if command -v nsys > /dev/null && [ -d $work/smollm2-f16 ]; then
+        nsys profile --cuda-graph-trace=node -o /tmp/nsys-small --force-overwrite true --stats=true \
+          $g/decode_split $work/smollm2-f16 64 > "$out/nsys-small.txt" 2>&1
+        grep -A40 "cuda_gpu_kern_sum" "$out/nsys-small.txt" | head -45
+      else echo "no nsys"; fi ;;
     bert)
       # a transformers BertModel folder (MiniLM shape), rlx bench with per-kernel device
       # times and a trace, against PyTorch in the same command

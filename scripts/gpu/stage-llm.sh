@@ -18,11 +18,12 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
         print(m["executable"])' | while read -r exe; do cp "$exe" .gpu/tests/; done
 cargo build --release -p rlx
-cp "$target/release/rlx" .gpu/
+cargo build --release -p rlx-cuda-llm --example decode_split
+cp "$target/release/rlx" "$target/release/examples/decode_split" .gpu/
 cp scripts/gpu/run-llm.sh scripts/gpu/llm_parity.py .gpu/
 cp "$shared/gpu/peers/make_llm.py" "$shared/gpu/peers/peer_llm.py" .gpu/
 cp "$shared/gpu/peers/make_bert.py" "$shared/gpu/peers/peer_bert.py" .gpu/
 cp models/smollm2-hf/tokenizer.json .gpu/tokenizer.json
 cp models/minilm/tokenizer.json .gpu/bert-tokenizer.json
-strip .gpu/tests/* .gpu/rlx 2>/dev/null || true
+strip .gpu/tests/* .gpu/rlx .gpu/decode_split 2>/dev/null || true
 du -sh .gpu; ls -la .gpu .gpu/tests

@@ -83,6 +83,7 @@ pub fn kernel_names(formats: &[QuantFormat]) -> Vec<String> {
         for mr in [1, 4, 8] {
             names.push(format!("gemv{mr}_{}", format_suffix(f)));
         }
+        names.push(format!("gemvs_{}", format_suffix(f)));
         names.push(format!("embed_{}", format_suffix(f)));
     }
     for n in [
@@ -115,6 +116,9 @@ pub struct LlmOptions {
     /// products of at least this many rows run as tensor-core GEMMs (cuBLASLt) on f16,
     /// bf16 and f32 weights; fewer rows, other formats or 0: the matrix-vector kernels
     pub gemm_rows: usize,
+    /// single-row products (decode of one sequence) over at least this many columns split
+    /// the columns over a block's warps (`gemvs_*`); 0: never
+    pub split_k: usize,
 }
 
 impl Default for LlmOptions {
@@ -126,6 +130,7 @@ impl Default for LlmOptions {
             prefill_chunk: 512,
             graphs: true,
             gemm_rows: 9,
+            split_k: 1024,
         }
     }
 }
@@ -520,13 +525,26 @@ impl CudaLlm {
             return self.gemm(w, row0, x, m, in_mode, y, y_stride, out_mode, qkv, norm);
         }
         let sh = &self.shape;
+        let split = m == 1
+            && self.options.split_k > 0
+            && w.k >= self.options.split_k
+            && (norm.is_none() || in_mode == 0);
         let mr = match m {
             1 => 1,
             2..=4 => 4,
             _ => 8,
         };
-        let name = format!("gemv{mr}_{}", format_suffix(w.format));
-        let grid = [w.n.div_ceil(8) as u32, m.div_ceil(mr) as u32];
+        let (name, grid) = if split {
+            (
+                format!("gemvs_{}", format_suffix(w.format)),
+                [w.n.div_ceil(4) as u32, 1],
+            )
+        } else {
+            (
+                format!("gemv{mr}_{}", format_suffix(w.format)),
+                [w.n.div_ceil(8) as u32, m.div_ceil(mr) as u32],
+            )
+        };
         let e = self.epilogue_args(qkv);
         let args = [
             w.buf.ptr(),

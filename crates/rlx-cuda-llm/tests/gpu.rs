@@ -98,10 +98,13 @@ fn gemv_kernels_match_dequantized_weights() {
     let cubin =
         rlx_cuda::nvrtc::compile_cached("rlx_llm", &source, &format!("sm_{}{}", f.0, f.1)).unwrap();
     let module = dev.load_module(&cubin.image).unwrap();
-    let (n, k) = (70, 768);
+    let n = 70;
     let mut rng = SplitMix64(7);
     let mut failures = Vec::new();
-    for format in QuantFormat::ALL {
+    for (format, k) in QuantFormat::ALL
+        .into_iter()
+        .flat_map(|f| [(f, 768), (f, 2560)])
+    {
         let w = random_rows(format, n, k, &mut rng);
         let mut deq = vec![0f32; n * k];
         format.dequantize(&w, &mut deq);
@@ -141,50 +144,63 @@ fn gemv_kernels_match_dequantized_weights() {
                 2..=4 => 4,
                 _ => 8,
             };
-            let name = format!("gemv{mr}_{}", format_suffix(format));
-            let func = module.function(&name, 0).unwrap();
-            let launch = Launch {
-                grid: [n.div_ceil(8) as u32, m.div_ceil(mr) as u32],
-                block: 128,
-                shared_bytes: 0,
-            };
-            let row_bytes = format.bytes_for(k).unwrap() as u64;
-            let mut args = vec![
-                wd.ptr(),
-                row_bytes,
-                n as u64,
-                k as u64,
-                0,
-                xd.ptr(),
-                m as u64,
-                0,
-                yd.ptr(),
-                n as u64,
-                0,
-            ];
-            args.extend([0u64; 13]);
-            args.push(if norm { nwd.ptr() } else { 0 });
-            args.push(eps.to_bits());
-            args.push(0);
-            dev.launch(&func, &launch, &args, &name).unwrap();
-            let mut yb = vec![0u8; m * n * 4];
-            dev.download(&mut yb, yd.ptr()).unwrap();
-            dev.sync().unwrap();
-            let y: Vec<f32> = yb
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            for r in 0..m {
-                for o in 0..n {
-                    let (mut exact, mut mag) = (0f64, 0f64);
-                    for i in 0..k {
-                        let p = deq[o * k + i] as f64 * xn[r * k + i];
-                        exact += p;
-                        mag += p.abs();
-                    }
-                    let got = y[r * n + o] as f64;
-                    if (got - exact).abs() > 1e-5 * mag + 1e-6 {
-                        failures.push(format!("{format} m={m} row {r} out {o}: {got} vs {exact}"));
+            // one row also runs the split-k product (`gemvs_*`: four rows a block)
+            let mut kernels = vec![(
+                format!("gemv{mr}_{}", format_suffix(format)),
+                [n.div_ceil(8) as u32, m.div_ceil(mr) as u32],
+            )];
+            if m == 1 {
+                kernels.push((
+                    format!("gemvs_{}", format_suffix(format)),
+                    [n.div_ceil(4) as u32, 1],
+                ));
+            }
+            for (name, grid) in kernels {
+                let func = module.function(&name, 0).unwrap();
+                let launch = Launch {
+                    grid,
+                    block: 128,
+                    shared_bytes: 0,
+                };
+                let row_bytes = format.bytes_for(k).unwrap() as u64;
+                let mut args = vec![
+                    wd.ptr(),
+                    row_bytes,
+                    n as u64,
+                    k as u64,
+                    0,
+                    xd.ptr(),
+                    m as u64,
+                    0,
+                    yd.ptr(),
+                    n as u64,
+                    0,
+                ];
+                args.extend([0u64; 13]);
+                args.push(if norm { nwd.ptr() } else { 0 });
+                args.push(eps.to_bits());
+                args.push(0);
+                dev.launch(&func, &launch, &args, &name).unwrap();
+                let mut yb = vec![0u8; m * n * 4];
+                dev.download(&mut yb, yd.ptr()).unwrap();
+                dev.sync().unwrap();
+                let y: Vec<f32> = yb
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                for r in 0..m {
+                    for o in 0..n {
+                        let (mut exact, mut mag) = (0f64, 0f64);
+                        for i in 0..k {
+                            let p = deq[o * k + i] as f64 * xn[r * k + i];
+                            exact += p;
+                            mag += p.abs();
+                        }
+                        let got = y[r * n + o] as f64;
+                        if (got - exact).abs() > 1e-5 * mag + 1e-6 {
+                            failures
+                                .push(format!("{name} m={m} row {r} out {o}: {got} vs {exact}"));
+                        }
                     }
                 }
             }
