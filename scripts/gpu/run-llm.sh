@@ -7,6 +7,7 @@
 #   8b-q4k  the 8B folder quantized by rlx quantize to Q4_K: decode batch 1 and 32, prefill 512
 #   split   batch-1 decode with split-k products off and on (decode_split, diagnosis), 8B f16 + Q4_K
 #   bert   a BertModel folder: rlx bench (f16, seq 128, batch 1/32/256), --profile/--trace, PyTorch
+#   embed  rlx embed of 256 texts of 8-128 tokens (batches of 32, f16) vs PyTorch (peer_embed.py)
 #   serve-small, serve-8b   rlx serve (continuous batching) under rlx loadtest: 64 streams
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
 # (RLX_PARITY=arch:dtype,... picks the parity folders; make_llm.py knows llama mistral qwen2 phi3 gemma)
@@ -83,6 +84,16 @@ for part in "$@"; do
       $g/rlx bench $d --device cuda --precision f16 --dim batch=32,seq=128 --iters 50 --profile --trace "$out/bert-b32-trace.json" > "$out/bert-b32-profile.txt" 2>&1
       head -30 "$out/bert-b32-profile.txt"
       [ -n "${SKIP_PEER:-}" ] || python3 $g/peer_bert.py 1,32,256 cudagraph,reduce-overhead 2>&1 | grep '^{' | tee "$out/bert-peer.txt" ;;
+    embed)
+      d=$work/bert-minilm; t=$work/texts256.txt
+      [ -f $d/config.json ] || python3 $g/make_bert.py $d $g/bert-tokenizer.json > /dev/null 2>&1
+      python3 $g/peer_embed.py texts $t $g/bert-tokenizer.json 256 8 128
+      for p in f16 f32; do
+        $g/rlx embed --model $d --device cuda --precision $p --file $t --runs 20 --json 2>&1 | tee -a "$out/embed.json"
+      done
+      $g/rlx embed --model $d --device cuda --precision f16 --file $t --json > $work/rlx-embed.json 2>&1
+      python3 $g/peer_embed.py bench $d $t 32 2>&1 | grep '^{' | tee -a "$out/embed-peer.txt"
+      python3 $g/peer_embed.py compare $work/rlx-embed.json $t 2>&1 | tail -1 | tee -a "$out/embed-peer.txt" ;;
     serve-small|serve-8b)
       if [ $part = serve-small ]; then name=smollm2-f16 shape=smollm2_135m; else name=llama3-8b-f16 shape=llama3_8b; fi
       d=$work/$name

@@ -10,6 +10,9 @@ use rlx_models::{BertModel, Family, TextTokenizer};
 use rlx_runtime::{CompileOptions, CompiledGraph, Session};
 use std::path::{Path, PathBuf};
 
+/// [`Embedder::embed_batched`] pads each batch to a multiple of this many tokens.
+pub const PAD_MULTIPLE: usize = 16;
+
 /// A BERT-family model compiled on a device, ready to embed batches of texts (from several
 /// threads at once).
 ///
@@ -58,6 +61,18 @@ impl Embedder {
     /// The folder is missing or not a BERT-family model (a Llama folder says to generate
     /// instead), the device is unavailable, or the graph does not compile there.
     pub fn load(spec: &str, device: Device) -> Result<Embedder, LlmError> {
+        Embedder::load_with(spec, device, CompileOptions::default())
+    }
+
+    /// As [`Embedder::load`], compiled with `options` (mixed precision, say).
+    ///
+    /// # Errors
+    /// As [`Embedder::load`].
+    pub fn load_with(
+        spec: &str,
+        device: Device,
+        options: CompileOptions,
+    ) -> Result<Embedder, LlmError> {
         let model_err = |e: rlx_models::ModelError| LlmError::Model(e.to_string());
         let dir = rlx_models::resolve(spec).map_err(model_err)?;
         if rlx_models::family(&dir).map_err(model_err)? == Family::Llama {
@@ -73,7 +88,7 @@ impl Embedder {
         for (name, t) in &model.params {
             session.set_param(name, t.clone());
         }
-        let compiled = session.compile(&model.graph, CompileOptions::default())?;
+        let compiled = session.compile(&model.graph, options)?;
         Ok(Embedder {
             dir,
             tokenizer,
@@ -100,21 +115,75 @@ impl Embedder {
             .tokenizer
             .encode(texts)
             .map_err(|e| LlmError::Invalid(e.to_string()))?;
-        let outputs = self.compiled.run(&bert::inputs(&enc))?;
+        let values = self.run(&bert::inputs(&enc))?;
+        Ok(Embeddings {
+            dim: values.len() / texts.len(),
+            values,
+            tokens: enc.lengths(),
+        })
+    }
+
+    /// Embeds any number of texts in batches of up to `batch` texts of similar length: the
+    /// texts are sorted by token count, each batch is padded to its longest text rounded up
+    /// to a multiple of [`PAD_MULTIPLE`] (few distinct shapes, so few compiled variants),
+    /// and the rows come back in the order of `texts`.
+    ///
+    /// # Errors
+    /// A text the tokenizer rejects, or a run failure.
+    pub fn embed_batched(&self, texts: &[&str], batch: usize) -> Result<Embeddings, LlmError> {
+        let enc = self
+            .tokenizer
+            .encode(texts)
+            .map_err(|e| LlmError::Invalid(e.to_string()))?;
+        let lengths = enc.lengths();
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
+        let dim = self.dim();
+        let mut values = vec![0f32; texts.len() * dim];
+        for chunk in order.chunks(batch.max(1)) {
+            let part = rlx_models::Encoded {
+                ids: chunk.iter().map(|&i| enc.ids[i].clone()).collect(),
+                type_ids: chunk.iter().map(|&i| enc.type_ids[i].clone()).collect(),
+                pad_id: enc.pad_id,
+                pad_type_id: enc.pad_type_id,
+            };
+            let len = part
+                .max_len()
+                .next_multiple_of(PAD_MULTIPLE)
+                .min(self.max_seq_len.max(part.max_len()));
+            let rows = self.run(&bert::inputs_padded(&part, len))?;
+            if rows.len() != chunk.len() * dim {
+                return Err(LlmError::Model(format!(
+                    "the graph gave {} floats for {} texts of {dim}",
+                    rows.len(),
+                    chunk.len()
+                )));
+            }
+            for (r, &i) in chunk.iter().enumerate() {
+                values[i * dim..(i + 1) * dim].copy_from_slice(&rows[r * dim..(r + 1) * dim]);
+            }
+        }
+        Ok(Embeddings {
+            dim,
+            values,
+            tokens: lengths,
+        })
+    }
+
+    /// The sentence embeddings of one padded batch, row after row.
+    fn run(
+        &self,
+        inputs: &std::collections::HashMap<String, rlx_ir::Tensor>,
+    ) -> Result<Vec<f32>, LlmError> {
+        let outputs = self.compiled.run(inputs)?;
         let emb = outputs
             .into_iter()
             .find(|(n, _)| n == SENTENCE_EMBEDDING)
             .map(|(_, t)| t)
             .ok_or_else(|| LlmError::Model("the graph has no sentence_embedding output".into()))?;
-        let dim = emb.shape().get(1).copied().unwrap_or(self.dim);
-        let values = match emb.as_f32() {
+        Ok(match emb.as_f32() {
             Some(v) => v.to_vec(),
             None => emb.to_f64_vec().into_iter().map(|x| x as f32).collect(),
-        };
-        Ok(Embeddings {
-            dim,
-            values,
-            tokens: enc.lengths(),
         })
     }
 

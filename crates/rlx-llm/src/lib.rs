@@ -20,7 +20,7 @@ mod engine;
 mod runner;
 mod text;
 
-pub use embed::{Embedder, Embeddings};
+pub use embed::{Embedder, Embeddings, PAD_MULTIPLE};
 pub use engine::{llm_device, BatchResult, Engine, EngineSettings, SeqId};
 pub use rlx_models::llama::{GenerationStats, Llama, Sampling};
 pub use runner::SessionRunner;

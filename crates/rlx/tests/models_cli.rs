@@ -123,3 +123,77 @@ fn embed_and_bench_minilm_json() {
     let v = bench(&["--iters", "2", "--approximate-gelu"]);
     assert_eq!(v["approximate_gelu"], true);
 }
+
+#[test]
+fn embed_file_in_batches_matches_one_batch() {
+    let Some(dir) = minilm() else {
+        rlx_driver::testing::skip(
+            "rlx::embed_file_in_batches_matches_one_batch",
+            "models/minilm not fetched (scripts/fetch-models.sh)",
+        );
+        return;
+    };
+    let texts = [
+        "A cat sat on the mat.",
+        "Stock markets fell sharply today after the announcement of new tariffs on steel.",
+        "Hi",
+        "The quick brown fox jumps over the lazy dog, twice, and then rests by the river.",
+        "Rust compiles to fast code.",
+    ];
+    let file = std::env::temp_dir().join(format!("rlx-embed-texts-{}.txt", std::process::id()));
+    std::fs::write(&file, texts.join("\n\n") + "\n").expect("write texts");
+    let file_arg = file.display().to_string();
+    let rows = |o: &Output| -> Vec<Vec<f64>> {
+        assert!(o.status.success(), "{}", stderr(o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        serde_json::from_value(v["embeddings"].clone()).expect("rows")
+    };
+    let mut one = vec!["embed", "--model", &dir, "--device", "cpu", "--json"];
+    one.extend(texts);
+    let whole = rows(&rlx(&one));
+    let batched = rows(&rlx(&[
+        "embed",
+        "--model",
+        &dir,
+        "--device",
+        "cpu",
+        "--json",
+        "--file",
+        &file_arg,
+        "--batch-size",
+        "2",
+    ]));
+    assert_eq!(batched.len(), texts.len(), "blank lines are skipped");
+    for (i, (a, b)) in whole.iter().zip(&batched).enumerate() {
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        assert!(diff < 1e-4, "text {i}: batched rows differ by {diff}");
+    }
+
+    // --runs times the set and reports it
+    let o = rlx(&[
+        "embed", "--model", &dir, "--device", "cpu", "--json", "--file", &file_arg, "--runs", "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["texts"], 5);
+    assert_eq!(v["runs"], 2);
+    assert!(v["median_ms"].as_f64().is_some_and(|m| m > 0.0), "{v}");
+
+    // a missing or empty file is one error line
+    let o = rlx(&["embed", "--model", &dir, "--file", "/nonexistent/texts.txt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("/nonexistent/texts.txt"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&file, "\n  \n").expect("write");
+    let o = rlx(&["embed", "--model", &dir, "--file", &file_arg]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no texts"), "{}", stderr(&o));
+    let _ = std::fs::remove_file(&file);
+}

@@ -141,8 +141,13 @@ impl BertModel {
 /// The graph inputs for a tokenized batch: padded on the right to the longest text, with
 /// the mask marking real tokens and positions `0..seq` on every row.
 pub fn inputs(enc: &Encoded) -> HashMap<String, Tensor> {
+    inputs_padded(enc, enc.max_len())
+}
+
+/// As [`inputs`], every row padded to `len` tokens (at least the longest text).
+pub fn inputs_padded(enc: &Encoded, len: usize) -> HashMap<String, Tensor> {
     let b = enc.ids.len();
-    let s = enc.max_len();
+    let s = len.max(enc.max_len());
     let mut ids = Vec::with_capacity(b * s);
     let mut mask = Vec::with_capacity(b * s);
     let mut types = Vec::with_capacity(b * s);
