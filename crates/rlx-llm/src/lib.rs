@@ -55,7 +55,7 @@ impl From<rlx_runtime::RuntimeError> for LlmError {
             E::Ir(_) | E::Opt(_) | E::Legalize(_) | E::Param { .. } | E::Specialise { .. } => {
                 LlmError::Model(e.to_string())
             }
-            E::Backend { .. } => LlmError::Run(e.to_string()),
+            E::Backend { .. } | E::Diverged { .. } => LlmError::Run(e.to_string()),
         }
     }
 }

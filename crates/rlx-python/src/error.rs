@@ -49,7 +49,7 @@ pub fn runtime(e: RuntimeError) -> PyErr {
     match e {
         RuntimeError::Device(_) => DeviceError::new_err(message),
         RuntimeError::Input { .. } => InvalidArgument::new_err(message),
-        RuntimeError::Backend { .. } => RunError::new_err(message),
+        RuntimeError::Backend { .. } | RuntimeError::Diverged { .. } => RunError::new_err(message),
         RuntimeError::Ir(_)
         | RuntimeError::Opt(_)
         | RuntimeError::Legalize(_)

@@ -32,6 +32,10 @@ pub struct CompileOptions {
     /// products, the CPU's default on decode steps, as llama.cpp does. Keeps results within
     /// f32 rounding of the reference interpreter, for parity tests.
     pub exact_quant: bool,
+    /// Validation layer: every run also checks each node's value on the device against the
+    /// CPU interpreter fed the device's operands, and fails naming the first node that
+    /// diverges (see [`crate::Validation`]); slow, for debugging a device.
+    pub validate: bool,
 }
 
 /// A device backend.

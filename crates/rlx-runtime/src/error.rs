@@ -49,4 +49,13 @@ pub enum RuntimeError {
         /// what the graph builder said
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Validation (`CompileOptions::validate`): a node's value on the device is not the CPU
+    /// interpreter's for the same operands.
+    #[error("validation on {device}: {check}")]
+    Diverged {
+        /// the device checked
+        device: Device,
+        /// the first node that diverged, with its operands
+        check: Box<crate::NodeCheck>,
+    },
 }

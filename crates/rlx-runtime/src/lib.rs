@@ -11,6 +11,7 @@ mod error;
 mod params;
 mod registry;
 mod session;
+mod validate;
 
 pub use backend::{median_kernels, Backend, CompileOptions, Executable, KernelTime, RunProfile};
 pub use dynamic::{
@@ -23,3 +24,4 @@ pub use registry::{
     BackendFactory, DeviceStatus,
 };
 pub use session::{bind_inputs, Bindings, CompiledGraph, Session, Variant};
+pub use validate::{tolerance, NodeCheck, Validation};

@@ -216,6 +216,9 @@ impl CompiledGraph {
         let bindings = self.check_inputs(inputs)?;
         let variant = self.variant(&bindings)?;
         self.check_params()?;
+        if self.options.validate {
+            self.validate(inputs)?.into_result()?;
+        }
         if self.low_params.is_empty() {
             return variant.executable.run(inputs, &self.params);
         }
@@ -238,6 +241,30 @@ impl CompiledGraph {
         variant
             .executable
             .profile(inputs, &self.bound_params(), runs.max(1))
+    }
+
+    /// Checks every node of the compiled graph for these inputs against the CPU interpreter
+    /// (the validation layer; see [`crate::Validation`]): the report lists each node's error
+    /// and [`crate::Validation::first_divergence`] names the first node outside tolerance.
+    ///
+    /// # Errors
+    /// As [`CompiledGraph::run`], or the probe graph (every value an output) fails to compile
+    /// or run on the device.
+    pub fn validate(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<crate::Validation, RuntimeError> {
+        let bindings = self.check_inputs(inputs)?;
+        let variant = self.variant(&bindings)?;
+        self.check_params()?;
+        crate::validate::validate(
+            &*self.backend,
+            self.device,
+            &self.options,
+            &variant.graph,
+            inputs,
+            &self.bound_params(),
+        )
     }
 
     /// The device allocator's statistics (see [`crate::Executable::memory`]); `None` before

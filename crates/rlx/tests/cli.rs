@@ -42,6 +42,17 @@ fn demo_text_output_names_device_and_accuracy() {
 }
 
 #[test]
+fn demo_validates_every_node_against_the_interpreter() {
+    let o = rlx(&["run", "--device", "cpu", "--iters", "1", "--validate"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("validate  every node of every run agreed with the CPU interpreter"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
 fn devices_json_lists_all_fifteen() {
     let o = rlx(&["devices", "--json"]);
     assert!(o.status.success());

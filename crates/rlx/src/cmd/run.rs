@@ -46,6 +46,11 @@ pub struct CompileFlags {
     /// CUDA it then fuses into the preceding GEMM.
     #[arg(long)]
     pub approximate_gelu: bool,
+    /// Validation layer: every run also checks each node's value on the device against the
+    /// CPU interpreter (fed the device's operands) and fails naming the first node that
+    /// diverges, with its operands. Slow; for debugging a device.
+    #[arg(long)]
+    pub validate: bool,
 }
 
 impl CompileFlags {
@@ -58,6 +63,7 @@ impl CompileFlags {
                 _ => None,
             },
             approximate_gelu: self.approximate_gelu,
+            validate: self.validate,
             ..CompileOptions::default()
         }
     }
@@ -69,6 +75,9 @@ impl CompileFlags {
         }
         if self.approximate_gelu {
             println!("gelu      tanh approximation (--approximate-gelu)");
+        }
+        if self.validate {
+            println!("validate  every node of every run agreed with the CPU interpreter");
         }
     }
 }
