@@ -8,6 +8,8 @@
 #   split   batch-1 decode with split-k products off and on (decode_split, diagnosis), 8B f16 + Q4_K
 #   bert   a BertModel folder: rlx bench (f16, seq 128, batch 1/32/256), --profile/--trace, PyTorch
 #   embed  rlx embed of 256 texts of 8-128 tokens (batches of 32, f16) vs PyTorch (peer_embed.py)
+#   validate  rlx run (the demo) and rlx bench (the BERT folder) with --validate on CUDA: every
+#          node checked against the CPU interpreter
 #   serve-small, serve-8b   rlx serve (continuous batching) under rlx loadtest: 64 streams
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
 # (RLX_PARITY=arch:dtype,... picks the parity folders; make_llm.py knows llama mistral qwen2 phi3 gemma)
@@ -94,6 +96,13 @@ for part in "$@"; do
       $g/rlx embed --model $d --device cuda --precision f16 --file $t --json > $work/rlx-embed.json 2>&1
       python3 $g/peer_embed.py bench $d $t 32 2>&1 | grep '^{' | tee -a "$out/embed-peer.txt"
       python3 $g/peer_embed.py compare $work/rlx-embed.json $t 2>&1 | tail -1 | tee -a "$out/embed-peer.txt" ;;
+    validate)
+      d=$work/bert-minilm
+      [ -f $d/config.json ] || python3 $g/make_bert.py $d $g/bert-tokenizer.json > /dev/null 2>&1
+      $g/rlx run --device cuda --iters 1 --validate 2>&1 | tail -6 | tee "$out/validate.txt"
+      for p in f32 f16; do
+        $g/rlx bench $d --device cuda --precision $p --dim batch=2,seq=32 --iters 1 --warmup 0 --validate 2>&1 | tail -4 | tee -a "$out/validate.txt"
+      done ;;
     serve-small|serve-8b)
       if [ $part = serve-small ]; then name=smollm2-f16 shape=smollm2_135m; else name=llama3-8b-f16 shape=llama3_8b; fi
       d=$work/$name
