@@ -10,6 +10,7 @@
 #   embed  rlx embed of 256 texts of 8-128 tokens (batches of 32, f16) vs PyTorch (peer_embed.py)
 #   validate  rlx run (the demo) and rlx bench (the BERT folder) with --validate on CUDA: every
 #          node checked against the CPU interpreter
+#   zoo    the ONNX model zoo (crates/rlx/tests/zoo) on cuda and vulkan against ONNX Runtime
 #   serve-small, serve-8b   rlx serve (continuous batching) under rlx loadtest: 64 streams
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
 # (RLX_PARITY=arch:dtype,... picks the parity folders; make_llm.py knows llama mistral qwen2 phi3 gemma)
@@ -102,6 +103,11 @@ for part in "$@"; do
       $g/rlx run --device cuda --iters 1 --validate 2>&1 | tail -6 | tee "$out/validate.txt"
       for p in f32 f16; do
         $g/rlx bench $d --device cuda --precision $p --dim batch=2,seq=32 --iters 1 --warmup 0 --validate 2>&1 | tail -4 | tee -a "$out/validate.txt"
+      done ;;
+    zoo)
+      for dev in cuda vulkan; do
+        python3 $g/zoo.py check $g/zoo $g/rlx $dev > "$out/zoo-$dev.jsonl" 2>&1
+        grep -v '"ok": true' "$out/zoo-$dev.jsonl" | tail -12
       done ;;
     serve-small|serve-8b)
       if [ $part = serve-small ]; then name=smollm2-f16 shape=smollm2_135m; else name=llama3-8b-f16 shape=llama3_8b; fi

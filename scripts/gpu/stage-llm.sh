@@ -23,6 +23,7 @@ cp "$target/release/rlx" "$target/release/examples/decode_split" .gpu/
 cp scripts/gpu/run-llm.sh scripts/gpu/llm_parity.py scripts/gpu/peer_embed.py .gpu/
 cp "$shared/gpu/peers/make_llm.py" "$shared/gpu/peers/peer_llm.py" .gpu/
 cp "$shared/gpu/peers/make_bert.py" "$shared/gpu/peers/peer_bert.py" .gpu/
+cp scripts/zoo/zoo.py .gpu/; cp -r crates/rlx/tests/zoo .gpu/zoo
 cp models/smollm2-hf/tokenizer.json .gpu/tokenizer.json
 cp models/minilm/tokenizer.json .gpu/bert-tokenizer.json
 strip .gpu/tests/* .gpu/rlx .gpu/decode_split 2>/dev/null || true
