@@ -34,6 +34,7 @@ mod stats;
 mod stream;
 mod tlsf;
 mod trace;
+mod tracegen;
 pub mod weights;
 
 pub use align::align_up;
@@ -54,3 +55,4 @@ pub use staging::{StagingRing, StagingSlot};
 pub use stats::{human_bytes, Stats};
 pub use stream::{CompletionToken, FakeTimeline, StreamId, Synchronous, TokenSource};
 pub use trace::{parse_trace, read_trace, Trace, TraceError, TraceEvent};
+pub use tracegen::{ModelShape, TraceSpec};
