@@ -6,9 +6,12 @@
 //! Physical memory comes in pieces ("granules") of a power-of-two number of the provider's
 //! granules (*units*); a piece of `n` units is always mapped at a multiple of `n` units, so a
 //! segment is a buddy-like mosaic of pieces of mixed sizes. Their size is chosen when they are
-//! created, by the [`GranulePolicy`]: the provider's granule, a fixed size, or (the online
-//! policy) a size that grows with the physical memory already held, so a segment starts with
-//! small pieces and creates larger ones as it grows, without knowing its peak in advance.
+//! created, by the [`GranulePolicy`]: the provider's granule, a fixed size, or online, without
+//! knowing the peak in advance — a size that grows with the physical memory already held
+//! (`Proportional`), or (`Spanning`, the default online policy) a piece fitted to the request:
+//! as large as the aligned free block and the request's missing span allow, so a large request
+//! gets a few large pieces at once, while the part of a piece that sticks out of the request
+//! stays below a target that grows with what is held.
 //!
 //! Per unit of a segment: *needed* or not (a live or pending range overlaps it) and the mapped
 //! piece covering it, if any. A piece none of whose units is needed is *cached*: it stays
@@ -17,7 +20,8 @@
 //! cached one unmapped elsewhere (the highest-address one, as CUDA remaps a physical handle),
 //! else a new one from the provider — each time the largest piece whose aligned span around
 //! the unit is entirely unmapped (for the pool and the cache; a new piece is at most the
-//! policy's size). Smaller pieces fill spans built for bigger ones, so a free piece of any
+//! policy's size). With fitted pieces, a cached piece is also moved rather than a new one
+//! created when the free aligned block allows only a piece below the target. Smaller pieces fill spans built for bigger ones, so a free piece of any
 //! size can be reused. Highest address first because ranges are placed low (best fit, lowest
 //! address), so the top of a segment is what the next allocations are least likely to reuse;
 //! taking the least recently freed piece instead needed about twice the map calls on the
@@ -115,11 +119,12 @@ pub enum GranulePolicy {
 
 impl GranulePolicy {
     /// The online policy the trace replay uses by default: pieces fitted to requests, target
-    /// held / 20 of at least 4 MiB, pieces up to the peak in use / 6 and 1 GiB. Tuned on the
-    /// generated traces ([`crate::TraceSpec::presets`], 0.14 to 9.3 GiB peaks) and the shared
-    /// llama-8B ones to stay at or under 1.05 fragmentation and 100 creations on all of them
-    /// (`bench/mem.md`): a larger target (held / 16, 8 MiB) overshoots the small model's peak,
-    /// a smaller one (held / 24) costs more than 100 creations on llama8b-flash-seqvar.
+    /// held / 20 of at least 4 MiB, pieces up to the peak in use / 6 and 1 GiB. Chosen so that
+    /// every generated trace ([`crate::TraceSpec::presets`], a 0.5B- to a 13B-class model) and
+    /// the shared llama-8B ones stay within 1.05 fragmentation and 100 provider allocations
+    /// (`crates/rlx-mem/tests/policy_traces.rs`): a larger target overshoots the small
+    /// model's peak, a smaller one costs too many creations on mid-sized traces
+    /// (`bench/mem.md` has the figures).
     pub const fn online() -> Self {
         GranulePolicy::Spanning {
             divisor: 20,
@@ -129,9 +134,9 @@ impl GranulePolicy {
         }
     }
 
-    /// The previous default: `Proportional`, held / 12, 8 MiB..1 GiB (1.017 / 1.032
-    /// fragmentation with 80 / 58 creations on the shared llama-8B traces, but 253 creations on
-    /// a 13B-class trace and 1.07 on a 0.5B-class one).
+    /// The previous online default, kept for comparison: `Proportional`, held / 12,
+    /// 8 MiB..1 GiB. Its 8 MiB floor overshoots small peaks, and a large request made while
+    /// little is held costs many small pieces.
     pub const fn proportional() -> Self {
         GranulePolicy::Proportional {
             divisor: 12,

@@ -16,7 +16,8 @@
 //!    are packed by offset into one arena, so a compiled graph makes one allocation.
 //!
 //! Allocation traces replay through layer 2 on the CPU ([`replay_file`]), which measures
-//! fragmentation and speed without a GPU.
+//! fragmentation and speed without a GPU; [`TraceSpec`] generates traces of transformer
+//! inference at any scale in memory, for tests and replays without trace files.
 
 #![warn(missing_docs)]
 
