@@ -1,7 +1,9 @@
 //! Replays every generated trace ([`rlx_mem::TraceSpec::presets`]) and the trace files given
 //! through the expandable segment over the counting provider, one table row per trace.
 //!
-//! `policy_scan [--proportional] [TRACE...]` (`--proportional`: the previous online policy).
+//! `policy_scan [--proportional] [--seeds N] [TRACE...]` (`--proportional`: the previous online
+//! policy; `--seeds N`: instead, each preset with seeds 0..N, one line per preset of
+//! `peak:fragmentation/provider allocations`).
 
 use std::path::Path;
 
@@ -16,9 +18,15 @@ fn main() {
         .map(TraceSpec::generate)
         .collect();
     let mut policy = GranulePolicy::online();
-    for arg in std::env::args().skip(1) {
+    let mut seeds = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         if arg == "--proportional" {
             policy = GranulePolicy::proportional();
+            continue;
+        }
+        if arg == "--seeds" {
+            seeds = args.next().and_then(|n| n.parse::<u64>().ok());
             continue;
         }
         match read_trace(Path::new(&arg)) {
@@ -34,6 +42,31 @@ fn main() {
         ..ReplayOptions::default()
     };
     println!("policy: {policy}");
+    if let Some(seeds) = seeds {
+        for spec in TraceSpec::presets() {
+            let mut line = spec.name.clone();
+            for seed in 0..seeds {
+                let trace = TraceSpec {
+                    seed,
+                    ..spec.clone()
+                }
+                .generate();
+                match replay_trace(&trace, &opts) {
+                    Ok(r) => {
+                        line += &format!(
+                            " {}:{:.3}/{}",
+                            human_bytes(r.peak_live_bytes).replace(' ', ""),
+                            r.fragmentation,
+                            r.provider_allocs
+                        )
+                    }
+                    Err(err) => line += &format!(" error: {err}"),
+                }
+            }
+            println!("{line}");
+        }
+        return;
+    }
     println!(
         "| trace | events | peak live | fragmentation | provider allocations | pieces created (MiB) \
          | map / unmap calls |"
