@@ -20,14 +20,15 @@
 //! cached one unmapped elsewhere (the highest-address one, as CUDA remaps a physical handle),
 //! else a new one from the provider — each time the largest piece whose aligned span around
 //! the unit is entirely unmapped (for the pool and the cache; a new piece is at most the
-//! policy's size). With fitted pieces, a cached piece is also moved rather than a new one
-//! created when the free aligned block allows only a piece below the target. Smaller pieces fill spans built for bigger ones, so a free piece of any
-//! size can be reused. Highest address first because ranges are placed low (best fit, lowest
-//! address), so the top of a segment is what the next allocations are least likely to reuse;
-//! taking the least recently freed piece instead needed about twice the map calls on the
-//! shared traces. So the physical memory held is the most needed at once plus what pieces of
-//! the wrong size leave idle, unless the cache limits below release memory (then it can be
-//! less, at the price of more calls).
+//! policy's size; with fitted pieces a cached piece is also moved rather than a new one
+//! created when the free aligned block allows only a piece below the target). Smaller pieces
+//! fill spans built for bigger ones, so a free piece of any size can be reused. Highest
+//! address first because ranges are placed low (best fit, lowest address), so the top of a
+//! segment is what the next allocations are least likely to reuse; taking the least recently
+//! freed piece instead needed about twice the map calls on the shared traces. So the physical
+//! memory held is the most needed at once plus what pieces of the wrong size leave idle,
+//! unless the cache limits below release memory (then it can be less, at the price of more
+//! calls).
 
 use serde::Serialize;
 
@@ -690,7 +691,8 @@ impl Expandable {
             }
             _ => None,
         };
-        let fit = seg.free_class_at(u, target.max(top_free).max(fitted.unwrap_or(0)));
+        let limit = target.max(top_free).max(fitted.unwrap_or(0));
+        let fit = seg.free_class_at(u, limit.min(CLASSES - 1));
         for c in (0..=fit.min(target.max(top_free))).rev() {
             if let Some(granule) = self.pool[c].pop() {
                 self.pooled_bytes -= granule.size;

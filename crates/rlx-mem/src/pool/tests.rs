@@ -642,6 +642,29 @@ fn fitted_pieces_cover_a_large_request_at_once() {
 }
 
 #[test]
+fn fitted_pieces_with_an_unbounded_maximum_stay_in_range() {
+    let probe = TestProvider::new().with_granule(Some(G));
+    let mut alloc = expandable(
+        &probe,
+        ExpandableConfig {
+            granules: GranulePolicy::Spanning {
+                divisor: 1,
+                min_bytes: G,
+                max_bytes: usize::MAX,
+                peak_divisor: 1,
+            },
+            ..small_segments()
+        },
+    );
+    let a = alloc.alloc(40 * G, 256).unwrap();
+    assert!(probe.is_mapped(a.addr(), a.size()));
+    alloc.free(a).unwrap();
+    drop(alloc);
+    assert_eq!(probe.stats().live_bytes, 0);
+    assert_eq!(probe.bad_vm_calls(), 0);
+}
+
+#[test]
 fn fitted_class_sticks_out_by_less_than_the_target() {
     use crate::expandable::fitted_class;
     // Span of units 0..=5, target 1 unit: 4 (0..4) fits inside, 8 would stick out by 2.
