@@ -1,21 +1,28 @@
 //! Replays an allocation trace through the rlx-mem sub-allocator and prints the report.
 //!
-//! `replay TRACE [--json] [--expandable | --blocks] [--granule B|online|peak]
-//!  [--granule-divisor K] [--granule-min B] [--granule-max B] [--max-cached B]
+//! `replay TRACE|gen:NAME [--json] [--expandable | --blocks] [--granule B|online|proportional|peak]
+//!  [--granule-divisor K] [--granule-min B] [--granule-max B] [--peak-divisor K] [--max-cached B]
 //!  [--headroom-permille N] [--block-size B] [--dedicated-threshold B]
 //!  [--provider auto|host|counting] [--no-grow] [--runs N]`
 //!
 //! `--expandable` (the default) replays through one expandable segment (physical pieces mapped
 //! on demand, at most `--max-cached` bytes of free pieces kept mapped). Pieces are sized online
-//! by default (max(`--granule-min`, held / `--granule-divisor`) rounded down to a power of two,
-//! at most `--granule-max`: 12, 8 MiB, 1 GiB); `--granule B` fixes them at B bytes,
-//! `--granule peak` uses the trace's peak / 100 (an oracle). `--blocks` replays through
-//! growable blocks (`--no-grow`: fixed blocks plus dedicated ones).
+//! by default ([`rlx_mem::GranulePolicy::online`]: fitted to requests, target held /
+//! `--granule-divisor` of at least `--granule-min`, pieces up to the peak in use /
+//! `--peak-divisor` and `--granule-max`: 20, 4 MiB, 6, 1 GiB); `--granule proportional` is the
+//! previous default (held / 12, 8 MiB..1 GiB, the same tuning flags but `--peak-divisor`),
+//! `--granule B` fixes them at B bytes, `--granule peak` uses the trace's peak / 100 (an
+//! oracle). `--blocks` replays through
+//! growable blocks (`--no-grow`: fixed blocks plus dedicated ones). `gen:NAME` replays a
+//! generated trace ([`rlx_mem::TraceSpec::preset`]: `gen:0.5b-long-decode`, `gen:8b`,
+//! `gen:8b-mixed-batch`, `gen:13b`) instead of a file.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rlx_mem::{replay_file, GranulePolicy, GranuleRule, ProviderChoice, ReplayOptions};
+use rlx_mem::{
+    replay_file, replay_trace, GranulePolicy, GranuleRule, ProviderChoice, ReplayOptions, TraceSpec,
+};
 
 fn parse_bytes(flag: &str, value: Option<String>) -> Result<usize, String> {
     let value = value.ok_or(format!("{flag} needs a value"))?;
@@ -37,15 +44,8 @@ fn run() -> Result<(), String> {
     let mut opts = ReplayOptions::default();
     let mut json = false;
     let mut path: Option<PathBuf> = None;
-    let GranulePolicy::Proportional {
-        mut divisor,
-        mut min_bytes,
-        mut max_bytes,
-    } = GranulePolicy::online()
-    else {
-        unreachable!("the online policy is proportional")
-    };
-    let mut tuned = false;
+    let (mut divisor, mut min_bytes, mut max_bytes, mut peak_divisor) = (None, None, None, None);
+    let mut proportional = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => json = true,
@@ -60,24 +60,21 @@ fn run() -> Result<(), String> {
                     opts.granule = None;
                     opts.granule_rule = GranuleRule::Online;
                 }
+                Some(v) if v == "proportional" => {
+                    opts.granule = None;
+                    opts.granule_rule = GranuleRule::Online;
+                    proportional = true;
+                }
                 Some(v) if v == "peak" => {
                     opts.granule = None;
                     opts.granule_rule = GranuleRule::Peak;
                 }
                 v => opts.granule = Some(parse_bytes(&arg, v)?),
             },
-            "--granule-divisor" => {
-                divisor = parse_bytes(&arg, args.next())?.max(1);
-                tuned = true;
-            }
-            "--granule-min" => {
-                min_bytes = parse_bytes(&arg, args.next())?;
-                tuned = true;
-            }
-            "--granule-max" => {
-                max_bytes = parse_bytes(&arg, args.next())?;
-                tuned = true;
-            }
+            "--granule-divisor" => divisor = Some(parse_bytes(&arg, args.next())?.max(1)),
+            "--granule-min" => min_bytes = Some(parse_bytes(&arg, args.next())?),
+            "--granule-max" => max_bytes = Some(parse_bytes(&arg, args.next())?),
+            "--peak-divisor" => peak_divisor = Some(parse_bytes(&arg, args.next())?.max(1)),
             "--headroom-permille" => {
                 opts.headroom_permille = parse_bytes(&arg, args.next())?
                     .try_into()
@@ -106,20 +103,53 @@ fn run() -> Result<(), String> {
             _ => return Err(format!("unexpected argument {arg}")),
         }
     }
-    if tuned && opts.granule_rule == GranuleRule::Online {
-        opts.granule_rule = GranuleRule::Policy(GranulePolicy::Proportional {
-            divisor,
-            min_bytes,
-            max_bytes,
+    if opts.granule_rule == GranuleRule::Online {
+        let base = if proportional {
+            GranulePolicy::proportional()
+        } else {
+            GranulePolicy::online()
+        };
+        opts.granule_rule = GranuleRule::Policy(match base {
+            GranulePolicy::Proportional {
+                divisor: d,
+                min_bytes: lo,
+                max_bytes: hi,
+            } => GranulePolicy::Proportional {
+                divisor: divisor.unwrap_or(d),
+                min_bytes: min_bytes.unwrap_or(lo),
+                max_bytes: max_bytes.unwrap_or(hi),
+            },
+            GranulePolicy::Spanning {
+                divisor: d,
+                min_bytes: lo,
+                max_bytes: hi,
+                peak_divisor: p,
+            } => GranulePolicy::Spanning {
+                divisor: divisor.unwrap_or(d),
+                min_bytes: min_bytes.unwrap_or(lo),
+                max_bytes: max_bytes.unwrap_or(hi),
+                peak_divisor: peak_divisor.unwrap_or(p),
+            },
+            other => other,
         });
     }
     let path = path.ok_or(
-        "usage: replay TRACE [--json] [--expandable | --blocks] [--granule B|online|peak] \
-         [--granule-divisor K] [--granule-min B] [--granule-max B] [--max-cached B] \
+        "usage: replay TRACE|gen:NAME [--json] [--expandable | --blocks] [--granule B|online|proportional|peak] \
+         [--granule-divisor K] [--granule-min B] [--granule-max B] [--peak-divisor K] \
+         [--max-cached B] \
          [--headroom-permille N] [--block-size B] [--dedicated-threshold B] \
          [--provider auto|host|counting] [--no-grow] [--runs N]",
     )?;
-    let report = replay_file(&path, &opts).map_err(|err| err.to_string())?;
+    let report = match path.to_str().and_then(|p| p.strip_prefix("gen:")) {
+        Some(name) => {
+            let spec = TraceSpec::preset(name).ok_or(format!(
+                "no generated trace {name:?} (0.5b-long-decode, 8b, 8b-mixed-batch, 13b)"
+            ))?;
+            replay_trace(&spec.generate(), &opts)
+        }
+        None => replay_file(&path, &opts),
+    }
+    .map_err(|err| err.to_string())?;
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(|err| err.to_string())?;
         println!("{text}");

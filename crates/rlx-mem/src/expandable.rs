@@ -6,9 +6,12 @@
 //! Physical memory comes in pieces ("granules") of a power-of-two number of the provider's
 //! granules (*units*); a piece of `n` units is always mapped at a multiple of `n` units, so a
 //! segment is a buddy-like mosaic of pieces of mixed sizes. Their size is chosen when they are
-//! created, by the [`GranulePolicy`]: the provider's granule, a fixed size, or (the online
-//! policy) a size that grows with the physical memory already held, so a segment starts with
-//! small pieces and creates larger ones as it grows, without knowing its peak in advance.
+//! created, by the [`GranulePolicy`]: the provider's granule, a fixed size, or online, without
+//! knowing the peak in advance — a size that grows with the physical memory already held
+//! (`Proportional`), or (`Spanning`, the default online policy) a piece fitted to the request:
+//! as large as the aligned free block and the request's missing span allow, so a large request
+//! gets a few large pieces at once, while the part of a piece that sticks out of the request
+//! stays below a target that grows with what is held.
 //!
 //! Per unit of a segment: *needed* or not (a live or pending range overlaps it) and the mapped
 //! piece covering it, if any. A piece none of whose units is needed is *cached*: it stays
@@ -17,13 +20,15 @@
 //! cached one unmapped elsewhere (the highest-address one, as CUDA remaps a physical handle),
 //! else a new one from the provider — each time the largest piece whose aligned span around
 //! the unit is entirely unmapped (for the pool and the cache; a new piece is at most the
-//! policy's size). Smaller pieces fill spans built for bigger ones, so a free piece of any
-//! size can be reused. Highest address first because ranges are placed low (best fit, lowest
-//! address), so the top of a segment is what the next allocations are least likely to reuse;
-//! taking the least recently freed piece instead needed about twice the map calls on the
-//! shared traces. So the physical memory held is the most needed at once plus what pieces of
-//! the wrong size leave idle, unless the cache limits below release memory (then it can be
-//! less, at the price of more calls).
+//! policy's size; with fitted pieces a cached piece is also moved rather than a new one
+//! created when the free aligned block allows only a piece below the target). Smaller pieces
+//! fill spans built for bigger ones, so a free piece of any size can be reused. Highest
+//! address first because ranges are placed low (best fit, lowest address), so the top of a
+//! segment is what the next allocations are least likely to reuse; taking the least recently
+//! freed piece instead needed about twice the map calls on the shared traces. So the physical
+//! memory held is the most needed at once plus what pieces of the wrong size leave idle,
+//! unless the cache limits below release memory (then it can be less, at the price of more
+//! calls).
 
 use serde::Serialize;
 
@@ -92,15 +97,48 @@ pub enum GranulePolicy {
         /// Largest piece.
         max_bytes: usize,
     },
+    /// Online and fitted to the request (the default, [`GranulePolicy::online`]). The *target*
+    /// is the `Proportional` size (held / `divisor` rounded down to a power of two, clamped to
+    /// `min_bytes..=max_bytes`). A new piece is the largest aligned power of two around the
+    /// missing unit that sticks out of the request's unmapped span by less than the target, at
+    /// most the peak in use (this request included) / `peak_divisor` unless that is below the
+    /// target: a large request gets large pieces at once, whatever is held, while the bytes
+    /// a piece leaves idle stay below the target. Where the free span's alignment allows only
+    /// a piece smaller than the target, a cached piece is moved there rather than a new one
+    /// created.
+    Spanning {
+        /// Held bytes per byte of target.
+        divisor: usize,
+        /// Smallest target.
+        min_bytes: usize,
+        /// Largest piece.
+        max_bytes: usize,
+        /// Peak bytes in use per byte of a piece fitted to a request.
+        peak_divisor: usize,
+    },
 }
 
 impl GranulePolicy {
-    /// The online policy the trace replay uses by default: held / 12, 8 MiB..1 GiB. On the
-    /// shared llama-8B traces it holds fragmentation to 1.017 / 1.032 with 80 / 58 pieces
-    /// created (`bench/mem.md`); the 8 MiB floor keeps the small early pieces from costing
-    /// more creations than the whole peak (with a 2 MiB floor and held / 16: 179 on
-    /// llama8b-seqvar).
+    /// The online policy the trace replay uses by default: pieces fitted to requests, target
+    /// held / 20 of at least 4 MiB, pieces up to the peak in use / 6 and 1 GiB. Chosen so that
+    /// the generated presets ([`crate::TraceSpec::presets`], a 0.5B- to a 13B-class model) and
+    /// the shared llama-8B traces stay within 1.05 fragmentation and 100 provider allocations
+    /// (`crates/rlx-mem/tests/policy_traces.rs`): a larger target overshoots the small
+    /// model's peak, a smaller one costs too many creations on mid-sized traces. Other seeds
+    /// of the large presets can still take more than 100 (`bench/mem.md` has the figures).
     pub const fn online() -> Self {
+        GranulePolicy::Spanning {
+            divisor: 20,
+            min_bytes: 4 << 20,
+            max_bytes: 1 << 30,
+            peak_divisor: 6,
+        }
+    }
+
+    /// The previous online default, kept for comparison: `Proportional`, held / 12,
+    /// 8 MiB..1 GiB. Its 8 MiB floor overshoots small peaks, and a large request made while
+    /// little is held costs many small pieces.
+    pub const fn proportional() -> Self {
         GranulePolicy::Proportional {
             divisor: 12,
             min_bytes: 8 << 20,
@@ -118,6 +156,12 @@ impl GranulePolicy {
                 divisor,
                 min_bytes,
                 max_bytes,
+            }
+            | GranulePolicy::Spanning {
+                divisor,
+                min_bytes,
+                max_bytes,
+                ..
             } => {
                 let share = held / divisor.max(1);
                 let floor = if share == 0 {
@@ -151,8 +195,41 @@ impl std::fmt::Display for GranulePolicy {
                 human_bytes(min_bytes),
                 human_bytes(max_bytes)
             ),
+            GranulePolicy::Spanning {
+                divisor,
+                min_bytes,
+                max_bytes,
+                peak_divisor,
+            } => write!(
+                f,
+                "online, fitted to requests: target held/{divisor} ({}..), pieces up to \
+                 peak/{peak_divisor} and {}",
+                human_bytes(min_bytes),
+                human_bytes(max_bytes)
+            ),
         }
     }
+}
+
+/// `floor(log2(n))`, 0 for 0.
+fn floor_log2(n: usize) -> usize {
+    (usize::BITS - 1).saturating_sub(n.leading_zeros()) as usize
+}
+
+/// The class of a piece fitted to a request ([`GranulePolicy::Spanning`]) for unmapped unit `u`
+/// of a span ending at unit `last`: the largest class up to `limit` (the free aligned block
+/// around `u`, capped) whose aligned block around `u` sticks out of `u..=last` by less than a
+/// piece of class `target`; `target` itself (or `limit`, if smaller) always qualifies.
+pub(crate) fn fitted_class(u: usize, last: usize, limit: usize, target: usize) -> usize {
+    (target.min(limit)..=limit)
+        .rev()
+        .find(|&c| {
+            let n = 1usize << c;
+            let base = u & !(n - 1);
+            let overhang = (u - base) + (base + n - 1).saturating_sub(last);
+            c <= target || overhang < 1 << target
+        })
+        .unwrap_or(0)
 }
 
 /// Number of piece size classes (a piece of class `c` is `2^c` units).
@@ -602,20 +679,43 @@ impl Expandable {
                         .any(|s| !s.cached[c].is_empty())
             })
             .unwrap_or(0);
-        let fit = seg.free_class_at(u, target.max(top_free).min(CLASSES - 1));
-        for c in (0..=fit).rev() {
+        // Fitted to the request: the largest class allowed and the cap from the peak in use.
+        let fitted = match self.config.granules {
+            GranulePolicy::Spanning {
+                max_bytes,
+                peak_divisor,
+                ..
+            } => {
+                let cap = (budget / peak_divisor.max(1)).min(max_bytes) >> self.shift;
+                Some(floor_log2(cap).max(target))
+            }
+            _ => None,
+        };
+        let limit = target.max(top_free).max(fitted.unwrap_or(0));
+        let fit = seg.free_class_at(u, limit.min(CLASSES - 1));
+        for c in (0..=fit.min(target.max(top_free))).rev() {
             if let Some(granule) = self.pool[c].pop() {
                 self.pooled_bytes -= granule.size;
                 return Ok((c as u8, granule));
             }
         }
-        let create = target.min(fit);
-        if self.held + (self.unit << create) > budget {
+        let create = match fitted {
+            Some(cap) => fitted_class(u, last, fit.min(cap), target),
+            None => target.min(fit),
+        };
+        // Over the budget, or (fitted pieces) where the free span's alignment allows only a piece
+        // smaller than the policy's: a cached piece moved costs no creation. Without the second
+        // case a large request after a small piece climbs the alignment with pieces of 1, 2, 4,
+        // ... units (the 13B-class trace: 253 creations instead of 87).
+        if self.held + (self.unit << create) > budget || (fitted.is_some() && create < target) {
             // With one piece size, take what the rest of the span needs at once (one unmap call
             // per run). With mixed sizes one at a time: pieces taken ahead wait in the pool and
             // sat idle where the span then needed other sizes (llama8b-flash-seqvar: 1.042
             // instead of 1.032).
-            let single = !matches!(self.config.granules, GranulePolicy::Proportional { .. });
+            let single = matches!(
+                self.config.granules,
+                GranulePolicy::Provider | GranulePolicy::Fixed { .. }
+            );
             for c in (0..=fit).rev() {
                 // Pieces of one size sit aligned, so a block is unmapped iff its first unit is.
                 let want = if single {

@@ -16,7 +16,8 @@
 //!    are packed by offset into one arena, so a compiled graph makes one allocation.
 //!
 //! Allocation traces replay through layer 2 on the CPU ([`replay_file`]), which measures
-//! fragmentation and speed without a GPU.
+//! fragmentation and speed without a GPU; [`TraceSpec`] generates traces of transformer
+//! inference at any scale in memory, for tests and replays without trace files.
 
 #![warn(missing_docs)]
 
@@ -34,6 +35,7 @@ mod stats;
 mod stream;
 mod tlsf;
 mod trace;
+mod tracegen;
 pub mod weights;
 
 pub use align::align_up;
@@ -54,3 +56,4 @@ pub use staging::{StagingRing, StagingSlot};
 pub use stats::{human_bytes, Stats};
 pub use stream::{CompletionToken, FakeTimeline, StreamId, Synchronous, TokenSource};
 pub use trace::{parse_trace, read_trace, Trace, TraceError, TraceEvent};
+pub use tracegen::{ModelShape, TraceSpec};

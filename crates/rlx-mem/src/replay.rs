@@ -103,7 +103,7 @@ pub struct ReplayReport {
     /// Expandable mode: the provider's granule (every physical piece is a power-of-two
     /// multiple of it; with a fixed granule, that size).
     pub granule: Option<usize>,
-    /// Expandable mode: how pieces were sized (`online: held/12, 8 MiB..1 GiB`, `provider
+    /// Expandable mode: how pieces were sized (`online, fitted to requests: ...`, `provider
     /// granule`, ...).
     pub granule_policy: Option<String>,
     /// Expandable mode: physical pieces created, as (bytes, count) by ascending size.

@@ -573,8 +573,8 @@ fn expandable_out_of_memory_trims_retries_and_stays_usable() {
 }
 
 #[test]
-fn online_piece_sizes_grow_with_what_is_held() {
-    let online = GranulePolicy::online();
+fn proportional_piece_sizes_grow_with_what_is_held() {
+    let online = GranulePolicy::proportional();
     let mib = 1usize << 20;
     assert_eq!(online.piece_size(0, 2 * mib), 8 * mib, "the floor");
     assert_eq!(online.piece_size(191 * mib, 2 * mib), 8 * mib);
@@ -591,6 +591,91 @@ fn online_piece_sizes_grow_with_what_is_held() {
     let fixed = GranulePolicy::Fixed { bytes: 3 * mib };
     assert_eq!(fixed.piece_size(0, 2 * mib), 4 * mib);
     assert_eq!(online.to_string(), "online: held/12, 8.00 MiB..1.00 GiB");
+}
+
+#[test]
+fn online_targets_follow_held_with_a_4_mib_floor() {
+    let online = GranulePolicy::online();
+    let mib = 1usize << 20;
+    assert_eq!(online.piece_size(0, 2 * mib), 4 * mib, "the floor");
+    assert_eq!(online.piece_size(159 * mib, 2 * mib), 4 * mib);
+    assert_eq!(online.piece_size(160 * mib, 2 * mib), 8 * mib, "held / 20");
+    assert_eq!(online.piece_size(1 << 40, 2 * mib), 1 << 30, "the ceiling");
+    assert_eq!(
+        online.to_string(),
+        "online, fitted to requests: target held/20 (4.00 MiB..), pieces up to peak/6 and \
+         1.00 GiB"
+    );
+}
+
+/// Pieces fitted to requests: target one granule whatever is held (held / 1000), pieces up to
+/// the peak in use (`G..64G`).
+fn fitted() -> ExpandableConfig {
+    ExpandableConfig {
+        granules: GranulePolicy::Spanning {
+            divisor: 1000,
+            min_bytes: G,
+            max_bytes: 64 * G,
+            peak_divisor: 1,
+        },
+        ..small_segments()
+    }
+}
+
+#[test]
+fn fitted_pieces_cover_a_large_request_at_once() {
+    let probe = TestProvider::new().with_granule(Some(G));
+    let mut alloc = expandable(&probe, fitted());
+    // 8 granules at the start of the segment: one piece of 8.
+    let a = alloc.alloc(8 * G, 256).unwrap();
+    assert_eq!(alloc.granules_created(), vec![(8 * G, 1)]);
+    // 3 granules after it (units 8..11): a piece of 2 and one of 1, none sticking out.
+    let b = alloc.alloc(3 * G, 256).unwrap();
+    assert_eq!(
+        alloc.granules_created(),
+        vec![(G, 1), (2 * G, 1), (8 * G, 1)]
+    );
+    assert_eq!(alloc.stats().bytes_reserved, 11 * G);
+    alloc.free(a).unwrap();
+    alloc.free(b).unwrap();
+    assert_eq!(probe.bad_vm_calls(), 0);
+}
+
+#[test]
+fn fitted_pieces_with_an_unbounded_maximum_stay_in_range() {
+    let probe = TestProvider::new().with_granule(Some(G));
+    let mut alloc = expandable(
+        &probe,
+        ExpandableConfig {
+            granules: GranulePolicy::Spanning {
+                divisor: 1,
+                min_bytes: G,
+                max_bytes: usize::MAX,
+                peak_divisor: 1,
+            },
+            ..small_segments()
+        },
+    );
+    let a = alloc.alloc(40 * G, 256).unwrap();
+    assert!(probe.is_mapped(a.addr(), a.size()));
+    alloc.free(a).unwrap();
+    drop(alloc);
+    assert_eq!(probe.stats().live_bytes, 0);
+    assert_eq!(probe.bad_vm_calls(), 0);
+}
+
+#[test]
+fn fitted_class_sticks_out_by_less_than_the_target() {
+    use crate::expandable::fitted_class;
+    // Span of units 0..=5, target 1 unit: 4 (0..4) fits inside, 8 would stick out by 2.
+    assert_eq!(fitted_class(0, 5, 10, 0), 2);
+    // Target 4 units: 8 sticks out by 2 < 4.
+    assert_eq!(fitted_class(0, 5, 10, 2), 3);
+    // The aligned free block limits it.
+    assert_eq!(fitted_class(0, 5, 1, 2), 1);
+    // Unit 3 with 0..4 free: that block sticks out below by 3 units, too much for a 1-unit
+    // target.
+    assert_eq!(fitted_class(3, 20, 2, 0), 0);
 }
 
 /// Doubling pieces (held / 1, `G..8G`) over 64 KiB granules.
@@ -776,7 +861,16 @@ mod properties {
                     max_bytes: G << hi,
                 }
             }),
+            (1usize..24, 0u32..3, 2u32..7, 1usize..8).prop_map(|(divisor, lo, hi, peak)| {
+                GranulePolicy::Spanning {
+                    divisor,
+                    min_bytes: G << lo,
+                    max_bytes: G << hi,
+                    peak_divisor: peak,
+                }
+            }),
             Just(GranulePolicy::online()),
+            Just(GranulePolicy::proportional()),
         ]
     }
 
