@@ -26,7 +26,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     blocks: bool,
     /// A fixed physical granule for the expandable segment, in bytes (default: the online
-    /// policy, pieces of the memory held / 12 rounded to a power of two, 8 MiB..1 GiB).
+    /// policy, pieces sized to each request with at most held / 20 beyond it, see rlx-mem).
     #[arg(long)]
     granule: Option<usize>,
     /// Print one JSON object.
