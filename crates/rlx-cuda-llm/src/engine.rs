@@ -163,6 +163,8 @@ struct Shape {
     eps: f64,
     /// factor on the token embeddings (Gemma: `sqrt(hidden)`)
     embed_scale: f32,
+    /// RoPE's attention factor (Phi-3 longrope; 1 for the others)
+    rope_attn_scale: f64,
     /// the down projection's input form: `IN_SWIGLU` (1) or `IN_GEGLU` (2, Gemma)
     gated: u64,
 }
@@ -345,6 +347,7 @@ impl CudaLlm {
             vocab: c.vocab,
             eps: c.eps,
             embed_scale: c.embed_scale,
+            rope_attn_scale: c.rope_attn_scale,
             gated: match c.ffn_act {
                 FfnAct::Silu => 1,
                 FfnAct::GeluTanh => 2,
@@ -782,7 +785,8 @@ impl CudaLlm {
                     BLOCK_ROWS as u64,
                     self.table.max_blocks as u64,
                     self.splits as u64,
-                    bits(1.0 / (hd as f64).sqrt()),
+                    // Phi-3 longrope scales cos and sin, so q·k by the factor squared
+                    bits(sh.rope_attn_scale.powi(2) / (hd as f64).sqrt()),
                 ],
             )?;
             let att = self.s.att.ptr();

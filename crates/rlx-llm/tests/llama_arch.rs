@@ -72,12 +72,16 @@ fn gelu_tanh(g: f64) -> f64 {
 }
 
 /// "Rotate half" RoPE of one head at position `pos`, as transformers applies it.
-fn rope(x: &mut [f64], pos: usize, base: f64) {
+/// RoPE as transformers applies it: frequencies divided by `factors` (Phi-3 longrope's
+/// short factors; empty: none), cos and sin scaled by `attn`.
+fn rope(x: &mut [f64], pos: usize, base: f64, factors: &[f64], attn: f64) {
     let hd = x.len();
     let half = hd / 2;
     for i in 0..half {
-        let th = pos as f64 * base.powf(-2.0 * i as f64 / hd as f64);
+        let f = factors.get(i).copied().unwrap_or(1.0);
+        let th = pos as f64 * base.powf(-2.0 * i as f64 / hd as f64) / f;
         let (s, c) = th.sin_cos();
+        let (s, c) = (s * attn, c * attn);
         let (a, b) = (x[i], x[i + half]);
         x[i] = a * c - b * s;
         x[i + half] = b * c + a * s;
@@ -101,6 +105,19 @@ fn reference(dir: &Path, tokens: &[u32]) -> Vec<Vec<f64>> {
         .map_or(hidden / heads, |d| d as usize);
     let eps = cfg["rms_norm_eps"].as_f64().unwrap();
     let base = cfg["rope_theta"].as_f64().unwrap();
+    // Phi-3 longrope (short factors: these sequences stay within the original context)
+    let (factors, attn): (Vec<f64>, f64) = match cfg.get("rope_scaling") {
+        Some(r) if r["type"] == "longrope" => {
+            let short = r["short_factor"].as_array().unwrap();
+            let original = u("original_max_position_embeddings") as f64;
+            let scale = u("max_position_embeddings") as f64 / original;
+            (
+                short.iter().map(|v| v.as_f64().unwrap()).collect(),
+                (1.0 + scale.ln() / original.ln()).sqrt(),
+            )
+        }
+        _ => (Vec::new(), 1.0),
+    };
     let gemma = ty == "gemma";
     let phi3 = ty == "phi3";
     let tied = cfg["tie_word_embeddings"].as_bool().unwrap_or(gemma);
@@ -150,8 +167,10 @@ fn reference(dir: &Path, tokens: &[u32]) -> Vec<Vec<f64>> {
                     matvec(get(&p("self_attn.v_proj")), &h),
                 )
             };
-            q.chunks_exact_mut(hd).for_each(|c| rope(c, pos, base));
-            k.chunks_exact_mut(hd).for_each(|c| rope(c, pos, base));
+            q.chunks_exact_mut(hd)
+                .for_each(|c| rope(c, pos, base, &factors, attn));
+            k.chunks_exact_mut(hd)
+                .for_each(|c| rope(c, pos, base, &factors, attn));
             qs.push(q);
             ks.push(k);
             vs.push(v);
@@ -232,15 +251,7 @@ fn cpu_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
             .embed(tok, &mut x[i * c.hidden..(i + 1) * c.hidden])
             .unwrap();
     }
-    let half = c.head_dim / 2;
-    let (mut cos, mut sin) = (Vec::new(), Vec::new());
-    for p in 0..t {
-        for i in 0..half {
-            let th = p as f64 * c.inv_freq(i);
-            cos.push(th.cos() as f32);
-            sin.push(th.sin() as f32);
-        }
-    }
+    let (cos, sin) = rlx_models::llama::rope_tables(c, 0, t);
     let g = c.group();
     let mut mask = vec![f32::NEG_INFINITY; g * t * t];
     for r in 0..g * t {
@@ -248,14 +259,8 @@ fn cpu_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
     }
     let mut inputs = HashMap::new();
     inputs.insert("x".into(), Tensor::from_f32(&[t, c.hidden], x).unwrap());
-    inputs.insert(
-        "cos".into(),
-        Tensor::from_f32(&[t, 1, half, 1], cos).unwrap(),
-    );
-    inputs.insert(
-        "sin".into(),
-        Tensor::from_f32(&[t, 1, half, 1], sin).unwrap(),
-    );
+    inputs.insert("cos".into(), cos);
+    inputs.insert("sin".into(), sin);
     inputs.insert("mask".into(), Tensor::from_f32(&[g * t, t], mask).unwrap());
     let out = runner.run(h, &inputs).unwrap();
     out.into_iter()
@@ -282,7 +287,12 @@ fn argmax(v: &[f64]) -> (usize, f64) {
 
 /// Checks one folder: prefill logits against the reference, then greedy tokens.
 fn check(tag: &str, spec: &RandomLlama) {
-    let dir = folder(tag, spec);
+    check_dir(tag, &folder(tag, spec));
+}
+
+/// The CPU graph's logits and greedy tokens for the folder `dir` against the f64 reference.
+fn check_dir(tag: &str, dir: &Path) {
+    let dir = dir.to_path_buf();
     let model = Llama::open(&dir).unwrap();
     let prompt: Vec<u32> = (0..11).map(|i| 2 + (i * 37) % 250).collect();
     let want = reference(&dir, &prompt);
@@ -365,6 +375,39 @@ fn phi3_folders_match_the_f64_reference() {
         };
         check(&format!("phi3-{dtype:?}-{tied}"), &spec);
     }
+}
+
+#[test]
+fn phi3_longrope_matches_the_f64_reference() {
+    let dir = folder(
+        "phi3-longrope",
+        &RandomLlama {
+            family: Family::Phi3,
+            ..RandomLlama::default()
+        },
+    );
+    let path = dir.join("config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let c = cfg.as_object_mut().unwrap();
+    let half = {
+        let h = c["hidden_size"].as_u64().unwrap() / c["num_attention_heads"].as_u64().unwrap();
+        (h / 2) as usize
+    };
+    let short: Vec<f64> = (0..half).map(|i| 1.0 + 0.15 * i as f64).collect();
+    let long: Vec<f64> = (0..half).map(|i| 2.0 + 0.5 * i as f64).collect();
+    c.insert("max_position_embeddings".into(), 131072.into());
+    c.insert("sliding_window".into(), Value::Null);
+    c.insert("original_max_position_embeddings".into(), 4096.into());
+    c.insert(
+        "rope_scaling".into(),
+        serde_json::json!({"type": "longrope", "short_factor": short, "long_factor": long}),
+    );
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let model = Llama::open(&dir).unwrap();
+    assert_eq!(model.config.context, 4096, "capped at the original context");
+    let want = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt();
+    assert!((model.config.rope_attn_scale - want).abs() < 1e-12);
+    check_dir("phi3-longrope", &dir);
 }
 
 /// A config of `family` with `edit` applied to its JSON: the error names the setting.

@@ -47,7 +47,11 @@ fn zoo_matches_onnx_runtime_on_every_device() {
         if name == "cpu" || !s.available || !matches!(name, "cuda" | "vulkan") {
             continue;
         }
-        let detail = s.info.as_ref().map(|i| format!("{i:?}")).unwrap_or_default();
+        let detail = s
+            .info
+            .as_ref()
+            .map(|i| format!("{i:?}"))
+            .unwrap_or_default();
         if detail.contains("llvmpipe") && !software {
             skip(
                 &format!("rlx::zoo_matches_onnx_runtime_on_every_device[{name}]"),
@@ -61,7 +65,10 @@ fn zoo_matches_onnx_runtime_on_every_device() {
     for d in &devices {
         let (ok, out) = check(d);
         let cases = out.lines().filter(|l| l.contains("\"model\"")).count();
-        assert!(cases >= 46, "{d}: {cases} cases, expected 23 models x 2 shapes\n{out}");
+        assert!(
+            cases >= 46,
+            "{d}: {cases} cases, expected 23 models x 2 shapes\n{out}"
+        );
         if !ok {
             failures.extend(
                 out.lines()

@@ -64,6 +64,9 @@ struct HfLlamaConfig {
     rope_scaling: Option<Value>,
     #[serde(default)]
     sliding_window: Option<usize>,
+    /// Phi-3 longrope: the context the short factors serve
+    #[serde(default)]
+    original_max_position_embeddings: Option<usize>,
 }
 
 /// `model_type`s RLX builds from Hugging Face folders: Llama's graph (Mistral is the same
@@ -181,6 +184,7 @@ impl LlamaConfig {
             } else {
                 1.0
             },
+            rope_attn_scale: 1.0,
         };
         // Mistral's and Phi-3's sliding window: attention beyond it would differ, so the
         // context stops there
@@ -191,7 +195,11 @@ impl LlamaConfig {
             cfg.context = cfg.context.min(w.max(1));
         }
         if let Some(s) = h.rope_scaling.as_ref().filter(|v| !v.is_null()).or(rope) {
-            cfg.rope_freq_factors = rope_scaling_factors(s, &cfg).map_err(bad)?;
+            if is_longrope(s) {
+                longrope(s, h.original_max_position_embeddings, &mut cfg).map_err(bad)?;
+            } else {
+                cfg.rope_freq_factors = rope_scaling_factors(s, &cfg).map_err(bad)?;
+            }
         }
         Ok(cfg)
     }
@@ -218,6 +226,63 @@ fn ffn_act(h: &HfLlamaConfig) -> Result<super::FfnAct, String> {
             if gemma { "gelu_pytorch_tanh" } else { "silu" }
         )),
     }
+}
+
+/// The rope settings are Phi-3's `longrope` (`su` in older configs).
+fn is_longrope(s: &Value) -> bool {
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str);
+    matches!(kind, Some("longrope" | "su"))
+}
+
+/// Phi-3 `longrope`: the `short_factor` list divides the frequencies (what transformers uses
+/// while a sequence is within `original_max_position_embeddings`), the context stops there
+/// (longer sequences would switch to `long_factor` midway), and cos/sin are scaled by the
+/// attention factor (`attention_factor`, else from the two context lengths).
+fn longrope(s: &Value, top_original: Option<usize>, c: &mut LlamaConfig) -> Result<(), String> {
+    let half = c.head_dim / 2;
+    let list = |k: &str| -> Result<Vec<f64>, String> {
+        let v: Vec<f64> = s
+            .get(k)
+            .and_then(Value::as_array)
+            .ok_or_else(|| format!("rope_scaling `longrope` needs a list `{k}`"))?
+            .iter()
+            .map(|x| {
+                x.as_f64()
+                    .ok_or_else(|| format!("`{k}` holds a non-number"))
+            })
+            .collect::<Result<_, _>>()?;
+        if v.len() != half || v.iter().any(|x| !x.is_finite() || *x <= 0.0) {
+            return Err(format!(
+                "rope_scaling `longrope`: `{k}` needs {half} positive numbers (head size {} / 2), got {}",
+                c.head_dim,
+                v.len()
+            ));
+        }
+        Ok(v)
+    };
+    let short = list("short_factor")?;
+    list("long_factor")?;
+    let original = s
+        .get("original_max_position_embeddings")
+        .and_then(Value::as_u64)
+        .map(|n| n as usize)
+        .or(top_original)
+        .unwrap_or(c.context);
+    let factor = s
+        .get("factor")
+        .and_then(Value::as_f64)
+        .unwrap_or(c.context as f64 / original.max(1) as f64);
+    c.rope_attn_scale = match s.get("attention_factor").and_then(Value::as_f64) {
+        Some(a) => a,
+        None if factor <= 1.0 || original < 2 => 1.0,
+        None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
+    };
+    c.rope_freq_factors = Some(short);
+    c.context = c.context.min(original.max(1));
+    Ok(())
 }
 
 /// Per-pair frequency divisors of a `rope_scaling` object: Llama 3.1's `llama3` type

@@ -75,6 +75,9 @@ pub struct LlamaConfig {
     pub ffn_act: FfnAct,
     /// factor on the token embeddings (Gemma: `sqrt(hidden)`); 1 for the others
     pub embed_scale: f32,
+    /// RoPE's attention factor (Phi-3 `longrope`): cos and sin are scaled by it, so q·k by
+    /// its square; 1 for the others
+    pub rope_attn_scale: f64,
 }
 
 /// Errors of loading, building or generating.
@@ -184,6 +187,7 @@ impl LlamaConfig {
                 FfnAct::Silu
             },
             embed_scale: 1.0,
+            rope_attn_scale: 1.0,
         };
         // Phi-3's sliding window, as the Mistral path: the context stops there
         if f.get(&key("attention.sliding_window")).is_some() {
@@ -201,6 +205,12 @@ impl LlamaConfig {
     /// Query heads per KV head.
     pub fn group(&self) -> usize {
         self.heads / self.kv_heads
+    }
+
+    /// Phi-3 longrope's attention factor for a model trained to `context` positions from an
+    /// `original` context: sqrt(1 + ln(context / original) / ln(original)), 1 when not longer.
+    pub fn longrope_factor(context: usize, original: usize) -> f64 {
+        longrope_attention_factor(context, original)
     }
 
     /// The rotation angle per position of RoPE pair `i`: `base^(-2i/head_dim)`, divided by
@@ -300,12 +310,27 @@ impl Llama {
             }
             config.rope_freq_factors = Some(v.iter().map(|&x| x as f64).collect());
         }
-        for t in ["rope_factors_long.weight", "rope_factors_short.weight"] {
-            if f.tensor(t).is_some() {
+        if f.tensor("rope_factors_short.weight").is_some() {
+            // Phi-3 longrope: the short factors (what transformers uses up to the original
+            // context), the context capped there, and the attention factor
+            let (shape, v) = f.dequantize("rope_factors_short.weight")?;
+            if shape != [config.head_dim / 2] {
                 return Err(model_err(format!(
-                    "{t}: Phi-3 `longrope` RoPE scaling is not supported"
+                    "rope_factors_short.weight has shape {shape:?}, expected [{}]",
+                    config.head_dim / 2
                 )));
             }
+            config.rope_freq_factors = Some(v.iter().map(|&x| x as f64).collect());
+            let arch = f.get_str("general.architecture")?;
+            let original = f
+                .get_u64(&format!("{arch}.rope.scaling.original_context_length"))
+                .ok()
+                .map(|n| n as usize)
+                .unwrap_or(config.context);
+            config.rope_attn_scale = f
+                .get_f64(&format!("{arch}.rope.scaling.attn_factor"))
+                .unwrap_or_else(|_| longrope_attention_factor(config.context, original));
+            config.context = config.context.min(original.max(1));
         }
         let arch = f.get_str("general.architecture")?;
         if arch == "gemma" {
@@ -1254,16 +1279,17 @@ impl<'a, R: Runner> Generator<'a, R> {
     }
 }
 
-/// cos/sin tables `[n, 1, hd/2, 1]` for positions `start..start + n`.
-fn rope_tables(c: &LlamaConfig, start: usize, n: usize) -> (Tensor, Tensor) {
+/// cos/sin tables `[n, 1, hd/2, 1]` for positions `start..start + n` (the `cos` and `sin`
+/// inputs of the graphs [`Llama::build_graph`] builds), scaled by the attention factor.
+pub fn rope_tables(c: &LlamaConfig, start: usize, n: usize) -> (Tensor, Tensor) {
     let half = c.head_dim / 2;
     let mut cos = Vec::with_capacity(n * half);
     let mut sin = Vec::with_capacity(n * half);
     for p in start..start + n {
         for i in 0..half {
             let theta = p as f64 * c.inv_freq(i);
-            cos.push(theta.cos() as f32);
-            sin.push(theta.sin() as f32);
+            cos.push((theta.cos() * c.rope_attn_scale) as f32);
+            sin.push((theta.sin() * c.rope_attn_scale) as f32);
         }
     }
     let shape = [n, 1, half, 1];
@@ -1280,7 +1306,7 @@ fn set_rope(c: &LlamaConfig, pos: usize, inputs: &mut HashMap<String, Tensor>) {
         if let Some(TensorData::F32(v)) = inputs.get_mut(name).map(|t| t.data_mut()) {
             for (i, x) in v.iter_mut().enumerate().take(half) {
                 let theta = pos as f64 * c.inv_freq(i);
-                *x = f(theta) as f32;
+                *x = (f(theta) * c.rope_attn_scale) as f32;
             }
         }
     }
@@ -1326,4 +1352,14 @@ fn write_rows<'o>(
         }
     }
     logits.ok_or_else(|| LlamaError::Run("no logits output".into()))
+}
+
+/// Phi-3 longrope's attention factor (see [`LlamaConfig::longrope_factor`]).
+pub(crate) fn longrope_attention_factor(context: usize, original: usize) -> f64 {
+    let scale = context as f64 / original.max(1) as f64;
+    if scale <= 1.0 || original < 2 {
+        1.0
+    } else {
+        (1.0 + scale.ln() / (original as f64).ln()).sqrt()
+    }
 }
