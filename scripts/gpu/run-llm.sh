@@ -67,6 +67,10 @@ for part in "$@"; do
         $g/rlx bench $q --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-q4k-bench.json"; echo | tee -a "$out/8b-q4k-bench.json"
       done ;;
     split)
+      [ -f $work/smollm2-f16/config.json ] || python3 $g/make_llm.py $work/smollm2-f16 llama smollm2_135m $g/tokenizer.json --dtype float16 > /dev/null 2>&1
+      if [ -n "${SPLIT_8B:-}" ] && [ ! -f $work/llama3-8b-f16/config.json ]; then
+        python3 $g/make_llm.py $work/llama3-8b-f16 llama llama3_8b $g/tokenizer.json --dtype float16 > /dev/null 2>&1
+      fi
       for m in $work/llama3-8b-f16 $work/llama3-8b-q4k.gguf $work/smollm2-f16; do
         [ -e $m ] && { echo "$m"; $g/decode_split $m 128; } 2>&1 | tee -a "$out/split.txt"
       done
