@@ -12,7 +12,7 @@ use crate::route::{self, Route};
 use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
-use rlx_ir::{Tensor, TensorData};
+use rlx_ir::{DType, Tensor, TensorData};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -942,27 +942,7 @@ impl CudaProgram {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let _queue = self.device.queue();
         self.device.bind()?;
-        for (name, b, slot) in &self.params {
-            let t = weights.get(name).ok_or_else(|| CudaError::Binding {
-                what: "param",
-                name: name.clone(),
-                message: "not set".into(),
-            })?;
-            check(&self.program, *b, t, "param", name)?;
-            if slot.needs_upload(t) {
-                if let Err(e) = self
-                    .device
-                    .upload(slot.buffer().ptr(), tensor_bytes(t))
-                    .and_then(|_| self.device.sync())
-                {
-                    slot.invalidate();
-                    return Err(e);
-                }
-            }
-        }
-        for d in &self.derived {
-            d.bind(&self.device, &self.program, weights)?;
-        }
+        self.bind_weights(weights)?;
         let mut off = 0;
         for (name, b, _, bytes) in &self.inputs {
             let t = inputs.get(name).ok_or_else(|| CudaError::Binding {
@@ -1007,6 +987,93 @@ impl CudaProgram {
             off += bytes;
         }
         Ok(out)
+    }
+
+    /// Runs with inputs that are host tensors or device memory, writing each output named
+    /// in `outputs` to its device address; nothing goes through host memory but host
+    /// inputs. Device inputs are copied on the device into the program's input slots and
+    /// outputs copied out of its arena (the captured CUDA graph keeps its own addresses);
+    /// returns once the outputs are written.
+    ///
+    /// # Errors
+    /// A missing or mistyped input or weight, an unknown output, or a device failure.
+    pub fn run_bound(
+        &self,
+        inputs: &HashMap<String, BoundInput<'_>>,
+        weights: &HashMap<String, Arc<Tensor>>,
+        outputs: &[(String, u64)],
+    ) -> Result<(), CudaError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _queue = self.device.queue();
+        self.device.bind()?;
+        self.bind_weights(weights)?;
+        let mut off = 0;
+        for (name, b, slot, bytes) in &self.inputs {
+            let given = inputs.get(name).ok_or_else(|| CudaError::Binding {
+                what: "input",
+                name: name.clone(),
+                message: "missing".into(),
+            })?;
+            match given {
+                BoundInput::Host(t) => {
+                    check(&self.program, *b, t, "input", name)?;
+                    let staged = &mut state.staging_in.as_mut_slice()[off..off + bytes];
+                    staged.copy_from_slice(tensor_bytes(t));
+                    self.device
+                        .upload(slot.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
+                    off += bytes;
+                }
+                BoundInput::Device { ptr, dtype, shape } => {
+                    check_typed(&self.program, *b, *dtype, shape, "input", name)?;
+                    if *bytes > 0 {
+                        self.device.copy(slot.ptr(), *ptr, *bytes)?;
+                    }
+                }
+            }
+        }
+        self.launch_steps(&mut state)?;
+        for (name, dst) in outputs {
+            let (_, b, bytes) =
+                self.outputs
+                    .iter()
+                    .find(|(n, _, _)| n == name)
+                    .ok_or_else(|| CudaError::Binding {
+                        what: "output",
+                        name: name.clone(),
+                        message: "the program has no such output".into(),
+                    })?;
+            if *bytes > 0 {
+                self.device
+                    .copy(*dst, self.addr(ArgRef::Buffer(*b)), *bytes)?;
+            }
+        }
+        self.device.sync()
+    }
+
+    /// Checks the weights and uploads those whose tensor changed since the last run.
+    fn bind_weights(&self, weights: &HashMap<String, Arc<Tensor>>) -> Result<(), CudaError> {
+        for (name, b, slot) in &self.params {
+            let t = weights.get(name).ok_or_else(|| CudaError::Binding {
+                what: "param",
+                name: name.clone(),
+                message: "not set".into(),
+            })?;
+            check(&self.program, *b, t, "param", name)?;
+            if slot.needs_upload(t) {
+                if let Err(e) = self
+                    .device
+                    .upload(slot.buffer().ptr(), tensor_bytes(t))
+                    .and_then(|_| self.device.sync())
+                {
+                    slot.invalidate();
+                    return Err(e);
+                }
+            }
+        }
+        for d in &self.derived {
+            d.bind(&self.device, &self.program, weights)?;
+        }
+        Ok(())
     }
 }
 
@@ -1078,14 +1145,41 @@ fn check(
     what: &'static str,
     name: &str,
 ) -> Result<(), CudaError> {
+    check_typed(program, b, t.dtype(), t.shape(), what, name)
+}
+
+fn check_typed(
+    program: &KernelProgram,
+    b: usize,
+    dtype: DType,
+    shape: &[usize],
+    what: &'static str,
+    name: &str,
+) -> Result<(), CudaError> {
     let ty = &program.buffers[b].ty;
     let want = ty.shape.as_static().unwrap_or_default();
-    if t.dtype() != ty.dtype || t.shape() != want.as_slice() {
+    if dtype != ty.dtype || shape != want.as_slice() {
         return Err(CudaError::Binding {
             what,
             name: name.to_string(),
-            message: format!("compiled for {ty}, got {}{:?}", t.dtype(), t.shape()),
+            message: format!("compiled for {ty}, got {dtype}{shape:?}"),
         });
     }
     Ok(())
+}
+
+/// An input of [`CudaProgram::run_bound`]: a host tensor, or device memory of a dtype and
+/// shape.
+pub enum BoundInput<'a> {
+    /// uploaded through the program's pinned staging
+    Host(&'a Tensor),
+    /// read on the device
+    Device {
+        /// the device address of the first element
+        ptr: u64,
+        /// the element type
+        dtype: DType,
+        /// the dims
+        shape: &'a [usize],
+    },
 }

@@ -85,6 +85,8 @@ enum Home {
 
 struct Readback {
     buffer: Option<wgpu::Buffer>,
+    /// copies between ranges of one buffer go through it (`transfer::encode_copy`)
+    bounce: Option<wgpu::Buffer>,
     capacity: usize,
     ring: rlx_mem::StagingRing,
 }
@@ -471,6 +473,7 @@ impl WgpuProgram {
             .sum();
         let readback = Readback {
             buffer: None,
+            bounce: None,
             capacity: out_bytes.max(256),
             ring: rlx_mem::StagingRing::new(0, out_bytes.max(256)),
         };
@@ -739,22 +742,7 @@ impl WgpuProgram {
     ) -> Result<Vec<(String, Tensor)>, WgpuError> {
         let mut rb = self.readback.lock().unwrap_or_else(|e| e.into_inner());
         let queue = &self.ctx.queue;
-        for (name, b, slot) in &self.params {
-            let t = weights.get(name).ok_or_else(|| WgpuError::Binding {
-                what: "param",
-                name: name.clone(),
-                message: "not set".into(),
-            })?;
-            check(&self.program, *b, t, "param", name)?;
-            check_i64(t, "param", name)?;
-            if slot.needs_upload(t) {
-                queue.write_buffer(
-                    slot.buffer().buffer(),
-                    slot.buffer().offset(),
-                    &tensor_words(t),
-                );
-            }
-        }
+        self.bind_weights(weights)?;
         for (name, b, buf) in &self.inputs {
             let t = inputs.get(name).ok_or_else(|| WgpuError::Binding {
                 what: "input",
@@ -846,6 +834,150 @@ impl WgpuProgram {
         rb.ring.retire(&rlx_mem::Synchronous);
         Ok(out)
     }
+}
+
+impl WgpuProgram {
+    /// Runs with inputs that are host tensors or device ranges, writing each output named
+    /// in `outputs` to its device range; nothing goes through host memory but host inputs.
+    /// Device inputs are copied on the device into the program's input ranges and outputs
+    /// out of its arena (bind groups are built at compile), in the run's one submission;
+    /// returns once the outputs are written. i64 values in device inputs are not checked
+    /// against the 32 bits the kernels compute in.
+    ///
+    /// # Errors
+    /// A missing or mistyped input or weight, an unknown output, or a device failure.
+    pub fn run_bound(
+        &self,
+        inputs: &HashMap<String, BoundInput<'_>>,
+        weights: &HashMap<String, Arc<Tensor>>,
+        outputs: &[(String, &wgpu::Buffer, u64)],
+    ) -> Result<(), WgpuError> {
+        // one run of this program at a time, as `run`
+        let mut rb = self.readback.lock().unwrap_or_else(|e| e.into_inner());
+        self.bind_weights(weights)?;
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("rlx bound run"),
+            });
+        for (name, b, slot) in &self.inputs {
+            let given = inputs.get(name).ok_or_else(|| WgpuError::Binding {
+                what: "input",
+                name: name.clone(),
+                message: "missing".into(),
+            })?;
+            match given {
+                BoundInput::Host(t) => {
+                    check(&self.program, *b, t, "input", name)?;
+                    check_i64(t, "input", name)?;
+                    self.ctx
+                        .queue
+                        .write_buffer(slot.buffer(), slot.offset(), &tensor_words(t));
+                }
+                BoundInput::Device {
+                    buffer,
+                    offset,
+                    dtype,
+                    shape,
+                } => {
+                    check_typed(&self.program, *b, *dtype, shape, "input", name)?;
+                    let bytes = bytes_of(&self.program, *b) as u64;
+                    crate::transfer::encode_copy(
+                        &self.ctx.device,
+                        &mut encoder,
+                        (buffer, *offset),
+                        (slot.buffer(), slot.offset()),
+                        bytes,
+                        &mut rb.bounce,
+                    );
+                }
+            }
+        }
+        self.encode(&mut encoder);
+        for (name, dst, dst_offset) in outputs {
+            let i = self
+                .outputs
+                .iter()
+                .position(|(n, _, _)| n == name)
+                .ok_or_else(|| WgpuError::Binding {
+                    what: "output",
+                    name: name.clone(),
+                    message: "the program has no such output".into(),
+                })?;
+            let bytes = self.outputs[i].2 as u64;
+            let (src, src_offset) = &self.output_locs[i];
+            crate::transfer::encode_copy(
+                &self.ctx.device,
+                &mut encoder,
+                (src, *src_offset),
+                (dst, *dst_offset),
+                bytes,
+                &mut rb.bounce,
+            );
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        self.wait()
+    }
+
+    /// Checks the weights and uploads those whose tensor changed since the last run.
+    fn bind_weights(&self, weights: &HashMap<String, Arc<Tensor>>) -> Result<(), WgpuError> {
+        for (name, b, slot) in &self.params {
+            let t = weights.get(name).ok_or_else(|| WgpuError::Binding {
+                what: "param",
+                name: name.clone(),
+                message: "not set".into(),
+            })?;
+            check(&self.program, *b, t, "param", name)?;
+            check_i64(t, "param", name)?;
+            if slot.needs_upload(t) {
+                self.ctx.queue.write_buffer(
+                    slot.buffer().buffer(),
+                    slot.buffer().offset(),
+                    &tensor_words(t),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An input of [`WgpuProgram::run_bound`]: a host tensor, or a device range of a dtype and
+/// shape.
+pub enum BoundInput<'a> {
+    /// written through the queue
+    Host(&'a Tensor),
+    /// copied on the device
+    Device {
+        /// the wgpu buffer
+        buffer: &'a wgpu::Buffer,
+        /// the first byte's offset in it (a multiple of 4)
+        offset: u64,
+        /// the element type
+        dtype: DType,
+        /// the dims
+        shape: &'a [usize],
+    },
+}
+
+fn check_typed(
+    program: &KernelProgram,
+    b: usize,
+    dtype: DType,
+    shape: &[usize],
+    what: &'static str,
+    name: &str,
+) -> Result<(), WgpuError> {
+    let ty = &program.buffers[b].ty;
+    let want = ty.shape.as_static().unwrap_or_default();
+    if dtype != ty.dtype || shape != want.as_slice() {
+        return Err(WgpuError::Binding {
+            what,
+            name: name.to_string(),
+            message: format!("compiled for {ty}, got {dtype}{shape:?}"),
+        });
+    }
+    Ok(())
 }
 
 fn check(
