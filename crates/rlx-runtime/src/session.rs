@@ -637,10 +637,13 @@ pub fn bind_values(
     bind_typed(declared, &given, inputs.keys())
 }
 
+/// The dtype and shape given for an input name, if any.
+type Given<'a> = dyn Fn(&str) -> Option<(DType, &'a [usize])> + 'a;
+
 /// Checks given (dtype, shape) per input name against the declared inputs.
 fn bind_typed<'a>(
     declared: &[(String, TensorType)],
-    given: &dyn Fn(&str) -> Option<(DType, &'a [usize])>,
+    given: &Given<'a>,
     names: impl Iterator<Item = &'a String>,
 ) -> Result<Bindings, RuntimeError> {
     let mut bound = Bound::new();

@@ -123,7 +123,7 @@ fn range<'a>(
     };
     let padded = b.byte_size().next_multiple_of(4);
     let ends_storage = b.offset() + padded <= b.storage_bytes()
-        && (b.byte_size() % 4 == 0 || b.offset() + padded == b.storage_bytes());
+        && (b.byte_size().is_multiple_of(4) || b.offset() + padded == b.storage_bytes());
     if offset % 4 != 0 || (writes && !ends_storage) || b.offset() + padded > b.storage_bytes() {
         return Err(RuntimeError::Buffer(format!(
             "{what}: wgpu copies whole 4-byte words; a view of {} bytes at byte {} of its buffer \
