@@ -47,6 +47,10 @@ pub struct CudaOptions {
     pub a_prologue: bool,
     /// which streams walk back to front ([`Target::walk_back_above`])
     pub walk_back: WalkBack,
+    /// bound runs read and write bound device memory in place (a graph captured per set of
+    /// addresses) where it is 256-byte aligned; off (`RLX_CUDA_BIND_DIRECT=0`), they copy
+    /// it into the program's own slots and out of its arena
+    pub bind_direct: bool,
 }
 
 /// Which streaming kernels walk their input back to front: those reading what the step just
@@ -124,6 +128,7 @@ impl Default for CudaOptions {
             fused_gemm: FusedGemm::from_env(),
             a_prologue: Target::a_prologue_from_env(),
             walk_back: WalkBack::from_env(),
+            bind_direct: std::env::var("RLX_CUDA_BIND_DIRECT").map_or(true, |v| v != "0"),
         }
     }
 }
@@ -206,8 +211,18 @@ struct DerivedHome {
     uploaded: Mutex<Option<Vec<Option<Arc<Tensor>>>>>,
 }
 
+/// Buffers (by root) read and written at other addresses than their homes: a bound run's
+/// device memory.
+type Rebind<'a> = &'a [(usize, u64)];
+
+/// Graphs kept per program for bound runs, one per set of bound addresses (a loop over one
+/// binding, or two buffers used in turn, replays without capturing again).
+pub const BOUND_GRAPHS: usize = 4;
+
 struct RunState {
     graph: Option<Graph>,
+    /// graphs captured for rebound addresses, least recently used first
+    bound: Vec<(Vec<(usize, u64)>, Graph)>,
     graphs_ok: bool,
     staging_in: Pinned,
     staging_out: Pinned,
@@ -238,6 +253,11 @@ pub struct CudaProgram {
     derived: Vec<DerivedHome>,
     outputs: Vec<(String, usize, usize)>,
     state: Mutex<RunState>,
+    /// buffers (roots) a pointer-array GEMM's device table names, which bound runs copy
+    /// instead of rebinding (the table holds their addresses)
+    table_roots: Vec<usize>,
+    /// see [`CudaOptions::bind_direct`]
+    bind_direct: bool,
     /// compile facts
     pub stats: CompileStats,
 }
@@ -504,6 +524,7 @@ impl CudaProgram {
         let out_bytes: usize = outputs.iter().map(|o| o.2).sum();
         let state = RunState {
             graph: None,
+            bound: Vec::new(),
             graphs_ok: options.graphs,
             staging_in: Pinned::new(&device, in_bytes)?,
             staging_out: Pinned::new(&device, out_bytes)?,
@@ -529,9 +550,21 @@ impl CudaProgram {
             derived,
             outputs,
             state: Mutex::new(state),
+            table_roots: Vec::new(),
+            bind_direct: options.bind_direct,
             stats,
         };
         compiled.upload_pointer_tables(&mem)?;
+        let touches = compiled.plan.touches();
+        for (i, t) in compiled.pointer_tables.iter().enumerate() {
+            if t.is_some() {
+                for r in touches.get(i).into_iter().flatten() {
+                    if let ArgRef::Buffer(b) = *r {
+                        compiled.table_roots.push(root(&compiled.program, b));
+                    }
+                }
+            }
+        }
         if options.autotune {
             compiled.autotune(options.tf32)?;
         }
@@ -623,9 +656,9 @@ impl CudaProgram {
                 .device
                 .time_enqueued(crate::tune::WARMUP, crate::tune::TIMED, || {
                     if i == 0 {
-                        c.steps().try_for_each(|s| self.enqueue_step(s))
+                        c.steps().try_for_each(|s| self.enqueue_step(s, &[]))
                     } else {
-                        self.launch_fused(ci, i - 1)
+                        self.launch_fused(ci, i - 1, &[])
                     }
                 });
             match r {
@@ -656,9 +689,9 @@ impl CudaProgram {
     }
 
     /// Launches tiling `t` of choice `ci`.
-    fn launch_fused(&self, ci: usize, t: usize) -> Result<(), CudaError> {
+    fn launch_fused(&self, ci: usize, t: usize, rebind: Rebind<'_>) -> Result<(), CudaError> {
         let k = &self.plan.choices[ci].fused[t];
-        let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
+        let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a, rebind)).collect();
         self.device.launch(
             &self.choice_functions[ci][t],
             &k.launch,
@@ -680,7 +713,7 @@ impl CudaProgram {
         let mut tuned = 0;
         let mut result = Ok(());
         for i in 0..self.plan.steps.len() {
-            let Some(ptrs) = self.gemm_pointers(i) else {
+            let Some(ptrs) = self.gemm_pointers(i, &[]) else {
                 continue;
             };
             let writes_arena = match &self.plan.steps[i] {
@@ -719,7 +752,7 @@ impl CudaProgram {
         for g in &self.gemms {
             let table = g
                 .as_ref()
-                .and_then(|g| g.pointer_table(|op| self.addr(op.arg)));
+                .and_then(|g| g.pointer_table(|op| self.addr(op.arg, &[])));
             tables.push(match table {
                 Some(t) => {
                     let bytes: Vec<u8> = t.iter().flat_map(|p| p.to_le_bytes()).collect();
@@ -767,7 +800,15 @@ impl CudaProgram {
             .is_some()
     }
 
-    fn addr(&self, r: ArgRef) -> u64 {
+    /// The device address of `r`; a buffer whose root `rebind` names is read and written
+    /// at the address given there (bound memory) instead of its home.
+    fn addr(&self, r: ArgRef, rebind: Rebind<'_>) -> u64 {
+        if let ArgRef::Buffer(b) = r {
+            let root = root(&self.program, b);
+            if let Some(&(_, ptr)) = rebind.iter().find(|(at, _)| *at == root) {
+                return ptr;
+            }
+        }
         match r {
             ArgRef::Scratch(i) => self.arena.ptr() + self.scratch_offsets[i] as u64,
             ArgRef::Buffer(b) => match &self.homes[root(&self.program, b)] {
@@ -782,24 +823,24 @@ impl CudaProgram {
     }
 
     /// Enqueues every step (the part captured as a CUDA graph).
-    fn enqueue_steps(&self) -> Result<(), CudaError> {
-        (0..self.plan.steps.len()).try_for_each(|i| self.enqueue_step(i))
+    fn enqueue_steps(&self, rebind: Rebind<'_>) -> Result<(), CudaError> {
+        (0..self.plan.steps.len()).try_for_each(|i| self.enqueue_step(i, rebind))
     }
 
     /// Enqueues step `i` as its route says.
-    fn enqueue_step(&self, i: usize) -> Result<(), CudaError> {
+    fn enqueue_step(&self, i: usize, rebind: Rebind<'_>) -> Result<(), CudaError> {
         match self.route[i] {
-            Route::Step => self.enqueue_planned(i),
-            Route::Fused(c, t) => self.launch_fused(c, t),
+            Route::Step => self.enqueue_planned(i, rebind),
+            Route::Fused(c, t) => self.launch_fused(c, t, rebind),
             Route::Skip => Ok(()),
         }
     }
 
     /// Enqueues step `i` as planned.
-    fn enqueue_planned(&self, i: usize) -> Result<(), CudaError> {
+    fn enqueue_planned(&self, i: usize, rebind: Rebind<'_>) -> Result<(), CudaError> {
         match &self.plan.steps[i] {
             Step::Kernel(k) => {
-                let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
+                let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a, rebind)).collect();
                 let f = self.functions[i]
                     .ok_or_else(|| CudaError::Invalid("missing function".into()))?;
                 self.device.launch(
@@ -818,7 +859,7 @@ impl CudaProgram {
                     .as_ref()
                     .ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
                 let ptrs = self
-                    .gemm_pointers(i)
+                    .gemm_pointers(i, rebind)
                     .ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
                 blas.run(prepared, &ptrs, self.device.stream())
             }
@@ -826,19 +867,19 @@ impl CudaProgram {
     }
 
     /// The device addresses GEMM step `i` runs on (None for kernel steps).
-    fn gemm_pointers(&self, i: usize) -> Option<crate::blas::GemmPointers> {
+    fn gemm_pointers(&self, i: usize, rebind: Rebind<'_>) -> Option<crate::blas::GemmPointers> {
         let Step::Gemm(g) = &self.plan.steps[i] else {
             return None;
         };
         let size = g.dtype.size_bytes() as u64;
-        let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
+        let at = |o: &crate::gemm::Operand| self.addr(o.arg, rebind) + o.offset as u64 * size;
         Some(crate::blas::GemmPointers {
             a: at(&g.a),
             b: at(&g.b),
             c: at(&g.c),
-            bias: g.bias.map(|b| self.addr(b)),
+            bias: g.bias.map(|b| self.addr(b, rebind)),
             // Read like the output: same offset, same layout.
-            residual: g.residual.map(|r| self.addr(r) + g.c.offset as u64 * size),
+            residual: g.residual.map(|r| self.addr(r, rebind) + g.c.offset as u64 * size),
             arrays: self
                 .pointer_tables
                 .get(i)
@@ -864,7 +905,7 @@ impl CudaProgram {
             let mut times = Vec::with_capacity(iters.max(1));
             for _ in 0..iters.max(1) {
                 let start = self.device.record()?;
-                self.enqueue_step(i)?;
+                self.enqueue_step(i, &[])?;
                 let end = self.device.record()?;
                 times.push(self.device.elapsed_ms(&start, &end)? as f64);
             }
@@ -894,11 +935,16 @@ impl CudaProgram {
         Ok(out)
     }
 
-    /// Runs the steps: replays the captured graph, capturing it first when allowed.
-    fn launch_steps(&self, state: &mut RunState) -> Result<(), CudaError> {
+    /// Runs the steps: replays the captured graph, capturing it first when allowed. With
+    /// buffers rebound to bound memory, the graph captured for those addresses (the
+    /// [`BOUND_GRAPHS`] most recent sets are kept).
+    fn launch_steps(&self, state: &mut RunState, rebind: Rebind<'_>) -> Result<(), CudaError> {
+        if !rebind.is_empty() {
+            return self.launch_rebound(state, rebind);
+        }
         if state.graph.is_none() && state.graphs_ok {
             self.device.begin_capture()?;
-            let enqueued = self.enqueue_steps();
+            let enqueued = self.enqueue_steps(&[]);
             let captured = self.device.end_capture();
             match (enqueued, captured) {
                 (Ok(()), Ok(g)) => state.graph = Some(g),
@@ -907,7 +953,41 @@ impl CudaProgram {
         }
         match &state.graph {
             Some(g) => self.device.replay(g),
-            None => self.enqueue_steps(),
+            None => self.enqueue_steps(&[]),
+        }
+    }
+
+    /// [`CudaProgram::launch_steps`] for a non-empty rebinding.
+    fn launch_rebound(&self, state: &mut RunState, rebind: Rebind<'_>) -> Result<(), CudaError> {
+        if let Some(i) = state.bound.iter().position(|(k, _)| k.as_slice() == rebind) {
+            let entry = state.bound.remove(i);
+            state.bound.push(entry);
+            return match state.bound.last() {
+                Some((_, g)) => self.device.replay(g),
+                None => self.enqueue_steps(rebind),
+            };
+        }
+        if !state.graphs_ok {
+            return self.enqueue_steps(rebind);
+        }
+        self.device.begin_capture()?;
+        let enqueued = self.enqueue_steps(rebind);
+        let captured = self.device.end_capture();
+        match (enqueued, captured) {
+            (Ok(()), Ok(g)) => {
+                if state.bound.len() >= BOUND_GRAPHS {
+                    state.bound.remove(0);
+                }
+                state.bound.push((rebind.to_vec(), g));
+                match state.bound.last() {
+                    Some((_, g)) => self.device.replay(g),
+                    None => self.enqueue_steps(rebind),
+                }
+            }
+            _ => {
+                state.graphs_ok = false;
+                self.enqueue_steps(rebind)
+            }
         }
     }
 
@@ -923,7 +1003,7 @@ impl CudaProgram {
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
             let start = self.device.record()?;
-            self.launch_steps(&mut state)?;
+            self.launch_steps(&mut state, &[])?;
             let end = self.device.record()?;
             times.push(self.device.elapsed_ms(&start, &end)? as f64);
         }
@@ -960,10 +1040,10 @@ impl CudaProgram {
                 .upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
             off += bytes;
         }
-        self.launch_steps(&mut state)?;
+        self.launch_steps(&mut state, &[])?;
         let mut off = 0;
         for (_, b, bytes) in &self.outputs {
-            let src = self.addr(ArgRef::Buffer(*b));
+            let src = self.addr(ArgRef::Buffer(*b), &[]);
             self.device
                 .download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
             off += bytes;
@@ -991,9 +1071,12 @@ impl CudaProgram {
 
     /// Runs with inputs that are host tensors or device memory, writing each output named
     /// in `outputs` to its device address; nothing goes through host memory but host
-    /// inputs. Device inputs are copied on the device into the program's input slots and
-    /// outputs copied out of its arena (the captured CUDA graph keeps its own addresses);
-    /// returns once the outputs are written.
+    /// inputs. Bound memory is read and written in place where it is 256-byte aligned (the
+    /// kernels take its addresses: a CUDA graph is captured per set of addresses, the
+    /// [`BOUND_GRAPHS`] most recent kept); otherwise, or with
+    /// [`CudaOptions::bind_direct`] off, device inputs are copied on the device into the
+    /// program's input slots and outputs out of its arena. Returns once the outputs are
+    /// written.
     ///
     /// # Errors
     /// A missing or mistyped input or weight, an unknown output, or a device failure.
@@ -1007,6 +1090,9 @@ impl CudaProgram {
         let _queue = self.device.queue();
         self.device.bind()?;
         self.bind_weights(weights)?;
+        let aligned = |p: u64| self.bind_direct && p.is_multiple_of(ALIGN as u64);
+        let mut rebind: Vec<(usize, u64)> = Vec::new();
+        let mut read: Vec<(u64, u64)> = Vec::new();
         let mut off = 0;
         for (name, b, slot, bytes) in &self.inputs {
             let given = inputs.get(name).ok_or_else(|| CudaError::Binding {
@@ -1025,26 +1111,48 @@ impl CudaProgram {
                 }
                 BoundInput::Device { ptr, dtype, shape } => {
                     check_typed(&self.program, *b, *dtype, shape, "input", name)?;
-                    if *bytes > 0 {
+                    read.push((*ptr, *ptr + *bytes as u64));
+                    let r = root(&self.program, *b);
+                    if aligned(*ptr) && !self.table_roots.contains(&r) {
+                        rebind.push((r, *ptr));
+                    } else if *bytes > 0 {
                         self.device.copy(slot.ptr(), *ptr, *bytes)?;
                     }
                 }
             }
         }
-        self.launch_steps(&mut state)?;
+        let mut copies = Vec::new();
         for (name, dst) in outputs {
-            let (_, b, bytes) =
-                self.outputs
-                    .iter()
-                    .find(|(n, _, _)| n == name)
-                    .ok_or_else(|| CudaError::Binding {
-                        what: "output",
-                        name: name.clone(),
-                        message: "the program has no such output".into(),
-                    })?;
-            if *bytes > 0 {
+            let (_, b, bytes) = self
+                .outputs
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .ok_or_else(|| CudaError::Binding {
+                    what: "output",
+                    name: name.clone(),
+                    message: "the program has no such output".into(),
+                })?;
+            let r = root(&self.program, *b);
+            let end = *dst + *bytes as u64;
+            // written in place only where it is the output's own memory: an arena result
+            // (not an input, weight or constant), bound once, overlapping no input
+            let direct = aligned(*dst)
+                && matches!(self.homes[r], Some(Home::Arena(_)))
+                && !self.table_roots.contains(&r)
+                && !rebind.iter().any(|(at, _)| *at == r)
+                && !read.iter().any(|&(lo, hi)| *dst < hi && lo < end);
+            if direct {
+                rebind.push((r, *dst));
+            } else {
+                copies.push((*dst, *b, *bytes));
+            }
+        }
+        rebind.sort_unstable();
+        self.launch_steps(&mut state, &rebind)?;
+        for (dst, b, bytes) in copies {
+            if bytes > 0 {
                 self.device
-                    .copy(*dst, self.addr(ArgRef::Buffer(*b)), *bytes)?;
+                    .copy(dst, self.addr(ArgRef::Buffer(b), &rebind), bytes)?;
             }
         }
         self.device.sync()
