@@ -879,7 +879,9 @@ impl CudaProgram {
             c: at(&g.c),
             bias: g.bias.map(|b| self.addr(b, rebind)),
             // Read like the output: same offset, same layout.
-            residual: g.residual.map(|r| self.addr(r, rebind) + g.c.offset as u64 * size),
+            residual: g
+                .residual
+                .map(|r| self.addr(r, rebind) + g.c.offset as u64 * size),
             arrays: self
                 .pointer_tables
                 .get(i)
@@ -1123,15 +1125,15 @@ impl CudaProgram {
         }
         let mut copies = Vec::new();
         for (name, dst) in outputs {
-            let (_, b, bytes) = self
-                .outputs
-                .iter()
-                .find(|(n, _, _)| n == name)
-                .ok_or_else(|| CudaError::Binding {
-                    what: "output",
-                    name: name.clone(),
-                    message: "the program has no such output".into(),
-                })?;
+            let (_, b, bytes) =
+                self.outputs
+                    .iter()
+                    .find(|(n, _, _)| n == name)
+                    .ok_or_else(|| CudaError::Binding {
+                        what: "output",
+                        name: name.clone(),
+                        message: "the program has no such output".into(),
+                    })?;
             let r = root(&self.program, *b);
             let end = *dst + *bytes as u64;
             // written in place only where it is the output's own memory: an arena result
