@@ -196,8 +196,9 @@ impl IoBinding {
         output: bool,
     ) -> PyResult<Resolved> {
         let device = self.session().device();
-        if let Ok(kind) = value.cast::<PyString>() {
-            let kind = kind.to_str()?;
+        if value.is_instance_of::<PyString>() {
+            let kind: String = value.extract()?;
+            let kind = kind.as_str();
             let on_host = kind == "cpu";
             if !on_host && kind != device.name() {
                 return Err(DeviceError::new_err(format!(
