@@ -28,4 +28,4 @@ pub mod tune;
 pub mod weights;
 
 pub use error::CudaError;
-pub use program::{CompileStats, CudaOptions, CudaProgram, FusedGemm, WalkBack};
+pub use program::{BoundInput, CompileStats, CudaOptions, CudaProgram, FusedGemm, WalkBack};

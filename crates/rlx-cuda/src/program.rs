@@ -12,10 +12,14 @@ use crate::route::{self, Route};
 use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
-use rlx_ir::{Tensor, TensorData};
+use rlx_ir::{DType, Tensor, TensorData};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+mod run;
+
+pub use run::BoundInput;
 
 /// Options that change what the CUDA backend compiles.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +51,10 @@ pub struct CudaOptions {
     pub a_prologue: bool,
     /// which streams walk back to front ([`Target::walk_back_above`])
     pub walk_back: WalkBack,
+    /// bound runs read and write bound device memory in place (a graph captured per set of
+    /// addresses) where it is 256-byte aligned; off (`RLX_CUDA_BIND_DIRECT=0`), they copy
+    /// it into the program's own slots and out of its arena
+    pub bind_direct: bool,
 }
 
 /// Which streaming kernels walk their input back to front: those reading what the step just
@@ -124,6 +132,7 @@ impl Default for CudaOptions {
             fused_gemm: FusedGemm::from_env(),
             a_prologue: Target::a_prologue_from_env(),
             walk_back: WalkBack::from_env(),
+            bind_direct: std::env::var("RLX_CUDA_BIND_DIRECT").map_or(true, |v| v != "0"),
         }
     }
 }
@@ -206,8 +215,18 @@ struct DerivedHome {
     uploaded: Mutex<Option<Vec<Option<Arc<Tensor>>>>>,
 }
 
+/// Buffers (by root) read and written at other addresses than their homes: a bound run's
+/// device memory.
+type Rebind<'a> = &'a [(usize, u64)];
+
+/// Graphs kept per program for bound runs, one per set of bound addresses (a loop over one
+/// binding, or two buffers used in turn, replays without capturing again).
+pub const BOUND_GRAPHS: usize = 4;
+
 struct RunState {
     graph: Option<Graph>,
+    /// graphs captured for rebound addresses, least recently used first
+    bound: Vec<(Vec<(usize, u64)>, Graph)>,
     graphs_ok: bool,
     staging_in: Pinned,
     staging_out: Pinned,
@@ -238,6 +257,11 @@ pub struct CudaProgram {
     derived: Vec<DerivedHome>,
     outputs: Vec<(String, usize, usize)>,
     state: Mutex<RunState>,
+    /// buffers (roots) a pointer-array GEMM's device table names, which bound runs copy
+    /// instead of rebinding (the table holds their addresses)
+    table_roots: Vec<usize>,
+    /// see [`CudaOptions::bind_direct`]
+    bind_direct: bool,
     /// compile facts
     pub stats: CompileStats,
 }
@@ -504,6 +528,7 @@ impl CudaProgram {
         let out_bytes: usize = outputs.iter().map(|o| o.2).sum();
         let state = RunState {
             graph: None,
+            bound: Vec::new(),
             graphs_ok: options.graphs,
             staging_in: Pinned::new(&device, in_bytes)?,
             staging_out: Pinned::new(&device, out_bytes)?,
@@ -529,9 +554,21 @@ impl CudaProgram {
             derived,
             outputs,
             state: Mutex::new(state),
+            table_roots: Vec::new(),
+            bind_direct: options.bind_direct,
             stats,
         };
         compiled.upload_pointer_tables(&mem)?;
+        let touches = compiled.plan.touches();
+        for (i, t) in compiled.pointer_tables.iter().enumerate() {
+            if t.is_some() {
+                for r in touches.get(i).into_iter().flatten() {
+                    if let ArgRef::Buffer(b) = *r {
+                        compiled.table_roots.push(root(&compiled.program, b));
+                    }
+                }
+            }
+        }
         if options.autotune {
             compiled.autotune(options.tf32)?;
         }
@@ -623,9 +660,9 @@ impl CudaProgram {
                 .device
                 .time_enqueued(crate::tune::WARMUP, crate::tune::TIMED, || {
                     if i == 0 {
-                        c.steps().try_for_each(|s| self.enqueue_step(s))
+                        c.steps().try_for_each(|s| self.enqueue_step(s, &[]))
                     } else {
-                        self.launch_fused(ci, i - 1)
+                        self.launch_fused(ci, i - 1, &[])
                     }
                 });
             match r {
@@ -656,9 +693,9 @@ impl CudaProgram {
     }
 
     /// Launches tiling `t` of choice `ci`.
-    fn launch_fused(&self, ci: usize, t: usize) -> Result<(), CudaError> {
+    fn launch_fused(&self, ci: usize, t: usize, rebind: Rebind<'_>) -> Result<(), CudaError> {
         let k = &self.plan.choices[ci].fused[t];
-        let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
+        let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a, rebind)).collect();
         self.device.launch(
             &self.choice_functions[ci][t],
             &k.launch,
@@ -680,7 +717,7 @@ impl CudaProgram {
         let mut tuned = 0;
         let mut result = Ok(());
         for i in 0..self.plan.steps.len() {
-            let Some(ptrs) = self.gemm_pointers(i) else {
+            let Some(ptrs) = self.gemm_pointers(i, &[]) else {
                 continue;
             };
             let writes_arena = match &self.plan.steps[i] {
@@ -719,7 +756,7 @@ impl CudaProgram {
         for g in &self.gemms {
             let table = g
                 .as_ref()
-                .and_then(|g| g.pointer_table(|op| self.addr(op.arg)));
+                .and_then(|g| g.pointer_table(|op| self.addr(op.arg, &[])));
             tables.push(match table {
                 Some(t) => {
                     let bytes: Vec<u8> = t.iter().flat_map(|p| p.to_le_bytes()).collect();
@@ -767,7 +804,15 @@ impl CudaProgram {
             .is_some()
     }
 
-    fn addr(&self, r: ArgRef) -> u64 {
+    /// The device address of `r`; a buffer whose root `rebind` names is read and written
+    /// at the address given there (bound memory) instead of its home.
+    fn addr(&self, r: ArgRef, rebind: Rebind<'_>) -> u64 {
+        if let ArgRef::Buffer(b) = r {
+            let root = root(&self.program, b);
+            if let Some(&(_, ptr)) = rebind.iter().find(|(at, _)| *at == root) {
+                return ptr;
+            }
+        }
         match r {
             ArgRef::Scratch(i) => self.arena.ptr() + self.scratch_offsets[i] as u64,
             ArgRef::Buffer(b) => match &self.homes[root(&self.program, b)] {
@@ -782,24 +827,24 @@ impl CudaProgram {
     }
 
     /// Enqueues every step (the part captured as a CUDA graph).
-    fn enqueue_steps(&self) -> Result<(), CudaError> {
-        (0..self.plan.steps.len()).try_for_each(|i| self.enqueue_step(i))
+    fn enqueue_steps(&self, rebind: Rebind<'_>) -> Result<(), CudaError> {
+        (0..self.plan.steps.len()).try_for_each(|i| self.enqueue_step(i, rebind))
     }
 
     /// Enqueues step `i` as its route says.
-    fn enqueue_step(&self, i: usize) -> Result<(), CudaError> {
+    fn enqueue_step(&self, i: usize, rebind: Rebind<'_>) -> Result<(), CudaError> {
         match self.route[i] {
-            Route::Step => self.enqueue_planned(i),
-            Route::Fused(c, t) => self.launch_fused(c, t),
+            Route::Step => self.enqueue_planned(i, rebind),
+            Route::Fused(c, t) => self.launch_fused(c, t, rebind),
             Route::Skip => Ok(()),
         }
     }
 
     /// Enqueues step `i` as planned.
-    fn enqueue_planned(&self, i: usize) -> Result<(), CudaError> {
+    fn enqueue_planned(&self, i: usize, rebind: Rebind<'_>) -> Result<(), CudaError> {
         match &self.plan.steps[i] {
             Step::Kernel(k) => {
-                let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a)).collect();
+                let args: Vec<u64> = k.args.iter().map(|&a| self.addr(a, rebind)).collect();
                 let f = self.functions[i]
                     .ok_or_else(|| CudaError::Invalid("missing function".into()))?;
                 self.device.launch(
@@ -818,7 +863,7 @@ impl CudaProgram {
                     .as_ref()
                     .ok_or_else(|| CudaError::Invalid("missing cuBLASLt".into()))?;
                 let ptrs = self
-                    .gemm_pointers(i)
+                    .gemm_pointers(i, rebind)
                     .ok_or_else(|| CudaError::Invalid("missing GEMM".into()))?;
                 blas.run(prepared, &ptrs, self.device.stream())
             }
@@ -826,266 +871,25 @@ impl CudaProgram {
     }
 
     /// The device addresses GEMM step `i` runs on (None for kernel steps).
-    fn gemm_pointers(&self, i: usize) -> Option<crate::blas::GemmPointers> {
+    fn gemm_pointers(&self, i: usize, rebind: Rebind<'_>) -> Option<crate::blas::GemmPointers> {
         let Step::Gemm(g) = &self.plan.steps[i] else {
             return None;
         };
         let size = g.dtype.size_bytes() as u64;
-        let at = |o: &crate::gemm::Operand| self.addr(o.arg) + o.offset as u64 * size;
+        let at = |o: &crate::gemm::Operand| self.addr(o.arg, rebind) + o.offset as u64 * size;
         Some(crate::blas::GemmPointers {
             a: at(&g.a),
             b: at(&g.b),
             c: at(&g.c),
-            bias: g.bias.map(|b| self.addr(b)),
+            bias: g.bias.map(|b| self.addr(b, rebind)),
             // Read like the output: same offset, same layout.
-            residual: g.residual.map(|r| self.addr(r) + g.c.offset as u64 * size),
+            residual: g
+                .residual
+                .map(|r| self.addr(r, rebind) + g.c.offset as u64 * size),
             arrays: self
                 .pointer_tables
                 .get(i)
                 .and_then(|t| t.as_ref().map(|t| t.ptr())),
         })
     }
-
-    /// Times every step on its own (launched eagerly between two events, so launch gaps
-    /// are excluded), `iters` times; returns per step its label and median milliseconds.
-    /// Inputs and weights stay where the last [`CudaProgram::run`] put them.
-    ///
-    /// # Errors
-    /// A device failure.
-    pub fn profile_steps(&self, iters: usize) -> Result<Vec<(String, f64)>, CudaError> {
-        let _state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let _queue = self.device.queue();
-        self.device.bind()?;
-        let mut out = Vec::with_capacity(self.plan.steps.len());
-        for (i, step) in self.plan.steps.iter().enumerate() {
-            if self.route[i] == Route::Skip {
-                continue;
-            }
-            let mut times = Vec::with_capacity(iters.max(1));
-            for _ in 0..iters.max(1) {
-                let start = self.device.record()?;
-                self.enqueue_step(i)?;
-                let end = self.device.record()?;
-                times.push(self.device.elapsed_ms(&start, &end)? as f64);
-            }
-            times.sort_by(f64::total_cmp);
-            let label = match (step, self.route[i]) {
-                (_, Route::Fused(c, t)) => {
-                    let k = &self.plan.choices[c].fused[t];
-                    format!("{} ({})", k.function, k.label)
-                }
-                (Step::Kernel(k), _) => format!("{} ({})", k.function, k.label),
-                (Step::Gemm(g), _) => {
-                    let batching = self.gemms[i].as_ref().map(|p| p.batching);
-                    format!(
-                        "gemm {} [m{} n{} k{} b{}x{}{}] {batching:?}",
-                        g.label,
-                        g.m,
-                        g.n,
-                        g.k,
-                        g.outer,
-                        g.batch,
-                        if g.trans_b { " B^T" } else { "" }
-                    )
-                }
-            };
-            out.push((label, times[times.len() / 2]));
-        }
-        Ok(out)
-    }
-
-    /// Runs the steps: replays the captured graph, capturing it first when allowed.
-    fn launch_steps(&self, state: &mut RunState) -> Result<(), CudaError> {
-        if state.graph.is_none() && state.graphs_ok {
-            self.device.begin_capture()?;
-            let enqueued = self.enqueue_steps();
-            let captured = self.device.end_capture();
-            match (enqueued, captured) {
-                (Ok(()), Ok(g)) => state.graph = Some(g),
-                _ => state.graphs_ok = false,
-            }
-        }
-        match &state.graph {
-            Some(g) => self.device.replay(g),
-            None => self.enqueue_steps(),
-        }
-    }
-
-    /// Times `iters` runs of the steps alone with device events (inputs and weights stay
-    /// where the last [`CudaProgram::run`] put them), in milliseconds per run.
-    ///
-    /// # Errors
-    /// A device failure.
-    pub fn time_steps(&self, iters: usize) -> Result<Vec<f64>, CudaError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let _queue = self.device.queue();
-        self.device.bind()?;
-        let mut times = Vec::with_capacity(iters);
-        for _ in 0..iters {
-            let start = self.device.record()?;
-            self.launch_steps(&mut state)?;
-            let end = self.device.record()?;
-            times.push(self.device.elapsed_ms(&start, &end)? as f64);
-        }
-        Ok(times)
-    }
-
-    /// Runs with inputs by name and weights by name.
-    ///
-    /// # Errors
-    /// A missing or mistyped input or weight, or a device failure (naming the kernel).
-    pub fn run(
-        &self,
-        inputs: &HashMap<String, Tensor>,
-        weights: &HashMap<String, Arc<Tensor>>,
-    ) -> Result<Vec<(String, Tensor)>, CudaError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let _queue = self.device.queue();
-        self.device.bind()?;
-        for (name, b, slot) in &self.params {
-            let t = weights.get(name).ok_or_else(|| CudaError::Binding {
-                what: "param",
-                name: name.clone(),
-                message: "not set".into(),
-            })?;
-            check(&self.program, *b, t, "param", name)?;
-            if slot.needs_upload(t) {
-                if let Err(e) = self
-                    .device
-                    .upload(slot.buffer().ptr(), tensor_bytes(t))
-                    .and_then(|_| self.device.sync())
-                {
-                    slot.invalidate();
-                    return Err(e);
-                }
-            }
-        }
-        for d in &self.derived {
-            d.bind(&self.device, &self.program, weights)?;
-        }
-        let mut off = 0;
-        for (name, b, _, bytes) in &self.inputs {
-            let t = inputs.get(name).ok_or_else(|| CudaError::Binding {
-                what: "input",
-                name: name.clone(),
-                message: "missing".into(),
-            })?;
-            check(&self.program, *b, t, "input", name)?;
-            state.staging_in.as_mut_slice()[off..off + bytes].copy_from_slice(tensor_bytes(t));
-            off += bytes;
-        }
-        let mut off = 0;
-        for (_, _, buf, bytes) in &self.inputs {
-            self.device
-                .upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
-            off += bytes;
-        }
-        self.launch_steps(&mut state)?;
-        let mut off = 0;
-        for (_, b, bytes) in &self.outputs {
-            let src = self.addr(ArgRef::Buffer(*b));
-            self.device
-                .download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
-            off += bytes;
-        }
-        self.device.sync()?;
-        let mut out = Vec::with_capacity(self.outputs.len());
-        let mut off = 0;
-        for (name, b, bytes) in &self.outputs {
-            let ty = &self.program.buffers[*b].ty;
-            let data = TensorData::from_le_bytes(
-                ty.dtype,
-                &state.staging_out.as_slice()[off..off + bytes],
-            )
-            .ok_or_else(|| CudaError::Invalid(format!("output {name}: bad size")))?;
-            let shape = ty.shape.as_static().unwrap_or_default();
-            out.push((
-                name.clone(),
-                Tensor::new(shape, data)
-                    .map_err(|e| CudaError::Invalid(format!("output {name}: {e}")))?,
-            ));
-            off += bytes;
-        }
-        Ok(out)
-    }
-}
-
-impl DerivedHome {
-    /// Checks this buffer's params in `weights` and uploads the concatenation again when
-    /// one of them is a different tensor than last time.
-    fn bind(
-        &self,
-        device: &CudaDevice,
-        program: &KernelProgram,
-        weights: &HashMap<String, Arc<Tensor>>,
-    ) -> Result<(), CudaError> {
-        let mut bound = Vec::with_capacity(self.sources.len());
-        for s in &self.sources {
-            bound.push(match s {
-                Source::Param(name, b) => {
-                    let t = weights.get(name).ok_or_else(|| CudaError::Binding {
-                        what: "param",
-                        name: name.clone(),
-                        message: "not set".into(),
-                    })?;
-                    check(program, *b, t, "param", name)?;
-                    Some(t.clone())
-                }
-                Source::Constant(_) => None,
-            });
-        }
-        let mut last = self.uploaded.lock().unwrap_or_else(|e| e.into_inner());
-        let same = last.as_ref().is_some_and(|l| {
-            l.iter().zip(&bound).all(|(a, b)| match (a, b) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                (None, None) => true,
-                _ => false,
-            })
-        });
-        if same {
-            return Ok(());
-        }
-        *last = None;
-        self.upload(device, &bound)?;
-        *last = Some(bound);
-        Ok(())
-    }
-
-    /// Uploads the concatenation of the sources (`bound`: the param tensors, per source).
-    fn upload(&self, device: &CudaDevice, bound: &[Option<Arc<Tensor>>]) -> Result<(), CudaError> {
-        let parts: Vec<&[u8]> = self
-            .sources
-            .iter()
-            .enumerate()
-            .map(|(i, s)| match s {
-                Source::Constant(bytes) => bytes.as_slice(),
-                Source::Param(..) => bound
-                    .get(i)
-                    .and_then(|t| t.as_deref())
-                    .map_or(&[][..], tensor_bytes),
-            })
-            .collect();
-        let bytes = self.spec.concat(&parts);
-        device.upload(self.buffer.ptr(), &bytes)?;
-        device.sync()
-    }
-}
-
-fn check(
-    program: &KernelProgram,
-    b: usize,
-    t: &Tensor,
-    what: &'static str,
-    name: &str,
-) -> Result<(), CudaError> {
-    let ty = &program.buffers[b].ty;
-    let want = ty.shape.as_static().unwrap_or_default();
-    if t.dtype() != ty.dtype || t.shape() != want.as_slice() {
-        return Err(CudaError::Binding {
-            what,
-            name: name.to_string(),
-            message: format!("compiled for {ty}, got {}{:?}", t.dtype(), t.shape()),
-        });
-    }
-    Ok(())
 }

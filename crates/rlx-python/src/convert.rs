@@ -59,7 +59,7 @@ pub fn host_tensor<K: Send + Sync + 'static>(
 }
 
 /// The RLX dtype of a numpy dtype (kind letter and item size).
-fn numpy_dtype(kind: u8, size: usize) -> Option<DType> {
+pub fn numpy_dtype(kind: u8, size: usize) -> Option<DType> {
     Some(match (kind, size) {
         (b'f', 4) => DType::F32,
         (b'f', 8) => DType::F64,

@@ -1,7 +1,8 @@
 //! DLPack in and out, without copies. `rlx.Tensor` (a run's output) hands its host memory
 //! to any consumer of `__dlpack__` (numpy, PyTorch, JAX); a feed value with `__dlpack__`
 //! is read in place when it lives in host memory and is row-major. Device memory (a CUDA
-//! tensor) is refused with `DeviceError`: sessions bind host tensors only today.
+//! tensor) is refused by `run` with `DeviceError`; an `IOBinding` binds it by pointer
+//! ([`import_raw`]), and `rlx.DeviceArray` exports device buffers ([`export_raw`]).
 
 use crate::convert;
 use crate::error::{invalid, DeviceError};
@@ -13,7 +14,9 @@ use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
 /// `DLDeviceType::kDLCPU`.
-const DL_CPU: i32 = 1;
+pub const DL_CPU: i32 = 1;
+/// `DLDeviceType::kDLCUDA`.
+pub const DL_CUDA: i32 = 2;
 /// `DLDeviceType::kDLCUDAHost` (pinned host memory).
 const DL_CUDA_HOST: i32 = 3;
 const DL_INT: u8 = 0;
@@ -103,10 +106,10 @@ fn rlx_dtype(t: DlDataType) -> Option<DType> {
     })
 }
 
-/// What an exported capsule owns: the tensor (shared, so several exports read one buffer)
-/// and the shape array DLPack points at.
+/// What an exported capsule owns: what keeps the memory alive (a shared tensor, a device
+/// buffer) and the shape array DLPack points at.
 struct Export {
-    _tensor: Arc<Tensor>,
+    _owner: Box<dyn std::any::Any + Send>,
     _shape: Vec<i64>,
     managed: DlManagedTensor,
 }
@@ -132,28 +135,45 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
 
 /// A `dltensor` capsule reading `tensor`'s host memory in place.
 pub fn export(py: Python<'_>, tensor: Arc<Tensor>) -> PyResult<Py<PyAny>> {
-    let dtype = dl_dtype(tensor.dtype()).ok_or_else(|| {
+    let data = tensor.data().as_bytes().as_ptr() as *mut c_void;
+    let (dtype, shape) = (tensor.dtype(), tensor.shape().to_vec());
+    // SAFETY: the tensor's elements, kept alive by the tensor itself.
+    unsafe { export_raw(py, data, (DL_CPU, 0), dtype, &shape, Box::new(tensor)) }
+}
+
+/// A `dltensor` capsule over `shape` elements of `dtype` at `data` on `device` (DLPack's
+/// device type and id), kept alive by `owner` until the consumer is done.
+///
+/// # Safety
+/// `data` addresses those elements, row-major, valid while `owner` lives.
+pub unsafe fn export_raw(
+    py: Python<'_>,
+    data: *mut c_void,
+    device: (i32, i32),
+    dtype: DType,
+    shape: &[usize],
+    owner: Box<dyn std::any::Any + Send>,
+) -> PyResult<Py<PyAny>> {
+    let dl = dl_dtype(dtype).ok_or_else(|| {
         invalid(format!(
-            "a {} tensor has no DLPack dtype; convert it with numpy()",
-            tensor.dtype()
+            "a {dtype} tensor has no DLPack dtype; convert it with numpy()"
         ))
     })?;
-    let mut shape: Vec<i64> = tensor.shape().iter().map(|&d| d as i64).collect();
-    let data = tensor.data().as_bytes().as_ptr() as *mut c_void;
+    let mut shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let ndim = shape.len() as i32;
     let shape_ptr = shape.as_mut_ptr();
     let export = Box::new(Export {
-        _tensor: tensor,
+        _owner: owner,
         _shape: shape,
         managed: DlManagedTensor {
             dl_tensor: DlTensor {
                 data,
                 device: DlDevice {
-                    device_type: DL_CPU,
-                    device_id: 0,
+                    device_type: device.0,
+                    device_id: device.1,
                 },
                 ndim,
-                dtype,
+                dtype: dl,
                 shape: shape_ptr,
                 strides: std::ptr::null_mut(),
                 byte_offset: 0,
@@ -181,7 +201,7 @@ pub fn export(py: Python<'_>, tensor: Arc<Tensor>) -> PyResult<Py<PyAny>> {
 }
 
 /// A consumed DLPack tensor: calls the producer's deleter when the last reader is gone.
-struct Consumed(*mut DlManagedTensor);
+pub struct Consumed(*mut DlManagedTensor);
 
 // SAFETY: the deleter runs once, with the interpreter attached, from whichever thread.
 unsafe impl Send for Consumed {}
@@ -217,8 +237,9 @@ pub fn import(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             format!("DLPack device type {device_type}")
         };
         return Err(DeviceError::new_err(format!(
-            "input `{name}`: a {kind} tensor (device {device_id}); RLX sessions bind host \
-             tensors only for now, so pass it from host memory (e.g. `tensor.cpu()`)"
+            "input `{name}`: a {kind} tensor (device {device_id}); `run` reads host memory: \
+             bind device memory with `session.io_binding()` and `run_with_iobinding`, or pass \
+             it from host memory (e.g. `tensor.cpu()`)"
         )));
     }
     let capsule = value.call_method0("__dlpack__")?;
@@ -303,6 +324,93 @@ pub fn import(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let data = TensorData::from_le_bytes(dtype, &out)
         .ok_or_else(|| invalid(format!("input `{name}`: unreadable {dtype} elements")))?;
     Tensor::new(shape, data).map_err(|e| invalid(format!("input `{name}`: {e}")))
+}
+
+/// A contiguous DLPack tensor taken over by pointer (no copy): where it is, what it holds,
+/// and the consumed capsule that keeps it alive.
+pub struct Foreign {
+    /// DLPack device type and id
+    pub device: (i32, i32),
+    /// the first element
+    pub ptr: usize,
+    /// the element type
+    pub dtype: DType,
+    /// the dims
+    pub shape: Vec<usize>,
+    /// calls the producer's deleter when dropped
+    pub keep: Consumed,
+}
+
+/// The DLPack device of `value`, when it has `__dlpack_device__`.
+///
+/// # Errors
+/// The method fails or returns something else than two ints.
+pub fn device_of(value: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
+    if !value.hasattr("__dlpack_device__")? {
+        return Ok(None);
+    }
+    Ok(Some(value.call_method0("__dlpack_device__")?.extract()?))
+}
+
+/// Takes `value`'s memory over by pointer, for binding (`what` names it in errors). On
+/// CUDA, `stream` (the runtime's) is passed to `__dlpack__` so the producer orders its
+/// pending work before ours.
+///
+/// # Errors
+/// `InvalidArgument` for a strided tensor or a dtype RLX lacks.
+pub fn import_raw(what: &str, value: &Bound<'_, PyAny>, stream: Option<u64>) -> PyResult<Foreign> {
+    let capsule = match stream {
+        Some(s) => {
+            let kwargs = pyo3::types::PyDict::new(value.py());
+            kwargs.set_item("stream", s)?;
+            value.call_method("__dlpack__", (), Some(&kwargs))?
+        }
+        None => value.call_method0("__dlpack__")?,
+    };
+    // SAFETY: as in `import`: renaming the capsule takes ownership of its tensor.
+    let managed = unsafe {
+        let m = ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE.as_ptr());
+        if m.is_null() {
+            return Err(PyErr::fetch(value.py()));
+        }
+        if ffi::PyCapsule_SetName(capsule.as_ptr(), USED_CAPSULE.as_ptr()) != 0 {
+            return Err(PyErr::fetch(value.py()));
+        }
+        m as *mut DlManagedTensor
+    };
+    // SAFETY: the producer's tensor description, valid until the deleter runs.
+    let t = unsafe { &(*managed).dl_tensor };
+    let keep = Consumed(managed);
+    let dtype = rlx_dtype(t.dtype).ok_or_else(|| {
+        invalid(format!(
+            "{what}: DLPack dtype (code {}, {} bits, {} lanes) has no RLX counterpart",
+            t.dtype.code, t.dtype.bits, t.dtype.lanes
+        ))
+    })?;
+    let ndim = usize::try_from(t.ndim).map_err(|_| invalid(format!("{what}: ndim {}", t.ndim)))?;
+    // SAFETY: DLPack: `shape` (and `strides` when not null) hold `ndim` values.
+    let shape: Vec<usize> = (0..ndim)
+        .map(|i| unsafe { *t.shape.add(i) }.max(0) as usize)
+        .collect();
+    if !t.strides.is_null() {
+        let row_major = rlx_ir::kernel::row_major(&shape);
+        // SAFETY: as above.
+        let contiguous = (0..ndim)
+            .all(|i| shape[i] <= 1 || unsafe { *t.strides.add(i) } as isize == row_major[i]);
+        if !contiguous {
+            return Err(invalid(format!(
+                "{what}: a strided tensor of shape {shape:?}; bind a contiguous one \
+                 (`.contiguous()`)"
+            )));
+        }
+    }
+    Ok(Foreign {
+        device: (t.device.device_type, t.device.device_id),
+        ptr: t.data as usize + t.byte_offset as usize,
+        dtype,
+        shape,
+        keep,
+    })
 }
 
 /// A run's output: host memory handed to numpy (`numpy()`, `__array__`) or to any DLPack

@@ -48,7 +48,10 @@ pub fn runtime(e: RuntimeError) -> PyErr {
     let message = e.to_string();
     match e {
         RuntimeError::Device(_) => DeviceError::new_err(message),
-        RuntimeError::Input { .. } => InvalidArgument::new_err(message),
+        RuntimeError::Input { .. } | RuntimeError::Output { .. } | RuntimeError::Buffer(_) => {
+            InvalidArgument::new_err(message)
+        }
+        RuntimeError::Unsupported { .. } => DeviceError::new_err(message),
         RuntimeError::Backend { .. } | RuntimeError::Diverged { .. } => RunError::new_err(message),
         RuntimeError::Ir(_)
         | RuntimeError::Opt(_)

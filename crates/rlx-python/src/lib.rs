@@ -7,6 +7,7 @@
 //! models run with the GIL released, and every error is an `rlx.RlxError` subclass with
 //! the CLI's message.
 
+mod binding;
 mod convert;
 mod dlpack;
 mod embed;
@@ -211,6 +212,8 @@ fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InferenceSession>()?;
     m.add_class::<NodeArg>()?;
     m.add_class::<dlpack::PyTensor>()?;
+    m.add_class::<binding::IoBinding>()?;
+    m.add_class::<binding::DeviceArray>()?;
     m.add_class::<EmbeddingModel>()?;
     m.add_class::<LanguageModel>()?;
     m.add_class::<TextIterator>()?;

@@ -1,6 +1,7 @@
 //! `rlx.InferenceSession`: ONNX Runtime's session API over an ONNX file compiled per shape
 //! signature of its inputs (`rlx_onnx::runtime::dynamic`), so switching is one line.
 
+use crate::binding::IoBinding;
 use crate::convert;
 use crate::dlpack::PyTensor;
 use crate::error::{self, invalid};
@@ -100,7 +101,7 @@ fn precision_arg(p: &str) -> PyResult<Option<DType>> {
 /// An ONNX model compiled for a device, run like an `onnxruntime.InferenceSession`.
 #[pyclass(frozen, module = "rlx")]
 pub struct InferenceSession {
-    graph: DynamicGraph,
+    graph: Arc<DynamicGraph>,
     parsed: Arc<ParsedModel>,
     device: Device,
 }
@@ -136,7 +137,11 @@ impl InferenceSession {
             threads,
             ..CompileOptions::default()
         };
-        let graph = rlx_onnx::runtime::dynamic(&session, parsed.clone(), options);
+        let graph = Arc::new(rlx_onnx::runtime::dynamic(
+            &session,
+            parsed.clone(),
+            options,
+        ));
         Ok(InferenceSession {
             graph,
             parsed,
@@ -265,6 +270,34 @@ impl InferenceSession {
             .into_iter()
             .map(PyTensor::new)
             .collect())
+    }
+
+    /// ONNX Runtime's `IOBinding`: inputs and outputs bound once (numpy arrays, DLPack
+    /// tensors in device memory, `rlx.DeviceArray`s), outputs left on the device.
+    fn io_binding(&self) -> IoBinding {
+        let declared = self
+            .parsed
+            .outputs()
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect();
+        IoBinding::new(self.graph.clone(), declared)
+    }
+
+    /// Runs the model over an `IOBinding` of this session (the GIL released meanwhile);
+    /// its outputs are then `get_outputs()` / `copy_outputs_to_cpu()`.
+    #[pyo3(signature = (iobinding, run_options=None))]
+    fn run_with_iobinding(
+        &self,
+        py: Python<'_>,
+        iobinding: &IoBinding,
+        run_options: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let _ = run_options;
+        if !Arc::ptr_eq(&iobinding.graph, &self.graph) {
+            return Err(invalid("the IOBinding belongs to another InferenceSession"));
+        }
+        py.detach(|| iobinding.run()).map_err(error::runtime)
     }
 
     /// The inputs: name, shape (symbolic dims as strings), type.

@@ -1,9 +1,10 @@
 //! The contract every device backend implements. Kept small on purpose: a backend answers
 //! availability, says which ops it runs natively, and compiles a legalized graph.
 
-use crate::{ParamStore, RuntimeError};
+use crate::{BoundValue, DeviceBuffer, ParamStore, RawHandle, RuntimeError};
 use rlx_driver::{Availability, Device, DeviceInfo};
-use rlx_ir::{Graph, Op, Tensor, TensorType};
+use rlx_ir::{DType, Graph, Op, Tensor, TensorType};
+use std::any::Any;
 use std::collections::HashMap;
 
 /// Options that change what a backend compiles (and so are part of any cache key).
@@ -79,6 +80,139 @@ pub trait Backend: Send + Sync {
         graph: &Graph,
         options: &CompileOptions,
     ) -> Result<Box<dyn Executable>, RuntimeError>;
+
+    /// Allocates a buffer of `dtype` and `shape` from the device's pool (counted in
+    /// [`Backend::memory`]); its contents are unspecified until written.
+    ///
+    /// # Errors
+    /// The device has no buffer API ("not supported on <device>"), or out of memory (with
+    /// the sizes).
+    fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<DeviceBuffer, RuntimeError> {
+        let _ = (dtype, shape);
+        Err(unsupported(self.device(), "allocating device buffers"))
+    }
+
+    /// A buffer over memory someone else owns (a DLPack tensor): `handle` is its first
+    /// byte; `owner` is dropped when the last view of the buffer is.
+    ///
+    /// # Safety
+    /// `handle` addresses at least `shape.product() * dtype.size_bytes()` bytes of this
+    /// device's memory, valid while `owner` lives.
+    ///
+    /// # Errors
+    /// The device cannot read foreign memory, or the handle is of another kind of memory.
+    unsafe fn wrap(
+        &self,
+        handle: RawHandle,
+        dtype: DType,
+        shape: &[usize],
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<DeviceBuffer, RuntimeError> {
+        let _ = (handle, dtype, shape, owner);
+        Err(unsupported(self.device(), "wrapping foreign memory"))
+    }
+
+    /// Copies a host tensor of the buffer's dtype and shape into it.
+    ///
+    /// # Errors
+    /// Not supported, a dtype or shape that differs, or a device failure.
+    fn upload(&self, dst: &DeviceBuffer, src: &Tensor) -> Result<(), RuntimeError> {
+        let _ = (dst, src);
+        Err(unsupported(self.device(), "uploading to device buffers"))
+    }
+
+    /// The buffer's contents as a host tensor.
+    ///
+    /// # Errors
+    /// Not supported, or a device failure.
+    fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
+        let _ = src;
+        Err(unsupported(self.device(), "downloading device buffers"))
+    }
+
+    /// Copies `src` into `dst` on the device (same byte size).
+    ///
+    /// # Errors
+    /// Not supported, sizes that differ, or a device failure.
+    fn copy(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
+        let _ = (src, dst);
+        Err(unsupported(self.device(), "copying device buffers"))
+    }
+
+    /// Sets every element to `value` (rounded to the buffer's dtype). Default: an upload
+    /// of a filled host tensor.
+    ///
+    /// # Errors
+    /// As [`Backend::upload`].
+    fn fill(&self, dst: &DeviceBuffer, value: f64) -> Result<(), RuntimeError> {
+        self.upload(dst, &Tensor::full(dst.dtype(), dst.shape(), value))
+    }
+
+    /// Calls `f` with the buffer's bytes read in place, where the device's memory is
+    /// host-visible (the CPU); elsewhere use [`Backend::download`].
+    ///
+    /// # Errors
+    /// The memory is not host-visible on this device.
+    fn map_read(&self, buf: &DeviceBuffer, f: &mut dyn FnMut(&[u8])) -> Result<(), RuntimeError> {
+        let _ = (buf, f);
+        Err(unsupported(
+            self.device(),
+            "mapping device memory on the host",
+        ))
+    }
+
+    /// Calls `f` with the buffer's bytes to write in place, where the device's memory is
+    /// host-visible (the CPU); elsewhere use [`Backend::upload`].
+    ///
+    /// # Errors
+    /// The memory is not host-visible on this device.
+    fn map_write(
+        &self,
+        buf: &DeviceBuffer,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), RuntimeError> {
+        let _ = (buf, f);
+        Err(unsupported(
+            self.device(),
+            "mapping device memory on the host",
+        ))
+    }
+
+    /// Statistics of the pool device buffers come from; `None` where there is none.
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        None
+    }
+
+    /// The stream device work is ordered on, as an integer (a `CUstream` on CUDA), for
+    /// DLPack's `__dlpack__(stream=...)`; `None` where the device has no streams.
+    fn interop_stream(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The error of a buffer operation a device lacks.
+pub(crate) fn unsupported(device: Device, what: &str) -> RuntimeError {
+    RuntimeError::Unsupported {
+        device: device.to_string(),
+        what: what.to_string(),
+    }
+}
+
+/// Checks that a host tensor matches a buffer's dtype and shape (`what` names the call).
+///
+/// # Errors
+/// Either differs; the message gives both.
+pub fn check_same(what: &str, buf: &DeviceBuffer, t: &Tensor) -> Result<(), RuntimeError> {
+    if buf.dtype() != t.dtype() || buf.shape() != t.shape() {
+        return Err(RuntimeError::Buffer(format!(
+            "{what}: the buffer is {}{:?}, the tensor {}{:?}",
+            buf.dtype(),
+            buf.shape(),
+            t.dtype(),
+            t.shape()
+        )));
+    }
+    Ok(())
 }
 
 /// A compiled program for one device and one set of shapes.
@@ -107,6 +241,25 @@ pub trait Executable: Send + Sync {
     /// (the CPU's intermediates live in one arena of [`Executable::arena_bytes`]).
     fn memory(&self) -> Option<rlx_mem::Stats> {
         None
+    }
+
+    /// Runs with inputs that may be device buffers, writing each output named in `outputs`
+    /// into its buffer (checked by the caller against the program's types), with no host
+    /// round trip where the device has memory of its own.
+    ///
+    /// # Errors
+    /// The backend cannot bind buffers, a buffer of another device, or a run failure.
+    fn run_bound(
+        &self,
+        inputs: &HashMap<String, BoundValue>,
+        outputs: &[(String, DeviceBuffer)],
+        params: &ParamStore,
+    ) -> Result<(), RuntimeError> {
+        let _ = (inputs, outputs, params);
+        Err(RuntimeError::Unsupported {
+            device: "this backend".into(),
+            what: "running with bound device buffers".into(),
+        })
     }
 
     /// Runs `runs` times timing every kernel on the device's own clock; `None` when this

@@ -6,8 +6,8 @@
 //! graph and its weights for one set of sizes (the ONNX importer with dims bound, for
 //! example), so ops that need static shapes work whatever the sizes.
 
-use crate::session::{bind_inputs, Bindings};
-use crate::{CompileOptions, CompiledGraph, RuntimeError, Session};
+use crate::session::{bind_inputs, bind_values, Bindings};
+use crate::{Binding, CompileOptions, CompiledGraph, RuntimeError, Session};
 use rlx_ir::{Graph, Tensor, TensorType};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -103,6 +103,21 @@ impl DynamicGraph {
     ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
         let bindings = self.bind(inputs)?;
         self.compiled(&bindings)?.run(inputs)
+    }
+
+    /// Runs with a [`Binding`] (device buffers in and out; see
+    /// [`CompiledGraph::run_with`]), compiling first for a signature not in the cache.
+    ///
+    /// # Errors
+    /// As [`DynamicGraph::bind`], [`DynamicGraph::compiled`] and [`CompiledGraph::run_with`].
+    pub fn run_with(&self, binding: &mut Binding) -> Result<(), RuntimeError> {
+        let bindings = bind_values(&self.inputs, binding.inputs())?;
+        self.compiled(&bindings)?.run_with(binding)
+    }
+
+    /// The session the model runs in (its device's buffers: allocate, upload, download).
+    pub fn session(&self) -> &Session {
+        &self.session
     }
 
     /// The graph compiled for these symbol sizes: from the cache, or built and compiled now

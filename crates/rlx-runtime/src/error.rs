@@ -33,6 +33,26 @@ pub enum RuntimeError {
         /// what is wrong
         message: String,
     },
+    /// A run output bound to a buffer of the wrong dtype or shape, or not an output.
+    #[error("output `{name}`: {message}")]
+    Output {
+        /// output name
+        name: String,
+        /// what is wrong, with expected and given types
+        message: String,
+    },
+    /// A device buffer operation failed: sizes or types that do not fit, another device's
+    /// memory.
+    #[error("device buffer: {0}")]
+    Buffer(String),
+    /// The device lacks an operation (a seam, or memory that is not host-visible).
+    #[error("{what} is not supported on {device}")]
+    Unsupported {
+        /// the device
+        device: String,
+        /// the operation
+        what: String,
+    },
     /// The backend failed while compiling or running.
     #[error("{device} backend: {message}")]
     Backend {

@@ -5,6 +5,8 @@
 //! itself behind its Cargo feature. Everything else goes through [`backend_for`].
 
 mod backend;
+mod binding;
+mod buffer;
 mod builtin;
 mod dynamic;
 mod error;
@@ -13,7 +15,11 @@ mod registry;
 mod session;
 mod validate;
 
-pub use backend::{median_kernels, Backend, CompileOptions, Executable, KernelTime, RunProfile};
+pub use backend::{
+    check_same, median_kernels, Backend, CompileOptions, Executable, KernelTime, RunProfile,
+};
+pub use binding::Binding;
+pub use buffer::{BoundValue, BufferStorage, DeviceBuffer, RawHandle};
 pub use dynamic::{
     signature, BoxError, DynamicGraph, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
 };
@@ -23,5 +29,5 @@ pub use registry::{
     auto_device, backend_for, device_statuses, register_backend, registered_devices,
     BackendFactory, DeviceStatus,
 };
-pub use session::{bind_inputs, Bindings, CompiledGraph, Session, Variant};
+pub use session::{bind_inputs, bind_values, Bindings, CompiledGraph, Session, Variant};
 pub use validate::{tolerance, NodeCheck, Validation};

@@ -7,10 +7,14 @@
 //! few kept).
 
 use crate::registry::backend_for;
-use crate::{Backend, CompileOptions, Executable, ParamStore, RuntimeError};
+use crate::{
+    Backend, Binding, BoundValue, CompileOptions, DeviceBuffer, Executable, ParamStore, RawHandle,
+    RuntimeError,
+};
 use rlx_driver::{Device, DeviceError};
-use rlx_ir::{Dim, Graph, Op, Tensor, TensorType};
+use rlx_ir::{DType, Dim, Graph, Op, Tensor, TensorType};
 use rlx_opt::DispatchReport;
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -63,6 +67,79 @@ impl Session {
     /// Sets a weight for every graph of this session.
     pub fn set_param(&self, name: &str, value: Tensor) {
         self.params.set(name, Arc::new(value));
+    }
+
+    /// The device's backend (buffers, statistics).
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.backend
+    }
+
+    /// Allocates a device buffer from the device's pool (see [`Backend::alloc`]).
+    ///
+    /// # Errors
+    /// As [`Backend::alloc`].
+    pub fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<DeviceBuffer, RuntimeError> {
+        self.backend.alloc(dtype, shape)
+    }
+
+    /// A device buffer holding a copy of `t`.
+    ///
+    /// # Errors
+    /// As [`Backend::alloc`] and [`Backend::upload`].
+    pub fn to_device(&self, t: &Tensor) -> Result<DeviceBuffer, RuntimeError> {
+        let b = self.backend.alloc(t.dtype(), t.shape())?;
+        self.backend.upload(&b, t)?;
+        Ok(b)
+    }
+
+    /// Copies `t` into `dst` (see [`Backend::upload`]).
+    ///
+    /// # Errors
+    /// As [`Backend::upload`].
+    pub fn upload(&self, dst: &DeviceBuffer, t: &Tensor) -> Result<(), RuntimeError> {
+        self.backend.upload(dst, t)
+    }
+
+    /// The buffer's contents on the host (see [`Backend::download`]).
+    ///
+    /// # Errors
+    /// As [`Backend::download`].
+    pub fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
+        self.backend.download(src)
+    }
+
+    /// Copies `src` into `dst` on the device (see [`Backend::copy`]).
+    ///
+    /// # Errors
+    /// As [`Backend::copy`].
+    pub fn copy(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
+        self.backend.copy(src, dst)
+    }
+
+    /// Sets every element of `dst` to `value` (see [`Backend::fill`]).
+    ///
+    /// # Errors
+    /// As [`Backend::fill`].
+    pub fn fill(&self, dst: &DeviceBuffer, value: f64) -> Result<(), RuntimeError> {
+        self.backend.fill(dst, value)
+    }
+
+    /// A buffer over foreign memory (see [`Backend::wrap`]).
+    ///
+    /// # Safety
+    /// As [`Backend::wrap`].
+    ///
+    /// # Errors
+    /// As [`Backend::wrap`].
+    pub unsafe fn wrap(
+        &self,
+        handle: RawHandle,
+        dtype: DType,
+        shape: &[usize],
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<DeviceBuffer, RuntimeError> {
+        // SAFETY: the caller's contract is the backend's.
+        unsafe { self.backend.wrap(handle, dtype, shape, owner) }
     }
 
     /// Compiles a graph. Symbols bound in `options.bindings` are fixed now; the rest are
@@ -183,12 +260,12 @@ impl CompiledGraph {
                 message: format!("the graph has no such param; params: {}", known.join(", ")),
             });
         };
-        check_type(&ty, &value, name, &mut Bound::new()).map_err(|message| {
-            RuntimeError::Param {
+        check_type(&ty, value.dtype(), value.shape(), name, &mut Bound::new()).map_err(
+            |message| RuntimeError::Param {
                 name: name.into(),
                 message,
-            }
-        })?;
+            },
+        )?;
         self.params.set(name, Arc::new(value));
         Ok(())
     }
@@ -223,6 +300,119 @@ impl CompiledGraph {
             return variant.executable.run(inputs, &self.params);
         }
         variant.executable.run(inputs, &self.mixed_params())
+    }
+
+    /// Runs with the inputs and outputs of `binding` (host tensors or device buffers in,
+    /// device buffers out: see [`Binding`]). Outputs the binding does not name are not
+    /// returned; when it names none, every output comes back in a device buffer. On CUDA and
+    /// wgpu nothing passes through host memory except host-tensor inputs.
+    ///
+    /// # Errors
+    /// As [`CompiledGraph::run`]; an input or output buffer on another device, or an output
+    /// buffer whose dtype or shape differs from the output's (naming both).
+    pub fn run_with(&self, binding: &mut Binding) -> Result<(), RuntimeError> {
+        let bindings = bind_values(&self.inputs(), binding.inputs())?;
+        for (name, v) in binding.inputs() {
+            if let BoundValue::Device(b) = v {
+                if b.device() != self.device {
+                    return Err(RuntimeError::Input {
+                        name: name.clone(),
+                        message: format!(
+                            "a {} buffer, but the graph runs on {}",
+                            b.device(),
+                            self.device
+                        ),
+                    });
+                }
+            }
+        }
+        let variant = self.variant(&bindings)?;
+        self.check_params()?;
+        let declared: Vec<(String, TensorType)> = variant
+            .graph
+            .outputs()
+            .iter()
+            .map(|(n, id)| (n.clone(), variant.graph.ty(*id).clone()))
+            .collect();
+        let mut wanted = binding.output_names();
+        if wanted.is_empty() {
+            for (name, _) in &declared {
+                binding.bind_output_to_device(name);
+            }
+            wanted = binding.output_names();
+        }
+        let mut outputs = Vec::with_capacity(wanted.len());
+        for name in &wanted {
+            let Some((_, ty)) = declared.iter().find(|(n, _)| n == name) else {
+                let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(RuntimeError::Output {
+                    name: name.clone(),
+                    message: format!(
+                        "the graph has no such output; outputs: {}",
+                        names.join(", ")
+                    ),
+                });
+            };
+            let shape = ty.shape.as_static().unwrap_or_default();
+            let buffer = match binding.allocates(name) {
+                // a buffer the last run allocated, reused when nobody else holds it
+                Some(Some(b))
+                    if b.is_unique() && b.dtype() == ty.dtype && b.shape() == shape.as_slice() =>
+                {
+                    b.clone()
+                }
+                Some(_) => self.backend.alloc(ty.dtype, &shape)?,
+                None => {
+                    let b = binding
+                        .output(name)
+                        .cloned()
+                        .ok_or_else(|| RuntimeError::Output {
+                            name: name.clone(),
+                            message: "not bound".into(),
+                        })?;
+                    if b.device() != self.device {
+                        return Err(RuntimeError::Output {
+                            name: name.clone(),
+                            message: format!(
+                                "a {} buffer, but the graph runs on {}",
+                                b.device(),
+                                self.device
+                            ),
+                        });
+                    }
+                    if b.dtype() != ty.dtype || b.shape() != shape.as_slice() {
+                        return Err(RuntimeError::Output {
+                            name: name.clone(),
+                            message: format!(
+                                "the output is {ty}, the bound buffer {}{:?}",
+                                b.dtype(),
+                                b.shape()
+                            ),
+                        });
+                    }
+                    b
+                }
+            };
+            outputs.push((name.clone(), buffer));
+        }
+        let inputs: HashMap<String, BoundValue> = binding
+            .inputs()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let params = self.bound_params();
+        variant.executable.run_bound(&inputs, &outputs, &params)?;
+        for (name, buffer) in outputs {
+            if binding.allocates(&name).is_some() {
+                binding.set_allocated(&name, buffer);
+            }
+        }
+        Ok(())
+    }
+
+    /// The session's backend (for buffers: allocate, upload, download).
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.backend
     }
 
     /// Runs `runs` times timing every kernel on the device's clock (see
@@ -315,7 +505,7 @@ impl CompiledGraph {
                     message: format!("not set (expected {ty}); load weights or call set_param"),
                 });
             };
-            check_type(&ty, t, &name, &mut Bound::new()).map_err(|message| {
+            check_type(&ty, t.dtype(), t.shape(), &name, &mut Bound::new()).map_err(|message| {
                 RuntimeError::Param {
                     name: name.clone(),
                     message,
@@ -406,18 +596,19 @@ pub(crate) type Bound = BTreeMap<String, (usize, String)>;
 /// another size names the input that bound it and both sizes.
 pub(crate) fn check_type(
     ty: &TensorType,
-    t: &Tensor,
+    dtype: DType,
+    shape: &[usize],
     input: &str,
     bound: &mut Bound,
 ) -> Result<(), String> {
-    let given = format!("{}{:?}", t.dtype(), t.shape());
-    if t.dtype() != ty.dtype {
+    let given = format!("{dtype}{shape:?}");
+    if dtype != ty.dtype {
         return Err(format!("expected {ty}, got {given}: dtype differs"));
     }
-    if t.shape().len() != ty.shape.rank() {
+    if shape.len() != ty.shape.rank() {
         return Err(format!("expected {ty}, got {given}: rank differs"));
     }
-    for (i, (d, &n)) in ty.shape.dims().iter().zip(t.shape()).enumerate() {
+    for (i, (d, &n)) in ty.shape.dims().iter().zip(shape).enumerate() {
         match d {
             Dim::Static(s) if *s != n => {
                 return Err(format!(
@@ -457,21 +648,45 @@ pub fn bind_inputs(
     declared: &[(String, TensorType)],
     inputs: &HashMap<String, Tensor>,
 ) -> Result<Bindings, RuntimeError> {
+    let given = |name: &str| inputs.get(name).map(|t| (t.dtype(), t.shape()));
+    bind_typed(declared, &given, inputs.keys())
+}
+
+/// As [`bind_inputs`] for bound values (host tensors or device buffers).
+///
+/// # Errors
+/// As [`bind_inputs`].
+pub fn bind_values(
+    declared: &[(String, TensorType)],
+    inputs: &BTreeMap<String, BoundValue>,
+) -> Result<Bindings, RuntimeError> {
+    let given = |name: &str| inputs.get(name).map(|v| (v.dtype(), v.shape()));
+    bind_typed(declared, &given, inputs.keys())
+}
+
+/// The dtype and shape given for an input name, if any.
+type Given<'a> = dyn Fn(&str) -> Option<(DType, &'a [usize])> + 'a;
+
+/// Checks given (dtype, shape) per input name against the declared inputs.
+fn bind_typed<'a>(
+    declared: &[(String, TensorType)],
+    given: &Given<'a>,
+    names: impl Iterator<Item = &'a String>,
+) -> Result<Bindings, RuntimeError> {
     let mut bound = Bound::new();
     for (name, ty) in declared {
-        let Some(t) = inputs.get(name) else {
+        let Some((dtype, shape)) = given(name) else {
             return Err(RuntimeError::Input {
                 name: name.clone(),
                 message: format!("missing (expected {ty})"),
             });
         };
-        check_type(ty, t, name, &mut bound).map_err(|message| RuntimeError::Input {
+        check_type(ty, dtype, shape, name, &mut bound).map_err(|message| RuntimeError::Input {
             name: name.clone(),
             message,
         })?;
     }
-    let mut unknown: Vec<&String> = inputs
-        .keys()
+    let mut unknown: Vec<&String> = names
         .filter(|k| !declared.iter().any(|(n, _)| n == *k))
         .collect();
     if !unknown.is_empty() {

@@ -33,8 +33,11 @@ pub mod memory;
 pub mod plan;
 pub mod probe;
 mod program;
+pub mod transfer;
 pub mod weights;
 
 pub use error::WgpuError;
 pub use probe::Flavor;
-pub use program::{target, target_with, CompileStats, WgpuOptions, WgpuProgram};
+pub use program::{target, target_with, BoundInput, CompileStats, WgpuOptions, WgpuProgram};
+/// The wgpu crate RLX is built on, for interop with a device buffer's `wgpu::Buffer`.
+pub use wgpu;

@@ -11,10 +11,15 @@ use crate::probe::{context, Context, Flavor};
 use crate::weights::{tensor_words, WeightCache, WeightSlot};
 use crate::WgpuError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
-use rlx_ir::{DType, Tensor, TensorData};
+use rlx_ir::DType;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+mod run;
+
+use run::check_i64;
+pub use run::BoundInput;
 
 /// Options that change what the wgpu backend compiles.
 ///
@@ -85,6 +90,8 @@ enum Home {
 
 struct Readback {
     buffer: Option<wgpu::Buffer>,
+    /// copies between ranges of one buffer go through it (`transfer::encode_copy`)
+    bounce: Option<wgpu::Buffer>,
     capacity: usize,
     ring: rlx_mem::StagingRing,
 }
@@ -471,6 +478,7 @@ impl WgpuProgram {
             .sum();
         let readback = Readback {
             buffer: None,
+            bounce: None,
             capacity: out_bytes.max(256),
             ring: rlx_mem::StagingRing::new(0, out_bytes.max(256)),
         };
@@ -726,162 +734,4 @@ impl WgpuProgram {
         }
         Ok(times)
     }
-
-    /// Runs with inputs by name and weights by name.
-    ///
-    /// # Errors
-    /// A missing or mistyped input or weight, an i64 value outside the 32-bit range the
-    /// kernels compute in, or a device failure.
-    pub fn run(
-        &self,
-        inputs: &HashMap<String, Tensor>,
-        weights: &HashMap<String, Arc<Tensor>>,
-    ) -> Result<Vec<(String, Tensor)>, WgpuError> {
-        let mut rb = self.readback.lock().unwrap_or_else(|e| e.into_inner());
-        let queue = &self.ctx.queue;
-        for (name, b, slot) in &self.params {
-            let t = weights.get(name).ok_or_else(|| WgpuError::Binding {
-                what: "param",
-                name: name.clone(),
-                message: "not set".into(),
-            })?;
-            check(&self.program, *b, t, "param", name)?;
-            check_i64(t, "param", name)?;
-            if slot.needs_upload(t) {
-                queue.write_buffer(
-                    slot.buffer().buffer(),
-                    slot.buffer().offset(),
-                    &tensor_words(t),
-                );
-            }
-        }
-        for (name, b, buf) in &self.inputs {
-            let t = inputs.get(name).ok_or_else(|| WgpuError::Binding {
-                what: "input",
-                name: name.clone(),
-                message: "missing".into(),
-            })?;
-            check(&self.program, *b, t, "input", name)?;
-            check_i64(t, "input", name)?;
-            queue.write_buffer(buf.buffer(), buf.offset(), &tensor_words(t));
-        }
-        if rb.buffer.is_none() {
-            rb.buffer = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("rlx readback"),
-                size: rb.capacity as u64,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
-        }
-        let staging = rb
-            .buffer
-            .clone()
-            .ok_or_else(|| WgpuError::Invalid("no readback buffer".into()))?;
-        let mut encoder = self
-            .ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("rlx run"),
-            });
-        self.encode(&mut encoder);
-        let mut slots = Vec::with_capacity(self.outputs.len());
-        for ((_, _, bytes), (src, off)) in self.outputs.iter().zip(&self.output_locs) {
-            let padded = bytes.max(&4).next_multiple_of(4);
-            let slot = rb
-                .ring
-                .alloc(padded, 256, &rlx_mem::Synchronous)
-                .map_err(|e| WgpuError::Invalid(format!("readback staging: {e}")))?;
-            encoder.copy_buffer_to_buffer(src, *off, &staging, slot.addr as u64, padded as u64);
-            slots.push(slot);
-        }
-        self.ctx.queue.submit([encoder.finish()]);
-        let result = std::sync::Arc::new(Mutex::new(None));
-        let r2 = result.clone();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
-            *r2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-        });
-        self.wait()?;
-        // Another thread polling the same device may have collected this callback and not
-        // yet run it when our poll returns: poll again briefly until it has, within a bound.
-        let deadline = Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            match result.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                Some(Ok(())) => break,
-                Some(Err(e)) => return Err(dev_err("map readback", e)),
-                None if Instant::now() >= deadline => {
-                    return Err(dev_err("map readback", "the mapping never completed"))
-                }
-                None => {}
-            }
-            let _ = self.ctx.device.poll(wgpu::PollType::Poll);
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let mut out = Vec::with_capacity(self.outputs.len());
-        {
-            let view = staging
-                .get_mapped_range(..)
-                .map_err(|e| dev_err("get_mapped_range", e))?;
-            let bytes: &[u8] = &view;
-            for ((name, b, size), slot) in self.outputs.iter().zip(&slots) {
-                let ty = &self.program.buffers[*b].ty;
-                let raw = &bytes[slot.addr..slot.addr + size];
-                let data = TensorData::from_le_bytes(ty.dtype, raw)
-                    .ok_or_else(|| WgpuError::Invalid(format!("output {name}: bad size")))?;
-                let shape = ty.shape.as_static().unwrap_or_default();
-                out.push((
-                    name.clone(),
-                    Tensor::new(shape, data)
-                        .map_err(|e| WgpuError::Invalid(format!("output {name}: {e}")))?,
-                ));
-            }
-        }
-        staging.unmap();
-        for slot in slots {
-            let token = rlx_mem::CompletionToken {
-                stream: rlx_mem::StreamId(0),
-                value: 0,
-            };
-            let _ = rb.ring.submit(slot, token);
-        }
-        rb.ring.retire(&rlx_mem::Synchronous);
-        Ok(out)
-    }
-}
-
-fn check(
-    program: &KernelProgram,
-    b: usize,
-    t: &Tensor,
-    what: &'static str,
-    name: &str,
-) -> Result<(), WgpuError> {
-    let ty = &program.buffers[b].ty;
-    let want = ty.shape.as_static().unwrap_or_default();
-    if t.dtype() != ty.dtype || t.shape() != want.as_slice() {
-        return Err(WgpuError::Binding {
-            what,
-            name: name.to_string(),
-            message: format!("compiled for {ty}, got {}{:?}", t.dtype(), t.shape()),
-        });
-    }
-    Ok(())
-}
-
-/// i64 tensors are computed in 32 bits: refuse values that do not fit.
-fn check_i64(t: &Tensor, what: &'static str, name: &str) -> Result<(), WgpuError> {
-    if t.dtype() != DType::I64 {
-        return Ok(());
-    }
-    if let TensorData::I64(v) = t.data() {
-        if let Some(bad) = v.iter().find(|x| i32::try_from(**x).is_err()) {
-            return Err(WgpuError::Binding {
-                what,
-                name: name.to_string(),
-                message: format!(
-                    "i64 value {bad} does not fit in 32 bits; WGSL kernels compute i64 in 32 bits"
-                ),
-            });
-        }
-    }
-    Ok(())
 }

@@ -1,12 +1,17 @@
 //! `rlx-cuda` behind the kernel-IR adapter: NVRTC-generated kernels and cuBLASLt.
 
-use super::kernel::{DeviceProgram, KernelBackend, KernelDevice, KernelRuns};
-use crate::Backend;
-use rlx_cuda::weights::WeightCache;
-use rlx_cuda::{CudaError, CudaOptions, CudaProgram};
+use super::kernel::{
+    device_err, DeviceBuffers, DeviceProgram, KernelBackend, KernelDevice, KernelRuns,
+};
+use crate::{Backend, BoundValue, BufferStorage, DeviceBuffer, RawHandle, RuntimeError};
+use rlx_cuda::device::CudaDevice;
+use rlx_cuda::memory::DeviceMemory;
+use rlx_cuda::weights::{tensor_bytes, WeightCache};
+use rlx_cuda::{BoundInput, CudaError, CudaOptions, CudaProgram};
 use rlx_driver::{Availability, Device, DeviceInfo};
 use rlx_ir::kernel::KernelProgram;
-use rlx_ir::{Op, Tensor, TensorType};
+use rlx_ir::{DType, Op, Tensor, TensorData, TensorType};
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -56,6 +61,149 @@ impl KernelDevice for Cuda {
             _ => None,
         }
     }
+
+    fn buffers(&self) -> Option<&dyn DeviceBuffers> {
+        Some(self)
+    }
+}
+
+fn cuda_err(e: CudaError) -> RuntimeError {
+    let reason = Cuda::unavailable(&e);
+    device_err(Device::Cuda, e, reason)
+}
+
+/// Pool memory: a buffer of the device's shared pool.
+impl BufferStorage for rlx_cuda::memory::DeviceBuffer {
+    fn bytes(&self) -> usize {
+        rlx_cuda::memory::DeviceBuffer::bytes(self)
+    }
+
+    fn handle(&self) -> RawHandle {
+        RawHandle::Cuda(self.ptr())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Device memory someone else owns (a PyTorch tensor through DLPack).
+struct ForeignCuda {
+    ptr: u64,
+    bytes: usize,
+    _owner: Box<dyn Any + Send + Sync>,
+}
+
+impl BufferStorage for ForeignCuda {
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn handle(&self) -> RawHandle {
+        RawHandle::Cuda(self.ptr)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The device address of a CUDA buffer, or an error naming `what` for another device's.
+fn cuda_ptr(b: &DeviceBuffer, what: &str) -> Result<u64, RuntimeError> {
+    match b.handle() {
+        RawHandle::Cuda(p) => Ok(p),
+        other => Err(RuntimeError::Buffer(format!(
+            "{what}: a {} buffer ({other:?}) is not CUDA memory",
+            b.device()
+        ))),
+    }
+}
+
+impl DeviceBuffers for Cuda {
+    fn alloc(
+        &self,
+        device: Device,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<DeviceBuffer, RuntimeError> {
+        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+        let mem = DeviceMemory::get().map_err(cuda_err)?;
+        let b = mem.alloc(bytes).map_err(cuda_err)?;
+        DeviceBuffer::new(device, dtype, shape, Arc::new(b))
+    }
+
+    unsafe fn wrap(
+        &self,
+        device: Device,
+        handle: RawHandle,
+        dtype: DType,
+        shape: &[usize],
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<DeviceBuffer, RuntimeError> {
+        let RawHandle::Cuda(ptr) = handle else {
+            return Err(RuntimeError::Buffer(format!(
+                "CUDA reads device pointers only, not {handle:?}"
+            )));
+        };
+        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+        let storage = ForeignCuda {
+            ptr,
+            bytes,
+            _owner: owner,
+        };
+        DeviceBuffer::new(device, dtype, shape, Arc::new(storage))
+    }
+
+    fn upload(&self, dst: &DeviceBuffer, src: &Tensor) -> Result<(), RuntimeError> {
+        let ptr = cuda_ptr(dst, "upload")?;
+        let device = CudaDevice::get().map_err(cuda_err)?;
+        let _queue = device.queue();
+        device.bind().map_err(cuda_err)?;
+        device
+            .upload(ptr, tensor_bytes(src))
+            .and_then(|_| device.sync())
+            .map_err(cuda_err)
+    }
+
+    fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
+        let ptr = cuda_ptr(src, "download")?;
+        let device = CudaDevice::get().map_err(cuda_err)?;
+        let mut bytes = vec![0u8; src.byte_size()];
+        {
+            let _queue = device.queue();
+            device.bind().map_err(cuda_err)?;
+            device
+                .download(&mut bytes, ptr)
+                .and_then(|_| device.sync())
+                .map_err(cuda_err)?;
+        }
+        let data = TensorData::from_le_bytes(src.dtype(), &bytes)
+            .ok_or_else(|| RuntimeError::Buffer(format!("unreadable {} bytes", src.dtype())))?;
+        Tensor::new(src.shape().to_vec(), data).map_err(|e| RuntimeError::Buffer(e.to_string()))
+    }
+
+    fn copy(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
+        let from = cuda_ptr(src, "copy")?;
+        let to = cuda_ptr(dst, "copy")?;
+        if src.byte_size() == 0 {
+            return Ok(());
+        }
+        let device = CudaDevice::get().map_err(cuda_err)?;
+        let _queue = device.queue();
+        device.bind().map_err(cuda_err)?;
+        device
+            .copy(to, from, src.byte_size())
+            .and_then(|_| device.sync())
+            .map_err(cuda_err)
+    }
+
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        DeviceMemory::get().ok().map(|m| m.stats())
+    }
+
+    fn interop_stream(&self) -> Option<u64> {
+        CudaDevice::get().ok().map(|d| d.stream() as usize as u64)
+    }
 }
 
 impl DeviceProgram for CudaProgram {
@@ -67,6 +215,32 @@ impl DeviceProgram for CudaProgram {
         weights: &HashMap<String, Arc<Tensor>>,
     ) -> Result<Vec<(String, Tensor)>, CudaError> {
         CudaProgram::run(self, inputs, weights)
+    }
+
+    fn run_bound(
+        &self,
+        _device: Device,
+        inputs: &HashMap<String, BoundValue>,
+        weights: &HashMap<String, Arc<Tensor>>,
+        outputs: &[(String, DeviceBuffer)],
+    ) -> Result<(), RuntimeError> {
+        let mut bound = HashMap::with_capacity(inputs.len());
+        for (name, v) in inputs {
+            let input = match v {
+                BoundValue::Host(t) => BoundInput::Host(t),
+                BoundValue::Device(b) => BoundInput::Device {
+                    ptr: cuda_ptr(b, &format!("input `{name}`"))?,
+                    dtype: b.dtype(),
+                    shape: b.shape(),
+                },
+            };
+            bound.insert(name.clone(), input);
+        }
+        let mut outs = Vec::with_capacity(outputs.len());
+        for (name, b) in outputs {
+            outs.push((name.clone(), cuda_ptr(b, &format!("output `{name}`"))?));
+        }
+        CudaProgram::run_bound(self, &bound, weights, &outs).map_err(cuda_err)
     }
 
     fn kernel_count(&self) -> usize {

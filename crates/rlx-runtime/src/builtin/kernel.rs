@@ -4,12 +4,15 @@
 //! the backend is unavailable with the reason, claims no ops, and `compile` refuses with that
 //! reason; a device error that means "unavailable" surfaces as [`DeviceError::Unavailable`].
 
+use crate::backend::unsupported;
 use crate::{
-    median_kernels, Backend, CompileOptions, Executable, ParamStore, RunProfile, RuntimeError,
+    median_kernels, Backend, BoundValue, CompileOptions, DeviceBuffer, Executable, ParamStore,
+    RawHandle, RunProfile, RuntimeError,
 };
 use rlx_driver::{Availability, Device, DeviceError, DeviceInfo};
 use rlx_ir::kernel::KernelProgram;
-use rlx_ir::{Graph, Op, Tensor, TensorType};
+use rlx_ir::{DType, Graph, Op, Tensor, TensorType};
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -29,6 +32,63 @@ pub(crate) trait KernelDevice: Send + Sync + 'static {
     fn compile(&self, program: KernelProgram) -> Result<Self::Program, Self::Error>;
     /// The reason when `e` means the device is not there (no driver, no adapter).
     fn unavailable(e: &Self::Error) -> Option<String>;
+    /// The device's buffer operations, where it has them.
+    fn buffers(&self) -> Option<&dyn DeviceBuffers> {
+        None
+    }
+}
+
+/// Device buffers of a device crate: what [`Backend::alloc`] and its neighbours forward to
+/// (`device` is the one the backend serves). Errors are the runtime's, already naming the
+/// device.
+pub(crate) trait DeviceBuffers: Send + Sync {
+    /// See [`Backend::alloc`].
+    fn alloc(
+        &self,
+        device: Device,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<DeviceBuffer, RuntimeError>;
+    /// See [`Backend::wrap`].
+    ///
+    /// # Safety
+    /// As [`Backend::wrap`].
+    unsafe fn wrap(
+        &self,
+        device: Device,
+        handle: RawHandle,
+        dtype: DType,
+        shape: &[usize],
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<DeviceBuffer, RuntimeError>;
+    /// See [`Backend::upload`].
+    fn upload(&self, dst: &DeviceBuffer, src: &Tensor) -> Result<(), RuntimeError>;
+    /// See [`Backend::download`].
+    fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError>;
+    /// See [`Backend::copy`].
+    fn copy(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<(), RuntimeError>;
+    /// See [`Backend::memory`].
+    fn memory(&self) -> Option<rlx_mem::Stats>;
+    /// See [`Backend::interop_stream`].
+    fn interop_stream(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Checks a copy's sizes: the same number of bytes on both sides.
+pub(crate) fn check_copy(src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
+    if src.byte_size() != dst.byte_size() {
+        return Err(RuntimeError::Buffer(format!(
+            "copy from {}{:?} ({} bytes) into {}{:?} ({} bytes)",
+            src.dtype(),
+            src.shape(),
+            src.byte_size(),
+            dst.dtype(),
+            dst.shape(),
+            dst.byte_size()
+        )));
+    }
+    Ok(())
 }
 
 /// A compiled program of a device crate.
@@ -50,6 +110,17 @@ pub(crate) trait DeviceProgram: Send + Sync + 'static {
     /// The device allocator's statistics, where it has a pool.
     fn memory(&self) -> Option<rlx_mem::Stats> {
         None
+    }
+    /// Runs with bound inputs and output buffers (see [`Executable::run_bound`]).
+    fn run_bound(
+        &self,
+        device: Device,
+        inputs: &HashMap<String, BoundValue>,
+        weights: &HashMap<String, Arc<Tensor>>,
+        outputs: &[(String, DeviceBuffer)],
+    ) -> Result<(), RuntimeError> {
+        let _ = (inputs, weights, outputs);
+        Err(unsupported(device, "running with bound device buffers"))
     }
     /// Per kernel (name, kind, microseconds) of `runs` runs after one run on these inputs,
     /// and the clock; `None` when the device cannot time its kernels.
@@ -83,7 +154,13 @@ impl<D: KernelDevice> KernelBackend<D> {
     }
 }
 
-fn device_err<E: std::fmt::Display>(device: Device, e: E, reason: Option<String>) -> RuntimeError {
+/// A device crate's error as the runtime's: unavailable with its reason, or a backend
+/// failure with its message.
+pub(crate) fn device_err<E: std::fmt::Display>(
+    device: Device,
+    e: E,
+    reason: Option<String>,
+) -> RuntimeError {
     match reason {
         Some(reason) => RuntimeError::Device(DeviceError::Unavailable { device, reason }),
         None => RuntimeError::Backend {
@@ -133,6 +210,63 @@ impl<D: KernelDevice> Backend for KernelBackend<D> {
             program,
         }))
     }
+
+    fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<DeviceBuffer, RuntimeError> {
+        self.buffers("allocating device buffers")?
+            .alloc(self.device, dtype, shape)
+    }
+
+    unsafe fn wrap(
+        &self,
+        handle: RawHandle,
+        dtype: DType,
+        shape: &[usize],
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<DeviceBuffer, RuntimeError> {
+        let b = self.buffers("wrapping foreign memory")?;
+        // SAFETY: the caller's contract is the same.
+        unsafe { b.wrap(self.device, handle, dtype, shape, owner) }
+    }
+
+    fn upload(&self, dst: &DeviceBuffer, src: &Tensor) -> Result<(), RuntimeError> {
+        crate::check_same("upload", dst, src)?;
+        self.buffers("uploading to device buffers")?
+            .upload(dst, src)
+    }
+
+    fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
+        self.buffers("downloading device buffers")?.download(src)
+    }
+
+    fn copy(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
+        check_copy(src, dst)?;
+        self.buffers("copying device buffers")?.copy(src, dst)
+    }
+
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        self.crate_.buffers().and_then(|b| b.memory())
+    }
+
+    fn interop_stream(&self) -> Option<u64> {
+        self.crate_.buffers().and_then(|b| b.interop_stream())
+    }
+}
+
+impl<D: KernelDevice> KernelBackend<D> {
+    /// The device's buffer operations, checked available first.
+    fn buffers(&self, what: &str) -> Result<&dyn DeviceBuffers, RuntimeError> {
+        let avail = self.availability();
+        if !avail.available {
+            return Err(DeviceError::Unavailable {
+                device: self.device,
+                reason: avail.reason.unwrap_or_default(),
+            }
+            .into());
+        }
+        self.crate_
+            .buffers()
+            .ok_or_else(|| unsupported(self.device, what))
+    }
 }
 
 struct KernelExecutable<D: KernelDevice> {
@@ -151,6 +285,17 @@ impl<D: KernelDevice> Executable for KernelExecutable<D> {
             let reason = D::unavailable(&e);
             device_err(self.device, e, reason)
         })
+    }
+
+    fn run_bound(
+        &self,
+        inputs: &HashMap<String, BoundValue>,
+        outputs: &[(String, DeviceBuffer)],
+        params: &ParamStore,
+    ) -> Result<(), RuntimeError> {
+        let params = params.snapshot();
+        self.program
+            .run_bound(self.device, inputs, &params, outputs)
     }
 
     fn kernel_count(&self) -> usize {

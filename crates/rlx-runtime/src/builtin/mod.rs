@@ -5,6 +5,8 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cpu")]
+mod host_memory;
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod kernel;
 mod seam;

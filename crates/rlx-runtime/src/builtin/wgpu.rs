@@ -2,13 +2,17 @@
 //! of any backend), `vulkan`, `opengl` (EGL, headless), `webgpu` (WebGPU default limits and
 //! features only) and, on Apple hosts, `metal`.
 
-use super::kernel::{DeviceProgram, KernelBackend, KernelDevice, KernelRuns};
-use crate::Backend;
+use super::kernel::{
+    device_err, DeviceBuffers, DeviceProgram, KernelBackend, KernelDevice, KernelRuns,
+};
+use crate::{Backend, BoundValue, BufferStorage, DeviceBuffer, RawHandle, RuntimeError};
 use rlx_driver::{Availability, Device, DeviceInfo};
 use rlx_ir::kernel::KernelProgram;
-use rlx_ir::{Op, Tensor, TensorType};
+use rlx_ir::{DType, Op, Tensor, TensorData, TensorType};
+use rlx_wgpu::memory::DeviceBuffer as WgpuBuffer;
 use rlx_wgpu::weights::WeightCache;
-use rlx_wgpu::{Flavor, WgpuError, WgpuOptions, WgpuProgram};
+use rlx_wgpu::{transfer, BoundInput, Flavor, WgpuError, WgpuOptions, WgpuProgram};
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -77,6 +81,136 @@ impl KernelDevice for Wgpu {
             _ => None,
         }
     }
+
+    fn buffers(&self) -> Option<&dyn DeviceBuffers> {
+        Some(self)
+    }
+}
+
+fn wgpu_err(device: Device, e: WgpuError) -> RuntimeError {
+    let reason = Wgpu::unavailable(&e);
+    device_err(device, e, reason)
+}
+
+/// Pool memory: a range of one of the pool's wgpu buffers.
+impl BufferStorage for WgpuBuffer {
+    fn bytes(&self) -> usize {
+        self.size() as usize
+    }
+
+    fn handle(&self) -> RawHandle {
+        RawHandle::Wgpu {
+            offset: self.offset(),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The wgpu buffer and byte offset of a device buffer. wgpu copies whole 4-byte words: the
+/// offset must be one, and a range written (`writes`) whose size is not must end its
+/// storage, so that the padding lands in the allocation's slack, not in a neighbour view.
+fn range<'a>(
+    b: &'a DeviceBuffer,
+    what: &str,
+    writes: bool,
+) -> Result<(&'a rlx_wgpu::wgpu::Buffer, u64), RuntimeError> {
+    let storage = b.storage_as::<WgpuBuffer>(what)?;
+    let RawHandle::Wgpu { offset } = b.handle() else {
+        return Err(RuntimeError::Buffer(format!("{what}: not a wgpu buffer")));
+    };
+    let padded = b.byte_size().next_multiple_of(4);
+    let ends_storage = b.offset() + padded <= b.storage_bytes()
+        && (b.byte_size().is_multiple_of(4) || b.offset() + padded == b.storage_bytes());
+    if offset % 4 != 0 || (writes && !ends_storage) || b.offset() + padded > b.storage_bytes() {
+        return Err(RuntimeError::Buffer(format!(
+            "{what}: wgpu copies whole 4-byte words; a view of {} bytes at byte {} of its buffer \
+             is not word-aligned there",
+            b.byte_size(),
+            b.offset()
+        )));
+    }
+    Ok((storage.buffer(), offset))
+}
+
+impl Wgpu {
+    fn context(&self) -> Result<Arc<rlx_wgpu::probe::Context>, RuntimeError> {
+        let device = flavor_device(self.flavor);
+        transfer::context(self.flavor).map_err(|e| wgpu_err(device, e))
+    }
+}
+
+/// The device a flavour serves (for errors).
+fn flavor_device(flavor: Flavor) -> Device {
+    match flavor {
+        Flavor::Gpu => Device::Gpu,
+        Flavor::Vulkan => Device::Vulkan,
+        Flavor::OpenGl => Device::OpenGl,
+        Flavor::WebGpu => Device::WebGpu,
+        Flavor::Metal => Device::Metal,
+    }
+}
+
+impl DeviceBuffers for Wgpu {
+    fn alloc(
+        &self,
+        device: Device,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<DeviceBuffer, RuntimeError> {
+        let ctx = self.context()?;
+        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+        let b = rlx_wgpu::memory::memory(&ctx)
+            .alloc(bytes)
+            .map_err(|e| wgpu_err(device, e))?;
+        DeviceBuffer::new(device, dtype, shape, Arc::new(b))
+    }
+
+    unsafe fn wrap(
+        &self,
+        device: Device,
+        handle: RawHandle,
+        _dtype: DType,
+        _shape: &[usize],
+        _owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<DeviceBuffer, RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            device: device.to_string(),
+            what: format!("wrapping foreign memory ({handle:?})"),
+        })
+    }
+
+    fn upload(&self, dst: &DeviceBuffer, src: &Tensor) -> Result<(), RuntimeError> {
+        let (buffer, offset) = range(dst, "upload", true)?;
+        let ctx = self.context()?;
+        transfer::write(&ctx, buffer, offset, src.data().as_bytes())
+            .map_err(|e| wgpu_err(dst.device(), e))
+    }
+
+    fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
+        let (buffer, offset) = range(src, "download", false)?;
+        let ctx = self.context()?;
+        let bytes = transfer::read(&ctx, buffer, offset, src.byte_size())
+            .map_err(|e| wgpu_err(src.device(), e))?;
+        let data = TensorData::from_le_bytes(src.dtype(), &bytes)
+            .ok_or_else(|| RuntimeError::Buffer(format!("unreadable {} bytes", src.dtype())))?;
+        Tensor::new(src.shape().to_vec(), data).map_err(|e| RuntimeError::Buffer(e.to_string()))
+    }
+
+    fn copy(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
+        let from = range(src, "copy", false)?;
+        let to = range(dst, "copy", true)?;
+        let ctx = self.context()?;
+        transfer::copy(&ctx, from, to, src.byte_size() as u64)
+            .map_err(|e| wgpu_err(dst.device(), e))
+    }
+
+    fn memory(&self) -> Option<rlx_mem::Stats> {
+        let ctx = transfer::context(self.flavor).ok()?;
+        Some(rlx_wgpu::memory::memory(&ctx).stats())
+    }
 }
 
 impl DeviceProgram for WgpuProgram {
@@ -88,6 +222,37 @@ impl DeviceProgram for WgpuProgram {
         weights: &HashMap<String, Arc<Tensor>>,
     ) -> Result<Vec<(String, Tensor)>, WgpuError> {
         WgpuProgram::run(self, inputs, weights)
+    }
+
+    fn run_bound(
+        &self,
+        device: Device,
+        inputs: &HashMap<String, BoundValue>,
+        weights: &HashMap<String, Arc<Tensor>>,
+        outputs: &[(String, DeviceBuffer)],
+    ) -> Result<(), RuntimeError> {
+        let mut bound = HashMap::with_capacity(inputs.len());
+        for (name, v) in inputs {
+            let input = match v {
+                BoundValue::Host(t) => BoundInput::Host(t),
+                BoundValue::Device(b) => {
+                    let (buffer, offset) = range(b, &format!("input `{name}`"), false)?;
+                    BoundInput::Device {
+                        buffer,
+                        offset,
+                        dtype: b.dtype(),
+                        shape: b.shape(),
+                    }
+                }
+            };
+            bound.insert(name.clone(), input);
+        }
+        let mut outs = Vec::with_capacity(outputs.len());
+        for (name, b) in outputs {
+            let (buffer, offset) = range(b, &format!("output `{name}`"), true)?;
+            outs.push((name.clone(), buffer, offset));
+        }
+        WgpuProgram::run_bound(self, &bound, weights, &outs).map_err(|e| wgpu_err(device, e))
     }
 
     fn kernel_count(&self) -> usize {

@@ -1,0 +1,415 @@
+//! Running a compiled CUDA program: host runs (inputs staged through pinned memory, outputs
+//! read back), bound runs (device memory read and written in place where aligned, copied
+//! otherwise), graph capture and replay per set of bound addresses, and step timing.
+
+use super::*;
+
+impl CudaProgram {
+    /// Times every step on its own (launched eagerly between two events, so launch gaps
+    /// are excluded), `iters` times; returns per step its label and median milliseconds.
+    /// Inputs and weights stay where the last [`CudaProgram::run`] put them.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn profile_steps(&self, iters: usize) -> Result<Vec<(String, f64)>, CudaError> {
+        let _state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _queue = self.device.queue();
+        self.device.bind()?;
+        let mut out = Vec::with_capacity(self.plan.steps.len());
+        for (i, step) in self.plan.steps.iter().enumerate() {
+            if self.route[i] == Route::Skip {
+                continue;
+            }
+            let mut times = Vec::with_capacity(iters.max(1));
+            for _ in 0..iters.max(1) {
+                let start = self.device.record()?;
+                self.enqueue_step(i, &[])?;
+                let end = self.device.record()?;
+                times.push(self.device.elapsed_ms(&start, &end)? as f64);
+            }
+            times.sort_by(f64::total_cmp);
+            let label = match (step, self.route[i]) {
+                (_, Route::Fused(c, t)) => {
+                    let k = &self.plan.choices[c].fused[t];
+                    format!("{} ({})", k.function, k.label)
+                }
+                (Step::Kernel(k), _) => format!("{} ({})", k.function, k.label),
+                (Step::Gemm(g), _) => {
+                    let batching = self.gemms[i].as_ref().map(|p| p.batching);
+                    format!(
+                        "gemm {} [m{} n{} k{} b{}x{}{}] {batching:?}",
+                        g.label,
+                        g.m,
+                        g.n,
+                        g.k,
+                        g.outer,
+                        g.batch,
+                        if g.trans_b { " B^T" } else { "" }
+                    )
+                }
+            };
+            out.push((label, times[times.len() / 2]));
+        }
+        Ok(out)
+    }
+
+    /// Runs the steps: replays the captured graph, capturing it first when allowed. With
+    /// buffers rebound to bound memory, the graph captured for those addresses (the
+    /// [`BOUND_GRAPHS`] most recent sets are kept).
+    fn launch_steps(&self, state: &mut RunState, rebind: Rebind<'_>) -> Result<(), CudaError> {
+        if !rebind.is_empty() {
+            return self.launch_rebound(state, rebind);
+        }
+        if state.graph.is_none() && state.graphs_ok {
+            self.device.begin_capture()?;
+            let enqueued = self.enqueue_steps(&[]);
+            let captured = self.device.end_capture();
+            match (enqueued, captured) {
+                (Ok(()), Ok(g)) => state.graph = Some(g),
+                _ => state.graphs_ok = false,
+            }
+        }
+        match &state.graph {
+            Some(g) => self.device.replay(g),
+            None => self.enqueue_steps(&[]),
+        }
+    }
+
+    /// [`CudaProgram::launch_steps`] for a non-empty rebinding.
+    fn launch_rebound(&self, state: &mut RunState, rebind: Rebind<'_>) -> Result<(), CudaError> {
+        if let Some(i) = state.bound.iter().position(|(k, _)| k.as_slice() == rebind) {
+            let entry = state.bound.remove(i);
+            state.bound.push(entry);
+            return match state.bound.last() {
+                Some((_, g)) => self.device.replay(g),
+                None => self.enqueue_steps(rebind),
+            };
+        }
+        if !state.graphs_ok {
+            return self.enqueue_steps(rebind);
+        }
+        self.device.begin_capture()?;
+        let enqueued = self.enqueue_steps(rebind);
+        let captured = self.device.end_capture();
+        match (enqueued, captured) {
+            (Ok(()), Ok(g)) => {
+                if state.bound.len() >= BOUND_GRAPHS {
+                    state.bound.remove(0);
+                }
+                state.bound.push((rebind.to_vec(), g));
+                match state.bound.last() {
+                    Some((_, g)) => self.device.replay(g),
+                    None => self.enqueue_steps(rebind),
+                }
+            }
+            _ => {
+                state.graphs_ok = false;
+                self.enqueue_steps(rebind)
+            }
+        }
+    }
+
+    /// Times `iters` runs of the steps alone with device events (inputs and weights stay
+    /// where the last [`CudaProgram::run`] put them), in milliseconds per run.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn time_steps(&self, iters: usize) -> Result<Vec<f64>, CudaError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _queue = self.device.queue();
+        self.device.bind()?;
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let start = self.device.record()?;
+            self.launch_steps(&mut state, &[])?;
+            let end = self.device.record()?;
+            times.push(self.device.elapsed_ms(&start, &end)? as f64);
+        }
+        Ok(times)
+    }
+
+    /// Runs with inputs by name and weights by name.
+    ///
+    /// # Errors
+    /// A missing or mistyped input or weight, or a device failure (naming the kernel).
+    pub fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        weights: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<Vec<(String, Tensor)>, CudaError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _queue = self.device.queue();
+        self.device.bind()?;
+        self.bind_weights(weights)?;
+        let mut off = 0;
+        for (name, b, _, bytes) in &self.inputs {
+            let t = inputs.get(name).ok_or_else(|| CudaError::Binding {
+                what: "input",
+                name: name.clone(),
+                message: "missing".into(),
+            })?;
+            check(&self.program, *b, t, "input", name)?;
+            state.staging_in.as_mut_slice()[off..off + bytes].copy_from_slice(tensor_bytes(t));
+            off += bytes;
+        }
+        let mut off = 0;
+        for (_, _, buf, bytes) in &self.inputs {
+            self.device
+                .upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
+            off += bytes;
+        }
+        self.launch_steps(&mut state, &[])?;
+        let mut off = 0;
+        for (_, b, bytes) in &self.outputs {
+            let src = self.addr(ArgRef::Buffer(*b), &[]);
+            self.device
+                .download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
+            off += bytes;
+        }
+        self.device.sync()?;
+        let mut out = Vec::with_capacity(self.outputs.len());
+        let mut off = 0;
+        for (name, b, bytes) in &self.outputs {
+            let ty = &self.program.buffers[*b].ty;
+            let data = TensorData::from_le_bytes(
+                ty.dtype,
+                &state.staging_out.as_slice()[off..off + bytes],
+            )
+            .ok_or_else(|| CudaError::Invalid(format!("output {name}: bad size")))?;
+            let shape = ty.shape.as_static().unwrap_or_default();
+            out.push((
+                name.clone(),
+                Tensor::new(shape, data)
+                    .map_err(|e| CudaError::Invalid(format!("output {name}: {e}")))?,
+            ));
+            off += bytes;
+        }
+        Ok(out)
+    }
+
+    /// Runs with inputs that are host tensors or device memory, writing each output named
+    /// in `outputs` to its device address; nothing goes through host memory but host
+    /// inputs. Bound memory is read and written in place where it is 256-byte aligned (the
+    /// kernels take its addresses: a CUDA graph is captured per set of addresses, the
+    /// [`BOUND_GRAPHS`] most recent kept); otherwise, or with
+    /// [`CudaOptions::bind_direct`] off, device inputs are copied on the device into the
+    /// program's input slots and outputs out of its arena. Returns once the outputs are
+    /// written.
+    ///
+    /// # Errors
+    /// A missing or mistyped input or weight, an unknown output, or a device failure.
+    pub fn run_bound(
+        &self,
+        inputs: &HashMap<String, BoundInput<'_>>,
+        weights: &HashMap<String, Arc<Tensor>>,
+        outputs: &[(String, u64)],
+    ) -> Result<(), CudaError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _queue = self.device.queue();
+        self.device.bind()?;
+        self.bind_weights(weights)?;
+        let aligned = |p: u64| self.bind_direct && p.is_multiple_of(ALIGN as u64);
+        let mut rebind: Vec<(usize, u64)> = Vec::new();
+        let mut read: Vec<(u64, u64)> = Vec::new();
+        let mut off = 0;
+        for (name, b, slot, bytes) in &self.inputs {
+            let given = inputs.get(name).ok_or_else(|| CudaError::Binding {
+                what: "input",
+                name: name.clone(),
+                message: "missing".into(),
+            })?;
+            match given {
+                BoundInput::Host(t) => {
+                    check(&self.program, *b, t, "input", name)?;
+                    let staged = &mut state.staging_in.as_mut_slice()[off..off + bytes];
+                    staged.copy_from_slice(tensor_bytes(t));
+                    self.device
+                        .upload(slot.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
+                    off += bytes;
+                }
+                BoundInput::Device { ptr, dtype, shape } => {
+                    check_typed(&self.program, *b, *dtype, shape, "input", name)?;
+                    read.push((*ptr, *ptr + *bytes as u64));
+                    let r = root(&self.program, *b);
+                    if aligned(*ptr) && !self.table_roots.contains(&r) {
+                        rebind.push((r, *ptr));
+                    } else if *bytes > 0 {
+                        self.device.copy(slot.ptr(), *ptr, *bytes)?;
+                    }
+                }
+            }
+        }
+        let mut copies = Vec::new();
+        for (name, dst) in outputs {
+            let (_, b, bytes) =
+                self.outputs
+                    .iter()
+                    .find(|(n, _, _)| n == name)
+                    .ok_or_else(|| CudaError::Binding {
+                        what: "output",
+                        name: name.clone(),
+                        message: "the program has no such output".into(),
+                    })?;
+            let r = root(&self.program, *b);
+            let end = *dst + *bytes as u64;
+            // written in place only where it is the output's own memory: an arena result
+            // (not an input, weight or constant), bound once, overlapping no input
+            let direct = aligned(*dst)
+                && matches!(self.homes[r], Some(Home::Arena(_)))
+                && !self.table_roots.contains(&r)
+                && !rebind.iter().any(|(at, _)| *at == r)
+                && !read.iter().any(|&(lo, hi)| *dst < hi && lo < end);
+            if direct {
+                rebind.push((r, *dst));
+            } else {
+                copies.push((*dst, *b, *bytes));
+            }
+        }
+        rebind.sort_unstable();
+        self.launch_steps(&mut state, &rebind)?;
+        for (dst, b, bytes) in copies {
+            if bytes > 0 {
+                self.device
+                    .copy(dst, self.addr(ArgRef::Buffer(b), &rebind), bytes)?;
+            }
+        }
+        self.device.sync()
+    }
+
+    /// Checks the weights and uploads those whose tensor changed since the last run.
+    fn bind_weights(&self, weights: &HashMap<String, Arc<Tensor>>) -> Result<(), CudaError> {
+        for (name, b, slot) in &self.params {
+            let t = weights.get(name).ok_or_else(|| CudaError::Binding {
+                what: "param",
+                name: name.clone(),
+                message: "not set".into(),
+            })?;
+            check(&self.program, *b, t, "param", name)?;
+            if slot.needs_upload(t) {
+                if let Err(e) = self
+                    .device
+                    .upload(slot.buffer().ptr(), tensor_bytes(t))
+                    .and_then(|_| self.device.sync())
+                {
+                    slot.invalidate();
+                    return Err(e);
+                }
+            }
+        }
+        for d in &self.derived {
+            d.bind(&self.device, &self.program, weights)?;
+        }
+        Ok(())
+    }
+}
+
+impl DerivedHome {
+    /// Checks this buffer's params in `weights` and uploads the concatenation again when
+    /// one of them is a different tensor than last time.
+    fn bind(
+        &self,
+        device: &CudaDevice,
+        program: &KernelProgram,
+        weights: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<(), CudaError> {
+        let mut bound = Vec::with_capacity(self.sources.len());
+        for s in &self.sources {
+            bound.push(match s {
+                Source::Param(name, b) => {
+                    let t = weights.get(name).ok_or_else(|| CudaError::Binding {
+                        what: "param",
+                        name: name.clone(),
+                        message: "not set".into(),
+                    })?;
+                    check(program, *b, t, "param", name)?;
+                    Some(t.clone())
+                }
+                Source::Constant(_) => None,
+            });
+        }
+        let mut last = self.uploaded.lock().unwrap_or_else(|e| e.into_inner());
+        let same = last.as_ref().is_some_and(|l| {
+            l.iter().zip(&bound).all(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            })
+        });
+        if same {
+            return Ok(());
+        }
+        *last = None;
+        self.upload(device, &bound)?;
+        *last = Some(bound);
+        Ok(())
+    }
+
+    /// Uploads the concatenation of the sources (`bound`: the param tensors, per source).
+    pub(super) fn upload(
+        &self,
+        device: &CudaDevice,
+        bound: &[Option<Arc<Tensor>>],
+    ) -> Result<(), CudaError> {
+        let parts: Vec<&[u8]> = self
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match s {
+                Source::Constant(bytes) => bytes.as_slice(),
+                Source::Param(..) => bound
+                    .get(i)
+                    .and_then(|t| t.as_deref())
+                    .map_or(&[][..], tensor_bytes),
+            })
+            .collect();
+        let bytes = self.spec.concat(&parts);
+        device.upload(self.buffer.ptr(), &bytes)?;
+        device.sync()
+    }
+}
+
+fn check(
+    program: &KernelProgram,
+    b: usize,
+    t: &Tensor,
+    what: &'static str,
+    name: &str,
+) -> Result<(), CudaError> {
+    check_typed(program, b, t.dtype(), t.shape(), what, name)
+}
+
+fn check_typed(
+    program: &KernelProgram,
+    b: usize,
+    dtype: DType,
+    shape: &[usize],
+    what: &'static str,
+    name: &str,
+) -> Result<(), CudaError> {
+    let ty = &program.buffers[b].ty;
+    let want = ty.shape.as_static().unwrap_or_default();
+    if dtype != ty.dtype || shape != want.as_slice() {
+        return Err(CudaError::Binding {
+            what,
+            name: name.to_string(),
+            message: format!("compiled for {ty}, got {dtype}{shape:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// An input of [`CudaProgram::run_bound`]: a host tensor, or device memory of a dtype and
+/// shape.
+pub enum BoundInput<'a> {
+    /// uploaded through the program's pinned staging
+    Host(&'a Tensor),
+    /// read on the device
+    Device {
+        /// the device address of the first element
+        ptr: u64,
+        /// the element type
+        dtype: DType,
+        /// the dims
+        shape: &'a [usize],
+    },
+}
