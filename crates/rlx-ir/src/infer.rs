@@ -547,6 +547,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             dims[r - 1] = Dim::Static(*n);
             Ok(TensorType::new(DType::F32, Shape(dims)))
         }
+        Op::MatMulInteger(p) => p.infer(inputs),
     }
 }
 

@@ -735,6 +735,9 @@ pub enum Op {
         /// input features (values per row of w)
         k: usize,
     },
+    /// Integer matrix product `(a - a_zero) · (b - b_zero)` summed in i32, as ONNX
+    /// `MatMulInteger` defines it; see [`crate::int_matmul`] for the inputs and modes.
+    MatMulInteger(crate::IntMatMul),
 }
 
 impl Op {
@@ -777,6 +780,7 @@ impl Op {
             Op::Pad { .. } => "pad",
             Op::Attention { .. } => "attention",
             Op::QuantMatMul { .. } => "quant_matmul",
+            Op::MatMulInteger(_) => "matmul_integer",
         }
     }
 
@@ -837,6 +841,7 @@ impl Op {
             Op::Pad { pads, mode } => format!("pads={pads:?} mode={mode:?}"),
             Op::Attention { mask, scale } => format!("mask={mask:?} scale={scale:?}"),
             Op::QuantMatMul { format, n, k } => format!("format={format} n={n} k={k}"),
+            Op::MatMulInteger(m) => format!("quantize_a={} scaled={}", m.quantize_a, m.scaled),
             Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::GlobalPool(_) => {
                 String::new()
             }

@@ -85,6 +85,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
         Op::QuantMatMul { format, n, k } => {
             linalg::quant_matmul(*format, *n, *k, inputs[0], inputs[1])
         }
+        Op::MatMulInteger(p) => p.reference(inputs),
     };
     Ok(Tensor::new(shape, data).expect("result size follows the inferred shape"))
 }

@@ -1,8 +1,11 @@
 //! Decomposition rules for the neural-network ops: softmax family, norms, attention and
-//! global pooling, written in reductions, elementwise ops and matmul.
+//! global pooling, the integer product, written in reductions, elementwise ops and matmul.
 
 use super::emitter::{Emitter, Failure};
-use rlx_ir::{AttnMask, BinaryOp, Dim, NodeId, Op, PoolKind, ReduceOp, Tensor, UnaryOp};
+use rlx_ir::{
+    AttnMask, BinaryOp, DType, Dim, IntMatMul, NodeId, Op, PoolKind, ReduceOp, Shape, Tensor,
+    UnaryOp,
+};
 
 /// `softmax = exp(x - max) / sum(exp(x - max))`;
 /// `log_softmax = (x - max) - log(sum(exp(x - max)))`. Subtracting the max keeps `exp` from
@@ -159,4 +162,57 @@ pub(crate) fn global_pool(
         PoolKind::Avg => ReduceOp::Mean,
     };
     e.reduce(op, x, axes, true)
+}
+
+/// The integer product widened to i32: `a` quantized first when the op does it
+/// (`saturate(round(a / a_scale) + a_zero)`), both operands centred on their zero points,
+/// an i32 matmul, then the scale in f32 when the op applies one.
+pub(crate) fn matmul_integer(
+    e: &mut Emitter<'_>,
+    p: IntMatMul,
+    ins: &[NodeId],
+) -> Result<NodeId, Failure> {
+    use BinaryOp::{Add, Div, Max, Min, Mul, Sub};
+    let (a, b, a_zero, b_zero) = (ins[0], ins[1], ins[2], ins[3]);
+    let a = match p.a_scale_input() {
+        Some(i) => {
+            let to = e.ty(a_zero).dtype;
+            let (lo, hi) = rlx_ir::int_matmul::range(to);
+            let q = e.binary(Div, a, ins[i])?;
+            let q = e.unary(UnaryOp::Round, q)?;
+            let z = e.emit(Op::Cast(DType::F32), &[a_zero])?;
+            let q = e.binary(Add, q, z)?;
+            let q = e.binary_scalar(Max, q, f64::from(lo))?;
+            let q = e.binary_scalar(Min, q, f64::from(hi))?;
+            e.emit(Op::Cast(to), &[q])?
+        }
+        None => a,
+    };
+    let mut centred = |x: NodeId, zero: NodeId| -> Result<NodeId, Failure> {
+        let x = e.emit(Op::Cast(DType::I32), &[x])?;
+        let z = e.emit(Op::Cast(DType::I32), &[zero])?;
+        e.binary(Sub, x, z)
+    };
+    let a = centred(a, a_zero)?;
+    let b = centred(b, b_zero)?;
+    let a_shape = e.ty(a).shape.clone();
+    let vector = a_shape.rank() == 1;
+    let a = if vector {
+        let row = Shape(vec![Dim::Static(1), a_shape.0[0].clone()]);
+        e.emit(Op::Reshape(row), &[a])?
+    } else {
+        a
+    };
+    let mut y = e.emit(Op::MatMul, &[a, b])?;
+    if vector {
+        let n = e.ty(b).shape.0[1].clone();
+        y = e.emit(Op::Reshape(Shape(vec![n])), &[y])?;
+    }
+    match p.scale_input() {
+        Some(i) => {
+            let y = e.emit(Op::Cast(DType::F32), &[y])?;
+            e.binary(Mul, y, ins[i])
+        }
+        None => Ok(y),
+    }
 }
