@@ -734,6 +734,10 @@ pub enum Op {
         n: usize,
         /// input features (values per row of w)
         k: usize,
+        /// a backend may round the activations to 8 bits for an integer dot (ONNX
+        /// `MatMulNBits` with `accuracy_level` 4, GGUF models as llama.cpp runs them); false
+        /// keeps them f32
+        int8_activations: bool,
     },
     /// Integer matrix product `(a - a_zero) · (b - b_zero)` summed in i32, as ONNX
     /// `MatMulInteger` defines it; see [`crate::int_matmul`] for the inputs and modes.
@@ -840,7 +844,12 @@ impl Op {
             }
             Op::Pad { pads, mode } => format!("pads={pads:?} mode={mode:?}"),
             Op::Attention { mask, scale } => format!("mask={mask:?} scale={scale:?}"),
-            Op::QuantMatMul { format, n, k } => format!("format={format} n={n} k={k}"),
+            Op::QuantMatMul {
+                format,
+                n,
+                k,
+                int8_activations,
+            } => format!("format={format} n={n} k={k} int8_activations={int8_activations}"),
             Op::MatMulInteger(m) => format!("quantize_a={} scaled={}", m.quantize_a, m.scaled),
             Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::GlobalPool(_) => {
                 String::new()

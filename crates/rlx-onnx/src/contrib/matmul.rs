@@ -1,14 +1,15 @@
 //! Products: `FusedMatMul` (transposes and a scale folded into a MatMul),
 //! `DynamicQuantizeMatMul` (A quantized to u8 at run time as `DynamicQuantizeLinear` does,
 //! times an int8 weight) and `MatMulIntegerToFloat` (int8 by int8, scaled to float).
-//! The integer products run as f32 products of zero-point-centered integers, which are
-//! exact while their sums stay below 2^24 and round once per sum past that.
+//! The integer products run on the integer product op (`crate::ops::quant::integer_product`)
+//! where its operands fit it (a 2-D weight); otherwise as f32 products of
+//! zero-point-centered integers, exact while their sums stay below 2^24.
 
 use super::activation::float_input;
 use crate::ctx::{invalid, unsupported, Ctx, Val, R};
 use crate::node::NodeIn;
 use crate::ops::linalg::matmul_np;
-use rlx_ir::{BinaryOp, DType, UnaryOp};
+use rlx_ir::{BinaryOp, DType, IntMatMul, Op, UnaryOp};
 
 /// Swaps the last two dims (vectors stay as they are).
 fn swap_last(ctx: &mut Ctx, x: &Val) -> R<Val> {
@@ -89,6 +90,22 @@ pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let a = float_input(ctx, n, 0)?;
     let af = ctx.cast(&a, DType::F32)?;
     let (a_scale, a_zp) = crate::ops::quant::dynamic_quantize_params(ctx, &af)?;
+    let b = n.input(1)?;
+    if matches!(ctx.dtype(&b), DType::U8 | DType::I8) {
+        // the activation quantized by the product itself, as DynamicQuantizeLinear does
+        let zp = ctx.cast(&a_zp, DType::U8)?;
+        let a_scale = ctx.reshape(&a_scale, &[])?;
+        let b_scale = column_scale(ctx, &n.input(2)?)?;
+        let k = ctx.mul(&a_scale, &b_scale)?;
+        if let Some(y) = fused_dynamic(ctx, &af, &a_scale, &zp, &b, n.opt(3), &k)? {
+            let y = match n.opt(4) {
+                Some(bias) => ctx.add(&y, &bias)?,
+                None => y,
+            };
+            let d = ctx.dtype(&a);
+            return Ok(vec![ctx.cast(&y, d)?]);
+        }
+    }
     // saturate(round(a / scale) + zp) - zp, all in f32: clamp(round(a / scale), -zp, 255 - zp)
     let q = ctx.div(&af, &a_scale)?;
     let q = ctx.unary(UnaryOp::Round, &q)?;
@@ -104,6 +121,51 @@ pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![ctx.cast(&y, d)?])
 }
 
+/// `x` (f32) quantized to u8 with `a_scale` and `zp` by [`Op::MatMulInteger`] itself, times
+/// `b`, scaled by `k`; None when `b` is outside what the op takes.
+fn fused_dynamic(
+    ctx: &mut Ctx,
+    x: &Val,
+    a_scale: &Val,
+    zp: &Val,
+    b: &Val,
+    b_zero: Option<Val>,
+    k: &Val,
+) -> R<Option<Val>> {
+    let Some(bs) = ctx.ty(b).shape.as_static() else {
+        return Ok(None);
+    };
+    let n_cols = bs.last().copied().unwrap_or(0);
+    let b_zero = match b_zero {
+        None => ctx.scalar(ctx.dtype(b), 0.0),
+        Some(z) => {
+            let numel: usize = ctx.shape(&z)?.iter().product();
+            match numel {
+                1 => ctx.reshape(&z, &[])?,
+                c if c == n_cols => ctx.reshape(&z, &[c])?,
+                _ => return Ok(None),
+            }
+        }
+    };
+    let k_numel: usize = ctx.shape(k)?.iter().product();
+    if bs.len() != 2 || ctx.rank(x) < 1 || (k_numel != 1 && k_numel != n_cols) {
+        return Ok(None);
+    }
+    let k = if k_numel == 1 {
+        ctx.reshape(k, &[])?
+    } else {
+        ctx.reshape(k, &[n_cols])?
+    };
+    let p = IntMatMul {
+        quantize_a: true,
+        scaled: true,
+    };
+    Ok(Some(ctx.op(
+        Op::MatMulInteger(p),
+        &[x, b, zp, &b_zero, a_scale, &k],
+    )?))
+}
+
 /// `MatMulIntegerToFloat`: inputs A, B (int8), a_scale, b_scale, a_zero_point?,
 /// b_zero_point?, bias?.
 pub fn matmul_integer_to_float(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
@@ -114,6 +176,19 @@ pub fn matmul_integer_to_float(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let out = ctx.dtype(&a_scale);
     let a_scale = ctx.cast(&a_scale, DType::F32)?;
     let a_scale = ctx.reshape(&a_scale, &[])?;
+    {
+        let b_scale = column_scale(ctx, &n.input(3)?)?;
+        let k = ctx.mul(&a_scale, &b_scale)?;
+        let (a, b) = (n.input(0)?, n.input(1)?);
+        let product = crate::ops::quant::integer_product(ctx, &a, &b, n.opt(4), n.opt(5), Some(k))?;
+        if let Some(y) = product {
+            let y = match n.opt(6) {
+                Some(bias) => ctx.add(&y, &bias)?,
+                None => y,
+            };
+            return Ok(vec![ctx.cast(&y, out)?]);
+        }
+    }
     let ac = centered_f32(ctx, &n.input(0)?, n.opt(4), false)?;
     let bc = centered_f32(ctx, &n.input(1)?, n.opt(5), true)?;
     let y = matmul_np(ctx, &ac, &bc)?;

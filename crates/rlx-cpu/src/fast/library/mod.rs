@@ -345,13 +345,18 @@ impl LibExec {
                 region(out.iter().product(), DType::F32);
                 Impl::AttentionViaF32(plan)
             }
-            Op::QuantMatMul { format, n, k } => Impl::Quant(crate::fast::quant::QuantPlan::new(
+            Op::QuantMatMul {
+                format,
+                n,
+                k,
+                int8_activations,
+            } => Impl::Quant(crate::fast::quant::QuantPlan::new(
                 *format,
                 *n,
                 *k,
                 shape(0).iter().product(),
                 threads,
-                exact_quant,
+                exact_quant || !int8_activations,
             )),
             Op::MatMulInteger(p) => {
                 let b = shape(1);
