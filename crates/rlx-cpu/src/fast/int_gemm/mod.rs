@@ -112,6 +112,7 @@ pub(crate) fn gemm(
                 .wrapping_sub(za.wrapping_mul(b.col_sums[j]))
         })
         .collect();
+    let zb_zero = zb.iter().all(|&z| z == 0);
     let (ptr_i, ptr_f, scale) = match out {
         Out::I32(o) => (
             OutPtr(o.as_mut_ptr()),
@@ -133,25 +134,38 @@ pub(crate) fn gemm(
             while i0 < rows.end {
                 let mr = isa.mr().min(rows.end - i0);
                 raw_tile(isa, a, b, i0, mr, j0, nc, &mut tile);
+                let cols = j0..j0 + nc;
                 for r in 0..mr {
                     let i = i0 + r;
-                    let rs = a.row_sums[i];
-                    for c in 0..nc {
-                        let j = j0 + c;
-                        let v = tile[r * TILE_COLS + c]
-                            .wrapping_add(corr[j])
-                            .wrapping_sub(zb[j].wrapping_mul(rs));
-                        // SAFETY: (i, j) lies in the m x n output and belongs to this task's
-                        // block alone; the pointer of the variant in use is the non-null one.
-                        unsafe {
-                            if scale.is_empty() {
-                                *ptr_i.ptr().add(i * n + j) = v;
+                    let raw = &tile[r * TILE_COLS..r * TILE_COLS + nc];
+                    let terms = Terms {
+                        corr: &corr[cols.clone()],
+                        zb: &zb[cols.clone()],
+                        row_sum: a.row_sums[i],
+                        zb_zero,
+                    };
+                    // SAFETY: row i, columns j0..j0 + nc lie in the m x n output and belong
+                    // to this task's block alone; the pointer of the variant in use is the
+                    // non-null one.
+                    let row = unsafe {
+                        if scale.is_empty() {
+                            Row::I32(std::slice::from_raw_parts_mut(
+                                ptr_i.ptr().add(i * n + j0),
+                                nc,
+                            ))
+                        } else {
+                            let s = if scale.len() == 1 {
+                                Scale::One(scale[0])
                             } else {
-                                let s = scale[if scale.len() == 1 { 0 } else { j }];
-                                *ptr_f.ptr().add(i * n + j) = v as f32 * s;
-                            }
+                                Scale::Columns(&scale[cols.clone()])
+                            };
+                            Row::F32(
+                                std::slice::from_raw_parts_mut(ptr_f.ptr().add(i * n + j0), nc),
+                                s,
+                            )
                         }
-                    }
+                    };
+                    finish(isa, raw, &terms, row);
                 }
                 i0 += mr;
             }
@@ -162,6 +176,74 @@ pub(crate) fn gemm(
         pool::for_each(tasks, task);
     } else {
         (0..tasks).for_each(task);
+    }
+}
+
+/// The zero-point terms of one output row segment: `raw + corr - zb * row_sum`.
+struct Terms<'a> {
+    corr: &'a [i32],
+    zb: &'a [i32],
+    row_sum: i32,
+    /// every `zb` is zero (symmetric weights): the row sum drops out
+    zb_zero: bool,
+}
+
+enum Scale<'a> {
+    One(f32),
+    Columns(&'a [f32]),
+}
+
+/// One output row segment.
+enum Row<'a> {
+    I32(&'a mut [i32]),
+    F32(&'a mut [f32], Scale<'a>),
+}
+
+/// Writes `raw` with its zero-point terms (and scale) into `row`, vectorized with AVX2 where
+/// the tiles use it.
+fn finish(isa: Isa, raw: &[i32], t: &Terms<'_>, row: Row<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: every non-scalar `Isa` implies AVX2 (`Isa::best`).
+        unsafe { finish_avx2(raw, t, row) };
+        return;
+    }
+    let _ = isa;
+    finish_plain(raw, t, row);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn finish_avx2(raw: &[i32], t: &Terms<'_>, row: Row<'_>) {
+    finish_plain(raw, t, row)
+}
+
+#[inline(always)]
+fn finish_plain(raw: &[i32], t: &Terms<'_>, row: Row<'_>) {
+    let value = |c: usize| -> i32 {
+        let v = raw[c].wrapping_add(t.corr[c]);
+        if t.zb_zero {
+            v
+        } else {
+            v.wrapping_sub(t.zb[c].wrapping_mul(t.row_sum))
+        }
+    };
+    match row {
+        Row::I32(o) => {
+            for (c, o) in o.iter_mut().enumerate() {
+                *o = value(c);
+            }
+        }
+        Row::F32(o, Scale::One(s)) => {
+            for (c, o) in o.iter_mut().enumerate() {
+                *o = value(c) as f32 * s;
+            }
+        }
+        Row::F32(o, Scale::Columns(s)) => {
+            for (c, (o, s)) in o.iter_mut().zip(s).enumerate() {
+                *o = value(c) as f32 * s;
+            }
+        }
     }
 }
 
