@@ -7,6 +7,8 @@
 //! with them, so `(a - a_zero) * (b - b_zero)` is unchanged. Padding is zero and adds
 //! nothing; the zero-point terms use sums over the real `k` values only.
 
+use crate::fast::memory::OutPtr;
+use crate::fast::pool;
 use rlx_ir::int_matmul::quantize;
 
 /// Columns per weight panel (16 i32 lanes of a 512-bit register).
@@ -98,8 +100,9 @@ pub(crate) enum ASource<'a> {
 }
 
 impl PackedA {
-    /// Packs `m` rows of `k` values from `src` into `self` (reusing its storage).
-    pub fn fill(&mut self, src: ASource<'_>, m: usize, k: usize) {
+    /// Packs `m` rows of `k` values from `src` into `self` (reusing its storage), rows
+    /// split over the pool when `threads > 1`.
+    pub fn fill(&mut self, src: ASource<'_>, m: usize, k: usize, threads: usize) {
         let stride = k.div_ceil(4) * 4;
         self.stride = stride;
         self.data.clear();
@@ -111,53 +114,96 @@ impl PackedA {
             ASource::I8(_, z) => z + 128,
             ASource::F32 { zero, signed, .. } => zero + if signed { 128 } else { 0 },
         };
-        for i in 0..m {
-            let dst = &mut self.data[i * stride..i * stride + k];
-            match src {
-                ASource::U8(a, _) => dst.copy_from_slice(&a[i * k..(i + 1) * k]),
-                ASource::I8(a, _) => {
-                    for (d, &v) in dst.iter_mut().zip(&a[i * k..(i + 1) * k]) {
-                        *d = (v as u8) ^ 0x80;
+        if m == 0 || stride == 0 {
+            return;
+        }
+        let sums = OutPtr(self.row_sums.as_mut_ptr());
+        let fill = |i0: usize, rows: &mut [u8]| {
+            for (r, dst) in rows.chunks_exact_mut(stride).enumerate() {
+                let i = i0 + r;
+                let dst = &mut dst[..k];
+                match src {
+                    ASource::U8(a, _) => dst.copy_from_slice(&a[i * k..(i + 1) * k]),
+                    ASource::I8(a, _) => {
+                        for (d, &v) in dst.iter_mut().zip(&a[i * k..(i + 1) * k]) {
+                            *d = (v as u8) ^ 0x80;
+                        }
                     }
+                    ASource::F32 {
+                        x,
+                        scale,
+                        zero,
+                        signed,
+                    } => quantize_row(&x[i * k..(i + 1) * k], scale, zero, signed, dst),
                 }
-                ASource::F32 {
-                    x,
-                    scale,
-                    zero,
-                    signed,
-                } => quantize_row(&x[i * k..(i + 1) * k], scale, zero, signed, dst),
+                // SAFETY: row i's sum is written by the one task holding row i.
+                unsafe { *sums.ptr().add(i) = row_sum(dst) };
             }
-            self.row_sums[i] = row_sum(dst);
+        };
+        let rows_per_task = ROWS_PER_TASK.max(1);
+        if threads > 1 && m > rows_per_task {
+            pool::for_each_chunk_mut(&mut self.data, rows_per_task * stride, |c, rows| {
+                fill(c * rows_per_task, rows)
+            });
+        } else {
+            fill(0, &mut self.data);
         }
     }
 }
 
+/// Activation rows per parallel packing task.
+const ROWS_PER_TASK: usize = 16;
+
 /// `saturate(round(x / scale) + zero)` of one row, stored as u8 (i8 targets shifted by 128).
 fn quantize_row(x: &[f32], scale: f32, zero: i32, signed: bool, out: &mut [u8]) {
+    let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
+    let shift = if signed { 128 } else { 0 };
+    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
-        unsafe { quantize_row_avx2(x, scale, zero, signed, out) };
-        return;
+        done = unsafe { quantize_avx2(x, scale, zero, lo, hi, shift, out) };
     }
-    quantize_row_plain(x, scale, zero, signed, out);
-}
-
-/// The loop of [`quantize_row`], written so the compiler vectorizes it (division, round to
-/// nearest even, clamp and conversion all have vector forms).
-#[inline(always)]
-fn quantize_row_plain(x: &[f32], scale: f32, zero: i32, signed: bool, out: &mut [u8]) {
-    let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
-    let shift = if signed { 128 } else { 0 };
-    for (o, &v) in out.iter_mut().zip(x) {
+    for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
         *o = (quantize(v, scale, zero, lo, hi) + shift) as u8;
     }
 }
 
+/// [`quantize_row`] 32 values at a time (the same division, rounding to nearest even and
+/// clamp as [`quantize`], NaN to `lo` as there); returns how many values it wrote.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn quantize_row_avx2(x: &[f32], scale: f32, zero: i32, signed: bool, out: &mut [u8]) {
-    quantize_row_plain(x, scale, zero, signed, out)
+unsafe fn quantize_avx2(
+    x: &[f32],
+    scale: f32,
+    zero: i32,
+    lo: i32,
+    hi: i32,
+    shift: i32,
+    out: &mut [u8],
+) -> usize {
+    use std::arch::x86_64::*;
+    let n = x.len().min(out.len()) / 32 * 32;
+    let s = _mm256_set1_ps(scale);
+    let low = _mm256_set1_ps((lo - zero) as f32);
+    let high = _mm256_set1_ps((hi - zero) as f32);
+    let add = _mm256_set1_epi32(zero + shift);
+    // undoes the lane interleaving of the two packs below
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for i in (0..n).step_by(32) {
+        let q = [0, 8, 16, 24].map(|o| {
+            let v = _mm256_div_ps(_mm256_loadu_ps(x.as_ptr().add(i + o)), s);
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+            // max(NaN, low) is low, as f32::max gives
+            let r = _mm256_min_ps(_mm256_max_ps(r, low), high);
+            _mm256_add_epi32(_mm256_cvtps_epi32(r), add)
+        });
+        let ab = _mm256_packs_epi32(q[0], q[1]);
+        let cd = _mm256_packs_epi32(q[2], q[3]);
+        let bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
+        _mm256_storeu_si256(out.as_mut_ptr().add(i).cast(), bytes);
+    }
+    n
 }
 
 fn row_sum(r: &[u8]) -> i32 {

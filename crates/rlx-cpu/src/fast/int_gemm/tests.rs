@@ -99,7 +99,7 @@ fn check(case: Case, m: usize, k: usize, n: usize, seed: u64) {
         },
     };
     let mut pa = PackedA::default();
-    pa.fill(src, m, k);
+    pa.fill(src, m, k, 2);
     let pb = PackedB::pack(&b_raw, k, n, case.b_signed);
     let zb: Vec<i32> = zb_raw
         .iter()
@@ -184,7 +184,7 @@ fn extreme_values_do_not_saturate() {
     let a = vec![255u8; m * k];
     let b = vec![127u8; k * n];
     let mut pa = PackedA::default();
-    pa.fill(ASource::U8(&a, 0), m, k);
+    pa.fill(ASource::U8(&a, 0), m, k, 1);
     let pb = PackedB::pack(&b, k, n, true);
     for isa in Isa::all() {
         let mut got = vec![0i32; m * n];

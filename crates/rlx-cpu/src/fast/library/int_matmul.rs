@@ -134,7 +134,7 @@ impl IntMatMulPlan {
             }
         };
         let mut a = PackedA::default();
-        a.fill(src, self.m, self.k);
+        a.fill(src, self.m, self.k, self.threads);
         let out = match (dst, f32s(self.p.scale_input())) {
             (DataMut::I32(o), None) => Out::I32(o),
             (DataMut::F32(o), Some(s)) => Out::F32(o, s),
