@@ -4,7 +4,8 @@
 # given: `rlx run` against onnxruntime's outputs (relative L2 of last_hidden_state) and
 # both engines' distance from the f32 model's output, and
 # `rlx bench` against onnxruntime's median (CPU EP, default threads) on the same files.
-# Usage: RLX_BIN=target/release/rlx scripts/bench/contrib_onnx.sh [BATCH...] (default 1 8).
+# Usage: RLX_BIN=target/release/rlx scripts/bench/contrib_onnx.sh [BATCH...] (default 1 8);
+# VARIANTS="optimized_int8 int8_ort" runs only those (default: all five).
 # Needs python3 with numpy, onnx and onnxruntime.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +19,7 @@ for b in "${@:-1 8}"; do
   for batch in $b; do
     dir=$out/b$batch
     python3 scripts/ref/bert_contrib.py "$dir" --batch "$batch" --seq 128 --time "$iters" >/dev/null 2>&1
-    for v in plain optimized optimized_fastgelu optimized_int8 int8_ort; do
+    for v in ${VARIANTS:-plain optimized optimized_fastgelu optimized_int8 int8_ort}; do
       d=$dir/$v
       ins=()
       for f in "$d"/npy/*.npy; do
