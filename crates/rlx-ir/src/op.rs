@@ -850,7 +850,7 @@ impl Op {
                 k,
                 int8_activations,
             } => format!("format={format} n={n} k={k} int8_activations={int8_activations}"),
-            Op::MatMulInteger(m) => format!("quantize_a={} scaled={}", m.quantize_a, m.scaled),
+            Op::MatMulInteger(m) => format!("a={:?} scaled={}", m.a, m.scaled),
             Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::GlobalPool(_) => {
                 String::new()
             }

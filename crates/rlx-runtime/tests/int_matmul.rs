@@ -3,7 +3,7 @@
 //! does not take rejected with an error naming them.
 
 use rlx_driver::Device;
-use rlx_ir::{BinaryOp, DType, Graph, IntMatMul, Op, SplitMix64, Tensor, TensorData};
+use rlx_ir::{AInput, BinaryOp, DType, Graph, IntMatMul, Op, SplitMix64, Tensor, TensorData};
 use rlx_runtime::{CompileOptions, Session};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,8 +39,9 @@ fn check(
 ) {
     let mut rng = SplitMix64((m * 1000 + k * 10 + n) as u64);
     let mut g = Graph::new();
-    let zero_dtype = if p.quantize_a { DType::U8 } else { a_dtype };
-    let a_t = if p.quantize_a {
+    let quantized = p.a != AInput::Integer;
+    let zero_dtype = if quantized { DType::U8 } else { a_dtype };
+    let a_t = if quantized {
         f32s(&[2, m, k], &mut rng)
     } else {
         bytes(a_dtype, &[2, m, k], &mut rng)
@@ -49,8 +50,12 @@ fn check(
     let b = g.param("b", b_dtype, [k, n]);
     let za = g.constant(bytes(zero_dtype, &[], &mut rng));
     let zb = g.param("zb", b_dtype, [n]);
-    let mut ins = vec![a, b, za, zb];
-    if p.quantize_a {
+    let mut ins = vec![a, b];
+    if p.a != AInput::Dynamic {
+        ins.push(za);
+    }
+    ins.push(zb);
+    if p.a == AInput::Quantize {
         ins.push(g.constant(Tensor::scalar(DType::F32, 0.0917)));
     }
     let scale = g.param("scale", DType::F32, [n]);
@@ -58,7 +63,7 @@ fn check(
         ins.push(scale);
     }
     let y = g.push(Op::MatMulInteger(p), &ins, None).unwrap();
-    let y = if p.scaled || !chain {
+    let y = if p.scaled || p.a == AInput::Dynamic || !chain {
         y
     } else {
         let f = g.push(Op::Cast(DType::F32), &[y], None).unwrap();
@@ -92,7 +97,7 @@ fn check(
         assert_eq!(w.shape(), g.shape());
         for i in 0..w.numel() {
             let (wv, gv) = (w.get_f64(i), g.get_f64(i));
-            let same = if chain && !p.scaled {
+            let same = if chain && !p.scaled && p.a != AInput::Dynamic {
                 (wv - gv).abs() <= 1e-6 * wv.abs()
             } else {
                 wv.to_bits() == gv.to_bits()
@@ -109,15 +114,16 @@ fn check(
 fn compiled_products_equal_the_reference_bit_for_bit() {
     let shapes = [(1, 5, 3), (7, 33, 19), (70, 97, 50)];
     for shape in shapes {
-        for (quantize_a, scaled) in [(false, false), (false, true), (true, false), (true, true)] {
-            let p = IntMatMul { quantize_a, scaled };
+        let modes = [AInput::Integer, AInput::Quantize, AInput::Dynamic];
+        for (a_mode, scaled) in modes.into_iter().flat_map(|m| [(m, false), (m, true)]) {
+            let p = IntMatMul { a: a_mode, scaled };
             for a in [DType::U8, DType::I8] {
-                if quantize_a && a == DType::I8 {
+                if a_mode != AInput::Integer && a == DType::I8 {
                     continue;
                 }
                 for b in [DType::I8, DType::U8] {
                     check(p, a, b, shape, false);
-                    if !scaled {
+                    if !scaled && a_mode != AInput::Dynamic {
                         check(p, a, b, shape, true);
                     }
                 }

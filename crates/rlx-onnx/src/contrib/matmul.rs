@@ -9,7 +9,7 @@ use super::activation::float_input;
 use crate::ctx::{invalid, unsupported, Ctx, Val, R};
 use crate::node::NodeIn;
 use crate::ops::linalg::matmul_np;
-use rlx_ir::{BinaryOp, DType, IntMatMul, Op, UnaryOp};
+use rlx_ir::{AInput, BinaryOp, DType, IntMatMul, Op, UnaryOp};
 
 /// Swaps the last two dims (vectors stay as they are).
 fn swap_last(ctx: &mut Ctx, x: &Val) -> R<Val> {
@@ -89,15 +89,12 @@ fn rescale(ctx: &mut Ctx, y: &Val, a_scale: &Val, b_scale: &Val, bias: Option<Va
 pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let a = float_input(ctx, n, 0)?;
     let af = ctx.cast(&a, DType::F32)?;
-    let (a_scale, a_zp) = crate::ops::quant::dynamic_quantize_params(ctx, &af)?;
     let b = n.input(1)?;
     if matches!(ctx.dtype(&b), DType::U8 | DType::I8) {
-        // the activation quantized by the product itself, as DynamicQuantizeLinear does
-        let zp = ctx.cast(&a_zp, DType::U8)?;
-        let a_scale = ctx.reshape(&a_scale, &[])?;
+        // A quantized by the product itself from its own range, as DynamicQuantizeLinear
+        // does, and that scale times b_scale applied to the sums
         let b_scale = column_scale(ctx, &n.input(2)?)?;
-        let k = ctx.mul(&a_scale, &b_scale)?;
-        if let Some(y) = fused_dynamic(ctx, &af, &a_scale, &zp, &b, n.opt(3), &k)? {
+        if let Some(y) = fused_dynamic(ctx, &af, &b, n.opt(3), &b_scale)? {
             let y = match n.opt(4) {
                 Some(bias) => ctx.add(&y, &bias)?,
                 None => y,
@@ -106,6 +103,7 @@ pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             return Ok(vec![ctx.cast(&y, d)?]);
         }
     }
+    let (a_scale, a_zp) = crate::ops::quant::dynamic_quantize_params(ctx, &af)?;
     // saturate(round(a / scale) + zp) - zp, all in f32: clamp(round(a / scale), -zp, 255 - zp)
     let q = ctx.div(&af, &a_scale)?;
     let q = ctx.unary(UnaryOp::Round, &q)?;
@@ -121,49 +119,43 @@ pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![ctx.cast(&y, d)?])
 }
 
-/// `x` (f32) quantized to u8 with `a_scale` and `zp` by [`Op::MatMulInteger`] itself, times
-/// `b`, scaled by `k`; None when `b` is outside what the op takes.
+/// `x` (f32) quantized dynamically by [`Op::MatMulInteger`] itself, times `b`, the sums
+/// scaled by the activation's scale and `b_scale`; None when `b` or the scale are outside
+/// what the op takes.
 fn fused_dynamic(
     ctx: &mut Ctx,
     x: &Val,
-    a_scale: &Val,
-    zp: &Val,
     b: &Val,
     b_zero: Option<Val>,
-    k: &Val,
+    b_scale: &Val,
 ) -> R<Option<Val>> {
     let Some(bs) = ctx.ty(b).shape.as_static() else {
         return Ok(None);
     };
     let n_cols = bs.last().copied().unwrap_or(0);
-    let b_zero = match b_zero {
-        None => ctx.scalar(ctx.dtype(b), 0.0),
-        Some(z) => {
-            let numel: usize = ctx.shape(&z)?.iter().product();
-            match numel {
-                1 => ctx.reshape(&z, &[])?,
-                c if c == n_cols => ctx.reshape(&z, &[c])?,
-                _ => return Ok(None),
-            }
-        }
+    let fit = |ctx: &mut Ctx, v: &Val| -> R<Option<Val>> {
+        let numel: usize = ctx.shape(v)?.iter().product();
+        Ok(match numel {
+            1 => Some(ctx.reshape(v, &[])?),
+            c if c == n_cols => Some(ctx.reshape(v, &[c])?),
+            _ => None,
+        })
     };
-    let k_numel: usize = ctx.shape(k)?.iter().product();
-    if bs.len() != 2 || ctx.rank(x) < 1 || (k_numel != 1 && k_numel != n_cols) {
+    let b_zero = match b_zero {
+        None => Some(ctx.scalar(ctx.dtype(b), 0.0)),
+        Some(z) => fit(ctx, &z)?,
+    };
+    let scale = fit(ctx, b_scale)?;
+    let (Some(b_zero), Some(scale), 2, true) = (b_zero, scale, bs.len(), ctx.rank(x) >= 1) else {
         return Ok(None);
-    }
-    let k = if k_numel == 1 {
-        ctx.reshape(k, &[])?
-    } else {
-        ctx.reshape(k, &[n_cols])?
     };
     let p = IntMatMul {
-        quantize_a: true,
+        a: AInput::Dynamic,
         scaled: true,
     };
-    Ok(Some(ctx.op(
-        Op::MatMulInteger(p),
-        &[x, b, zp, &b_zero, a_scale, &k],
-    )?))
+    Ok(Some(
+        ctx.op(Op::MatMulInteger(p), &[x, b, &b_zero, &scale])?,
+    ))
 }
 
 /// `MatMulIntegerToFloat`: inputs A, B (int8), a_scale, b_scale, a_zero_point?,

@@ -6,7 +6,7 @@
 use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
 use crate::dtype::to_dtype;
 use crate::node::NodeIn;
-use rlx_ir::{BinaryOp, DType, IntMatMul, Op, ReduceOp, UnaryOp};
+use rlx_ir::{AInput, BinaryOp, DType, IntMatMul, Op, ReduceOp, UnaryOp};
 
 fn range(d: DType) -> R<(f64, f64)> {
     Ok(match d {
@@ -267,7 +267,11 @@ pub(crate) fn integer_product(
         Val::Const { .. } => None,
     };
     let p = IntMatMul {
-        quantize_a: fused.is_some(),
+        a: if fused.is_some() {
+            AInput::Quantize
+        } else {
+            AInput::Integer
+        },
         scaled: scale.is_some(),
     };
     let (a, a_scale) = match fused {

@@ -190,18 +190,27 @@ fn modulo_float_and_int() {
 /// with the same values (the interpreter runs both).
 #[test]
 fn matmul_integer_widens_where_not_claimed() {
-    use rlx_ir::{IntMatMul, Tensor};
+    use rlx_ir::{AInput, IntMatMul, Tensor};
     let all_but = |op: &Op, _: &[&TensorType]| !matches!(op, Op::MatMulInteger(_));
-    for (quantize_a, scaled) in [(false, false), (false, true), (true, false), (true, true)] {
-        let p = IntMatMul { quantize_a, scaled };
+    let modes = [AInput::Integer, AInput::Quantize, AInput::Dynamic];
+    for (a_mode, scaled) in modes.into_iter().flat_map(|m| [(m, false), (m, true)]) {
+        let p = IntMatMul { a: a_mode, scaled };
         let mut g = Graph::new();
-        let a_dtype = if quantize_a { DType::F32 } else { DType::U8 };
+        let a_dtype = if a_mode == AInput::Integer {
+            DType::U8
+        } else {
+            DType::F32
+        };
         let a = g.input("a", a_dtype, [3, 5, 7]);
         let b = g.param("b", DType::I8, [7, 4]);
         let za = g.constant(Tensor::scalar(DType::U8, 3.0));
         let zb = g.param("zb", DType::I8, [4]);
-        let mut ins = vec![a, b, za, zb];
-        if quantize_a {
+        let mut ins = vec![a, b];
+        if a_mode != AInput::Dynamic {
+            ins.push(za);
+        }
+        ins.push(zb);
+        if a_mode == AInput::Quantize {
             ins.push(g.constant(Tensor::scalar(DType::F32, 0.01)));
         }
         if scaled {
@@ -212,7 +221,9 @@ fn matmul_integer_widens_where_not_claimed() {
         let (lg, report) = legalize(&g, "no-int", &all_but).unwrap_or_else(|e| panic!("{e}"));
         assert!(report.count(How::Decomposed) >= 1, "{report}");
         assert!(
-            lg.nodes().iter().all(|n| !matches!(n.op, Op::MatMulInteger(_))),
+            lg.nodes()
+                .iter()
+                .all(|n| !matches!(n.op, Op::MatMulInteger(_))),
             "{lg}"
         );
         for seed in [3, 4] {

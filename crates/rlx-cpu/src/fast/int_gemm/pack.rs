@@ -206,6 +206,45 @@ unsafe fn quantize_avx2(
     n
 }
 
+/// `DynamicQuantizeLinear`'s scale and zero point of `x`
+/// (`rlx_ir::int_matmul::dynamic_params`), its range found eight lanes at a time.
+pub(crate) fn dynamic_params(x: &[f32]) -> (f32, i32) {
+    let mut done = 0;
+    let (mut mn, mut mx) = (0f32, 0f32);
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        (mn, mx, done) = unsafe { range_avx2(x) };
+    }
+    for &v in &x[done..] {
+        mn = mn.min(v);
+        mx = mx.max(v);
+    }
+    rlx_ir::int_matmul::dynamic_params_of(mn, mx)
+}
+
+/// The minimum and maximum of `x`'s first values (and 0), NaNs ignored as `f32::min` does,
+/// and how many values that was.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn range_avx2(x: &[f32]) -> (f32, f32, usize) {
+    use std::arch::x86_64::*;
+    let n = x.len() / 8 * 8;
+    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for i in (0..n).step_by(8) {
+        let v = _mm256_loadu_ps(x.as_ptr().add(i));
+        // a NaN in the first operand gives the second: the running value
+        lo = _mm256_min_ps(v, lo);
+        hi = _mm256_max_ps(v, hi);
+    }
+    let (mut l, mut h) = ([0f32; 8], [0f32; 8]);
+    _mm256_storeu_ps(l.as_mut_ptr(), lo);
+    _mm256_storeu_ps(h.as_mut_ptr(), hi);
+    let mn = l.iter().fold(0f32, |a, &b| a.min(b));
+    let mx = h.iter().fold(0f32, |a, &b| a.max(b));
+    (mn, mx, n)
+}
+
 fn row_sum(r: &[u8]) -> i32 {
     r.iter().map(|&v| i32::from(v)).sum()
 }

@@ -3,7 +3,7 @@
 
 use super::pack::{ASource, PackedA, PackedB};
 use super::*;
-use rlx_ir::{DType, IntMatMul, SplitMix64, Tensor, TensorData};
+use rlx_ir::{AInput, DType, IntMatMul, SplitMix64, Tensor, TensorData};
 
 fn bytes(n: usize, rng: &mut SplitMix64) -> Vec<u8> {
     (0..n).map(|_| (rng.next_u64() >> 29) as u8).collect()
@@ -62,13 +62,17 @@ fn check(case: Case, m: usize, k: usize, n: usize, seed: u64) {
     let a_scale_v = 0.0731f32;
     let scale_v: Vec<f32> = (0..n).map(|j| 0.001 * (j as f32 + 0.5)).collect();
     let p = IntMatMul {
-        quantize_a: case.a == DType::F32,
+        a: if case.a == DType::F32 {
+            AInput::Quantize
+        } else {
+            AInput::Integer
+        },
         scaled: case.scaled,
     };
     let a_scale = Tensor::new(vec![], TensorData::F32(vec![a_scale_v].into())).unwrap();
     let scale = Tensor::new(vec![n], TensorData::F32(scale_v.clone().into())).unwrap();
     let mut ins = vec![&a, &b, &a_zero, &b_zero];
-    if p.quantize_a {
+    if p.a == AInput::Quantize {
         ins.push(&a_scale);
     }
     if p.scaled {

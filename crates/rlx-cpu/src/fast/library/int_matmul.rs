@@ -3,11 +3,11 @@
 //! for an f32 activation) per run.
 
 use super::WeightSource;
-use crate::fast::int_gemm::pack::{ASource, PackedA, PackedB};
+use crate::fast::int_gemm::pack::{dynamic_params, ASource, PackedA, PackedB};
 use crate::fast::int_gemm::{self, Isa, Out};
 use crate::fast::memory::{Data, DataMut};
 use crate::CpuError;
-use rlx_ir::{IntMatMul, Tensor};
+use rlx_ir::{AInput, IntMatMul, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -106,8 +106,8 @@ impl IntMatMulPlan {
         Ok(p)
     }
 
-    /// Runs the product: `ins` are the op's operands (a, b, a_zero, b_zero, then a_scale and
-    /// scale as the op takes them), `dst` its result.
+    /// Runs the product: `ins` are the op's operands (as `rlx_ir::int_matmul` lists them),
+    /// `dst` its result.
     pub fn run(
         &self,
         ins: &[Data<'_>],
@@ -115,27 +115,49 @@ impl IntMatMulPlan {
         params: &HashMap<String, Arc<Tensor>>,
     ) -> Result<(), CpuError> {
         let b = self.packed(params, ins[1])?;
-        let za = ints(ins[2]).first().copied().unwrap_or(0);
-        let zb = ints(ins[3]);
+        let za = self
+            .p
+            .a_zero_input()
+            .and_then(|i| ints(ins[i]).first().copied())
+            .unwrap_or(0);
+        let zb = ints(ins[self.p.b_zero_input()]);
         let f32s = |i: Option<usize>| i.and_then(|i| ins[i].f32());
-        let src = match (ins[0], f32s(self.p.a_scale_input())) {
-            (Data::U8(a), None) => ASource::U8(a, za),
-            (Data::I8(a), None) => ASource::I8(a, za),
-            (Data::F32(x), Some(s)) => ASource::F32 {
+        let mismatch = || {
+            CpuError::Invalid("matmul_integer: operand dtypes the plan was not compiled for".into())
+        };
+        let mut a_scale = None;
+        let src = match (self.p.a, ins[0]) {
+            (AInput::Integer, Data::U8(a)) => ASource::U8(a, za),
+            (AInput::Integer, Data::I8(a)) => ASource::I8(a, za),
+            (AInput::Quantize, Data::F32(x)) => ASource::F32 {
                 x,
-                scale: s[0],
+                scale: f32s(self.p.a_scale_input()).ok_or_else(mismatch)?[0],
                 zero: za,
                 signed: matches!(ins[2], Data::I8(_)),
             },
-            _ => {
-                return Err(CpuError::Invalid(
-                    "matmul_integer: operand dtypes the plan was not compiled for".into(),
-                ))
+            (AInput::Dynamic, Data::F32(x)) => {
+                let (scale, zero) = dynamic_params(x);
+                a_scale = Some(scale);
+                ASource::F32 {
+                    x,
+                    scale,
+                    zero,
+                    signed: false,
+                }
             }
+            _ => return Err(mismatch()),
         };
         let mut a = PackedA::default();
         a.fill(src, self.m, self.k, self.threads);
-        let out = match (dst, f32s(self.p.scale_input())) {
+        // a dynamic activation's scale joins the result's: a_scale * scale, as ONNX Runtime
+        // multiplies them before the sums
+        let given = f32s(self.p.scale_input());
+        let multiplier: Option<std::borrow::Cow<'_, [f32]>> = match (a_scale, given) {
+            (Some(sa), Some(s)) => Some(s.iter().map(|&v| sa * v).collect::<Vec<f32>>().into()),
+            (Some(sa), None) => Some(vec![sa].into()),
+            (None, s) => s.map(Into::into),
+        };
+        let out = match (dst, multiplier.as_deref()) {
             (DataMut::I32(o), None) => Out::I32(o),
             (DataMut::F32(o), Some(s)) => Out::F32(o, s),
             _ => {
