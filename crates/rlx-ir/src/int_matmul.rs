@@ -211,7 +211,7 @@ impl IntMatMul {
         let bv = ints(b);
         let b_zero = ints(inputs[self.b_zero_input()]);
         let scale = self.scale_input().map(|i| inputs[i].to_f64_vec());
-        let rows = if k == 0 { 0 } else { a.len() / k };
+        let rows = a.len().checked_div(k).unwrap_or(0);
         let mut sums = Vec::with_capacity(rows * n);
         for i in 0..rows {
             for j in 0..n {
@@ -259,7 +259,7 @@ pub fn dynamic_params(x: &[f32]) -> (f32, i32) {
 pub fn dynamic_params_of(mn: f32, mx: f32) -> (f32, i32) {
     let span = if mx == mn { 1.0 } else { mx - mn };
     let scale = span / 255.0;
-    let zero = (0.0 - mn / scale).max(0.0).min(255.0).round_ties_even();
+    let zero = (0.0 - mn / scale).clamp(0.0, 255.0).round_ties_even();
     (scale, zero as i32)
 }
 

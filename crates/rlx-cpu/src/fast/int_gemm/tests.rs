@@ -44,7 +44,7 @@ fn check(case: Case, m: usize, k: usize, n: usize, seed: u64) {
         0
     }];
     let a_zero = tensor(zero_dtype, &[], &za_raw);
-    let zb_raw: Vec<u8> = if case.zeros && seed % 2 == 0 {
+    let zb_raw: Vec<u8> = if case.zeros && seed.is_multiple_of(2) {
         bytes(n, &mut rng)
     } else {
         vec![if case.zeros { 3 } else { 0 }]
