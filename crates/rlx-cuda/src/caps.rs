@@ -49,6 +49,8 @@ pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
         Op::MatMul | Op::Conv2d(_) => first.is_some_and(gemm_dtype),
         // No quantized GEMM yet: legalization reports it unsupported.
         Op::QuantMatMul { .. } => false,
+        // No integer GEMM yet: legalization widens it (`rules_nn::matmul_integer`).
+        Op::MatMulInteger(_) => false,
         Op::BitCast(_) => false,
         Op::Attention { .. } => {
             let head_ok = inputs.iter().take(3).all(|t| {

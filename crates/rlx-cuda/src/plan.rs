@@ -269,6 +269,7 @@ fn plan_library(
         Op::MatMul => return crate::plan_gemm::matmul(program, k, &ctx, plan).map_err(with),
         Op::Conv2d(p) => return crate::plan_gemm::conv2d(k, &ctx, p, plan).map_err(with),
         Op::QuantMatMul { .. } => Err("no quantized matmul kernel (caps do not claim it)".into()),
+        Op::MatMulInteger(_) => Err("no integer matmul kernel (caps do not claim it)".into()),
         Op::BitCast(_) => Err("no bitcast kernel (caps do not claim it)".into()),
         Op::Input { .. }
         | Op::Param { .. }

@@ -506,7 +506,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             }
             Ok(TensorType::new(q.dtype, Shape(dims)))
         }
-        Op::QuantMatMul { format, n, k } => {
+        Op::QuantMatMul { format, n, k, .. } => {
             arity(2, 2)?;
             let (x, w) = (inputs[0], inputs[1]);
             if x.dtype != DType::F32 {
@@ -547,6 +547,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             dims[r - 1] = Dim::Static(*n);
             Ok(TensorType::new(DType::F32, Shape(dims)))
         }
+        Op::MatMulInteger(p) => p.infer(inputs),
     }
 }
 

@@ -734,7 +734,14 @@ pub enum Op {
         n: usize,
         /// input features (values per row of w)
         k: usize,
+        /// a backend may round the activations to 8 bits for an integer dot (ONNX
+        /// `MatMulNBits` with `accuracy_level` 4, GGUF models as llama.cpp runs them); false
+        /// keeps them f32
+        int8_activations: bool,
     },
+    /// Integer matrix product `(a - a_zero) · (b - b_zero)` summed in i32, as ONNX
+    /// `MatMulInteger` defines it; see [`crate::int_matmul`] for the inputs and modes.
+    MatMulInteger(crate::IntMatMul),
 }
 
 impl Op {
@@ -777,6 +784,7 @@ impl Op {
             Op::Pad { .. } => "pad",
             Op::Attention { .. } => "attention",
             Op::QuantMatMul { .. } => "quant_matmul",
+            Op::MatMulInteger(_) => "matmul_integer",
         }
     }
 
@@ -836,7 +844,13 @@ impl Op {
             }
             Op::Pad { pads, mode } => format!("pads={pads:?} mode={mode:?}"),
             Op::Attention { mask, scale } => format!("mask={mask:?} scale={scale:?}"),
-            Op::QuantMatMul { format, n, k } => format!("format={format} n={n} k={k}"),
+            Op::QuantMatMul {
+                format,
+                n,
+                k,
+                int8_activations,
+            } => format!("format={format} n={n} k={k} int8_activations={int8_activations}"),
+            Op::MatMulInteger(m) => format!("a={:?} scaled={}", m.a, m.scaled),
             Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::GlobalPool(_) => {
                 String::new()
             }

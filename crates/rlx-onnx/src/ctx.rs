@@ -99,6 +99,9 @@ pub struct Ctx {
     node_values: HashMap<NodeId, Arc<Tensor>>,
     /// name given to the nodes being created (the ONNX node's name)
     pub cur: String,
+    /// `DynamicQuantizeLinear` results: the u8 node → (its f32 source, scale, zero point),
+    /// so a `MatMulInteger` reading them quantizes the source itself
+    pub dynamic_quantized: HashMap<NodeId, (Val, Val, Val)>,
 }
 
 impl Ctx {
@@ -112,6 +115,7 @@ impl Ctx {
             frozen: Vec::new(),
             node_values: HashMap::new(),
             cur: String::new(),
+            dynamic_quantized: HashMap::new(),
         }
     }
 

@@ -31,7 +31,9 @@ pub struct CompileOptions {
     /// Quantized matmuls (Q4_0, Q4_1, Q8_0 weights) dot f32 activations with the
     /// dequantized weights instead of quantizing the activations to 8 bits for integer dot
     /// products, the CPU's default on decode steps, as llama.cpp does. Keeps results within
-    /// f32 rounding of the reference interpreter, for parity tests.
+    /// f32 rounding of the reference interpreter, for parity tests. A node can ask for this
+    /// on its own (`Op::QuantMatMul::int8_activations` false: ONNX `MatMulNBits` below
+    /// `accuracy_level` 4); this option applies it to every node.
     pub exact_quant: bool,
     /// Validation layer: every run also checks each node's value on the device against the
     /// CPU interpreter fed the device's operands, and fails naming the first node that

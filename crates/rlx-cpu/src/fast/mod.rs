@@ -7,6 +7,7 @@
 //! time ([`plan::plan_memory`]). Temporaries that are program outputs get their own
 //! allocation per run instead, which becomes the returned tensor without a copy.
 
+pub(crate) mod int_gemm;
 pub(crate) mod library;
 pub(crate) mod loops;
 mod lower;

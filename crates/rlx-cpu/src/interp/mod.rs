@@ -82,9 +82,10 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
         Op::Expand(_) => movement::expand(inputs[0], &shape),
         Op::Pad { pads, mode } => movement::pad(pads, *mode, inputs[0], &shape),
         Op::Attention { mask, scale } => linalg::attention(*mask, *scale, inputs, &shape, dtype),
-        Op::QuantMatMul { format, n, k } => {
+        Op::QuantMatMul { format, n, k, .. } => {
             linalg::quant_matmul(*format, *n, *k, inputs[0], inputs[1])
         }
+        Op::MatMulInteger(p) => p.reference(inputs),
     };
     Ok(Tensor::new(shape, data).expect("result size follows the inferred shape"))
 }

@@ -631,6 +631,7 @@ impl Llama {
                     format: lin.format,
                     n: lin.n,
                     k: lin.k,
+                    int8_activations: true,
                 },
                 &[x, w],
                 None,

@@ -1,14 +1,15 @@
 //! Products: `FusedMatMul` (transposes and a scale folded into a MatMul),
 //! `DynamicQuantizeMatMul` (A quantized to u8 at run time as `DynamicQuantizeLinear` does,
 //! times an int8 weight) and `MatMulIntegerToFloat` (int8 by int8, scaled to float).
-//! The integer products run as f32 products of zero-point-centered integers, which are
-//! exact while their sums stay below 2^24 and round once per sum past that.
+//! The integer products run on the integer product op (`crate::ops::quant::integer_product`)
+//! where its operands fit it (a 2-D weight); otherwise as f32 products of
+//! zero-point-centered integers, exact while their sums stay below 2^24.
 
 use super::activation::float_input;
 use crate::ctx::{invalid, unsupported, Ctx, Val, R};
 use crate::node::NodeIn;
 use crate::ops::linalg::matmul_np;
-use rlx_ir::{BinaryOp, DType, UnaryOp};
+use rlx_ir::{AInput, BinaryOp, DType, IntMatMul, Op, UnaryOp};
 
 /// Swaps the last two dims (vectors stay as they are).
 fn swap_last(ctx: &mut Ctx, x: &Val) -> R<Val> {
@@ -88,6 +89,20 @@ fn rescale(ctx: &mut Ctx, y: &Val, a_scale: &Val, b_scale: &Val, bias: Option<Va
 pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let a = float_input(ctx, n, 0)?;
     let af = ctx.cast(&a, DType::F32)?;
+    let b = n.input(1)?;
+    if matches!(ctx.dtype(&b), DType::U8 | DType::I8) {
+        // A quantized by the product itself from its own range, as DynamicQuantizeLinear
+        // does, and that scale times b_scale applied to the sums
+        let b_scale = column_scale(ctx, &n.input(2)?)?;
+        if let Some(y) = fused_dynamic(ctx, &af, &b, n.opt(3), &b_scale)? {
+            let y = match n.opt(4) {
+                Some(bias) => ctx.add(&y, &bias)?,
+                None => y,
+            };
+            let d = ctx.dtype(&a);
+            return Ok(vec![ctx.cast(&y, d)?]);
+        }
+    }
     let (a_scale, a_zp) = crate::ops::quant::dynamic_quantize_params(ctx, &af)?;
     // saturate(round(a / scale) + zp) - zp, all in f32: clamp(round(a / scale), -zp, 255 - zp)
     let q = ctx.div(&af, &a_scale)?;
@@ -104,6 +119,45 @@ pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![ctx.cast(&y, d)?])
 }
 
+/// `x` (f32) quantized dynamically by [`Op::MatMulInteger`] itself, times `b`, the sums
+/// scaled by the activation's scale and `b_scale`; None when `b` or the scale are outside
+/// what the op takes.
+fn fused_dynamic(
+    ctx: &mut Ctx,
+    x: &Val,
+    b: &Val,
+    b_zero: Option<Val>,
+    b_scale: &Val,
+) -> R<Option<Val>> {
+    let Some(bs) = ctx.ty(b).shape.as_static() else {
+        return Ok(None);
+    };
+    let n_cols = bs.last().copied().unwrap_or(0);
+    let fit = |ctx: &mut Ctx, v: &Val| -> R<Option<Val>> {
+        let numel: usize = ctx.shape(v)?.iter().product();
+        Ok(match numel {
+            1 => Some(ctx.reshape(v, &[])?),
+            c if c == n_cols => Some(ctx.reshape(v, &[c])?),
+            _ => None,
+        })
+    };
+    let b_zero = match b_zero {
+        None => Some(ctx.scalar(ctx.dtype(b), 0.0)),
+        Some(z) => fit(ctx, &z)?,
+    };
+    let scale = fit(ctx, b_scale)?;
+    let (Some(b_zero), Some(scale), 2, true) = (b_zero, scale, bs.len(), ctx.rank(x) >= 1) else {
+        return Ok(None);
+    };
+    let p = IntMatMul {
+        a: AInput::Dynamic,
+        scaled: true,
+    };
+    Ok(Some(
+        ctx.op(Op::MatMulInteger(p), &[x, b, &b_zero, &scale])?,
+    ))
+}
+
 /// `MatMulIntegerToFloat`: inputs A, B (int8), a_scale, b_scale, a_zero_point?,
 /// b_zero_point?, bias?.
 pub fn matmul_integer_to_float(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
@@ -114,6 +168,19 @@ pub fn matmul_integer_to_float(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let out = ctx.dtype(&a_scale);
     let a_scale = ctx.cast(&a_scale, DType::F32)?;
     let a_scale = ctx.reshape(&a_scale, &[])?;
+    {
+        let b_scale = column_scale(ctx, &n.input(3)?)?;
+        let k = ctx.mul(&a_scale, &b_scale)?;
+        let (a, b) = (n.input(0)?, n.input(1)?);
+        let product = crate::ops::quant::integer_product(ctx, &a, &b, n.opt(4), n.opt(5), Some(k))?;
+        if let Some(y) = product {
+            let y = match n.opt(6) {
+                Some(bias) => ctx.add(&y, &bias)?,
+                None => y,
+            };
+            return Ok(vec![ctx.cast(&y, out)?]);
+        }
+    }
     let ac = centered_f32(ctx, &n.input(0)?, n.opt(4), false)?;
     let bc = centered_f32(ctx, &n.input(1)?, n.opt(5), true)?;
     let y = matmul_np(ctx, &ac, &bc)?;

@@ -169,7 +169,8 @@ fn read_blocks(ctx: &mut Ctx, n: &NodeIn) -> R<Blocks> {
 /// `MatMulNBits`: inputs A, B, scales, zero_points?, g_idx?, bias?.
 pub fn matmul_nbits(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let a = float_input(ctx, n, 0)?;
-    let _accuracy_level = n.int("accuracy_level", 0)?; // a compute hint, no effect on values
+    // 4 lets the product round A to 8 bits (ONNX Runtime then does); below, A stays f32
+    let int8_activations = n.int("accuracy_level", 0)? >= 4;
     if n.opt(4).is_some() {
         unsupported!("input 4 (g_idx, act-order group indices)");
     }
@@ -197,7 +198,13 @@ pub fn matmul_nbits(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
                 param: Some(format!("{base}.{}", format.name())),
             };
             let (nn, k) = (blocks.n, blocks.k);
-            ctx.op(Op::QuantMatMul { format, n: nn, k }, &[&a, &w])?
+            let op = Op::QuantMatMul {
+                format,
+                n: nn,
+                k,
+                int8_activations,
+            };
+            ctx.op(op, &[&a, &w])?
         }
         _ => {
             let w = Tensor::from_f32(&[blocks.k, blocks.n], blocks.dequantize())

@@ -6,7 +6,7 @@
 use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
 use crate::dtype::to_dtype;
 use crate::node::NodeIn;
-use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+use rlx_ir::{AInput, BinaryOp, DType, IntMatMul, Op, ReduceOp, UnaryOp};
 
 fn range(d: DType) -> R<(f64, f64)> {
     Ok(match d {
@@ -140,12 +140,20 @@ pub fn dequantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![ctx.cast(&y, out)?])
 }
 
-/// `DynamicQuantizeLinear`: u8 with a scale and zero point from the data's range.
+/// `DynamicQuantizeLinear`: u8 with a scale and zero point from the data's range. The u8
+/// result is remembered with its source, so an integer product reading it quantizes the
+/// source in its own pass and the separate quantization is dead code.
 pub fn dynamic_quantize(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let (y, scale, zp) = dynamic_quantize_values(ctx, &x)?;
     let d = ctx.dtype(&x);
-    Ok(vec![y, ctx.cast(&scale, d)?, ctx.cast(&zp, DType::U8)?])
+    let zp = ctx.cast(&zp, DType::U8)?;
+    if let (Val::Node(id), DType::F32) = (&y, d) {
+        let xf = ctx.cast(&x, DType::F32)?;
+        ctx.dynamic_quantized
+            .insert(*id, (xf, scale.clone(), zp.clone()));
+    }
+    Ok(vec![y, ctx.cast(&scale, d)?, zp])
 }
 
 /// `DynamicQuantizeLinear`'s values: `x` as u8, its f32 scale and its zero point (an
@@ -193,8 +201,106 @@ fn centered(ctx: &mut Ctx, x: &Val, zp: Option<Val>) -> R<Val> {
     }
 }
 
-/// `MatMulInteger`: i32 product of zero-point-centered operands.
+/// The product of `a` (u8/i8) and a 2-D `b` (u8/i8) on [`Op::MatMulInteger`], times `scale`
+/// (f32, one value or one per column) when given; None when the operands are outside
+/// what the op takes (a batched `b`, per-row zero points of `a`), for the caller's widened
+/// form. An `a` that `DynamicQuantizeLinear` produced is quantized by the op itself.
+pub(crate) fn integer_product(
+    ctx: &mut Ctx,
+    a: &Val,
+    b: &Val,
+    a_zero: Option<Val>,
+    b_zero: Option<Val>,
+    scale: Option<Val>,
+) -> R<Option<Val>> {
+    let (da, db) = (ctx.dtype(a), ctx.dtype(b));
+    let byte = |d: DType| matches!(d, DType::U8 | DType::I8);
+    if !byte(da) || !byte(db) {
+        invalid!("operands must be u8 or i8, got {da} and {db}");
+    }
+    let b_shape = ctx.ty(b).shape;
+    let (Some(bs), true) = (b_shape.as_static(), ctx.rank(a) >= 1) else {
+        return Ok(None);
+    };
+    if bs.len() != 2 {
+        return Ok(None);
+    }
+    let n_cols = bs[1];
+    let one_or_columns = |ctx: &Ctx, v: &Val| -> Option<Vec<usize>> {
+        let s = ctx.ty(v).shape.as_static()?;
+        let numel: usize = s.iter().product();
+        match numel {
+            1 => Some(vec![]),
+            c if c == n_cols && s.len() == 1 => Some(vec![c]),
+            _ => None,
+        }
+    };
+    let a_zero = match a_zero {
+        Some(z) if one_or_columns(ctx, &z) != Some(vec![]) => return Ok(None),
+        Some(z) => ctx.reshape(&z, &[])?,
+        None => ctx.scalar(da, 0.0),
+    };
+    let b_zero = match b_zero {
+        Some(z) => match one_or_columns(ctx, &z) {
+            Some(s) => ctx.reshape(&z, &s)?,
+            None => return Ok(None),
+        },
+        None => ctx.scalar(db, 0.0),
+    };
+    let scale = match scale {
+        Some(s) => match one_or_columns(ctx, &s) {
+            Some(dims) => {
+                let s = ctx.cast(&s, DType::F32)?;
+                Some(ctx.reshape(&s, &dims)?)
+            }
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    // the source of a `DynamicQuantizeLinear` result, quantized with its own zero point
+    let fused = match a {
+        Val::Node(id) => ctx
+            .dynamic_quantized
+            .get(id)
+            .filter(|(_, _, z)| same_value(z, &a_zero))
+            .map(|(x, s, _)| (x.clone(), s.clone())),
+        Val::Const { .. } => None,
+    };
+    let p = IntMatMul {
+        a: if fused.is_some() {
+            AInput::Quantize
+        } else {
+            AInput::Integer
+        },
+        scaled: scale.is_some(),
+    };
+    let (a, a_scale) = match fused {
+        Some((x, s)) => (x, Some(ctx.reshape(&s, &[])?)),
+        None => (a.clone(), None),
+    };
+    let mut ins = vec![&a, b, &a_zero, &b_zero];
+    ins.extend(a_scale.as_ref());
+    ins.extend(scale.as_ref());
+    Ok(Some(ctx.op(Op::MatMulInteger(p), &ins)?))
+}
+
+/// True when two values are the same node or equal constants.
+fn same_value(x: &Val, y: &Val) -> bool {
+    match (x, y) {
+        (Val::Node(a), Val::Node(b)) => a == b,
+        (Val::Const { t: a, .. }, Val::Const { t: b, .. }) => {
+            a.to_f64_vec() == b.to_f64_vec() && a.dtype() == b.dtype()
+        }
+        _ => false,
+    }
+}
+
+/// `MatMulInteger`: i32 product of zero-point-centered operands, on the integer product op
+/// where it takes them, widened to i32 otherwise.
 pub fn matmul_integer(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    if let Some(y) = integer_product(ctx, &n.input(0)?, &n.input(1)?, n.opt(2), n.opt(3), None)? {
+        return Ok(vec![y]);
+    }
     let a = centered(ctx, &n.input(0)?, n.opt(2))?;
     let b = n.input(1)?;
     // A per-column zero point of B applies along its last dim.
@@ -217,11 +323,17 @@ fn exact_product(ctx: &mut Ctx, a: &Val, b: &Val) -> R<Val> {
     crate::ops::linalg::matmul_np(ctx, &af, &bf)
 }
 
-/// `QLinearMatMul`.
+/// `QLinearMatMul`: the integer product, then requantized in f64 (as the reference does).
 pub fn qlinear_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
-    let a = centered(ctx, &n.input(0)?, n.opt(2))?;
-    let b = centered(ctx, &n.input(3)?, n.opt(5))?;
-    let c = exact_product(ctx, &a, &b)?;
+    let (a, b) = (n.input(0)?, n.input(3)?);
+    let c = match integer_product(ctx, &a, &b, n.opt(2), n.opt(5), None)? {
+        Some(c) => ctx.cast(&c, DType::F64)?,
+        None => {
+            let a = centered(ctx, &a, n.opt(2))?;
+            let b = centered(ctx, &b, n.opt(5))?;
+            exact_product(ctx, &a, &b)?
+        }
+    };
     let sa = ctx.cast(&n.input(1)?, DType::F64)?;
     let sb = ctx.cast(&n.input(4)?, DType::F64)?;
     let sy = ctx.cast(&n.input(6)?, DType::F64)?;

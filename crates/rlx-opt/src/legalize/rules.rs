@@ -25,6 +25,7 @@ pub(crate) fn decompose(
         Op::RmsNorm { axis, eps } => rules_nn::rms_norm(e, ins, *axis, *eps),
         Op::Attention { mask, scale } => rules_nn::attention(e, ins, *mask, *scale),
         Op::GlobalPool(kind) => rules_nn::global_pool(e, ins[0], *kind),
+        Op::MatMulInteger(p) => rules_nn::matmul_integer(e, *p, ins),
         Op::Input { .. }
         | Op::Param { .. }
         | Op::Constant(_)

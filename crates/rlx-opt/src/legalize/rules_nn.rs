@@ -1,8 +1,11 @@
 //! Decomposition rules for the neural-network ops: softmax family, norms, attention and
-//! global pooling, written in reductions, elementwise ops and matmul.
+//! global pooling, the integer product, written in reductions, elementwise ops and matmul.
 
 use super::emitter::{Emitter, Failure};
-use rlx_ir::{AttnMask, BinaryOp, Dim, NodeId, Op, PoolKind, ReduceOp, Tensor, UnaryOp};
+use rlx_ir::{
+    AInput, AttnMask, BinaryOp, DType, Dim, IntMatMul, NodeId, Op, PoolKind, ReduceOp, Shape,
+    Tensor, UnaryOp,
+};
 
 /// `softmax = exp(x - max) / sum(exp(x - max))`;
 /// `log_softmax = (x - max) - log(sum(exp(x - max)))`. Subtracting the max keeps `exp` from
@@ -159,4 +162,93 @@ pub(crate) fn global_pool(
         PoolKind::Avg => ReduceOp::Mean,
     };
     e.reduce(op, x, axes, true)
+}
+
+/// The integer product widened to i32: `a` quantized first when the op does it
+/// (`saturate(round(a / a_scale) + a_zero)`, the scale and zero point found from `a`'s range
+/// for a dynamic one), both operands centred on their zero points, an i32 matmul, then the
+/// scales in f32.
+pub(crate) fn matmul_integer(
+    e: &mut Emitter<'_>,
+    p: IntMatMul,
+    ins: &[NodeId],
+) -> Result<NodeId, Failure> {
+    use BinaryOp::{Div, Eq, Max, Min, Mul, Sub};
+    let (a, b, b_zero) = (ins[0], ins[1], ins[p.b_zero_input()]);
+    let (a, a_zero, a_scale) = match p.a {
+        AInput::Integer => (a, ins[2], None),
+        AInput::Quantize => (quantize(e, a, ins[4], ins[2])?, ins[2], None),
+        AInput::Dynamic => {
+            let all: Vec<usize> = (0..e.ty(a).shape.rank()).collect();
+            let mx = e.reduce(ReduceOp::Max, a, all.clone(), false)?;
+            let mx = e.binary_scalar(Max, mx, 0.0)?;
+            let mn = e.reduce(ReduceOp::Min, a, all, false)?;
+            let mn = e.binary_scalar(Min, mn, 0.0)?;
+            let same = e.binary(Eq, mx, mn)?;
+            let one = e.scalar(DType::F32, 1.0);
+            let span = e.binary(Sub, mx, mn)?;
+            let span = e.emit(Op::Where, &[same, one, span])?;
+            let scale = e.binary_scalar(Div, span, 255.0)?;
+            let q = e.binary(Div, mn, scale)?;
+            let zero = e.scalar(DType::F32, 0.0);
+            let zp = e.binary(Sub, zero, q)?;
+            let zp = e.binary_scalar(Max, zp, 0.0)?;
+            let zp = e.binary_scalar(Min, zp, 255.0)?;
+            let zp = e.unary(UnaryOp::Round, zp)?;
+            let zp = e.emit(Op::Cast(DType::U8), &[zp])?;
+            (quantize(e, a, scale, zp)?, zp, Some(scale))
+        }
+    };
+    let mut centred = |x: NodeId, zero: NodeId| -> Result<NodeId, Failure> {
+        let x = e.emit(Op::Cast(DType::I32), &[x])?;
+        let z = e.emit(Op::Cast(DType::I32), &[zero])?;
+        e.binary(Sub, x, z)
+    };
+    let a = centred(a, a_zero)?;
+    let b = centred(b, b_zero)?;
+    let a_shape = e.ty(a).shape.clone();
+    let vector = a_shape.rank() == 1;
+    let a = if vector {
+        let row = Shape(vec![Dim::Static(1), a_shape.0[0].clone()]);
+        e.emit(Op::Reshape(row), &[a])?
+    } else {
+        a
+    };
+    let mut y = e.emit(Op::MatMul, &[a, b])?;
+    if vector {
+        let n = e.ty(b).shape.0[1].clone();
+        y = e.emit(Op::Reshape(Shape(vec![n])), &[y])?;
+    }
+    let multiplier = match (a_scale, p.scale_input()) {
+        (Some(a), Some(i)) => Some(e.binary(Mul, a, ins[i])?),
+        (Some(a), None) => Some(a),
+        (None, Some(i)) => Some(ins[i]),
+        (None, None) => None,
+    };
+    match multiplier {
+        Some(m) => {
+            let y = e.emit(Op::Cast(DType::F32), &[y])?;
+            e.binary(Mul, y, m)
+        }
+        None => Ok(y),
+    }
+}
+
+/// `saturate(round(x / scale) + zero)` in `zero`'s dtype (u8 or i8).
+fn quantize(
+    e: &mut Emitter<'_>,
+    x: NodeId,
+    scale: NodeId,
+    zero: NodeId,
+) -> Result<NodeId, Failure> {
+    use BinaryOp::{Add, Div, Max, Min};
+    let to = e.ty(zero).dtype;
+    let (lo, hi) = rlx_ir::int_matmul::range(to);
+    let q = e.binary(Div, x, scale)?;
+    let q = e.unary(UnaryOp::Round, q)?;
+    let z = e.emit(Op::Cast(DType::F32), &[zero])?;
+    let q = e.binary(Add, q, z)?;
+    let q = e.binary_scalar(Max, q, f64::from(lo))?;
+    let q = e.binary_scalar(Min, q, f64::from(hi))?;
+    e.emit(Op::Cast(to), &[q])
 }

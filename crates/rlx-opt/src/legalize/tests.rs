@@ -142,6 +142,7 @@ fn quant_matmul_is_reported_unsupported_where_not_claimed() {
         format: fmt,
         n: 2,
         k: 32,
+        int8_activations: true,
     };
     let y = g.push(op, &[x, w], None).unwrap();
     g.output("y", y);

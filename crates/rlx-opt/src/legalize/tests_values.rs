@@ -185,3 +185,49 @@ fn modulo_float_and_int() {
         }
     }
 }
+
+/// A backend without the integer product gets it widened to an i32 matmul, in every mode,
+/// with the same values (the interpreter runs both).
+#[test]
+fn matmul_integer_widens_where_not_claimed() {
+    use rlx_ir::{AInput, IntMatMul, Tensor};
+    let all_but = |op: &Op, _: &[&TensorType]| !matches!(op, Op::MatMulInteger(_));
+    let modes = [AInput::Integer, AInput::Quantize, AInput::Dynamic];
+    for (a_mode, scaled) in modes.into_iter().flat_map(|m| [(m, false), (m, true)]) {
+        let p = IntMatMul { a: a_mode, scaled };
+        let mut g = Graph::new();
+        let a_dtype = if a_mode == AInput::Integer {
+            DType::U8
+        } else {
+            DType::F32
+        };
+        let a = g.input("a", a_dtype, [3, 5, 7]);
+        let b = g.param("b", DType::I8, [7, 4]);
+        let za = g.constant(Tensor::scalar(DType::U8, 3.0));
+        let zb = g.param("zb", DType::I8, [4]);
+        let mut ins = vec![a, b];
+        if a_mode != AInput::Dynamic {
+            ins.push(za);
+        }
+        ins.push(zb);
+        if a_mode == AInput::Quantize {
+            ins.push(g.constant(Tensor::scalar(DType::F32, 0.01)));
+        }
+        if scaled {
+            ins.push(g.param("s", DType::F32, [4]));
+        }
+        let y = g.push(Op::MatMulInteger(p), &ins, None).unwrap();
+        g.output("y", y);
+        let (lg, report) = legalize(&g, "no-int", &all_but).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.count(How::Decomposed) >= 1, "{report}");
+        assert!(
+            lg.nodes()
+                .iter()
+                .all(|n| !matches!(n.op, Op::MatMulInteger(_))),
+            "{lg}"
+        );
+        for seed in [3, 4] {
+            assert_close(&run(&lg, seed), &run(&g, seed), 0.0);
+        }
+    }
+}

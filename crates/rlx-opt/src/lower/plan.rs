@@ -56,7 +56,8 @@ pub(crate) fn kind(op: &Op) -> Kind {
         | Op::Gather { .. }
         | Op::Pad { .. }
         | Op::Attention { .. }
-        | Op::QuantMatMul { .. } => Kind::Library,
+        | Op::QuantMatMul { .. }
+        | Op::MatMulInteger(_) => Kind::Library,
     }
 }
 

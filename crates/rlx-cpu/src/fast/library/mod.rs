@@ -7,6 +7,7 @@ pub(crate) mod amx_gemm;
 mod attention;
 mod conv;
 mod data;
+mod int_matmul;
 pub(crate) mod matmul;
 mod norm;
 pub(crate) mod packed_gemm;
@@ -58,6 +59,8 @@ enum Impl {
     /// f16/bf16 attention computed in f32: operands widened into scratch (regions 1..:
     /// q, k, v, the mask if any, then the result), the result rounded back
     AttentionViaF32(AttnPlan),
+    /// the integer GEMM (`fast/int_gemm/`), its weight packed once
+    IntMatMul(int_matmul::IntMatMulPlan),
     /// packed weights: dotted in registers or dequantized per tile (`fast/quant/`)
     Quant(crate::fast::quant::QuantPlan),
     Gather(GatherPlan),
@@ -342,14 +345,30 @@ impl LibExec {
                 region(out.iter().product(), DType::F32);
                 Impl::AttentionViaF32(plan)
             }
-            Op::QuantMatMul { format, n, k } => Impl::Quant(crate::fast::quant::QuantPlan::new(
+            Op::QuantMatMul {
+                format,
+                n,
+                k,
+                int8_activations,
+            } => Impl::Quant(crate::fast::quant::QuantPlan::new(
                 *format,
                 *n,
                 *k,
                 shape(0).iter().product(),
                 threads,
-                exact_quant,
+                exact_quant || !int8_activations,
             )),
+            Op::MatMulInteger(p) => {
+                let b = shape(1);
+                Impl::IntMatMul(int_matmul::IntMatMulPlan::new(
+                    *p,
+                    shape(0).iter().product(),
+                    b[0],
+                    b[1],
+                    threads,
+                    weight,
+                ))
+            }
             Op::Gather { axis } => {
                 Impl::Gather(GatherPlan::new(*axis, shape(0), result.0.size_bytes()))
             }
@@ -468,7 +487,10 @@ impl LibExec {
             Some(r) => region(r),
             None => unsafe { mem.data_mut(self.output) },
         };
-        self.compute(&ins, dst, &region, packing)?;
+        match &self.imp {
+            Impl::IntMatMul(p) => p.run(&ins, dst, params)?,
+            _ => self.compute(&ins, dst, &region, packing)?,
+        }
         if let Some(e) = &self.epilogue {
             let mut srcs = vec![match result_region {
                 Some(r) => Src::Buf(region(r).into_data()),
@@ -646,6 +668,7 @@ impl LibExec {
                 dst.store_f32(c);
             }
             Impl::Quant(p) => p.run(f(0), ins[1].bytes(), dst.f32().unwrap()),
+            Impl::IntMatMul(_) => unreachable!("run by `LibExec::run` (it needs the params)"),
             Impl::Gather(p) => p.run(ins[0].bytes(), ins[1], dst.bytes())?,
             Impl::Concat(p) => {
                 let srcs: Vec<&[u8]> = ins.iter().map(|d| d.bytes()).collect();

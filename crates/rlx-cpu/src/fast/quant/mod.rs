@@ -226,7 +226,12 @@ mod tests {
         let w = random_blocks(format, n, k, 11);
         let x = Tensor::random(rlx_ir::DType::F32, &[m, k], 3);
         let wt = Tensor::new(vec![w.len()], TensorData::U8(w.clone().into())).unwrap();
-        let op = Op::QuantMatMul { format, n, k };
+        let op = Op::QuantMatMul {
+            format,
+            n,
+            k,
+            int8_activations: true,
+        };
         let got = crate::interp::eval_op(&op, &[&x, &wt]).unwrap();
         assert_eq!(got.shape(), &[m, n]);
         let mut y = vec![0f32; m * n];
