@@ -14,7 +14,7 @@ mod session;
 
 pub use backend::{median_kernels, Backend, CompileOptions, Executable, KernelTime, RunProfile};
 pub use dynamic::{
-    signature, BoxError, DynamicGraph, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
+    signature, BoxError, DynamicGraph, HostStep, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
 };
 pub use error::RuntimeError;
 pub use params::{ParamMap, ParamStore};
