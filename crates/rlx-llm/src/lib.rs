@@ -51,7 +51,7 @@ impl From<rlx_runtime::RuntimeError> for LlmError {
         use rlx_runtime::RuntimeError as E;
         match e {
             E::Device(d) => LlmError::Device(d),
-            E::Input { .. } => LlmError::Invalid(e.to_string()),
+            E::Input { .. } | E::Host { .. } => LlmError::Invalid(e.to_string()),
             E::Ir(_) | E::Opt(_) | E::Legalize(_) | E::Param { .. } | E::Specialise { .. } => {
                 LlmError::Model(e.to_string())
             }

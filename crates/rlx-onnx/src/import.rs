@@ -5,7 +5,7 @@ use crate::ctx::{Ctx, Fail, Val, R};
 use crate::dtype::{onnx_type_name, to_dtype};
 use crate::error::{OnnxError, UnsupportedNode};
 use crate::node::{Env, NodeIn};
-use crate::proto::{type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use crate::proto::{type_proto, GraphProto, ModelProto, ValueInfoProto};
 use crate::stage::{Cut, Staging};
 use crate::tensor::{to_tensor, ExternalData};
 use crate::{ImportOptions, OnnxModel};
@@ -406,32 +406,7 @@ fn map_nodes(
             ),
         };
         if let Some(st) = staging.as_deref_mut() {
-            if st.computed_before(node) {
-                continue; // its outputs are lazy graph inputs already
-            }
-            let captured = crate::stage::captured(node);
-            let reads = node.input.iter().map(|i| i.as_str()).chain(captured);
-            let reads: Vec<&str> = reads.filter(|i| !i.is_empty()).collect();
-            let pending = reads
-                .iter()
-                .any(|i| matches!(scope.get(*i), Some(Slot::Pending)));
-            let cut = !pending && is_cut(ctx, scope, node, domain, st.freeze);
-            if pending || cut {
-                for i in &reads {
-                    if let Some(Slot::Val(v)) = scope.get(*i) {
-                        if cut {
-                            st.cut_input(ctx, i, v);
-                        } else {
-                            st.export(ctx, i, v);
-                        }
-                    }
-                }
-                if cut {
-                    st.cut.nodes.push(idx);
-                }
-                for out in node.output.iter().filter(|o| !o.is_empty()) {
-                    scope.insert(out.clone(), Slot::Pending);
-                }
+            if st.defer(ctx, scope, idx, node, domain) {
                 continue;
             }
         }
@@ -534,32 +509,6 @@ fn map_nodes(
         }
     }
     Ok(unsupported)
-}
-
-/// True when `node` is a data-dependent op (see `crate::stage::deciding_inputs`) one of
-/// whose deciding inputs is only known at run time (`freeze`: given values of graph inputs
-/// count as known).
-fn is_cut(
-    ctx: &mut Ctx,
-    scope: &HashMap<String, Slot>,
-    node: &NodeProto,
-    domain: &str,
-    freeze: bool,
-) -> bool {
-    let Some(deciding) = crate::stage::deciding_inputs(domain, node.op_type()) else {
-        return false;
-    };
-    deciding.iter().any(|&i| {
-        let Some(name) = node.input.get(i).filter(|n| !n.is_empty()) else {
-            return false;
-        };
-        match scope.get(name) {
-            Some(Slot::Val(v)) if freeze => ctx.try_const(v).is_none(),
-            Some(Slot::Val(v)) => ctx.try_const_unfrozen(v).is_none(),
-            Some(Slot::Lazy) => true,
-            _ => false,
-        }
-    })
 }
 
 /// The IR type of a graph input: dynamic dims become symbols (named by the model, or

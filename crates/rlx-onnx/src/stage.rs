@@ -13,6 +13,7 @@
 //! runtime's `DynamicGraph`, which compiles each stage once per signature.
 
 use crate::ctx::{Ctx, Fail, Val};
+use crate::import::Slot;
 use crate::node::{Env, NodeIn};
 use crate::proto::{GraphProto, ModelProto, NodeProto};
 use crate::OnnxError;
@@ -98,9 +99,49 @@ impl Staging {
             self.exports.push(name.to_string());
         }
     }
-}
 
-impl Staging {
+    /// Handles `node` (index `idx` in the main graph) if staging decides it: skipped when
+    /// an earlier stage computed its outputs, left pending when it reads a pending value,
+    /// cut when it is a data-dependent op whose deciding inputs are only known at run time.
+    /// Returns false for a node to map as usual.
+    pub fn defer(
+        &mut self,
+        ctx: &mut Ctx,
+        scope: &mut HashMap<String, Slot>,
+        idx: usize,
+        node: &NodeProto,
+        domain: &str,
+    ) -> bool {
+        if self.computed_before(node) {
+            return true; // its outputs are lazy graph inputs already
+        }
+        let reads = node.input.iter().map(|i| i.as_str()).chain(captured(node));
+        let reads: Vec<&str> = reads.filter(|i| !i.is_empty()).collect();
+        let pending = reads
+            .iter()
+            .any(|i| matches!(scope.get(*i), Some(Slot::Pending)));
+        let cut = !pending && is_cut(ctx, scope, node, domain, self.freeze);
+        if !pending && !cut {
+            return false;
+        }
+        for i in &reads {
+            if let Some(Slot::Val(v)) = scope.get(*i) {
+                if cut {
+                    self.cut_input(ctx, i, v);
+                } else {
+                    self.export(ctx, i, v);
+                }
+            }
+        }
+        if cut {
+            self.cut.nodes.push(idx);
+        }
+        for out in node.output.iter().filter(|o| !o.is_empty()) {
+            scope.insert(out.clone(), Slot::Pending);
+        }
+        true
+    }
+
     /// Records an input `name` (bound to `v`) of a cut node: a constant is kept for the
     /// host, a graph input under another name is remembered as an alias, and a value this
     /// graph computes becomes an output.
@@ -115,6 +156,32 @@ impl Staging {
             },
         }
     }
+}
+
+/// True when `node` is a data-dependent op (see `crate::stage::deciding_inputs`) one of
+/// whose deciding inputs is only known at run time (`freeze`: given values of graph inputs
+/// count as known).
+fn is_cut(
+    ctx: &mut Ctx,
+    scope: &HashMap<String, Slot>,
+    node: &NodeProto,
+    domain: &str,
+    freeze: bool,
+) -> bool {
+    let Some(deciding) = crate::stage::deciding_inputs(domain, node.op_type()) else {
+        return false;
+    };
+    deciding.iter().any(|&i| {
+        let Some(name) = node.input.get(i).filter(|n| !n.is_empty()) else {
+            return false;
+        };
+        match scope.get(name) {
+            Some(Slot::Val(v)) if freeze => ctx.try_const(v).is_none(),
+            Some(Slot::Val(v)) => ctx.try_const_unfrozen(v).is_none(),
+            Some(Slot::Lazy) => true,
+            _ => false,
+        }
+    })
 }
 
 /// Names a node's subgraphs (If branches, Loop and Scan bodies) read from enclosing scopes,
