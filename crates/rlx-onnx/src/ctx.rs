@@ -84,6 +84,10 @@ impl Val {
     }
 }
 
+/// A graph input declared when first read: its type, a value that may be frozen, and its
+/// node once declared.
+type LazyInput = (TensorType, Option<Arc<Tensor>>, Option<NodeId>);
+
 /// The graph under construction and everything needed to materialize values into it.
 pub struct Ctx {
     /// the graph
@@ -99,8 +103,8 @@ pub struct Ctx {
     node_values: HashMap<NodeId, Arc<Tensor>>,
     /// name given to the nodes being created (the ONNX node's name)
     pub cur: String,
-    /// graph inputs declared when first read: type, a value that may be frozen, the node
-    lazy: HashMap<String, (TensorType, Option<Arc<Tensor>>, Option<NodeId>)>,
+    /// graph inputs declared when first read
+    lazy: HashMap<String, LazyInput>,
 }
 
 impl Ctx {

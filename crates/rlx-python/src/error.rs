@@ -49,9 +49,7 @@ pub fn runtime(e: RuntimeError) -> PyErr {
     match e {
         RuntimeError::Device(_) => DeviceError::new_err(message),
         // host work between stages fails on values the inputs gave (shapes, thresholds)
-        RuntimeError::Input { .. } | RuntimeError::Host { .. } => {
-            InvalidArgument::new_err(message)
-        }
+        RuntimeError::Input { .. } | RuntimeError::Host { .. } => InvalidArgument::new_err(message),
         RuntimeError::Backend { .. } => RunError::new_err(message),
         RuntimeError::Ir(_)
         | RuntimeError::Opt(_)

@@ -26,8 +26,7 @@ pub fn top_k(x: &Tensor, k: i64, axis: usize, largest: bool) -> HostResult<(Tens
     let v = x.to_f64_vec();
     let size = x.dtype().size_bytes();
     let bytes = x.data().as_bytes();
-    let mut out_bytes = Vec::with_capacity(outer * k * inner * size);
-    out_bytes.resize(outer * k * inner * size, 0);
+    let mut out_bytes = vec![0u8; outer * k * inner * size];
     let mut out_idx = vec![0usize; outer * k * inner];
     let mut order: Vec<usize> = Vec::with_capacity(len);
     for o in 0..outer {
