@@ -90,3 +90,21 @@ def elementwise():
         helper.make_tensor_value_info("idx", TP.INT64, ["batch"]),
     ]
     return _model(helper, helper.make_graph(nodes, "elementwise", [x], outs), opset=13)
+
+
+def positives():
+    """`x[x > 0]` as torch.onnx.export writes it (Greater -> NonZero -> Transpose ->
+    GatherND), with the indices too: output shapes that depend on the values of x."""
+    _, TP, helper, nh = _h()
+    x = helper.make_tensor_value_info("x", TP.FLOAT, ["batch", 6])
+    y = helper.make_tensor_value_info("y", TP.FLOAT, ["n"])
+    idx = helper.make_tensor_value_info("idx", TP.INT64, ["n", 2])
+    nodes = [
+        helper.make_node("Greater", ["x", "zero"], ["mask"]),
+        helper.make_node("NonZero", ["mask"], ["nz"]),
+        helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+        helper.make_node("GatherND", ["x", "idx"], ["y"]),
+    ]
+    zero = nh.from_array(np.array(0, np.float32), "zero")
+    g = helper.make_graph(nodes, "positives", [x], [y, idx], [zero])
+    return _model(helper, g)

@@ -48,6 +48,14 @@ def test_elementwise_matches_onnxruntime(tmp):
         check_against_ort(path, {"x": x})
 
 
+def test_data_dependent_shapes_match_onnxruntime(tmp):
+    need("onnx")
+    path = save(models.positives(), tmp)
+    for batch in (1, 4, 9):
+        x = rng(batch).standard_normal((batch, 6)).astype(np.float32)
+        check_against_ort(path, {"x": x})
+
+
 def test_inputs_and_outputs_describe_the_model(tmp):
     need("onnx")
     sess = rlx.InferenceSession(save(models.mlp(), tmp), device="cpu")

@@ -51,7 +51,9 @@ impl From<rlx_runtime::RuntimeError> for LlmError {
         use rlx_runtime::RuntimeError as E;
         match e {
             E::Device(d) => LlmError::Device(d),
-            E::Input { .. } | E::Output { .. } | E::Buffer(_) => LlmError::Invalid(e.to_string()),
+            E::Input { .. } | E::Output { .. } | E::Buffer(_) | E::Host { .. } => {
+                LlmError::Invalid(e.to_string())
+            }
             E::Unsupported { .. } => LlmError::Run(e.to_string()),
             E::Ir(_) | E::Opt(_) | E::Legalize(_) | E::Param { .. } | E::Specialise { .. } => {
                 LlmError::Model(e.to_string())

@@ -84,6 +84,10 @@ impl Val {
     }
 }
 
+/// A graph input declared when first read: its type, a value that may be frozen, and its
+/// node once declared.
+type LazyInput = (TensorType, Option<Arc<Tensor>>, Option<NodeId>);
+
 /// The graph under construction and everything needed to materialize values into it.
 pub struct Ctx {
     /// the graph
@@ -102,6 +106,8 @@ pub struct Ctx {
     /// `DynamicQuantizeLinear` results: the u8 node → (its f32 source, scale, zero point),
     /// so a `MatMulInteger` reading them quantizes the source itself
     pub dynamic_quantized: HashMap<NodeId, (Val, Val, Val)>,
+    /// graph inputs declared when first read
+    lazy: HashMap<String, LazyInput>,
 }
 
 impl Ctx {
@@ -116,6 +122,7 @@ impl Ctx {
             node_values: HashMap::new(),
             cur: String::new(),
             dynamic_quantized: HashMap::new(),
+            lazy: HashMap::new(),
         }
     }
 
@@ -126,6 +133,26 @@ impl Ctx {
             self.known_inputs.insert(id, (name.to_string(), t));
         }
         Val::Node(id)
+    }
+
+    /// Registers a graph input that is declared only if something reads it
+    /// ([`Ctx::read_lazy`]): a later stage of a staged import reads few of the values
+    /// earlier stages computed, and each one declared is one copied into the run.
+    pub fn lazy_input(&mut self, name: &str, ty: TensorType, known: Option<Arc<Tensor>>) {
+        self.lazy.insert(name.to_string(), (ty, known, None));
+    }
+
+    /// The value of a lazy input, declaring it on first read; `None` for unknown names.
+    pub fn read_lazy(&mut self, name: &str) -> Option<Val> {
+        let (ty, known, id) = self.lazy.get(name)?.clone();
+        if let Some(id) = id {
+            return Some(Val::Node(id));
+        }
+        let v = self.input(name, ty, known);
+        if let (Val::Node(id), Some(entry)) = (&v, self.lazy.get_mut(name)) {
+            entry.2 = Some(*id);
+        }
+        Some(v)
     }
 
     /// The type of a value.
@@ -208,11 +235,25 @@ impl Ctx {
         }
     }
 
+    /// The value of `v` if it is known at import without freezing a graph input: what a
+    /// data-dependent op needs to fold rather than run between stages (freezing would
+    /// evaluate everything before it on the host interpreter).
+    pub fn try_const_unfrozen(&mut self, v: &Val) -> Option<Arc<Tensor>> {
+        match v {
+            Val::Const { t, .. } => Some(t.clone()),
+            Val::Node(id) => self.node_const_with(*id, false),
+        }
+    }
+
     fn node_const(&mut self, id: NodeId) -> Option<Arc<Tensor>> {
+        self.node_const_with(id, true)
+    }
+
+    fn node_const_with(&mut self, id: NodeId, freeze: bool) -> Option<Arc<Tensor>> {
         if let Some(t) = self.node_values.get(&id) {
             return Some(t.clone());
         }
-        if let Some((name, t)) = self.known_inputs.get(&id) {
+        if let Some((name, t)) = self.known_inputs.get(&id).filter(|_| freeze) {
             let t = t.clone();
             if !self.frozen.contains(name) {
                 self.frozen.push(name.clone());
@@ -227,7 +268,7 @@ impl Ctx {
             op => {
                 let mut ins = Vec::with_capacity(node.inputs.len());
                 for &i in &node.inputs {
-                    ins.push(self.node_const(i)?);
+                    ins.push(self.node_const_with(i, freeze)?);
                 }
                 let refs: Vec<&Tensor> = ins.iter().map(|t| &**t).collect();
                 Arc::new(rlx_cpu::eval_op(op, &refs).ok()?)

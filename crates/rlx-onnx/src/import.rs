@@ -6,6 +6,7 @@ use crate::dtype::{onnx_type_name, to_dtype};
 use crate::error::{OnnxError, UnsupportedNode};
 use crate::node::{Env, NodeIn};
 use crate::proto::{type_proto, GraphProto, ModelProto, ValueInfoProto};
+use crate::stage::{Cut, Staging};
 use crate::tensor::{to_tensor, ExternalData};
 use crate::{ImportOptions, OnnxModel};
 use rlx_ir::{Dim, Shape, Tensor, TensorType};
@@ -18,13 +19,19 @@ pub const MAX_OPSET: i64 = 28;
 /// target; 1 to 6 (the PyTorch-converted suites) work where an op's attributes say how.
 pub const MIN_OPSET: i64 = 1;
 
-/// A name's binding while mapping: a value, or the output of a node that failed.
+/// A name's binding while mapping: a value, the output of a node that failed, or (in a
+/// staged import, `crate::stage`) a graph input not declared yet or a value of a later stage.
 #[derive(Clone)]
 pub enum Slot {
     /// a value
     Val(Val),
     /// the output of a node that could not be mapped
     Poisoned,
+    /// a graph input declared when first read ([`Ctx::lazy_input`]): a value an earlier
+    /// stage computed, or a run input of a later stage
+    Lazy,
+    /// computed only after a data-dependent node of this stage runs on the host
+    Pending,
 }
 
 /// Initializers decoded once into shared tensors, in file order.
@@ -42,6 +49,8 @@ pub struct Imported {
     pub opsets: Vec<(String, i64)>,
     /// producer name and version
     pub producer: String,
+    /// data-dependent nodes left to the host (empty when the graph computes the outputs)
+    pub cut: Cut,
 }
 
 /// Imports a decoded model.
@@ -52,7 +61,10 @@ pub fn import(
     opts: &ImportOptions,
 ) -> Result<OnnxModel, OnnxError> {
     let inits = initializers(model, file, ext)?;
-    let m = import_decoded(model, file, inits, opts)?;
+    let m = import_decoded(model, file, inits, opts, false)?;
+    if !m.cut.is_empty() {
+        return Err(cut_unsupported(model, file, &m.cut));
+    }
     let params = m
         .params
         .into_iter()
@@ -67,8 +79,40 @@ pub fn import(
     })
 }
 
+/// The error for a one-graph import of a model whose shapes depend on run-time values.
+fn cut_unsupported(model: &ModelProto, file: &str, cut: &Cut) -> OnnxError {
+    let opset = opsets_of(model, file)
+        .ok()
+        .and_then(|o| o.get("ai.onnx").copied())
+        .unwrap_or(0);
+    let nodes = model.graph.as_ref().map(|g| &g.node[..]).unwrap_or(&[]);
+    let nodes = cut
+        .nodes
+        .iter()
+        .filter_map(|&i| nodes.get(i).map(|n| (i, n)))
+        .map(|(i, n)| UnsupportedNode {
+            node: if n.name().is_empty() {
+                format!("{}#{i}", n.op_type())
+            } else {
+                n.name().to_string()
+            },
+            domain: "ai.onnx".into(),
+            op_type: n.op_type().to_string(),
+            opset,
+            reason: "its output shape depends on values computed at run time; run the model \
+                     through rlx_onnx::runtime (`rlx run`, Python's InferenceSession), which \
+                     evaluates it between compiled stages"
+                .into(),
+        })
+        .collect();
+    OnnxError::Unsupported {
+        file: file.to_string(),
+        nodes,
+    }
+}
+
 /// The opsets a model imports, by domain (`ai.onnx` for the default one).
-fn opsets_of(model: &ModelProto, file: &str) -> Result<HashMap<String, i64>, OnnxError> {
+pub(crate) fn opsets_of(model: &ModelProto, file: &str) -> Result<HashMap<String, i64>, OnnxError> {
     if model.opset_import.is_empty() {
         return Err(OnnxError::Model {
             file: file.to_string(),
@@ -191,12 +235,16 @@ pub fn declared_outputs(model: &ModelProto) -> Vec<(String, Option<TensorType>)>
         .collect()
 }
 
-/// Imports a model whose initializers are already decoded (shared, not copied).
+/// Imports a model whose initializers are already decoded (shared, not copied). With
+/// `staged` (a runtime that evaluates data-dependent ops between stages), such an op whose
+/// input is a graph input given in `opts.known_inputs` is cut rather than folded by
+/// freezing that input: freezing would evaluate everything before it on the host.
 pub fn import_decoded(
     model: &ModelProto,
     file: &str,
     inits: Initializers,
     opts: &ImportOptions,
+    staged: bool,
 ) -> Result<Imported, OnnxError> {
     let model_err = |message: String| OnnxError::Model {
         file: file.to_string(),
@@ -217,13 +265,33 @@ pub fn import_decoded(
         };
         scope.insert(name, Slot::Val(v));
     }
+    // A later stage declares only the run inputs and carried values it reads.
+    let later_stage = !opts.carried.is_empty();
     for (name, ty) in declared_inputs(model, file, &opts.dims)? {
         let known = opts.known_inputs.get(&name).map(|t| Arc::new(t.clone()));
-        let v = ctx.input(&name, ty, known);
-        scope.insert(name, Slot::Val(v));
+        if later_stage {
+            ctx.lazy_input(&name, ty, known);
+            scope.insert(name, Slot::Lazy);
+        } else {
+            let v = ctx.input(&name, ty, known);
+            scope.insert(name, Slot::Val(v));
+        }
     }
+    for (name, ty) in &opts.carried {
+        ctx.lazy_input(name, ty.clone(), None);
+        scope.insert(name.clone(), Slot::Lazy);
+    }
+    let mut staging = Staging::new(opts.carried.iter().map(|(n, _)| n.clone()));
+    staging.freeze = !staged;
 
-    let unsupported = map_nodes(&mut ctx, graph, &opsets, &mut scope, file)?;
+    let unsupported = map_nodes(
+        &mut ctx,
+        graph,
+        &opsets,
+        &mut scope,
+        file,
+        Some(&mut staging),
+    )?;
     if !unsupported.is_empty() {
         return Err(OnnxError::Unsupported {
             file: file.to_string(),
@@ -231,26 +299,46 @@ pub fn import_decoded(
         });
     }
 
-    for out in &graph.output {
-        let name = out.name();
-        let v = match scope.get(name) {
-            Some(Slot::Val(v)) => v.clone(),
-            _ => {
-                return Err(model_err(format!(
-                    "graph output `{name}` is never computed"
-                )))
+    if staging.cut.is_empty() {
+        for out in &graph.output {
+            let name = out.name();
+            let v = match resolve(&mut ctx, &mut scope, name) {
+                Some(v) => v,
+                None => {
+                    return Err(model_err(format!(
+                        "graph output `{name}` is never computed"
+                    )))
+                }
+            };
+            check_declared(&ctx, &v, out).map_err(model_err)?;
+            ctx.cur = format!("output {name}");
+            let id = ctx.node(&v);
+            ctx.graph.output(name, id);
+        }
+    } else {
+        // a model output computed here is carried to the last stage
+        for out in &graph.output {
+            if let Some(Slot::Val(v)) = scope.get(out.name()) {
+                staging.export(&ctx, out.name(), v);
             }
-        };
-        check_declared(&ctx, &v, out).map_err(model_err)?;
-        ctx.cur = format!("output {name}");
-        let id = ctx.node(&v);
-        ctx.graph.output(name, id);
+        }
+        for name in &staging.exports {
+            if let Some(Slot::Val(v)) = scope.get(name) {
+                ctx.cur = format!("output {name}");
+                let id = ctx.node(v);
+                ctx.graph.output(name, id);
+            }
+        }
     }
-    ctx.graph.verify().map_err(|source| OnnxError::Ir {
-        file: file.to_string(),
-        node: "(whole graph)".into(),
-        source: Box::new(source),
-    })?;
+    // a stage whose cut reads only graph inputs computes nothing: an empty graph
+    let empty_stage = ctx.graph.outputs().is_empty() && !staging.cut.is_empty();
+    if !empty_stage {
+        ctx.graph.verify().map_err(|source| OnnxError::Ir {
+            file: file.to_string(),
+            node: "(whole graph)".into(),
+            source: Box::new(source),
+        })?;
+    }
     let params = std::mem::take(&mut ctx.params);
     drop(scope);
     let mut opsets: Vec<(String, i64)> = opsets.into_iter().collect();
@@ -261,16 +349,35 @@ pub fn import_decoded(
         frozen: ctx.frozen,
         opsets,
         producer: format!("{} {}", model.producer_name(), model.producer_version()),
+        cut: staging.cut,
     })
 }
 
-/// Maps every node of `graph` in order; returns the unsupported ones.
+/// The value bound to `name`, declaring a lazy graph input on first read; `None` when the
+/// name is unbound, poisoned or pending.
+fn resolve(ctx: &mut Ctx, scope: &mut HashMap<String, Slot>, name: &str) -> Option<Val> {
+    match scope.get(name)? {
+        Slot::Val(v) => Some(v.clone()),
+        Slot::Lazy => {
+            let v = ctx.read_lazy(name)?;
+            scope.insert(name.to_string(), Slot::Val(v.clone()));
+            Some(v)
+        }
+        Slot::Poisoned | Slot::Pending => None,
+    }
+}
+
+/// Maps every node of `graph` in order; returns the unsupported ones. With `staging` (the
+/// main graph of a staged import), nodes earlier stages computed are skipped, and
+/// data-dependent nodes whose deciding inputs are only known at run time are cut, with
+/// everything after them left pending (see `crate::stage`).
 fn map_nodes(
     ctx: &mut Ctx,
     graph: &GraphProto,
     opsets: &HashMap<String, i64>,
     scope: &mut HashMap<String, Slot>,
     file: &str,
+    mut staging: Option<&mut Staging>,
 ) -> Result<Vec<UnsupportedNode>, OnnxError> {
     let mut unsupported = Vec::new();
     for (idx, node) in graph.node.iter().enumerate() {
@@ -298,6 +405,11 @@ fn map_nodes(
                 node.op_type()
             ),
         };
+        if let Some(st) = staging.as_deref_mut() {
+            if st.defer(ctx, scope, idx, node, domain) {
+                continue;
+            }
+        }
         let mut inputs = Vec::with_capacity(node.input.len());
         let mut poisoned = false;
         for i in &node.input {
@@ -306,8 +418,17 @@ fn map_nodes(
                 continue;
             }
             match scope.get(i) {
-                Some(Slot::Val(v)) => inputs.push(Some(v.clone())),
                 Some(Slot::Poisoned) => poisoned = true,
+                Some(Slot::Pending) => {
+                    return Err(node_err(format!(
+                        "input `{i}` is only known after a data-dependent op runs, which a \
+                         subgraph cannot wait for"
+                    )))
+                }
+                Some(_) => match resolve(ctx, scope, i) {
+                    Some(v) => inputs.push(Some(v)),
+                    None => poisoned = true,
+                },
                 None => {
                     return Err(node_err(format!(
                         "input `{i}` is not defined before this node"
@@ -355,10 +476,12 @@ fn map_nodes(
         } else {
             Err(Some(format!("op `{}` is not supported", node.op_type())))
         };
+        // outputs an earlier stage computed keep their (lazy) values
+        let carried = |o: &str| staging.as_deref().is_some_and(|st| st.carried.contains(o));
         match result {
             Ok(outs) => {
                 for (i, out) in node.output.iter().enumerate() {
-                    if out.is_empty() {
+                    if out.is_empty() || carried(out) {
                         continue;
                     }
                     match outs.get(i) {
@@ -378,7 +501,9 @@ fn map_nodes(
                     unsupported.push(unsupported_node(reason));
                 }
                 for out in &node.output {
-                    scope.insert(out.clone(), Slot::Poisoned);
+                    if !carried(out) {
+                        scope.insert(out.clone(), Slot::Poisoned);
+                    }
                 }
             }
         }
@@ -500,7 +625,7 @@ pub fn subgraph(ctx: &mut Ctx, env: &Env, g: &GraphProto, inputs: &[Val]) -> R<V
         scope.insert(vi.name().to_string(), Slot::Val(v.clone()));
     }
     let cur = ctx.cur.clone();
-    let unsupported = map_nodes(ctx, g, env.opsets, &mut scope, env.file)
+    let unsupported = map_nodes(ctx, g, env.opsets, &mut scope, env.file, None)
         .map_err(|e| Fail::Invalid(format!("in subgraph `{}`: {e}", g.name())))?;
     ctx.cur = cur;
     if !unsupported.is_empty() {
@@ -513,9 +638,9 @@ pub fn subgraph(ctx: &mut Ctx, env: &Env, g: &GraphProto, inputs: &[Val]) -> R<V
     }
     g.output
         .iter()
-        .map(|o| match scope.get(o.name()) {
-            Some(Slot::Val(v)) => Ok(v.clone()),
-            _ => Err(Fail::Invalid(format!(
+        .map(|o| match resolve(ctx, &mut scope, o.name()) {
+            Some(v) => Ok(v),
+            None => Err(Fail::Invalid(format!(
                 "subgraph output `{}` is never computed",
                 o.name()
             ))),

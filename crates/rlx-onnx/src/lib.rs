@@ -10,6 +10,9 @@
 //! - Every unsupported node is listed in one [`OnnxError::Unsupported`].
 //! - [`ParsedModel`] keeps a decoded model and imports it again per set of dim sizes, so a
 //!   runtime can specialise a dynamic-axis model to the shapes of its inputs.
+//! - Ops whose output shape depends on values (`NonZero`, `NonMaxSuppression`, ...) fold
+//!   at import when their inputs are known ([`host`]); otherwise an import stops at them
+//!   and a runtime evaluates them between compiled stages ([`stage`]).
 //!
 //! - With the `runtime` feature, [`runtime::dynamic`] puts a [`ParsedModel`] behind an
 //!   `rlx_runtime::DynamicGraph`, compiled once per shape signature of its inputs.
@@ -23,6 +26,7 @@ mod ctx;
 mod dtype;
 mod emit;
 mod error;
+pub mod host;
 pub(crate) mod import;
 mod node;
 pub mod ops;
@@ -30,6 +34,7 @@ mod parsed;
 pub mod proto;
 #[cfg(feature = "runtime")]
 pub mod runtime;
+pub mod stage;
 mod tensor;
 
 pub use dtype::{onnx_type_name, to_dtype, to_onnx};
@@ -56,6 +61,10 @@ pub struct ImportOptions {
     /// need static shapes (CumSum, Range lengths, ...) import, and every shape is checked
     /// once. Dims not named here stay symbolic.
     pub dims: HashMap<String, usize>,
+    /// Values an earlier stage of a staged run computed, with their (static) types: read
+    /// as graph inputs of those names, and the nodes that computed them are not mapped
+    /// again (see [`stage`]). Empty for a first (or only) stage.
+    pub carried: Vec<(String, rlx_ir::TensorType)>,
 }
 
 /// An imported model.

@@ -24,7 +24,7 @@ pub struct ParsedModel {
 }
 
 /// One import of a [`ParsedModel`]: the graph and the weights it binds (shared with the
-/// parsed model, not copied).
+/// parsed model, not copied), and for a model run in stages, what is left to the host.
 #[derive(Debug)]
 pub struct Specialised {
     /// the graph
@@ -33,6 +33,9 @@ pub struct Specialised {
     pub params: Vec<(String, Arc<Tensor>)>,
     /// graph inputs whose given value was frozen into the graph
     pub frozen_inputs: Vec<String>,
+    /// data-dependent nodes to evaluate on the host after the graph runs (empty when the
+    /// graph computes the model's outputs; see [`crate::stage`])
+    pub cut: crate::stage::Cut,
 }
 
 impl ParsedModel {
@@ -109,11 +112,25 @@ impl ParsedModel {
     /// Unsupported nodes (all listed), inconsistent models, shapes that do not agree once
     /// the dims are bound.
     pub fn specialise(&self, opts: &ImportOptions) -> Result<Specialised, OnnxError> {
-        let m = import::import_decoded(&self.model, &self.label, self.inits.clone(), opts)?;
+        let m = import::import_decoded(&self.model, &self.label, self.inits.clone(), opts, true)?;
         Ok(Specialised {
             graph: m.graph,
             params: m.params,
             frozen_inputs: m.frozen,
+            cut: m.cut,
         })
+    }
+
+    /// Evaluates an import's cut on the host (see [`crate::stage::run_host`]).
+    ///
+    /// # Errors
+    /// As [`crate::stage::run_host`].
+    pub fn run_host(
+        &self,
+        cut: &crate::stage::Cut,
+        inputs: &std::collections::HashMap<String, Tensor>,
+        carried: &mut std::collections::HashMap<String, Tensor>,
+    ) -> Result<(), OnnxError> {
+        crate::stage::run_host(&self.model, &self.label, cut, inputs, carried)
     }
 }

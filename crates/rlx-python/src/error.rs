@@ -48,9 +48,11 @@ pub fn runtime(e: RuntimeError) -> PyErr {
     let message = e.to_string();
     match e {
         RuntimeError::Device(_) => DeviceError::new_err(message),
-        RuntimeError::Input { .. } | RuntimeError::Output { .. } | RuntimeError::Buffer(_) => {
-            InvalidArgument::new_err(message)
-        }
+        // host work between stages fails on values the inputs gave (shapes, thresholds)
+        RuntimeError::Input { .. }
+        | RuntimeError::Output { .. }
+        | RuntimeError::Buffer(_)
+        | RuntimeError::Host { .. } => InvalidArgument::new_err(message),
         RuntimeError::Unsupported { .. } => DeviceError::new_err(message),
         RuntimeError::Backend { .. } | RuntimeError::Diverged { .. } => RunError::new_err(message),
         RuntimeError::Ir(_)

@@ -5,10 +5,17 @@
 //! The runtime knows nothing of where the graph comes from: a [`Specialiser`] builds the
 //! graph and its weights for one set of sizes (the ONNX importer with dims bound, for
 //! example), so ops that need static shapes work whatever the sizes.
+//!
+//! A model whose later shapes depend on values it computes (ONNX `NonZero`,
+//! `NonMaxSuppression`, ...) runs in stages: the specialiser builds the graph up to such an
+//! op and a [`HostStep`] that computes the op's results on the host from the stage's outputs;
+//! the next stage is specialised for the shapes of every value carried so far, and so on
+//! until a stage computes the model's outputs. Every stage is compiled once per signature
+//! (input sizes plus carried types) in the same cache.
 
 use crate::session::{bind_inputs, bind_values, Bindings};
 use crate::{Binding, CompileOptions, CompiledGraph, RuntimeError, Session};
-use rlx_ir::{Graph, Tensor, TensorType};
+use rlx_ir::{DType, Graph, Shape, Tensor, TensorType};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -16,20 +23,33 @@ use std::time::Instant;
 /// How many shape signatures a [`DynamicGraph`] keeps compiled unless told otherwise.
 pub const DEFAULT_CACHE_SIZE: usize = 8;
 
-/// An error a [`Specialiser`] returns.
+/// An error a [`Specialiser`] or a [`HostStep`] returns.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a specialiser builds for one shape signature: a graph whose inputs have only static
-/// dims, and the weights it binds.
+/// dims, the weights it binds, and the host work that follows it when the model goes on.
 pub struct Specialised {
     /// the graph
     pub graph: Graph,
     /// weights by param name (shared: the same `Arc` each time is set once)
     pub params: Vec<(String, Arc<Tensor>)>,
+    /// `None` when the graph computes the model's outputs; otherwise what runs on the host
+    /// after it, before the next stage (whose shapes depend on what this step computes)
+    pub then: Option<HostStep>,
 }
 
-/// Builds the graph for one set of symbol sizes.
-pub type Specialiser = Box<dyn Fn(&Bindings) -> Result<Specialised, BoxError> + Send + Sync>;
+/// Host work between two stages of a run: given the run's inputs and the values carried so
+/// far (the stage's outputs among them), adds the values it computes to the carried ones.
+pub type HostStep = Arc<
+    dyn Fn(&HashMap<String, Tensor>, &mut HashMap<String, Tensor>) -> Result<(), BoxError>
+        + Send
+        + Sync,
+>;
+
+/// Builds the graph of one stage for a set of symbol sizes and the (static) types of the
+/// values earlier stages carried to it, sorted by name (none for the first stage).
+pub type Specialiser =
+    Box<dyn Fn(&Bindings, &[(String, TensorType)]) -> Result<Specialised, BoxError> + Send + Sync>;
 
 /// A model compiled per shape signature of its inputs, runnable from several threads.
 pub struct DynamicGraph {
@@ -41,13 +61,27 @@ pub struct DynamicGraph {
     cache: Mutex<Cache>,
 }
 
-/// Compiled graphs by signature, with the tick of their last use.
+/// What one stage is compiled for: the input symbol sizes and the carried values' types.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct StageKey {
+    dims: Bindings,
+    carried: Vec<(String, DType, Vec<usize>)>,
+}
+
+/// One compiled stage: its graph (`None` when it computes nothing) and the host work after it.
+struct Stage {
+    compiled: Option<Arc<CompiledGraph>>,
+    then: Option<HostStep>,
+}
+
+/// Compiled stages by signature, with the tick of their last use.
 #[derive(Default)]
 struct Cache {
     tick: u64,
-    entries: BTreeMap<Bindings, (u64, Arc<CompiledGraph>)>,
+    entries: BTreeMap<StageKey, (u64, Arc<Stage>)>,
     compiles: usize,
     last_compile_ms: Option<f64>,
+    total_compile_ms: f64,
 }
 
 impl Session {
@@ -93,16 +127,41 @@ impl DynamicGraph {
         bind_inputs(&self.inputs, inputs)
     }
 
-    /// Runs the model, compiling it first for a signature not in the cache.
+    /// Runs the model, compiling first each stage whose signature is not in the cache.
     ///
     /// # Errors
-    /// As [`DynamicGraph::bind`], [`DynamicGraph::compiled`] and [`CompiledGraph::run`].
+    /// As [`DynamicGraph::bind`] and [`CompiledGraph::run`]; a stage the specialiser cannot
+    /// build or the backend cannot compile; host work between stages that fails
+    /// ([`RuntimeError::Host`], naming what it evaluated and why).
     pub fn run(
         &self,
         inputs: &HashMap<String, Tensor>,
     ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
-        let bindings = self.bind(inputs)?;
-        self.compiled(&bindings)?.run(inputs)
+        let dims = self.bind(inputs)?;
+        let mut carried: HashMap<String, Tensor> = HashMap::new();
+        loop {
+            let stage = self.stage(&dims, &carried)?;
+            let outputs = match &stage.compiled {
+                Some(c) if carried.is_empty() => c.run(inputs)?,
+                Some(c) => run_carried(c, inputs, &mut carried)?,
+                None => Vec::new(),
+            };
+            let Some(then) = &stage.then else {
+                return Ok(outputs);
+            };
+            let before = carried.len();
+            carried.extend(outputs);
+            then(inputs, &mut carried).map_err(|source| RuntimeError::Host {
+                bindings: signature(&dims),
+                source,
+            })?;
+            if carried.len() == before {
+                return Err(RuntimeError::Host {
+                    bindings: signature(&dims),
+                    source: "a stage and its host step computed no new value".into(),
+                });
+            }
+        }
     }
 
     /// Runs with a [`Binding`] (device buffers in and out; see
@@ -124,37 +183,83 @@ impl DynamicGraph {
     /// (evicting the least recently used signature when the cache is full).
     ///
     /// # Errors
-    /// The specialiser fails for these sizes (its error, with the sizes), or compiling does.
+    /// The specialiser fails for these sizes (its error, with the sizes), or compiling does;
+    /// a model that runs in stages (data-dependent shapes) has no single graph: use
+    /// [`DynamicGraph::run`].
     pub fn compiled(&self, bindings: &Bindings) -> Result<Arc<CompiledGraph>, RuntimeError> {
+        let stage = self.stage(bindings, &HashMap::new())?;
+        match (&stage.compiled, &stage.then) {
+            (Some(c), None) => Ok(c.clone()),
+            _ => Err(RuntimeError::Specialise {
+                bindings: signature(bindings),
+                source: "the model's shapes depend on values it computes, so it runs in stages \
+                         (DynamicGraph::run), not as one compiled graph"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The stage for these sizes and carried values: from the cache, or built and compiled now.
+    fn stage(
+        &self,
+        dims: &Bindings,
+        carried: &HashMap<String, Tensor>,
+    ) -> Result<Arc<Stage>, RuntimeError> {
+        let mut types: Vec<(String, DType, Vec<usize>)> = carried
+            .iter()
+            .map(|(n, t)| (n.clone(), t.dtype(), t.shape().to_vec()))
+            .collect();
+        types.sort();
+        let key = StageKey {
+            dims: dims.clone(),
+            carried: types,
+        };
         {
             let mut cache = self.lock();
             cache.tick += 1;
             let tick = cache.tick;
-            if let Some(entry) = cache.entries.get_mut(bindings) {
+            if let Some(entry) = cache.entries.get_mut(&key) {
                 entry.0 = tick;
                 return Ok(entry.1.clone());
             }
         }
         let start = Instant::now();
-        let spec = (self.build)(bindings).map_err(|source| RuntimeError::Specialise {
-            bindings: signature(bindings),
-            source,
-        })?;
+        let carried_types: Vec<(String, TensorType)> = key
+            .carried
+            .iter()
+            .map(|(n, d, s)| (n.clone(), TensorType::new(*d, Shape::of(s))))
+            .collect();
+        let spec =
+            (self.build)(dims, &carried_types).map_err(|source| RuntimeError::Specialise {
+                bindings: signature(dims),
+                source,
+            })?;
         let store = self.session.params();
         for (name, t) in spec.params {
             if !store.get(&name).is_some_and(|old| Arc::ptr_eq(&old, &t)) {
                 store.set(&name, t);
             }
         }
-        let compiled = Arc::new(self.session.compile(&spec.graph, self.options.clone())?);
+        // A stage whose values all come from earlier ones (a host op reading another's
+        // result) computes nothing on the device.
+        let compiled = if spec.graph.outputs().is_empty() && spec.then.is_some() {
+            None
+        } else {
+            Some(Arc::new(
+                self.session.compile(&spec.graph, self.options.clone())?,
+            ))
+        };
+        let stage = Arc::new(Stage {
+            compiled,
+            then: spec.then,
+        });
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let mut cache = self.lock();
         cache.compiles += 1;
         cache.last_compile_ms = Some(ms);
+        cache.total_compile_ms += ms;
         let tick = cache.tick;
-        cache
-            .entries
-            .insert(bindings.clone(), (tick, compiled.clone()));
+        cache.entries.insert(key, (tick, stage.clone()));
         while cache.entries.len() > self.capacity {
             let oldest = cache
                 .entries
@@ -166,22 +271,24 @@ impl DynamicGraph {
                 None => break,
             };
         }
-        Ok(compiled)
+        Ok(stage)
     }
 
-    /// The signatures compiled now, least recently used first.
+    /// The signatures compiled now, least recently used first (one per compiled stage: a
+    /// model with data-dependent shapes lists its input sizes once per stage and shape of
+    /// the values carried between stages).
     pub fn cached(&self) -> Vec<Bindings> {
         let cache = self.lock();
         let mut v: Vec<(u64, Bindings)> = cache
             .entries
             .iter()
-            .map(|(k, (t, _))| (*t, k.clone()))
+            .map(|(k, (t, _))| (*t, k.dims.clone()))
             .collect();
         v.sort();
         v.into_iter().map(|(_, k)| k).collect()
     }
 
-    /// How many signatures were built and compiled so far (cache misses).
+    /// How many signatures (stages) were built and compiled so far (cache misses).
     pub fn compiles(&self) -> usize {
         self.lock().compiles
     }
@@ -189,6 +296,11 @@ impl DynamicGraph {
     /// Wall time of the last build and compile of a new signature, in milliseconds.
     pub fn last_compile_ms(&self) -> Option<f64> {
         self.lock().last_compile_ms
+    }
+
+    /// Wall time of every build and compile so far, in milliseconds.
+    pub fn total_compile_ms(&self) -> f64 {
+        self.lock().total_compile_ms
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -203,4 +315,35 @@ pub fn signature(bindings: &Bindings) -> String {
     }
     let parts: Vec<String> = bindings.iter().map(|(k, v)| format!("{k}={v}")).collect();
     parts.join(", ")
+}
+
+/// Runs a later stage: the carried values it reads are moved in and back out (no copy),
+/// the run's inputs it reads are copied.
+fn run_carried(
+    compiled: &CompiledGraph,
+    inputs: &HashMap<String, Tensor>,
+    carried: &mut HashMap<String, Tensor>,
+) -> Result<Vec<(String, Tensor)>, RuntimeError> {
+    let mut feed: HashMap<String, Tensor> = HashMap::new();
+    let mut moved: Vec<String> = Vec::new();
+    for (name, ty) in compiled.inputs() {
+        if let Some(t) = carried.remove(&name) {
+            moved.push(name.clone());
+            feed.insert(name, t);
+        } else if let Some(t) = inputs.get(&name) {
+            feed.insert(name, t.clone());
+        } else {
+            return Err(RuntimeError::Input {
+                name,
+                message: format!("missing (expected {ty}; a later stage reads it)"),
+            });
+        }
+    }
+    let result = compiled.run(&feed);
+    for name in moved {
+        if let Some(t) = feed.remove(&name) {
+            carried.insert(name, t);
+        }
+    }
+    result
 }

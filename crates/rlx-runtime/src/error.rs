@@ -78,4 +78,12 @@ pub enum RuntimeError {
         /// the first node that diverged, with its operands
         check: Box<crate::NodeCheck>,
     },
+    /// Host work between two stages of a model with data-dependent shapes failed.
+    #[error("running on the host for {bindings}: {source}")]
+    Host {
+        /// the input symbol sizes, `batch=2, sequence=7`
+        bindings: String,
+        /// what the host step said (the op, node and values involved)
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }

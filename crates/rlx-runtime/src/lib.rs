@@ -21,7 +21,7 @@ pub use backend::{
 pub use binding::Binding;
 pub use buffer::{BoundValue, BufferStorage, DeviceBuffer, RawHandle};
 pub use dynamic::{
-    signature, BoxError, DynamicGraph, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
+    signature, BoxError, DynamicGraph, HostStep, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
 };
 pub use error::RuntimeError;
 pub use params::{ParamMap, ParamStore};

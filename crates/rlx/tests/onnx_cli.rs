@@ -136,6 +136,84 @@ fn run_reads_npy_inputs_and_writes_npy_outputs() {
     std::fs::remove_dir_all(&d).ok();
 }
 
+/// `y = x[x > 0]` as torch.onnx.export writes it (Greater → NonZero → Transpose →
+/// GatherND) with x f32[2, 3]: its output shape depends on the values of x.
+fn positives_model() -> Vec<u8> {
+    let node = |op: &str, inputs: &[&str], output: &str| NodeProto {
+        op_type: Some(op.into()),
+        name: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    };
+    let mut transpose = node("Transpose", &["nz"], "idx");
+    transpose.attribute = vec![rlx_onnx::proto::AttributeProto {
+        name: Some("perm".into()),
+        r#type: Some(rlx_onnx::proto::attribute_proto::AttributeType::Ints as i32),
+        ints: vec![1, 0],
+        ..Default::default()
+    }];
+    ModelProto {
+        ir_version: Some(10),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: vec![
+                node("Greater", &["x", "zero"], "mask"),
+                node("NonZero", &["mask"], "nz"),
+                transpose,
+                node("GatherND", &["x", "idx"], "y"),
+            ],
+            input: vec![value("x", &[2, 3])],
+            output: vec![ValueInfoProto {
+                name: Some("y".into()),
+                ..Default::default()
+            }],
+            initializer: vec![TensorProto {
+                name: Some("zero".into()),
+                data_type: Some(1),
+                float_data: vec![0.0],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn run_and_bench_a_model_with_data_dependent_shapes() {
+    let d = dir("positives");
+    let model = d.join("positives.onnx");
+    std::fs::write(&model, positives_model()).unwrap();
+    npy_f32(&d.join("x.npy"), &[2, 3], &[1.0, -2.0, 3.0, -4.0, 0.0, 6.0]);
+    let out = d.join("out");
+    let x = format!("x={}", d.join("x.npy").display());
+    let (ok, _, err) = rlx(&[
+        "run",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--input",
+        &x,
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let bytes = std::fs::read(out.join("y.npy")).unwrap();
+    let v: Vec<f32> = npyz::NpyFile::new(&bytes[..]).unwrap().into_vec().unwrap();
+    assert_eq!(v, vec![1.0, 3.0, 6.0]);
+    let m = model.to_str().unwrap();
+    let args = ["bench", m, "--device", "cpu", "--input", &x, "--iters", "2"];
+    let (ok, text, err) = rlx(&args);
+    assert!(ok && text.contains("2 stages"), "{text}{err}");
+    std::fs::remove_dir_all(&d).ok();
+}
+
 #[test]
 fn wrong_inputs_are_clear_errors() {
     let d = dir("bad");

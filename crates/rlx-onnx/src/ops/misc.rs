@@ -1,7 +1,9 @@
 //! Ops whose result is a mask or a selection: `Dropout` (inference), `Trilu`, `OneHot`,
-//! and the data-dependent ops folded at import (`NonZero`, `Compress`, `Unique`).
+//! and the data-dependent ops (`NonZero`, `Compress`, `Unique`, `NonMaxSuppression`),
+//! folded with `crate::host` when their inputs are known at import; a staged run
+//! (`crate::stage`) calls these same mappers on the values it computed.
 
-use crate::ctx::{invalid, unsupported, Ctx, Val, R};
+use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
 use crate::node::NodeIn;
 use rlx_ir::{BinaryOp, DType};
 
@@ -102,48 +104,37 @@ pub fn one_hot(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![ctx.where_(&hot, &on, &off)?])
 }
 
-/// Row-major multi-index of flat position `i`.
-fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
-    let mut out = vec![0; shape.len()];
-    for a in (0..shape.len()).rev() {
-        if shape[a] > 0 {
-            out[a] = i % shape[a];
-            i /= shape[a];
-        }
-    }
-    out
+/// A host result as a constant, or the operands' problem as an invalid node.
+fn host<T>(r: crate::host::HostResult<T>) -> R<T> {
+    r.map_err(Fail::Invalid)
 }
 
-/// `NonZero` of a value known at import (its result shape depends on the values).
+/// `NonZero` of a value known at import (a staged run evaluates it on the host with the
+/// same function when it is computed at run time).
 pub fn non_zero(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = ctx.const_of(
         &n.input(0)?,
         "the input of NonZero (its result shape depends on it)",
     )?;
-    let shape = x.shape().to_vec();
-    let hits: Vec<usize> = (0..x.numel()).filter(|&i| x.get_f64(i) != 0.0).collect();
-    let mut v = vec![0.0; shape.len() * hits.len()];
-    for (k, &i) in hits.iter().enumerate() {
-        for (a, c) in unravel(i, &shape).into_iter().enumerate() {
-            v[a * hits.len() + k] = c as f64;
-        }
-    }
-    Ok(vec![ctx.tensor(
-        DType::I64,
-        &[shape.len(), hits.len()],
-        &v,
-    )?])
+    Ok(vec![Val::konst(host(crate::host::non_zero(&x))?)])
 }
 
-/// `Compress` with a condition known at import: a gather of the selected positions.
+/// `Compress`: with the condition known at import, a gather of the selected positions (or
+/// the selection itself when the input is known too).
 pub fn compress(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let cond = ctx.const_of(&n.input(1)?, "the condition of Compress")?;
-    let (x, axis) = match n.int_opt("axis")? {
-        Some(a) => {
-            let r = ctx.rank(&x);
-            (x, ctx.axis(a, r)?)
-        }
+    let axis = match n.int_opt("axis")? {
+        Some(a) => Some(ctx.axis(a, ctx.rank(&x))?),
+        None => None,
+    };
+    if let Val::Const { t, .. } = &x {
+        return Ok(vec![Val::konst(host(crate::host::compress(
+            t, &cond, axis,
+        ))?)]);
+    }
+    let (x, axis) = match axis {
+        Some(a) => (x, a),
         None => {
             let numel: usize = ctx.shape(&x)?.iter().product();
             (ctx.reshape(&x, &[numel])?, 0)
@@ -165,34 +156,50 @@ pub fn unique(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         "the input of Unique (its result shape depends on it)",
     )?;
     let sorted = n.int("sorted", 1)? != 0;
-    if n.int_opt("axis")?.is_some() {
-        unsupported!("Unique along an axis");
-    }
-    let v = x.to_f64_vec();
-    let mut firsts: Vec<usize> = Vec::new();
-    for (i, a) in v.iter().enumerate() {
-        if !firsts.iter().any(|&f| v[f] == *a) {
-            firsts.push(i);
-        }
-    }
-    if sorted {
-        firsts.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-    }
-    let vals: Vec<f64> = firsts.iter().map(|&i| v[i]).collect();
-    let inverse: Vec<f64> = v
-        .iter()
-        .map(|a| firsts.iter().position(|&f| v[f] == *a).unwrap_or(0) as f64)
-        .collect();
-    let counts: Vec<f64> = firsts
-        .iter()
-        .map(|&f| v.iter().filter(|&&a| a == v[f]).count() as f64)
-        .collect();
-    let k = firsts.len();
-    let idx: Vec<f64> = firsts.iter().map(|&i| i as f64).collect();
+    let axis = match n.int_opt("axis")? {
+        Some(a) => Some(host(crate::host::axis(a, x.shape().len(), "axis"))?),
+        None => None,
+    };
+    let u = host(crate::host::unique(&x, sorted, axis))?;
     Ok(vec![
-        ctx.tensor(x.dtype(), &[k], &vals)?,
-        ctx.tensor(DType::I64, &[k], &idx)?,
-        ctx.tensor(DType::I64, &[v.len()], &inverse)?,
-        ctx.tensor(DType::I64, &[k], &counts)?,
+        Val::konst(u.values),
+        Val::konst(u.first),
+        Val::konst(u.inverse),
+        Val::konst(u.counts),
     ])
+}
+
+/// `NonMaxSuppression` of boxes and scores known at import (or on the host in a staged
+/// run): `[selected, 3]` rows of (batch, class, box).
+pub fn non_max_suppression(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let boxes = ctx.const_of(&n.input(0)?, "the boxes of NonMaxSuppression")?;
+    let scores = ctx.const_of(&n.input(1)?, "the scores of NonMaxSuppression")?;
+    let mut scalar = |i: usize, what: &str| -> R<Option<f64>> {
+        let Some(v) = n.opt(i) else {
+            return Ok(None);
+        };
+        let t = ctx.const_of(&v, what)?;
+        match t.numel() {
+            0 => Ok(None),
+            1 => Ok(Some(t.get_f64(0))),
+            _ => invalid!("{what} must have one element, got shape {:?}", t.shape()),
+        }
+    };
+    let max_per_class = scalar(2, "max_output_boxes_per_class")?.unwrap_or(0.0) as i64;
+    let iou_threshold = scalar(3, "iou_threshold")?.unwrap_or(0.0) as f32;
+    let score_threshold = scalar(4, "score_threshold")?.map(|s| s as f32);
+    let center_point_box = match n.int("center_point_box", 0)? {
+        0 => false,
+        1 => true,
+        c => invalid!("center_point_box must be 0 or 1, got {c}"),
+    };
+    let p = crate::host::NmsParams {
+        max_per_class,
+        iou_threshold,
+        score_threshold,
+        center_point_box,
+    };
+    Ok(vec![Val::konst(host(crate::host::non_max_suppression(
+        &boxes, &scores, p,
+    ))?)])
 }

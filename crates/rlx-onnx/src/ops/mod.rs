@@ -174,6 +174,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "NonZero" => misc::non_zero,
         "Compress" => misc::compress,
         "Unique" => misc::unique,
+        "NonMaxSuppression" => misc::non_max_suppression,
         _ => return None,
     })
 }

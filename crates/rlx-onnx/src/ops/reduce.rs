@@ -1,6 +1,6 @@
 //! Reductions: the `Reduce*` family, arg-reductions, softmax and its relatives.
 
-use crate::ctx::{invalid, unsupported, Ctx, Val, R};
+use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
 use crate::node::NodeIn;
 use rlx_ir::{ArgOp, BinaryOp, DType, Op, ReduceOp, UnaryOp};
 
@@ -250,11 +250,16 @@ pub fn top_k(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let k = ctx.const_ints(&n.input(1)?, "K")?;
     let [k] = k[..] else {
-        invalid!("K must have one element");
+        invalid!("K must have one element, got {}", k.len());
     };
     let axis = ctx.axis(n.int("axis", -1)?, ctx.rank(&x))?;
     let largest = n.int("largest", 1)? != 0;
     n.int("sorted", 1)?; // unsorted output may be in any order, so sorted is a valid answer
+    if let Val::Const { t, .. } = &x {
+        // known input (or a staged run's host step): sort on the host
+        let (v, i) = crate::host::top_k(t, k, axis, largest).map_err(Fail::Invalid)?;
+        return Ok(vec![Val::konst(v), Val::konst(i)]);
+    }
     let (xl, inv) = axis_last(ctx, &x, axis)?;
     let len = ctx.shape(&xl)?.last().copied().unwrap_or(0);
     if k < 0 || k as usize > len {

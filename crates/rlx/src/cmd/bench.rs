@@ -92,7 +92,28 @@ pub fn run(args: Args) -> CmdResult {
     let prepared = if path.ends_with(".gguf") || is_llama_dir {
         return bench_llama(path, &args, device);
     } else if path.ends_with(".onnx") {
-        prepare_onnx(path, files, &random, &dims)?
+        match prepare_onnx(path, files, &random, &dims)? {
+            Onnx::Graph(p) => p,
+            Onnx::Staged(inputs) => {
+                if args.profile || args.trace.is_some() {
+                    return Err(format!(
+                        "--profile: {path} runs in stages (its shapes depend on values it \
+                         computes), which cannot be profiled as one graph yet"
+                    )
+                    .into());
+                }
+                return super::bench_staged::bench(super::bench_staged::StagedBench {
+                    path,
+                    device,
+                    inputs,
+                    warmup: args.warmup,
+                    iters: args.iters,
+                    json: args.json,
+                    options: args.compile.options(),
+                    load_ms: t_load.elapsed().as_secs_f64() * 1e3,
+                });
+            }
+        }
     } else {
         prepare_folder(path, files, &random, &dims)?
     };
@@ -208,7 +229,7 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 /// The `q` quantile of sorted times (nearest rank).
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i]
 }
@@ -331,26 +352,37 @@ fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult
     Ok(())
 }
 
+/// An ONNX model ready to bench: one graph, or (shapes that depend on computed values) the
+/// inputs of a staged run.
+enum Onnx {
+    Graph(Prepared),
+    Staged(HashMap<String, Tensor>),
+}
+
 fn prepare_onnx(
     path: &str,
     mut files: HashMap<String, Tensor>,
     random: &[String],
     dims: &HashMap<String, usize>,
-) -> Result<Prepared, Box<dyn std::error::Error>> {
+) -> Result<Onnx, Box<dyn std::error::Error>> {
     let parsed = rlx_onnx::ParsedModel::open(path)?;
     let declared = parsed.inputs().to_vec();
     let bindings = super::run_model::complete_inputs(&declared, &mut files, random, dims)?;
     let opts = rlx_onnx::ImportOptions {
         known_inputs: files.clone(),
         dims: bindings.into_iter().collect(),
+        ..Default::default()
     };
     let model = parsed.specialise(&opts)?;
+    if !model.cut.is_empty() {
+        return Ok(Onnx::Staged(files));
+    }
     check_known(&files, &declared_inputs(&model.graph))?;
-    Ok(Prepared {
+    Ok(Onnx::Graph(Prepared {
         graph: model.graph,
         params: model.params,
         inputs: files,
-    })
+    }))
 }
 
 fn prepare_folder(

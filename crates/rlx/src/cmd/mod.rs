@@ -1,6 +1,7 @@
 //! One module per `rlx` verb, plus the model loading they share.
 
 pub mod bench;
+pub mod bench_staged;
 pub mod devices;
 pub mod dump;
 pub mod embed;

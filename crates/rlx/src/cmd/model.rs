@@ -72,6 +72,7 @@ pub fn load_onnx_with(
     let opts = rlx_onnx::ImportOptions {
         known_inputs: known.clone(),
         dims: dims.clone(),
+        ..Default::default()
     };
     let m = rlx_onnx::load(path, &opts)?;
     Ok(Loaded {
