@@ -1,6 +1,6 @@
 //! Diagnosis, not a headline: batch-1 decode speed of a model folder or GGUF file with the
-//! split-k single-row products (`LlmOptions::split_k`) off (0), on for k >= 1024 (the
-//! default) and on for every product (1), in one process.
+//! split-k single-row products (`LlmOptions::split_k`) off (0, the default), on for k >= 1024
+//! and on for every product (1), in one process.
 //!
 //! `cargo run --release -p rlx-cuda-llm --example decode_split -- MODEL [TOKENS]`
 

@@ -117,7 +117,8 @@ pub struct LlmOptions {
     /// bf16 and f32 weights; fewer rows, other formats or 0: the matrix-vector kernels
     pub gemm_rows: usize,
     /// single-row products (decode of one sequence) over at least this many columns split
-    /// the columns over a block's warps (`gemvs_*`); 0: never
+    /// the columns over a block's warps (`gemvs_*`); 0: never (the default until the
+    /// kernel has been measured on a GPU: `examples/decode_split.rs` compares)
     pub split_k: usize,
 }
 
@@ -130,7 +131,7 @@ impl Default for LlmOptions {
             prefill_chunk: 512,
             graphs: true,
             gemm_rows: 9,
-            split_k: 1024,
+            split_k: 0,
         }
     }
 }
