@@ -11,7 +11,7 @@ use rlx_cuda_llm::{format_suffix, kernel_source, CudaLlm, LlmError, LlmOptions};
 use rlx_driver::testing::skip;
 use rlx_driver::Device;
 use rlx_gguf::QuantFormat;
-use rlx_ir::{SplitMix64, Tensor};
+use rlx_ir::SplitMix64;
 use rlx_llm::SessionRunner;
 use rlx_models::llama::sample::{Family, RandomLlama};
 use rlx_models::llama::{Generator, Llama, Runner, Sampling, Stage};
@@ -240,39 +240,7 @@ fn cpu_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
         })
         .unwrap();
     let h = runner.compile(&g).unwrap();
-    let c = &model.config;
-    let t = prompt.len();
-    let mut x = vec![0f32; t * c.hidden];
-    for (i, &tok) in prompt.iter().enumerate() {
-        model
-            .embed(tok, &mut x[i * c.hidden..(i + 1) * c.hidden])
-            .unwrap();
-    }
-    let half = c.head_dim / 2;
-    let (mut cos, mut sin) = (Vec::new(), Vec::new());
-    for p in 0..t {
-        for i in 0..half {
-            let th = p as f64 * c.inv_freq(i);
-            cos.push(th.cos() as f32);
-            sin.push(th.sin() as f32);
-        }
-    }
-    let g = c.group();
-    let mut mask = vec![f32::NEG_INFINITY; g * t * t];
-    for r in 0..g * t {
-        mask[r * t..r * t + r % t + 1].fill(0.0);
-    }
-    let mut inputs = HashMap::new();
-    inputs.insert("x".into(), Tensor::from_f32(&[t, c.hidden], x).unwrap());
-    inputs.insert(
-        "cos".into(),
-        Tensor::from_f32(&[t, 1, half, 1], cos).unwrap(),
-    );
-    inputs.insert(
-        "sin".into(),
-        Tensor::from_f32(&[t, 1, half, 1], sin).unwrap(),
-    );
-    inputs.insert("mask".into(), Tensor::from_f32(&[g * t, t], mask).unwrap());
+    let inputs = model.prefill_inputs(prompt).unwrap();
     let out = runner.run(h, &inputs).unwrap();
     out.into_iter()
         .find(|(n, _)| n == "logits")

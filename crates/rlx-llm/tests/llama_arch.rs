@@ -8,7 +8,6 @@
 
 mod support;
 
-use rlx_ir::Tensor;
 use rlx_models::llama::sample::{Family, RandomLlama};
 use rlx_models::llama::{FfnAct, Generator, Llama, Runner, Sampling, Stage};
 use serde_json::Value;
@@ -243,25 +242,7 @@ fn cpu_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
         })
         .unwrap();
     let h = runner.compile(&g).unwrap();
-    let c = &model.config;
-    let t = prompt.len();
-    let mut x = vec![0f32; t * c.hidden];
-    for (i, &tok) in prompt.iter().enumerate() {
-        model
-            .embed(tok, &mut x[i * c.hidden..(i + 1) * c.hidden])
-            .unwrap();
-    }
-    let (cos, sin) = rlx_models::llama::rope_tables(c, 0, t);
-    let g = c.group();
-    let mut mask = vec![f32::NEG_INFINITY; g * t * t];
-    for r in 0..g * t {
-        mask[r * t..r * t + r % t + 1].fill(0.0);
-    }
-    let mut inputs = HashMap::new();
-    inputs.insert("x".into(), Tensor::from_f32(&[t, c.hidden], x).unwrap());
-    inputs.insert("cos".into(), cos);
-    inputs.insert("sin".into(), sin);
-    inputs.insert("mask".into(), Tensor::from_f32(&[g * t, t], mask).unwrap());
+    let inputs = model.prefill_inputs(prompt).unwrap();
     let out = runner.run(h, &inputs).unwrap();
     out.into_iter()
         .find(|(n, _)| n == "logits")

@@ -1116,27 +1116,7 @@ impl<'a, R: Runner> Generator<'a, R> {
         let mut cache = alloc_cache(&self.memory, vec![c.layers, 2, kvh, cap, hd])?;
 
         let start = Instant::now();
-        let mut inputs: HashMap<String, Tensor> = HashMap::new();
-        let mut x = vec![0f32; t * c.hidden];
-        for (i, &tok) in prompt.iter().enumerate() {
-            m.embed(tok, &mut x[i * c.hidden..(i + 1) * c.hidden])?;
-        }
-        inputs.insert(
-            "x".into(),
-            Tensor::from_f32(&[t, c.hidden], x).expect("sizes"),
-        );
-        let (cos, sin) = rope_tables(c, 0, t);
-        inputs.insert("cos".into(), cos);
-        inputs.insert("sin".into(), sin);
-        let mut mask = vec![f32::NEG_INFINITY; g * t * t];
-        for r in 0..g * t {
-            let qt = r % t;
-            mask[r * t..r * t + qt + 1].fill(0.0);
-        }
-        inputs.insert(
-            "mask".into(),
-            Tensor::from_f32(&[g * t, t], mask).expect("sizes"),
-        );
+        let mut inputs = m.prefill_inputs(prompt)?;
         let out = self.runner.run(prefill, &inputs).map_err(run_err)?;
         let logits = write_rows(c, &mut cache, &out, 0, t)?;
         let mut rng = SplitMix64(sampling.seed);
@@ -1277,6 +1257,40 @@ impl<'a, R: Runner> Generator<'a, R> {
         }
         stats.compile_s = seq.compile_s;
         Ok(stats)
+    }
+}
+
+impl Llama {
+    /// The inputs of the prefill graph (`build_graph(Stage::Prefill { tokens })`) for
+    /// `prompt` from position 0: embedded rows `x`, RoPE tables `cos`/`sin` and the causal
+    /// `mask` of every query head group.
+    ///
+    /// # Errors
+    /// A token outside the vocabulary.
+    pub fn prefill_inputs(&self, prompt: &[u32]) -> Result<HashMap<String, Tensor>, LlamaError> {
+        let c = &self.config;
+        let (t, g) = (prompt.len(), c.group());
+        let mut x = vec![0f32; t * c.hidden];
+        for (i, &tok) in prompt.iter().enumerate() {
+            self.embed(tok, &mut x[i * c.hidden..(i + 1) * c.hidden])?;
+        }
+        let (cos, sin) = rope_tables(c, 0, t);
+        let mut mask = vec![f32::NEG_INFINITY; g * t * t];
+        for r in 0..g * t {
+            mask[r * t..r * t + r % t + 1].fill(0.0);
+        }
+        Ok(HashMap::from([
+            (
+                "x".to_string(),
+                Tensor::from_f32(&[t, c.hidden], x).expect("sizes"),
+            ),
+            ("cos".to_string(), cos),
+            ("sin".to_string(), sin),
+            (
+                "mask".to_string(),
+                Tensor::from_f32(&[g * t, t], mask).expect("sizes"),
+            ),
+        ]))
     }
 }
 
