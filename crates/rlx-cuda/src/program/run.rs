@@ -386,16 +386,14 @@ fn check_typed(
     what: &'static str,
     name: &str,
 ) -> Result<(), CudaError> {
-    let ty = &program.buffers[b].ty;
-    let want = ty.shape.as_static().unwrap_or_default();
-    if dtype != ty.dtype || shape != want.as_slice() {
-        return Err(CudaError::Binding {
+    match program.buffer_mismatch(b, dtype, shape) {
+        Some(message) => Err(CudaError::Binding {
             what,
             name: name.to_string(),
-            message: format!("compiled for {ty}, got {dtype}{shape:?}"),
-        });
+            message,
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// An input of [`CudaProgram::run_bound`]: a host tensor, or device memory of a dtype and

@@ -242,16 +242,14 @@ fn check_typed(
     what: &'static str,
     name: &str,
 ) -> Result<(), WgpuError> {
-    let ty = &program.buffers[b].ty;
-    let want = ty.shape.as_static().unwrap_or_default();
-    if dtype != ty.dtype || shape != want.as_slice() {
-        return Err(WgpuError::Binding {
+    match program.buffer_mismatch(b, dtype, shape) {
+        Some(message) => Err(WgpuError::Binding {
             what,
             name: name.to_string(),
-            message: format!("compiled for {ty}, got {dtype}{shape:?}"),
-        });
+            message,
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn check(
@@ -261,16 +259,7 @@ fn check(
     what: &'static str,
     name: &str,
 ) -> Result<(), WgpuError> {
-    let ty = &program.buffers[b].ty;
-    let want = ty.shape.as_static().unwrap_or_default();
-    if t.dtype() != ty.dtype || t.shape() != want.as_slice() {
-        return Err(WgpuError::Binding {
-            what,
-            name: name.to_string(),
-            message: format!("compiled for {ty}, got {}{:?}", t.dtype(), t.shape()),
-        });
-    }
-    Ok(())
+    check_typed(program, b, t.dtype(), t.shape(), what, name)
 }
 
 /// i64 tensors are computed in 32 bits: refuse values that do not fit.
