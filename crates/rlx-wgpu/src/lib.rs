@@ -8,7 +8,9 @@
 //! - [`memory`]: a block provider of large wgpu storage buffers under rlx-mem's
 //!   sub-allocator; tensors bind as aligned sub-ranges;
 //! - [`program`]: pipelines and bind groups built at compile time, one command encoder per
-//!   run, readback through a staging ring.
+//!   run;
+//! - [`staging`]: the staging pool every upload and download goes through (a ring of
+//!   host-visible chunks on rlx-mem's staging ring, sized by [`WgpuOptions`]).
 //!
 //! Shader bounds checks: on native adapters (`gpu`, `vulkan`, `opengl`, `metal`) shader
 //! modules are built without wgpu's run-time bounds checks, since every generated access is
@@ -30,14 +32,17 @@ pub mod caps;
 pub mod codegen;
 mod error;
 pub mod memory;
+mod options;
 pub mod plan;
 pub mod probe;
 mod program;
+pub mod staging;
 pub mod transfer;
 pub mod weights;
 
 pub use error::WgpuError;
+pub use options::{WgpuOptions, DEFAULT_STAGING_BYTES};
 pub use probe::Flavor;
-pub use program::{target, target_with, BoundInput, CompileStats, WgpuOptions, WgpuProgram};
+pub use program::{target, target_with, BoundInput, CompileStats, WgpuProgram};
 /// The wgpu crate RLX is built on, for interop with a device buffer's `wgpu::Buffer`.
 pub use wgpu;

@@ -4,13 +4,15 @@
 //! the adapter's `min_storage_buffer_offset_alignment`, so each tensor binds at its own
 //! offset. Blocks live at disjoint fake addresses; the block's handle names its buffer.
 
+use crate::options::DEFAULT_STAGING_BYTES;
 use crate::probe::Context;
+use crate::staging::StagingPool;
 use crate::WgpuError;
 use rlx_mem::{
     Allocation, AllocatorConfig, Block, BlockProvider, MemError, ProviderStats, Stats, SubAllocator,
 };
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 type Buffers = Arc<Mutex<HashMap<u64, wgpu::Buffer>>>;
 
@@ -103,20 +105,22 @@ impl BlockProvider for WgpuProvider {
     }
 }
 
-/// The device's shared pool: every program, weight and scratch of one context.
+/// The device's shared pool: every program, weight and scratch of one context, and the
+/// staging pool every upload and download of the context goes through.
 pub struct DeviceMemory {
     ctx: Arc<Context>,
     buffers: Buffers,
     pool: Mutex<SubAllocator>,
+    staging: Mutex<StagingPool>,
 }
 
 impl DeviceMemory {
-    /// A pool over `ctx`'s device, with blocks of up to 256 MiB (or the adapter's
-    /// `max_buffer_size`); larger requests get dedicated buffers.
+    /// A pool over `ctx`'s device, with blocks of 64 MiB (less where the adapter's
+    /// `max_buffer_size` is smaller); requests over half a block get dedicated buffers.
     pub fn new(ctx: Arc<Context>) -> Arc<DeviceMemory> {
         let buffers: Buffers = Arc::default();
         let max = ctx.limits.max_buffer_size.min(usize::MAX as u64) as usize;
-        let block = (256usize << 20)
+        let block = (64usize << 20)
             .min(max.next_power_of_two() / 2)
             .max(1 << 20);
         let config = AllocatorConfig {
@@ -133,10 +137,12 @@ impl DeviceMemory {
             next_addr: 1 << 32,
             stats: ProviderStats::default(),
         };
+        let staging = StagingPool::new(DEFAULT_STAGING_BYTES, ctx.limits.max_buffer_size);
         Arc::new(DeviceMemory {
             ctx,
             buffers,
             pool: Mutex::new(SubAllocator::new(Box::new(provider), config)),
+            staging: Mutex::new(staging),
         })
     }
 
@@ -144,9 +150,18 @@ impl DeviceMemory {
     /// trims cached blocks and retries once before failing with the sizes.
     ///
     /// # Errors
+    /// [`WgpuError::Limit`] past the adapter's `max_buffer_size`, else
     /// [`WgpuError::OutOfMemory`].
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer, WgpuError> {
         let size = bytes.max(4).next_multiple_of(4);
+        if size as u64 > self.ctx.limits.max_buffer_size {
+            return Err(WgpuError::Limit {
+                device: self.ctx.label(),
+                what: format!("a {bytes}-byte buffer"),
+                limit: format!("max_buffer_size = {}", self.ctx.limits.max_buffer_size),
+                hint: "use a smaller batch or an adapter with larger buffers".into(),
+            });
+        }
         let align = self.ctx.align();
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         let allocation = match pool.alloc(size, align) {
@@ -189,6 +204,31 @@ impl DeviceMemory {
     /// Returns cached empty blocks; the bytes released.
     pub fn trim(&self) -> usize {
         self.pool.lock().unwrap_or_else(|e| e.into_inner()).trim()
+    }
+
+    /// The staging pool, sized `budget` bytes ([`crate::WgpuOptions::staging_bytes`]); a
+    /// different size than the pool has rebuilds it once its copies completed. Hold the
+    /// guard for a whole transfer or run: copies through the pool are ordered by it.
+    ///
+    /// # Errors
+    /// A device failure while waiting for the old pool's copies.
+    pub fn staging(&self, budget: usize) -> Result<MutexGuard<'_, StagingPool>, WgpuError> {
+        let mut pool = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.budget() != budget {
+            pool.release(&self.ctx)?;
+            let stats = pool.stats();
+            *pool = StagingPool::new(budget, self.ctx.limits.max_buffer_size);
+            pool.carry_stats(stats);
+        }
+        Ok(pool)
+    }
+
+    /// The staging pool's statistics (chunks as provider blocks; see [`StagingPool::stats`]).
+    pub fn staging_stats(&self) -> Stats {
+        self.staging
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stats()
     }
 }
 

@@ -1,15 +1,16 @@
 //! A compiled wgpu program: generated shaders with their pipelines and bind groups (built
 //! at compile time and cached by shader text), one planned arena for every intermediate,
-//! device ranges for inputs, constants and weights, and a staging ring of mappable buffers
-//! for readback. A run uploads inputs, records every dispatch into one command encoder,
-//! copies the outputs into the staging buffer, submits once and maps.
+//! and device ranges for inputs, constants and weights, all sub-allocated from the
+//! context's pool. A run stages its inputs through the context's staging pool, records
+//! every dispatch into one command encoder, copies the outputs into download chunks in the
+//! same submission, and reads them out once it completes.
 
 use crate::codegen::{ArgRef, Target};
 use crate::memory::{memory, DeviceBuffer, DeviceMemory};
 use crate::plan::{plan, root, Plan};
 use crate::probe::{context, Context, Flavor};
-use crate::weights::{tensor_words, WeightCache, WeightSlot};
-use crate::WgpuError;
+use crate::weights::{WeightCache, WeightSlot};
+use crate::{WgpuError, WgpuOptions};
 use rlx_ir::kernel::{BufferKind, KernelProgram};
 use rlx_ir::DType;
 use std::collections::HashMap;
@@ -20,50 +21,6 @@ mod run;
 
 use run::check_i64;
 pub use run::BoundInput;
-
-/// Options that change what the wgpu backend compiles.
-///
-/// Shader bounds checks: wgpu normally guards every storage access at run time. Every
-/// access the generators emit is already guarded or clamped to its binding (the
-/// differential tests check that indexing against the interpreter), so on native adapters
-/// (`gpu`, `vulkan`, `opengl`, `metal`) shaders are built unchecked by default;
-/// `RLX_WGPU_CHECKED=1` turns the checks back on for debugging. The `webgpu` flavour is
-/// always checked, as browsers are.
-///
-/// Adapter features: f16 as a WGSL type (SHADER_F16), subgroup operations (SUBGROUP) and the
-/// `vec4` paths are used where the adapter has them; `RLX_WGPU_NO_F16=1`,
-/// `RLX_WGPU_NO_SUBGROUPS=1` and `RLX_WGPU_NO_VEC4=1` turn each off (to compare, or to
-/// rule one out while debugging).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WgpuOptions {
-    /// keep wgpu's shader bounds checks on native adapters (`webgpu` is always checked)
-    pub checked: bool,
-    /// store f16 as a WGSL type where the adapter has SHADER_F16
-    pub shader_f16: bool,
-    /// combine reductions with subgroup operations where the adapter has them
-    pub subgroups: bool,
-    /// read and write `vec4`s in contiguous elementwise kernels and GEMM tiles
-    pub vec4: bool,
-}
-
-impl Default for WgpuOptions {
-    fn default() -> Self {
-        let set = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
-        WgpuOptions {
-            checked: set("RLX_WGPU_CHECKED"),
-            shader_f16: !set("RLX_WGPU_NO_F16"),
-            subgroups: !set("RLX_WGPU_NO_SUBGROUPS"),
-            vec4: !set("RLX_WGPU_NO_VEC4"),
-        }
-    }
-}
-
-impl WgpuOptions {
-    /// Whether shaders for `flavor` keep wgpu's bounds checks.
-    pub fn checked_on(&self, flavor: Flavor) -> bool {
-        self.checked || flavor == Flavor::WebGpu
-    }
-}
 
 /// Facts about one compile.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -88,12 +45,10 @@ enum Home {
     Constant(usize),
 }
 
-struct Readback {
-    buffer: Option<wgpu::Buffer>,
+/// What one run at a time uses.
+struct RunState {
     /// copies between ranges of one buffer go through it (`transfer::encode_copy`)
     bounce: Option<wgpu::Buffer>,
-    capacity: usize,
-    ring: rlx_mem::StagingRing,
 }
 
 /// A kernel program compiled for one wgpu device.
@@ -110,7 +65,9 @@ pub struct WgpuProgram {
     params: Vec<(String, usize, Arc<WeightSlot>)>,
     outputs: Vec<(String, usize, usize)>,
     output_locs: Vec<(wgpu::Buffer, u64)>,
-    readback: Mutex<Readback>,
+    /// bytes of the staging pool runs copy through (0: no pool)
+    staging_bytes: usize,
+    running: Mutex<RunState>,
     /// compile facts
     pub stats: CompileStats,
 }
@@ -404,8 +361,13 @@ impl WgpuProgram {
                 BufferKind::Constant(t) => {
                     let d = mem.alloc(bytes)?;
                     check_i64(t, "constant", "")?;
-                    ctx.queue
-                        .write_buffer(d.buffer(), d.offset(), &tensor_words(t));
+                    crate::transfer::write(
+                        &ctx,
+                        options,
+                        d.buffer(),
+                        d.offset(),
+                        t.data().as_bytes(),
+                    )?;
                     homes[b] = Some(Home::Constant(constants.len()));
                     constants.push(d);
                 }
@@ -472,16 +434,6 @@ impl WgpuProgram {
             .iter()
             .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
             .collect();
-        let out_bytes: usize = outputs
-            .iter()
-            .map(|o| o.2.max(4).next_multiple_of(256))
-            .sum();
-        let readback = Readback {
-            buffer: None,
-            bounce: None,
-            capacity: out_bytes.max(256),
-            ring: rlx_mem::StagingRing::new(0, out_bytes.max(256)),
-        };
         let output_locs = outputs
             .iter()
             .map(|(_, b, _)| locate(ArgRef::Buffer(*b)))
@@ -499,7 +451,8 @@ impl WgpuProgram {
             params,
             outputs,
             output_locs,
-            readback: Mutex::new(readback),
+            staging_bytes: options.staging_bytes,
+            running: Mutex::new(RunState { bounce: None }),
             stats,
         };
         Ok(prog)
@@ -528,6 +481,11 @@ impl WgpuProgram {
     /// The statistics of the device memory pool this program allocates from.
     pub fn memory_stats(&self) -> rlx_mem::Stats {
         self.mem.stats()
+    }
+
+    /// The statistics of the staging pool its runs copy through.
+    pub fn staging_stats(&self) -> rlx_mem::Stats {
+        self.mem.staging_stats()
     }
 
     /// The plan (shaders and scratch).

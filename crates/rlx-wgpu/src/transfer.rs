@@ -1,9 +1,12 @@
 //! Copies between host memory and device ranges, and between device ranges, outside any
 //! program run: what device buffers (`rlx_runtime::DeviceBuffer` on wgpu) upload, download
-//! and copy with. wgpu moves whole 4-byte words; callers pass word-aligned offsets.
+//! and copy with. Uploads and downloads go through the context's staging pool
+//! ([`crate::staging`]); the `*_direct` paths (no pool) are kept for comparison. wgpu moves
+//! whole 4-byte words; callers pass word-aligned offsets.
 
+use crate::memory::memory;
 use crate::probe::Context;
-use crate::WgpuError;
+use crate::{WgpuError, WgpuOptions};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,6 +22,11 @@ fn wait(ctx: &Context, call: &str) -> Result<(), WgpuError> {
     ctx.device
         .poll(wgpu::PollType::wait_indefinitely())
         .map_err(|e| dev_err("poll", e))?;
+    check_errors(ctx, call)
+}
+
+/// Reports any error wgpu collected outside an error scope so far.
+fn check_errors(ctx: &Context, call: &str) -> Result<(), WgpuError> {
     let errors = ctx.take_errors();
     if !errors.is_empty() {
         return Err(dev_err(call, errors.join("; ")));
@@ -26,11 +34,36 @@ fn wait(ctx: &Context, call: &str) -> Result<(), WgpuError> {
     Ok(())
 }
 
-/// Writes `bytes` (padded with zeros to whole words) at `offset` of `buffer`, and waits.
+/// Writes `bytes` (padded with zeros to whole words) at `offset` of `buffer` through the
+/// context's staging pool, without waiting: the copy runs before any work submitted later,
+/// and `bytes` may be reused on return. `options.staging_bytes == 0` writes through
+/// `queue.write_buffer` instead (see [`write_direct`]).
+///
+/// # Errors
+/// A staging buffer could not be created or mapped, or a device error reported so far.
+pub fn write(
+    ctx: &Arc<Context>,
+    options: &WgpuOptions,
+    buffer: &wgpu::Buffer,
+    offset: u64,
+    bytes: &[u8],
+) -> Result<(), WgpuError> {
+    if options.staging_bytes == 0 {
+        return write_direct(ctx, buffer, offset, bytes);
+    }
+    let mem = memory(ctx);
+    let mut pool = mem.staging(options.staging_bytes)?;
+    pool.write(ctx, buffer, offset, bytes)?;
+    pool.flush(ctx)?;
+    check_errors(ctx, "write buffer")
+}
+
+/// The direct path: `queue.write_buffer` (wgpu stages the bytes in a fresh buffer per call),
+/// and a wait.
 ///
 /// # Errors
 /// A device failure.
-pub fn write(
+pub fn write_direct(
     ctx: &Context,
     buffer: &wgpu::Buffer,
     offset: u64,
@@ -105,11 +138,35 @@ pub fn copy(
     wait(ctx, "copy buffer")
 }
 
-/// Reads `len` bytes at `offset` of `buffer` back to the host (through a mappable buffer).
+/// Reads `len` bytes at `offset` of `buffer` back to the host through the context's
+/// staging pool (pipelined by chunk), after every write before it.
+/// `options.staging_bytes == 0` reads through a fresh mapped buffer ([`read_direct`]).
+///
+/// # Errors
+/// A staging buffer could not be created or mapped, or a device failure.
+pub fn read(
+    ctx: &Arc<Context>,
+    options: &WgpuOptions,
+    buffer: &wgpu::Buffer,
+    offset: u64,
+    len: usize,
+) -> Result<Vec<u8>, WgpuError> {
+    if options.staging_bytes == 0 {
+        return read_direct(ctx, buffer, offset, len);
+    }
+    let mem = memory(ctx);
+    let out = mem
+        .staging(options.staging_bytes)?
+        .read(ctx, buffer, offset, len)?;
+    check_errors(ctx, "download")?;
+    Ok(out)
+}
+
+/// The direct path: one fresh mapped buffer per read, and a wait.
 ///
 /// # Errors
 /// A device failure, or a mapping that never completes.
-pub fn read(
+pub fn read_direct(
     ctx: &Context,
     buffer: &wgpu::Buffer,
     offset: u64,

@@ -57,13 +57,15 @@ enum Outcome {
     Fail(String),
 }
 
-/// Every optional path off, bounds checks on.
+/// Every optional path off, bounds checks on, and a staging pool of 64 KiB (8 KiB chunks),
+/// so larger inputs and outputs split across chunks and wait for them.
 fn fallback() -> WgpuOptions {
     WgpuOptions {
         checked: true,
         shader_f16: false,
         subgroups: false,
         vec4: false,
+        staging_bytes: 64 << 10,
     }
 }
 

@@ -185,14 +185,14 @@ impl DeviceBuffers for Wgpu {
     fn upload(&self, dst: &DeviceBuffer, src: &Tensor) -> Result<(), RuntimeError> {
         let (buffer, offset) = range(dst, "upload", true)?;
         let ctx = self.context()?;
-        transfer::write(&ctx, buffer, offset, src.data().as_bytes())
+        transfer::write(&ctx, &self.options, buffer, offset, src.data().as_bytes())
             .map_err(|e| wgpu_err(dst.device(), e))
     }
 
     fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
         let (buffer, offset) = range(src, "download", false)?;
         let ctx = self.context()?;
-        let bytes = transfer::read(&ctx, buffer, offset, src.byte_size())
+        let bytes = transfer::read(&ctx, &self.options, buffer, offset, src.byte_size())
             .map_err(|e| wgpu_err(src.device(), e))?;
         let data = TensorData::from_le_bytes(src.dtype(), &bytes)
             .ok_or_else(|| RuntimeError::Buffer(format!("unreadable {} bytes", src.dtype())))?;

@@ -1,9 +1,12 @@
-//! Running a compiled wgpu program: host runs (inputs written through the queue, outputs
-//! read back through the staging ring) and bound runs (device ranges copied in and out on
+//! Running a compiled wgpu program: host runs (inputs and changed weights staged through
+//! the context's staging pool, outputs copied into its download chunks by the run's own
+//! submission) and bound runs (device ranges copied in and out on
 //! the device, in the run's one submission).
 
 use super::*;
+use crate::staging::StagingPool;
 use rlx_ir::{Tensor, TensorData};
+use std::sync::MutexGuard;
 
 impl WgpuProgram {
     /// Runs with inputs by name and weights by name.
@@ -16,9 +19,9 @@ impl WgpuProgram {
         inputs: &HashMap<String, Tensor>,
         weights: &HashMap<String, Arc<Tensor>>,
     ) -> Result<Vec<(String, Tensor)>, WgpuError> {
-        let mut rb = self.readback.lock().unwrap_or_else(|e| e.into_inner());
-        let queue = &self.ctx.queue;
-        self.bind_weights(weights)?;
+        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        // every input checked before anything is copied
+        let mut host = Vec::with_capacity(self.inputs.len());
         for (name, b, buf) in &self.inputs {
             let t = inputs.get(name).ok_or_else(|| WgpuError::Binding {
                 what: "input",
@@ -27,20 +30,13 @@ impl WgpuProgram {
             })?;
             check(&self.program, *b, t, "input", name)?;
             check_i64(t, "input", name)?;
-            queue.write_buffer(buf.buffer(), buf.offset(), &tensor_words(t));
+            host.push((t, buf));
         }
-        if rb.buffer.is_none() {
-            rb.buffer = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("rlx readback"),
-                size: rb.capacity as u64,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
+        let mut uploads = self.uploads()?;
+        self.bind_weights(&mut uploads, weights)?;
+        for (t, buf) in host {
+            uploads.write(&self.ctx, buf.buffer(), buf.offset(), t.data().as_bytes())?;
         }
-        let staging = rb
-            .buffer
-            .clone()
-            .ok_or_else(|| WgpuError::Invalid("no readback buffer".into()))?;
         let mut encoder = self
             .ctx
             .device
@@ -48,67 +44,50 @@ impl WgpuProgram {
                 label: Some("rlx run"),
             });
         self.encode(&mut encoder);
-        let mut slots = Vec::with_capacity(self.outputs.len());
-        for ((_, _, bytes), (src, off)) in self.outputs.iter().zip(&self.output_locs) {
-            let padded = bytes.max(&4).next_multiple_of(4);
-            let slot = rb
-                .ring
-                .alloc(padded, 256, &rlx_mem::Synchronous)
-                .map_err(|e| WgpuError::Invalid(format!("readback staging: {e}")))?;
-            encoder.copy_buffer_to_buffer(src, *off, &staging, slot.addr as u64, padded as u64);
-            slots.push(slot);
-        }
-        self.ctx.queue.submit([encoder.finish()]);
-        let result = std::sync::Arc::new(Mutex::new(None));
-        let r2 = result.clone();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
-            *r2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-        });
+        let outs: Vec<(wgpu::Buffer, u64, usize)> = self
+            .outputs
+            .iter()
+            .zip(&self.output_locs)
+            .map(|((_, _, bytes), (src, off))| (src.clone(), *off, *bytes))
+            .collect();
+        let raw = match &mut uploads {
+            Uploads::Pool(pool) => {
+                pool.flush(&self.ctx)?;
+                let batch = pool.stage_reads(&self.ctx, &mut encoder, &outs)?;
+                let index = self.ctx.queue.submit([encoder.finish()]);
+                pool.finish_reads(&self.ctx, batch, index)?
+            }
+            Uploads::Direct => {
+                self.ctx.queue.submit([encoder.finish()]);
+                self.wait()?;
+                outs.iter()
+                    .map(|(src, off, len)| crate::transfer::read_direct(&self.ctx, src, *off, *len))
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        drop(uploads);
         self.wait()?;
-        // Another thread polling the same device may have collected this callback and not
-        // yet run it when our poll returns: poll again briefly until it has, within a bound.
-        let deadline = Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            match result.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                Some(Ok(())) => break,
-                Some(Err(e)) => return Err(dev_err("map readback", e)),
-                None if Instant::now() >= deadline => {
-                    return Err(dev_err("map readback", "the mapping never completed"))
-                }
-                None => {}
-            }
-            let _ = self.ctx.device.poll(wgpu::PollType::Poll);
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
         let mut out = Vec::with_capacity(self.outputs.len());
-        {
-            let view = staging
-                .get_mapped_range(..)
-                .map_err(|e| dev_err("get_mapped_range", e))?;
-            let bytes: &[u8] = &view;
-            for ((name, b, size), slot) in self.outputs.iter().zip(&slots) {
-                let ty = &self.program.buffers[*b].ty;
-                let raw = &bytes[slot.addr..slot.addr + size];
-                let data = TensorData::from_le_bytes(ty.dtype, raw)
-                    .ok_or_else(|| WgpuError::Invalid(format!("output {name}: bad size")))?;
-                let shape = ty.shape.as_static().unwrap_or_default();
-                out.push((
-                    name.clone(),
-                    Tensor::new(shape, data)
-                        .map_err(|e| WgpuError::Invalid(format!("output {name}: {e}")))?,
-                ));
-            }
+        for ((name, b, _), raw) in self.outputs.iter().zip(&raw) {
+            let ty = &self.program.buffers[*b].ty;
+            let data = TensorData::from_le_bytes(ty.dtype, raw)
+                .ok_or_else(|| WgpuError::Invalid(format!("output {name}: bad size")))?;
+            let shape = ty.shape.as_static().unwrap_or_default();
+            out.push((
+                name.clone(),
+                Tensor::new(shape, data)
+                    .map_err(|e| WgpuError::Invalid(format!("output {name}: {e}")))?,
+            ));
         }
-        staging.unmap();
-        for slot in slots {
-            let token = rlx_mem::CompletionToken {
-                stream: rlx_mem::StreamId(0),
-                value: 0,
-            };
-            let _ = rb.ring.submit(slot, token);
-        }
-        rb.ring.retire(&rlx_mem::Synchronous);
         Ok(out)
+    }
+
+    /// Where this program's runs write host bytes.
+    fn uploads(&self) -> Result<Uploads<'_>, WgpuError> {
+        Ok(match self.staging_bytes {
+            0 => Uploads::Direct,
+            bytes => Uploads::Pool(self.mem.staging(bytes)?),
+        })
     }
 
     /// Runs with inputs that are host tensors or device ranges, writing each output named
@@ -127,8 +106,9 @@ impl WgpuProgram {
         outputs: &[(String, &wgpu::Buffer, u64)],
     ) -> Result<(), WgpuError> {
         // one run of this program at a time, as `run`
-        let mut rb = self.readback.lock().unwrap_or_else(|e| e.into_inner());
-        self.bind_weights(weights)?;
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mut uploads = self.uploads()?;
+        self.bind_weights(&mut uploads, weights)?;
         let mut encoder = self
             .ctx
             .device
@@ -145,9 +125,7 @@ impl WgpuProgram {
                 BoundInput::Host(t) => {
                     check(&self.program, *b, t, "input", name)?;
                     check_i64(t, "input", name)?;
-                    self.ctx
-                        .queue
-                        .write_buffer(slot.buffer(), slot.offset(), &tensor_words(t));
+                    uploads.write(&self.ctx, slot.buffer(), slot.offset(), t.data().as_bytes())?;
                 }
                 BoundInput::Device {
                     buffer,
@@ -163,7 +141,7 @@ impl WgpuProgram {
                         (buffer, *offset),
                         (slot.buffer(), slot.offset()),
                         bytes,
-                        &mut rb.bounce,
+                        &mut running.bounce,
                     );
                 }
             }
@@ -187,15 +165,22 @@ impl WgpuProgram {
                 (src, *src_offset),
                 (dst, *dst_offset),
                 bytes,
-                &mut rb.bounce,
+                &mut running.bounce,
             );
+        }
+        if let Uploads::Pool(pool) = &mut uploads {
+            pool.flush(&self.ctx)?;
         }
         self.ctx.queue.submit([encoder.finish()]);
         self.wait()
     }
 
     /// Checks the weights and uploads those whose tensor changed since the last run.
-    fn bind_weights(&self, weights: &HashMap<String, Arc<Tensor>>) -> Result<(), WgpuError> {
+    fn bind_weights(
+        &self,
+        uploads: &mut Uploads<'_>,
+        weights: &HashMap<String, Arc<Tensor>>,
+    ) -> Result<(), WgpuError> {
         for (name, b, slot) in &self.params {
             let t = weights.get(name).ok_or_else(|| WgpuError::Binding {
                 what: "param",
@@ -205,14 +190,39 @@ impl WgpuProgram {
             check(&self.program, *b, t, "param", name)?;
             check_i64(t, "param", name)?;
             if slot.needs_upload(t) {
-                self.ctx.queue.write_buffer(
-                    slot.buffer().buffer(),
-                    slot.buffer().offset(),
-                    &tensor_words(t),
-                );
+                let dst = slot.buffer();
+                uploads.write(&self.ctx, dst.buffer(), dst.offset(), t.data().as_bytes())?;
             }
         }
         Ok(())
+    }
+}
+
+/// Where a run's host bytes go: the context's staging pool (held for the whole run), or
+/// `queue.write_buffer` when the pool is off.
+enum Uploads<'a> {
+    Pool(MutexGuard<'a, StagingPool>),
+    Direct,
+}
+
+impl Uploads<'_> {
+    fn write(
+        &mut self,
+        ctx: &Context,
+        dst: &wgpu::Buffer,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), WgpuError> {
+        match self {
+            Uploads::Pool(pool) => pool.write(ctx, dst, offset, bytes),
+            Uploads::Direct if bytes.is_empty() => Ok(()),
+            Uploads::Direct => {
+                let mut words = bytes.to_vec();
+                words.resize(bytes.len().next_multiple_of(4), 0);
+                ctx.queue.write_buffer(dst, offset, &words);
+                Ok(())
+            }
+        }
     }
 }
 
