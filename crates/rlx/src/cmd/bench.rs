@@ -190,14 +190,7 @@ pub fn run(args: Args) -> CmdResult {
             .map_or(0, |v| v.executable.arena_bytes())
             .into();
         if let Some(m) = compiled.memory() {
-            v["memory"] = serde_json::json!({
-                "bytes_in_use": m.bytes_in_use,
-                "peak_bytes_in_use": m.peak_bytes_in_use,
-                "bytes_reserved": m.bytes_reserved,
-                "peak_bytes_reserved": m.peak_bytes_reserved,
-                "provider_allocs": m.provider_allocs,
-                "fragmentation": m.fragmentation,
-            });
+            v["memory"] = memory_json(&m);
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -226,6 +219,18 @@ pub fn run(args: Args) -> CmdResult {
         }
     }
     Ok(())
+}
+
+/// The device pool's statistics as `--json` reports them (`rlx bench`, `rlx run`).
+pub fn memory_json(m: &rlx_mem::Stats) -> serde_json::Value {
+    serde_json::json!({
+        "bytes_in_use": m.bytes_in_use,
+        "peak_bytes_in_use": m.peak_bytes_in_use,
+        "bytes_reserved": m.bytes_reserved,
+        "peak_bytes_reserved": m.peak_bytes_reserved,
+        "provider_allocs": m.provider_allocs,
+        "fragmentation": m.fragmentation,
+    })
 }
 
 /// The `q` quantile of sorted times (nearest rank).

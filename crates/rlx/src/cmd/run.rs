@@ -174,7 +174,7 @@ fn run_demo(args: Args) -> CmdResult {
         .map(|v| v.executable.kernel_count())
         .unwrap_or(0);
     if args.json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "model": model.name,
             "device": device.name(),
             "precision": args.compile.precision,
@@ -194,6 +194,9 @@ fn run_demo(args: Args) -> CmdResult {
             },
             "kernels": kernels,
         });
+        if let Some(m) = compiled.memory() {
+            v["memory"] = super::bench::memory_json(&m);
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("model     {}", model.name);

@@ -80,12 +80,15 @@ pub fn run_model(
                 })
             })
             .collect();
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "model": path,
             "device": device.name(),
             "outputs": outs,
             "timings_ms": {"load_and_compile": compile_ms, "run": run_ms},
         });
+        if let Some(m) = session.backend().memory() {
+            v["memory"] = super::bench::memory_json(&m);
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("model     {path}");
