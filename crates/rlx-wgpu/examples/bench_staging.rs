@@ -1,12 +1,13 @@
 //! Host<->device copy bandwidth on one wgpu device: the staging pool against the direct path.
 //!
 //! - H2D: `transfer::write` through the pool (copies queued without waiting; the pool is
-//!   waited for once at the end of the repetitions) against `transfer::write_direct`
+//!   waited for once at the end of the repetitions), the same writes staged together and
+//!   submitted once (as a run's inputs are), against `transfer::write_direct`
 //!   (`queue.write_buffer`, wgpu stages each call in a fresh buffer, then a wait);
 //! - D2H: `transfer::read` through the pool (one submission per chunk, each read out while
 //!   the next is copied) against `transfer::read_direct` (a fresh mapped buffer per read);
-//! - a run of a small MLP at `--batch` (4 MiB of input per 4096 rows) with the pool and
-//!   without: uploads, dispatches and readback of each run.
+//! - a run of one elementwise kernel at `--batch` (4 MiB of input and of output per 4096
+//!   rows) with the pool and without: upload, dispatch and readback of each run.
 //!
 //! GB/s are bytes moved / median wall time, 1 GB = 1e9 bytes.
 //!
@@ -67,6 +68,14 @@ fn bandwidth(
         let mut p = mem.staging(pool.staging_bytes).map_err(e)?;
         p.wait_idle(ctx).map_err(e)
     })?;
+    // the same four writes staged together and submitted once, as a run's inputs are
+    let h2d_batched = time(iters, || {
+        let mut p = mem.staging(pool.staging_bytes).map_err(e)?;
+        for _ in 0..4 {
+            p.write(ctx, buf, off, &data).map_err(e)?;
+        }
+        p.wait_idle(ctx).map_err(e)
+    })?;
     let h2d_direct = time(iters, || {
         for _ in 0..4 {
             transfer::write_direct(ctx, buf, off, &data).map_err(e)?;
@@ -87,9 +96,10 @@ fn bandwidth(
     })?;
     let gbs = |bytes: usize, s: f64| bytes as f64 / s / 1e9;
     println!(
-        "{:>10} B | H2D pool {:6.2} GB/s  direct {:6.2} GB/s ({:4.2}x) | D2H pool {:6.2} GB/s  direct {:6.2} GB/s ({:4.2}x)",
+        "{:>10} B | H2D pool {:6.2}  batched {:6.2}  direct {:6.2} GB/s ({:4.2}x) | D2H pool {:6.2}  direct {:6.2} GB/s ({:4.2}x)",
         size,
         gbs(4 * size, h2d_pool),
+        gbs(4 * size, h2d_batched),
         gbs(4 * size, h2d_direct),
         h2d_direct / h2d_pool,
         gbs(size, d2h_pool),
@@ -99,29 +109,36 @@ fn bandwidth(
     Ok(())
 }
 
-fn mlp(batch: usize) -> Graph {
+/// `relu(x * w)` with `w` one row broadcast: one elementwise kernel, so the run is mostly
+/// its copies.
+fn elementwise(batch: usize) -> Graph {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, Shape::of(&[batch, 256]));
-    let w = g.param("w", DType::F32, Shape::of(&[256, 256]));
-    let h = g.matmul(x, w).unwrap();
+    let w = g.param("w", DType::F32, Shape::of(&[256]));
+    let h = g.mul(x, w).unwrap();
     let h = g.relu(h).unwrap();
     g.output("y", h);
     g
 }
 
+/// Median seconds per run of [`elementwise`] compiled with each of `options`, the programs
+/// taking turns run by run so that a noisy host slows both alike.
 fn run_times(
     flavor: Flavor,
     batch: usize,
-    options: &WgpuOptions,
+    options: &[WgpuOptions],
     iters: usize,
-) -> Result<f64, String> {
-    let graph = mlp(batch);
+) -> Result<Vec<f64>, String> {
+    let graph = elementwise(batch);
     let fold = |op: &rlx_ir::Op, ins: &[&Tensor]| rlx_cpu::eval_op(op, ins).ok();
     let optimized = rlx_opt::optimize(&graph, &fold).map_err(|e| e.to_string())?;
     let caps = |op: &rlx_ir::Op, ins: &[&rlx_ir::TensorType]| rlx_wgpu::caps::supports(op, ins);
     let (legal, _) = rlx_opt::legalize(&optimized, "wgpu", &caps).map_err(|e| e.to_string())?;
     let kernels = rlx_opt::lower(&legal).map_err(|e| e.to_string())?;
-    let program = WgpuProgram::compile(flavor, kernels, &WeightCache::new(), options)
+    let programs = options
+        .iter()
+        .map(|o| WgpuProgram::compile(flavor, kernels.clone(), &WeightCache::new(), o))
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let values = |n: usize| {
         (0..n)
@@ -130,16 +147,21 @@ fn run_times(
     };
     let x = Tensor::from_f64(DType::F32, &[batch, 256], &values(batch * 256))
         .map_err(|e| e.to_string())?;
-    let w =
-        Tensor::from_f64(DType::F32, &[256, 256], &values(256 * 256)).map_err(|e| e.to_string())?;
+    let w = Tensor::from_f64(DType::F32, &[256], &values(256)).map_err(|e| e.to_string())?;
     let inputs = HashMap::from([("x".to_string(), x)]);
     let weights = HashMap::from([("w".to_string(), Arc::new(w))]);
-    time(iters, || {
-        program
-            .run(&inputs, &weights)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
+    let mut times = vec![Vec::with_capacity(iters); programs.len()];
+    for i in 0..=iters {
+        for (program, t) in programs.iter().zip(times.iter_mut()) {
+            let start = Instant::now();
+            program.run(&inputs, &weights).map_err(|e| e.to_string())?;
+            // the first round warms up
+            if i > 0 {
+                t.push(start.elapsed().as_secs_f64());
+            }
+        }
+    }
+    Ok(times.into_iter().map(median).collect())
 }
 
 fn main() -> Result<(), String> {
@@ -180,10 +202,10 @@ fn main() -> Result<(), String> {
         staging_bytes: 0,
         ..pool.clone()
     };
-    let with_pool = run_times(flavor, batch, &pool, iters)?;
-    let without = run_times(flavor, batch, &direct, iters)?;
+    let times = run_times(flavor, batch, &[pool.clone(), direct], iters)?;
+    let (with_pool, without) = (times[0], times[1]);
     println!(
-        "run of matmul+relu at batch {batch} ({} MiB in, {} MiB out): pool {:.2} ms, direct {:.2} ms ({:.2}x)",
+        "run of relu(x * w) at batch {batch} ({} MiB in, {} MiB out): pool {:.2} ms, direct {:.2} ms ({:.2}x)",
         batch * 256 * 4 >> 20,
         batch * 256 * 4 >> 20,
         with_pool * 1e3,
