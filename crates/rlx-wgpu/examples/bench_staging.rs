@@ -206,8 +206,8 @@ fn main() -> Result<(), String> {
     let (with_pool, without) = (times[0], times[1]);
     println!(
         "run of relu(x * w) at batch {batch} ({} MiB in, {} MiB out): pool {:.2} ms, direct {:.2} ms ({:.2}x)",
-        batch * 256 * 4 >> 20,
-        batch * 256 * 4 >> 20,
+        (batch * 256 * 4) >> 20,
+        (batch * 256 * 4) >> 20,
         with_pool * 1e3,
         without * 1e3,
         without / with_pool

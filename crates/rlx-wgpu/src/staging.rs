@@ -125,7 +125,7 @@ impl StagingPool {
     }
 
     /// Counters in rlx-mem's terms: chunks are the provider's blocks (`provider_allocs`,
-    /// `bytes_reserved`), staged copies are allocations, and bytes in use are those of
+    /// `bytes_reserved`), `allocs` counts the copies staged, and bytes in use are those of
     /// chunks whose copies were not yet seen complete.
     pub fn stats(&mut self) -> Stats {
         let done = Done(&self.done);

@@ -135,7 +135,6 @@ impl StagingPool {
                 chunk.buffer.unmap();
             }
         }
-        self.stats.frees += 1;
         let _ = self.down.ring.submit(held.slot, token(0));
     }
 
