@@ -24,6 +24,7 @@ pub mod plan_views;
 pub mod probe;
 mod program;
 mod route;
+pub mod settings;
 pub mod tune;
 pub mod weights;
 

@@ -9,6 +9,7 @@ use crate::device::{CudaDevice, Function, Graph, Module};
 use crate::memory::{DeviceBuffer, DeviceMemory, Pinned, ALIGN};
 use crate::plan::{root, Plan, Step};
 use crate::route::{self, Route};
+use crate::settings;
 use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
@@ -55,6 +56,8 @@ pub struct CudaOptions {
     /// addresses) where it is 256-byte aligned; off (`RLX_CUDA_BIND_DIRECT=0`), they copy
     /// it into the program's own slots and out of its arena
     pub bind_direct: bool,
+    /// print each fused-GEMM candidate's time at compile (`RLX_CUDA_TUNE_LOG=1`)
+    pub tune_log: bool,
 }
 
 /// Which streaming kernels walk their input back to front: those reading what the step just
@@ -73,13 +76,9 @@ pub enum WalkBack {
 }
 
 impl WalkBack {
-    /// What `RLX_CUDA_WALK_BACK` says: `0` off, `always` always, else [`WalkBack::HalfL2`].
+    /// What `RLX_CUDA_WALK_BACK` says ([`crate::settings::walk_back`]).
     pub fn from_env() -> WalkBack {
-        match std::env::var("RLX_CUDA_WALK_BACK").as_deref() {
-            Ok("0") => WalkBack::Off,
-            Ok("always") => WalkBack::Always,
-            _ => WalkBack::HalfL2,
-        }
+        crate::settings::walk_back()
     }
 
     /// The stream size above which kernels walk back, on a device with `l2_bytes` of L2.
@@ -106,33 +105,26 @@ pub enum FusedGemm {
 }
 
 impl FusedGemm {
-    /// What `RLX_CUDA_FUSED_GEMM` says (unset or unrecognised: [`FusedGemm::Timed`]).
+    /// What `RLX_CUDA_FUSED_GEMM` says ([`crate::settings::fused_gemm`]).
     pub fn from_env() -> FusedGemm {
-        match std::env::var("RLX_CUDA_FUSED_GEMM").as_deref() {
-            Ok("0") => FusedGemm::Off,
-            Ok("force") => FusedGemm::Force(0),
-            Ok(v) => v
-                .strip_prefix("force:")
-                .and_then(|n| n.parse().ok())
-                .map_or(FusedGemm::Timed, FusedGemm::Force),
-            Err(_) => FusedGemm::Timed,
-        }
+        crate::settings::fused_gemm()
     }
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
         CudaOptions {
-            tf32: false,
-            graphs: std::env::var("RLX_CUDA_GRAPHS").map_or(true, |v| v != "0"),
-            pointer_arrays: std::env::var("RLX_CUDA_PTR_ARRAY").map_or(true, |v| v != "0"),
-            flash_attention: Target::flash_from_env(),
-            merge_gemms: crate::plan_merge::enabled(),
-            autotune: crate::tune::enabled_from_env(),
-            fused_gemm: FusedGemm::from_env(),
-            a_prologue: Target::a_prologue_from_env(),
-            walk_back: WalkBack::from_env(),
-            bind_direct: std::env::var("RLX_CUDA_BIND_DIRECT").map_or(true, |v| v != "0"),
+            tf32: settings::TF32.switch(),
+            graphs: settings::GRAPHS.switch(),
+            pointer_arrays: settings::PTR_ARRAY.switch(),
+            flash_attention: settings::FLASH.switch(),
+            merge_gemms: settings::MERGE_GEMM.switch(),
+            autotune: settings::AUTOTUNE.switch(),
+            tune_log: settings::TUNE_LOG.raw().is_some_and(|v| v.trim() != "0"),
+            fused_gemm: settings::fused_gemm(),
+            a_prologue: settings::A_PROLOGUE.switch(),
+            walk_back: settings::walk_back(),
+            bind_direct: settings::BIND_DIRECT.switch(),
         }
     }
 }
@@ -285,12 +277,13 @@ impl CudaProgram {
             arch: f.arch(),
             sm_count: f.sm_count,
             max_shared: f.max_shared_per_block,
-            walk_back_above: WalkBack::from_env().threshold(f.l2_bytes),
-            flash_attention: Target::flash_from_env(),
-            flash_warps: Target::flash_warps_from_env(),
-            flash_keys: Target::flash_keys_from_env(),
-            flash_resident: Target::switch_from_env("RLX_CUDA_FLASH_RESIDENT"),
-            a_prologue: Target::a_prologue_from_env(),
+            walk_back_above: settings::walk_back().threshold(f.l2_bytes),
+            flash_attention: settings::FLASH.switch(),
+            flash_warps: settings::flash_warps(),
+            flash_keys: settings::flash_keys(),
+            flash_resident: settings::FLASH_RESIDENT.switch(),
+            a_prologue: settings::A_PROLOGUE.switch(),
+            tuning: settings::Tuning::from_env(),
         })
     }
 
@@ -607,7 +600,7 @@ impl CudaProgram {
                         None if !self.writes_arena_only(ci) => None,
                         None => {
                             timed += 1;
-                            let p = self.time_choice(ci)?;
+                            let p = self.time_choice(ci, options.tune_log)?;
                             cache
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
@@ -651,7 +644,7 @@ impl CudaProgram {
     /// Times choice `ci`: its steps, run as decided so far (an inner choice's kernel runs in
     /// place of its steps), against each fused tiling, round-robin
     /// ([`crate::tune::fastest`]); Some(tiling) when a fused one is faster.
-    fn time_choice(&self, ci: usize) -> Result<Option<usize>, CudaError> {
+    fn time_choice(&self, ci: usize, log: bool) -> Result<Option<usize>, CudaError> {
         let c = &self.plan.choices[ci];
         let mut failure = None;
         let mut mins = vec![f64::INFINITY; c.fused.len() + 1];
@@ -682,7 +675,7 @@ impl CudaProgram {
         if let Some(e) = failure {
             return Err(e);
         }
-        if std::env::var_os("RLX_CUDA_TUNE_LOG").is_some() {
+        if log {
             eprintln!("rlx-cuda: fused-GEMM choice {}", c.fused[0].label);
             eprintln!("  cuBLASLt + epilogue kernel: {:.4} ms", mins[0]);
             for (k, t) in c.fused.iter().zip(&mins[1..]) {

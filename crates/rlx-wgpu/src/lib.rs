@@ -33,6 +33,7 @@ pub mod memory;
 pub mod plan;
 pub mod probe;
 mod program;
+pub mod settings;
 pub mod transfer;
 pub mod weights;
 

@@ -48,12 +48,12 @@ pub struct WgpuOptions {
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        let set = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+        use crate::settings::{CHECKED, NO_F16, NO_SUBGROUPS, NO_VEC4};
         WgpuOptions {
-            checked: set("RLX_WGPU_CHECKED"),
-            shader_f16: !set("RLX_WGPU_NO_F16"),
-            subgroups: !set("RLX_WGPU_NO_SUBGROUPS"),
-            vec4: !set("RLX_WGPU_NO_VEC4"),
+            checked: CHECKED.switch(),
+            shader_f16: !NO_F16.switch(),
+            subgroups: !NO_SUBGROUPS.switch(),
+            vec4: !NO_VEC4.switch(),
         }
     }
 }

@@ -22,10 +22,7 @@ struct Cuda {
 }
 
 pub(crate) fn factory() -> Box<dyn Backend> {
-    let options = CudaOptions {
-        tf32: std::env::var("RLX_CUDA_TF32").is_ok_and(|v| v == "1"),
-        ..CudaOptions::default()
-    };
+    let options = CudaOptions::default();
     KernelBackend::boxed(
         Device::Cuda,
         Cuda {
@@ -45,6 +42,10 @@ impl KernelDevice for Cuda {
 
     fn info(&self) -> Option<DeviceInfo> {
         rlx_cuda::probe::info()
+    }
+
+    fn settings(&self) -> Vec<rlx_driver::Setting> {
+        rlx_driver::settings::settings(rlx_cuda::settings::KNOBS)
     }
 
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool {
