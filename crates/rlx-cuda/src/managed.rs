@@ -7,6 +7,7 @@
 //! its place, so a program can prefetch the device-preferred blocks it uses before a run
 //! ([`Residency::prefetch`]). Pooling stays rlx-mem's, as for the plain provider.
 
+use crate::device::CudaDevice;
 use crate::mem_calls::{self, Advice, ManagedCaps, Place};
 use crate::settings::ManagedOptions;
 use crate::CudaError;
@@ -95,20 +96,20 @@ impl Residency {
         out
     }
 
-    /// Enqueues on `stream` a prefetch to the device of every device-preferred block holding
+    /// Enqueues on `device`'s stream a prefetch to the device of every device-preferred block holding
     /// one of `ptrs` (host-preferred blocks stay where they are: moving them would break the
     /// budget). Returns the bytes asked for. Nothing happens without hints.
     ///
     /// # Errors
     /// The driver refuses a prefetch (named with its range).
-    pub fn prefetch(&self, ptrs: &[u64], stream: sys::CUstream) -> Result<usize, CudaError> {
+    pub fn prefetch(&self, ptrs: &[u64], device: &CudaDevice) -> Result<usize, CudaError> {
         if !self.stats().hinted {
             return Ok(0);
         }
         let blocks = self.device_blocks(ptrs);
         let mut bytes = 0;
         for &(base, size) in &blocks {
-            mem_calls::prefetch(base, size, Place::Device(0), stream)?;
+            mem_calls::prefetch(base, size, Place::Device(0), device)?;
             bytes += size;
         }
         let mut b = self.lock();

@@ -6,6 +6,7 @@
 //! ([`ManagedCaps::query`]) and a missing one is an error, never a panic. Callers bind the
 //! device's context on their thread first ([`crate::device::CudaDevice::bind`]).
 
+use crate::device::CudaDevice;
 use crate::CudaError;
 use cudarc::driver::{result, sys};
 
@@ -140,7 +141,7 @@ pub fn advise(ptr: u64, bytes: usize, advice: Advice) -> Result<(), CudaError> {
         .map_err(|e| CudaError::driver(call, e))
 }
 
-/// Enqueues a migration of `bytes` from `ptr` (managed memory) to `place` on `stream`.
+/// Enqueues a migration of `bytes` from `ptr` (managed memory) to `place` on `device`'s stream.
 /// Not capturable in a CUDA graph: call it outside a capture.
 ///
 /// # Errors
@@ -149,7 +150,7 @@ pub fn prefetch(
     ptr: u64,
     bytes: usize,
     place: Place,
-    stream: sys::CUstream,
+    device: &CudaDevice,
 ) -> Result<(), CudaError> {
     let call = format!("cuMemPrefetchAsync_v2 {place:?} ({bytes} bytes at {ptr:#x})");
     if !has_symbol("cuMemPrefetchAsync_v2") {
@@ -163,7 +164,7 @@ pub fn prefetch(
     }
     // SAFETY: the range is managed memory the caller owns; the stream is valid; the symbol
     // exists.
-    unsafe { result::mem_prefetch_async(ptr, bytes, place.location(), stream) }
+    unsafe { result::mem_prefetch_async(ptr, bytes, place.location(), device.stream()) }
         .map_err(|e| CudaError::driver(call, e))
 }
 
@@ -241,13 +242,13 @@ impl Mark {
         Ok(Mark { event })
     }
 
-    /// Records the mark after the work enqueued so far on `stream`.
+    /// Records the mark after the work enqueued so far on `device`'s stream.
     ///
     /// # Errors
     /// The driver refuses.
-    pub fn record(&self, stream: sys::CUstream) -> Result<(), CudaError> {
+    pub fn record(&self, device: &CudaDevice) -> Result<(), CudaError> {
         // SAFETY: both handles are valid.
-        unsafe { result::event::record(self.event, stream) }
+        unsafe { result::event::record(self.event, device.stream()) }
             .map_err(|e| CudaError::driver("cuEventRecord", e))
     }
 

@@ -307,7 +307,7 @@ impl DeviceMemory {
         match &self.residency {
             Some(r) => {
                 self.device.bind()?;
-                r.prefetch(ptrs, self.device.stream())
+                r.prefetch(ptrs, &self.device)
             }
             None => Ok(0),
         }

@@ -259,7 +259,7 @@ pub fn knobs() -> Vec<Knob> {
         },
         managed.device_budget.map_or_else(
             || "device memory less 1/16".to_string(),
-            |b| rlx_mem::human_bytes(b),
+            rlx_mem::human_bytes,
         ),
         match managed.prefetch {
             Prefetch::Off => "0",
@@ -382,7 +382,7 @@ mod tests {
             for want in [1usize, 5000, 1 << 20, 1 << 30] {
                 let c = effective_chunk(cap, want);
                 assert!(
-                    c % 4096 == 0 && 2 * c <= cap.max(8192),
+                    c.is_multiple_of(4096) && 2 * c <= cap.max(8192),
                     "{cap} {want} -> {c}"
                 );
             }

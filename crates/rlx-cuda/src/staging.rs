@@ -56,7 +56,7 @@ impl Engine for CudaEngine {
             Some(m) => m,
             None => Mark::new()?,
         };
-        mark.record(self.device.stream())?;
+        mark.record(&self.device)?;
         Ok(mark)
     }
 

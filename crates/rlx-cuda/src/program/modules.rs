@@ -31,4 +31,3 @@ impl Modules {
         m.function(name, shared_bytes)
     }
 }
-
