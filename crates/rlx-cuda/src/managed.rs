@@ -96,9 +96,9 @@ impl Residency {
         out
     }
 
-    /// Enqueues on `device`'s stream a prefetch to the device of every device-preferred block holding
-    /// one of `ptrs` (host-preferred blocks stay where they are: moving them would break the
-    /// budget). Returns the bytes asked for. Nothing happens without hints.
+    /// Enqueues on `device`'s stream a prefetch to the device of every device-preferred
+    /// block holding one of `ptrs` (host-preferred blocks stay where they are: moving them
+    /// would break the budget). Returns the bytes asked for. Nothing happens without hints.
     ///
     /// # Errors
     /// The driver refuses a prefetch (named with its range).

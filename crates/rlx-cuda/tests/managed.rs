@@ -3,8 +3,8 @@
 //! enough for everything, one that splits the program's blocks between device and host, and
 //! one so small that every block prefers the host (a model larger than the device,
 //! simulated); blocks past the budget carry the driver's host preference and are not
-//! prefetched; freed blocks leave the counters at zero. Prints `SKIPPED: <reason>` without a
-//! CUDA device.
+//! prefetched; prefetch runs never, once or before every run as its setting says; freed
+//! blocks leave the counters at zero. Prints `SKIPPED: <reason>` without a CUDA device.
 
 mod support;
 
@@ -92,22 +92,22 @@ fn assert_same(name: &str, what: &str, a: &[(String, Tensor)], b: &[(String, Ten
     }
 }
 
-/// A model of `layers` dense layers of `width` x `width` f32 weights with bias and GELU,
-/// ending in a layer norm: `layers * width^2 * 4` bytes of weights.
+/// A model of `layers` dense layers of `width` x `width` f32 weights, each with bias, GELU
+/// and a layer norm (which keeps values bounded): `layers * width^2 * 4` bytes of weights.
 fn mlp(rows: usize, width: usize, layers: usize) -> Case {
     let mut b = Builder::new(&format!("mlp_{rows}x{width}x{layers}"), DType::F32);
     let mut h = b.input(DType::F32, &[rows, width]);
     for _ in 0..layers {
         let w = b.param(DType::F32, &[width, width]);
         let bias = b.param(DType::F32, &[width]);
+        let scale = b.param(DType::F32, &[width]);
+        let shift = b.param(DType::F32, &[width]);
         h = b.g().matmul(h, w).unwrap();
         h = b.g().binary(BinaryOp::Add, h, bias).unwrap();
         h = b.g().unary(UnaryOp::Gelu, h).unwrap();
+        h = b.g().layer_norm(h, scale, shift, 1e-5).unwrap();
     }
-    let scale = b.param(DType::F32, &[width]);
-    let shift = b.param(DType::F32, &[width]);
-    let y = b.g().layer_norm(h, scale, shift, 1e-5).unwrap();
-    b.done(y)
+    b.done(h)
 }
 
 #[test]
@@ -138,10 +138,10 @@ fn a_model_past_the_device_budget_runs_and_matches() {
     let Some(_device) = device_ready("a_model_past_the_device_budget_runs_and_matches") else {
         return;
     };
-    // 12 layers of 4 MiB weights: about 50 MiB of weights in 64 MiB pool blocks, so a
-    // 80 MiB budget keeps the first block on the device and puts the next on the host, and
-    // a 1 MiB budget puts every block on the host.
-    let case = mlp(256, 1024, 12);
+    // 24 layers of 4 MiB weights and a 32 MiB cuBLASLt workspace: about 130 MiB in 64 MiB
+    // pool blocks, so an 80 MiB budget keeps the first block on the device and puts the
+    // others on the host, and a 1 MiB budget puts every block on the host.
+    let case = mlp(256, 1024, 24);
     let want = run(&case, MemoryKind::Device);
     let reference = rlx_cpu::run_graph(&case.graph, &case.inputs, &case.params).unwrap();
     for ((n, w), (_, g)) in reference.iter().zip(&want) {
@@ -262,4 +262,42 @@ fn blocks_past_the_budget_prefer_the_host_and_still_hold_data() {
     mem.trim();
     let r = residency.stats();
     assert_eq!((r.device_bytes, r.host_bytes), (0, 0), "{r:?}");
+}
+
+#[test]
+fn prefetch_modes_prefetch_when_they_say() {
+    if device_ready("prefetch_modes_prefetch_when_they_say").is_none() {
+        return;
+    }
+    let case = mlp(64, 256, 2);
+    let want = run(&case, MemoryKind::Device);
+    for prefetch in [Prefetch::Off, Prefetch::Once, Prefetch::EveryRun] {
+        // a budget of its own per mode, so each mode has a pool (and counters) of its own
+        let kind = MemoryKind::Managed(ManagedOptions {
+            device_budget: Some((1 << 30) + prefetch as usize),
+            prefetch,
+            advise: true,
+        });
+        let program = lower_for_cuda(&case.graph).unwrap();
+        let compiled = CudaProgram::compile(program, &WeightCache::new(), &options(kind)).unwrap();
+        let stats = || DeviceMemory::of(kind).unwrap().residency().unwrap().stats();
+        let mut counts = Vec::new();
+        for _ in 0..3 {
+            let got = compiled.run(&case.inputs, &case.params).unwrap();
+            assert_same(&case.name, &format!("{prefetch:?}"), &got, &want);
+            counts.push(stats().prefetches);
+        }
+        println!("{prefetch:?}: prefetch calls after each run {counts:?}");
+        if !stats().hinted {
+            assert_eq!(counts, [0, 0, 0]);
+            continue;
+        }
+        match prefetch {
+            Prefetch::Off => assert_eq!(counts, [0, 0, 0]),
+            Prefetch::Once => assert!(counts[0] > 0 && counts[2] == counts[0], "{counts:?}"),
+            Prefetch::EveryRun => {
+                assert!(counts[0] > 0 && counts[1] == 2 * counts[0] && counts[2] == 3 * counts[0])
+            }
+        }
+    }
 }

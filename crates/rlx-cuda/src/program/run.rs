@@ -1,6 +1,7 @@
 //! Running a compiled CUDA program: host runs (managed memory prefetched, inputs uploaded
-//! and outputs read back through the staging pool), bound runs (device memory read and written in place where aligned, copied
-//! otherwise), graph capture and replay per set of bound addresses, and step timing.
+//! and outputs read back through the staging pool), bound runs (device memory read and
+//! written in place where aligned, copied otherwise), graph capture and replay per set of
+//! bound addresses, and step timing.
 
 use super::*;
 
