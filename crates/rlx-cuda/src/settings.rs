@@ -2,7 +2,8 @@
 //! parsed once from the environment into [`MemorySettings`]: which provider device memory
 //! comes from (`RLX_CUDA_MEMORY`), the managed provider's device budget, prefetch and advice,
 //! and the size of the pinned staging pool every upload and download goes through.
-//! [`knobs`] lists them with their values for `rlx devices --settings`.
+//! [`knobs`] lists them with their values (for a `rlx devices --settings` table, which the
+//! CLI does not print yet).
 
 use crate::CudaError;
 use std::sync::OnceLock;
@@ -241,7 +242,7 @@ pub fn effective_chunk(capacity: usize, chunk: usize) -> usize {
     (chunk.min(half) / page * page).max(page)
 }
 
-/// Every memory knob with its value in this process (`rlx devices --settings`); a malformed
+/// Every memory knob with its value in this process (for a settings table); a malformed
 /// environment shows the defaults' values and the error in the first knob's value.
 pub fn knobs() -> Vec<Knob> {
     let (s, error) = match MemorySettings::get() {
