@@ -1,15 +1,16 @@
 //! A compiled CUDA program: planned steps, NVRTC modules, prepared GEMMs, one planned
-//! arena for every intermediate, fixed device buffers for inputs, constants and weights, and
-//! pinned staging. The first run captures every kernel and GEMM as one CUDA graph; later
+//! arena for every intermediate, fixed device buffers for inputs, constants and weights (in
+//! device or managed memory), copies through the staging pool. The first run captures every kernel and GEMM as one CUDA graph; later
 //! runs copy inputs in, replay it, and copy outputs out.
 
 use crate::blas::{Blas, PreparedGemm};
 use crate::codegen::{program_sources, ArgRef, Target};
-use crate::device::{CudaDevice, Function, Graph, Module};
-use crate::memory::{DeviceBuffer, DeviceMemory, Pinned, ALIGN};
+use crate::device::{CudaDevice, Function, Graph};
+use crate::memory::{DeviceBuffer, DeviceMemory, ALIGN};
 use crate::plan::{root, Plan, Step};
 use crate::route::{self, Route};
-use crate::settings;
+use crate::settings::{self, MemoryKind, MemorySettings};
+use crate::staging::StagingPool;
 use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
@@ -18,7 +19,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+mod modules;
+mod residency;
 mod run;
+
+use modules::Modules;
 
 pub use run::BoundInput;
 
@@ -58,6 +63,8 @@ pub struct CudaOptions {
     pub bind_direct: bool,
     /// print each fused-GEMM candidate's time at compile (`RLX_CUDA_TUNE_LOG=1`)
     pub tune_log: bool,
+    /// where the program's memory comes from (`RLX_CUDA_MEMORY`, [`crate::settings`])
+    pub memory: MemoryKind,
 }
 
 /// Which streaming kernels walk their input back to front: those reading what the step just
@@ -125,6 +132,7 @@ impl Default for CudaOptions {
             a_prologue: settings::A_PROLOGUE.switch(),
             walk_back: settings::walk_back(),
             bind_direct: settings::BIND_DIRECT.switch(),
+            memory: MemorySettings::or_default().memory,
         }
     }
 }
@@ -152,33 +160,6 @@ pub struct CompileStats {
     pub tuned_gemms: usize,
     /// GEMM + epilogue pairs running as one fused tensor-core kernel
     pub fused_gemms: usize,
-}
-
-/// The loaded modules of a program and which holds each function.
-#[derive(Default)]
-struct Modules {
-    list: Vec<Module>,
-    of: HashMap<String, usize>,
-}
-
-impl Modules {
-    /// Adds a loaded module holding functions `names`.
-    fn add(&mut self, module: Module, names: &[String]) {
-        for n in names {
-            self.of.insert(n.clone(), self.list.len());
-        }
-        self.list.push(module);
-    }
-
-    /// Function `name` from the module that holds it (see [`Module::function`]).
-    fn function(&self, name: &str, shared_bytes: u32) -> Result<Function, CudaError> {
-        let m = self
-            .of
-            .get(name)
-            .and_then(|&i| self.list.get(i))
-            .ok_or_else(|| CudaError::Invalid(format!("no module holds function {name}")))?;
-        m.function(name, shared_bytes)
-    }
 }
 
 /// Where a program buffer lives on the device.
@@ -220,8 +201,6 @@ struct RunState {
     /// graphs captured for rebound addresses, least recently used first
     bound: Vec<(Vec<(usize, u64)>, Graph)>,
     graphs_ok: bool,
-    staging_in: Pinned,
-    staging_out: Pinned,
 }
 
 /// A kernel program compiled for the CUDA device.
@@ -254,6 +233,10 @@ pub struct CudaProgram {
     table_roots: Vec<usize>,
     /// see [`CudaOptions::bind_direct`]
     bind_direct: bool,
+    /// the pinned pool every upload and download goes through
+    staging: Arc<StagingPool>,
+    /// the managed memory prefetched before runs
+    prefetch: residency::PrefetchPlan,
     /// compile facts
     pub stats: CompileStats,
 }
@@ -300,7 +283,8 @@ impl CudaProgram {
     ) -> Result<CudaProgram, CudaError> {
         let device = CudaDevice::get()?;
         let queue_owner = device.clone();
-        let mem = DeviceMemory::get()?;
+        MemorySettings::get()?;
+        let (mem, staging) = (DeviceMemory::of(options.memory)?, StagingPool::get()?);
         device.bind()?;
         let l2 = crate::probe::device_facts()
             .map_err(CudaError::Unavailable)?
@@ -470,7 +454,7 @@ impl CudaProgram {
                 }
                 BufferKind::Constant(t) => {
                     let d = mem.alloc(bytes)?;
-                    device.upload(d.ptr(), tensor_bytes(t))?;
+                    staging.upload(&[(d.ptr(), tensor_bytes(t))])?;
                     homes[b] = Some(Home::Constant(constants.len()));
                     constants.push(d);
                 }
@@ -507,7 +491,7 @@ impl CudaProgram {
                 .iter()
                 .all(|s| matches!(s, Source::Constant(_)))
             {
-                home.upload(&device, &[])?;
+                home.upload(&staging, &[])?;
             }
             derived.push(home);
         }
@@ -517,14 +501,10 @@ impl CudaProgram {
             .iter()
             .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
             .collect();
-        let in_bytes: usize = inputs.iter().map(|i| i.3).sum();
-        let out_bytes: usize = outputs.iter().map(|o| o.2).sum();
         let state = RunState {
             graph: None,
             bound: Vec::new(),
             graphs_ok: options.graphs,
-            staging_in: Pinned::new(&device, in_bytes)?,
-            staging_out: Pinned::new(&device, out_bytes)?,
         };
         let mut compiled = CudaProgram {
             device,
@@ -549,9 +529,12 @@ impl CudaProgram {
             state: Mutex::new(state),
             table_roots: Vec::new(),
             bind_direct: options.bind_direct,
+            staging,
+            prefetch: residency::PrefetchPlan::default(),
             stats,
         };
         compiled.upload_pointer_tables(&mem)?;
+        compiled.prefetch = residency::PrefetchPlan::new(&compiled, mem, options.memory);
         let touches = compiled.plan.touches();
         for (i, t) in compiled.pointer_tables.iter().enumerate() {
             if t.is_some() {
@@ -754,7 +737,7 @@ impl CudaProgram {
                 Some(t) => {
                     let bytes: Vec<u8> = t.iter().flat_map(|p| p.to_le_bytes()).collect();
                     let d = mem.alloc(bytes.len())?;
-                    self.device.upload(d.ptr(), &bytes)?;
+                    self.staging.upload(&[(d.ptr(), &bytes)])?;
                     self.device.sync()?;
                     Some(d)
                 }

@@ -3,6 +3,10 @@
 //! and code generation read those, never the environment. [`KNOBS`] is what
 //! `rlx devices --settings` lists for `cuda`.
 
+mod memory;
+
+pub use memory::*;
+
 use crate::program::{FusedGemm, WalkBack};
 use rlx_driver::Knob;
 
@@ -149,6 +153,12 @@ pub const CACHE: Knob = knob(
 
 /// Every CUDA knob, in the order `rlx devices --settings` lists them.
 pub const KNOBS: &[Knob] = &[
+    MEMORY_KNOBS[0],
+    MEMORY_KNOBS[1],
+    MEMORY_KNOBS[2],
+    MEMORY_KNOBS[3],
+    MEMORY_KNOBS[4],
+    MEMORY_KNOBS[5],
     GRAPHS,
     PTR_ARRAY,
     TF32,

@@ -6,6 +6,7 @@ use super::kernel::{
 use crate::{Backend, BoundValue, BufferStorage, DeviceBuffer, RawHandle, RuntimeError};
 use rlx_cuda::device::CudaDevice;
 use rlx_cuda::memory::DeviceMemory;
+use rlx_cuda::staging::StagingPool;
 use rlx_cuda::weights::{tensor_bytes, WeightCache};
 use rlx_cuda::{BoundInput, CudaError, CudaOptions, CudaProgram};
 use rlx_driver::{Availability, Device, DeviceInfo};
@@ -158,10 +159,11 @@ impl DeviceBuffers for Cuda {
     fn upload(&self, dst: &DeviceBuffer, src: &Tensor) -> Result<(), RuntimeError> {
         let ptr = cuda_ptr(dst, "upload")?;
         let device = CudaDevice::get().map_err(cuda_err)?;
+        let staging = StagingPool::get().map_err(cuda_err)?;
         let _queue = device.queue();
         device.bind().map_err(cuda_err)?;
-        device
-            .upload(ptr, tensor_bytes(src))
+        staging
+            .upload(&[(ptr, tensor_bytes(src))])
             .and_then(|_| device.sync())
             .map_err(cuda_err)
     }
@@ -169,12 +171,13 @@ impl DeviceBuffers for Cuda {
     fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
         let ptr = cuda_ptr(src, "download")?;
         let device = CudaDevice::get().map_err(cuda_err)?;
+        let staging = StagingPool::get().map_err(cuda_err)?;
         let mut bytes = vec![0u8; src.byte_size()];
         {
             let _queue = device.queue();
             device.bind().map_err(cuda_err)?;
-            device
-                .download(&mut bytes, ptr)
+            staging
+                .download(&mut [(ptr, &mut bytes[..])])
                 .and_then(|_| device.sync())
                 .map_err(cuda_err)?;
         }
