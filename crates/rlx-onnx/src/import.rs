@@ -1,13 +1,15 @@
 //! The driver: decode a model, bind initializers and inputs, map every node in order, and
 //! collect every unsupported node into one error.
 
-use crate::ctx::{Ctx, Fail, Val, R};
+use crate::ctx::{Ctx, Fail, R};
+use crate::data::OutputLayout;
 use crate::dtype::{onnx_type_name, to_dtype};
 use crate::error::{OnnxError, UnsupportedNode};
 use crate::node::{Env, NodeIn};
-use crate::proto::{type_proto, GraphProto, ModelProto, ValueInfoProto};
+use crate::proto::{type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
 use crate::stage::{Cut, Staging};
 use crate::tensor::{to_tensor, ExternalData};
+use crate::value::{declare_input, declare_output, Value};
 use crate::{ImportOptions, OnnxModel};
 use rlx_ir::{Dim, Shape, Tensor, TensorType};
 use std::collections::HashMap;
@@ -24,7 +26,7 @@ pub const MIN_OPSET: i64 = 1;
 #[derive(Clone)]
 pub enum Slot {
     /// a value
-    Val(Val),
+    Val(Value),
     /// the output of a node that could not be mapped
     Poisoned,
     /// a graph input declared when first read ([`Ctx::lazy_input`]): a value an earlier
@@ -51,6 +53,9 @@ pub struct Imported {
     pub producer: String,
     /// data-dependent nodes left to the host (empty when the graph computes the outputs)
     pub cut: Cut,
+    /// how each model output is put together from the graph's outputs (empty for a stage
+    /// with a cut)
+    pub outputs: Vec<(String, OutputLayout)>,
 }
 
 /// Imports a decoded model.
@@ -76,6 +81,7 @@ pub fn import(
         frozen_inputs: m.frozen,
         opsets: m.opsets,
         producer: m.producer,
+        outputs: m.outputs,
     })
 }
 
@@ -203,6 +209,9 @@ pub fn declared_inputs(
         if inits.contains(name.as_str()) || out.iter().any(|(n, _)| *n == name) {
             continue; // an initializer gives it a value (IR < 4 style)
         }
+        if value_kind(input).is_some() {
+            continue; // a sequence, optional or string input: see `value_inputs`
+        }
         let ty = value_type(input, &name, dims).map_err(|reason| OnnxError::Unsupported {
             file: file.to_string(),
             nodes: vec![UnsupportedNode {
@@ -216,6 +225,64 @@ pub fn declared_inputs(
         out.push((name, ty));
     }
     Ok(out)
+}
+
+/// The kind of a graph input or output that is not a numeric tensor but a value the
+/// importer resolves at import (a sequence, an optional, a string tensor); `None` for
+/// tensors (and for types it refuses, which `value_type` names).
+fn value_kind(v: &ValueInfoProto) -> Option<&'static str> {
+    match v.r#type.as_ref().and_then(|t| t.value.as_ref())? {
+        type_proto::Value::SequenceType(_) => Some("sequence"),
+        type_proto::Value::OptionalType(_) => Some("optional"),
+        type_proto::Value::TensorType(t) if t.elem_type() == 8 => Some("string tensor"),
+        _ => None,
+    }
+}
+
+/// Declares the graph inputs that are sequences, optionals or string tensors, from the
+/// values `opts.known_values` gives them (their layout must be known at import).
+fn value_inputs(
+    ctx: &mut Ctx,
+    graph: &GraphProto,
+    opts: &ImportOptions,
+    scope: &mut HashMap<String, Slot>,
+    file: &str,
+    opset: i64,
+) -> Result<(), OnnxError> {
+    let mut missing = Vec::new();
+    for input in &graph.input {
+        let name = input.name();
+        let Some(kind) = value_kind(input) else {
+            continue;
+        };
+        if scope.contains_key(name) {
+            continue; // an initializer gives it a value
+        }
+        match opts.known_values.get(name) {
+            Some(v) => {
+                let v = declare_input(ctx, name, v);
+                scope.insert(name.to_string(), Slot::Val(v));
+            }
+            None => missing.push(UnsupportedNode {
+                node: format!("graph input `{name}`"),
+                domain: "ai.onnx".into(),
+                op_type: "input".into(),
+                opset,
+                reason: format!(
+                    "is a {kind}, which the importer resolves at import: give its value \
+                     (ImportOptions::known_values)"
+                ),
+            }),
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(OnnxError::Unsupported {
+            file: file.to_string(),
+            nodes: missing,
+        })
+    }
 }
 
 /// The graph outputs in declared order with their types; `None` where the model leaves the
@@ -259,11 +326,11 @@ pub fn import_decoded(
     let mut scope: HashMap<String, Slot> = HashMap::new();
 
     for (name, t) in inits {
-        let v = Val::Const {
+        let v = crate::ctx::Val::Const {
             t,
             param: Some(name.clone()),
         };
-        scope.insert(name, Slot::Val(v));
+        scope.insert(name, Slot::Val(v.into()));
     }
     // A later stage declares only the run inputs and carried values it reads.
     let later_stage = !opts.carried.is_empty();
@@ -274,9 +341,11 @@ pub fn import_decoded(
             scope.insert(name, Slot::Lazy);
         } else {
             let v = ctx.input(&name, ty, known);
-            scope.insert(name, Slot::Val(v));
+            scope.insert(name, Slot::Val(v.into()));
         }
     }
+    let default_opset = opsets.get("ai.onnx").copied().unwrap_or(0);
+    value_inputs(&mut ctx, graph, opts, &mut scope, file, default_opset)?;
     for (name, ty) in &opts.carried {
         ctx.lazy_input(name, ty.clone(), None);
         scope.insert(name.clone(), Slot::Lazy);
@@ -299,6 +368,7 @@ pub fn import_decoded(
         });
     }
 
+    let mut outputs = Vec::new();
     if staging.cut.is_empty() {
         for out in &graph.output {
             let name = out.name();
@@ -310,28 +380,31 @@ pub fn import_decoded(
                     )))
                 }
             };
-            check_declared(&ctx, &v, out).map_err(model_err)?;
+            if let Value::Tensor(t) = &v {
+                check_declared(&ctx, t, out).map_err(model_err)?;
+            }
             ctx.cur = format!("output {name}");
-            let id = ctx.node(&v);
-            ctx.graph.output(name, id);
+            outputs.push((name.to_string(), declare_output(&mut ctx, name, &v)));
         }
     } else {
         // a model output computed here is carried to the last stage
         for out in &graph.output {
-            if let Some(Slot::Val(v)) = scope.get(out.name()) {
+            if let Some(Slot::Val(Value::Tensor(v))) = scope.get(out.name()) {
                 staging.export(&ctx, out.name(), v);
             }
         }
         for name in &staging.exports {
-            if let Some(Slot::Val(v)) = scope.get(name) {
+            if let Some(Slot::Val(Value::Tensor(v))) = scope.get(name) {
                 ctx.cur = format!("output {name}");
                 let id = ctx.node(v);
                 ctx.graph.output(name, id);
             }
         }
     }
-    // a stage whose cut reads only graph inputs computes nothing: an empty graph
-    let empty_stage = ctx.graph.outputs().is_empty() && !staging.cut.is_empty();
+    // a stage whose cut reads only graph inputs computes nothing, nor does a model whose
+    // outputs are all computed at import (strings): an empty graph
+    let empty_stage =
+        ctx.graph.outputs().is_empty() && (!staging.cut.is_empty() || !outputs.is_empty());
     if !empty_stage {
         ctx.graph.verify().map_err(|source| OnnxError::Ir {
             file: file.to_string(),
@@ -350,16 +423,17 @@ pub fn import_decoded(
         opsets,
         producer: format!("{} {}", model.producer_name(), model.producer_version()),
         cut: staging.cut,
+        outputs,
     })
 }
 
 /// The value bound to `name`, declaring a lazy graph input on first read; `None` when the
 /// name is unbound, poisoned or pending.
-fn resolve(ctx: &mut Ctx, scope: &mut HashMap<String, Slot>, name: &str) -> Option<Val> {
+fn resolve(ctx: &mut Ctx, scope: &mut HashMap<String, Slot>, name: &str) -> Option<Value> {
     match scope.get(name)? {
         Slot::Val(v) => Some(v.clone()),
         Slot::Lazy => {
-            let v = ctx.read_lazy(name)?;
+            let v = Value::from(ctx.read_lazy(name)?);
             scope.insert(name.to_string(), Slot::Val(v.clone()));
             Some(v)
         }
@@ -442,7 +516,7 @@ fn map_nodes(
             Err(Some(format!(
                 "domain `{domain}` is not imported by the model"
             )))
-        } else if let Some(handler) = crate::ops::lookup(domain, node.op_type()) {
+        } else if let Some(handler) = Handler::find(domain, node, &inputs) {
             if domain == "ai.onnx" && !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
                 Err(Some(format!(
                     "opset {opset} is outside the supported range {MIN_OPSET}..={MAX_OPSET}"
@@ -455,7 +529,7 @@ fn map_nodes(
                     file,
                 };
                 let n = NodeIn::new(node, name.clone(), opset, inputs, env);
-                let result = handler(ctx, &n);
+                let result = handler.run(ctx, &n);
                 let unread = n.unread();
                 drop(n);
                 match result {
@@ -509,6 +583,49 @@ fn map_nodes(
         }
     }
     Ok(unsupported)
+}
+
+/// An op's mapper: from the tensor registry, or from the registry of ops on sequences,
+/// optionals and strings.
+enum Handler {
+    Tensor(crate::ops::Mapper),
+    Value(crate::ops::values::ValueMapper),
+}
+
+impl Handler {
+    /// The mapper for `node` given its inputs (ops on non-tensor values first).
+    fn find(domain: &str, node: &NodeProto, inputs: &[Option<Value>]) -> Option<Handler> {
+        if let Some(f) = crate::ops::values::lookup(domain, node, inputs) {
+            return Some(Handler::Value(f));
+        }
+        crate::ops::lookup(domain, node.op_type()).map(Handler::Tensor)
+    }
+
+    /// Maps the node; a tensor mapper given a value that is not a tensor is refused.
+    fn run(&self, ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Value>> {
+        match self {
+            Handler::Value(f) => f(ctx, n),
+            Handler::Tensor(f) => {
+                for (i, v) in n.inputs.iter().enumerate() {
+                    if let Some(v) = v.as_ref().filter(|v| v.tensor().is_none()) {
+                        let input = n.proto.input.get(i).map_or("", |s| s.as_str());
+                        return Err(Fail::Unsupported(format!(
+                            "input `{input}` is a {}, which `{}` does not take{}",
+                            v.kind(),
+                            n.op_type(),
+                            if matches!(v, Value::Strings(_)) {
+                                " (strings are computed on the host at import and cannot \
+                                 reach the compiled graph)"
+                            } else {
+                                ""
+                            }
+                        )));
+                    }
+                }
+                Ok(f(ctx, n)?.into_iter().map(Value::from).collect())
+            }
+        }
+    }
 }
 
 /// The IR type of a graph input: dynamic dims become symbols (named by the model, or
@@ -565,7 +682,7 @@ fn value_type(
 }
 
 /// Checks an output against the type the model declares (dtype and static dims).
-fn check_declared(ctx: &Ctx, v: &Val, decl: &ValueInfoProto) -> Result<(), String> {
+fn check_declared(ctx: &Ctx, v: &crate::ctx::Val, decl: &ValueInfoProto) -> Result<(), String> {
     let Some(type_proto::Value::TensorType(tt)) =
         decl.r#type.as_ref().and_then(|t| t.value.as_ref())
     else {
@@ -607,11 +724,14 @@ fn check_declared(ctx: &Ctx, v: &Val, decl: &ValueInfoProto) -> Result<(), Strin
 ///
 /// # Errors
 /// Unsupported nodes inside (listed), or an invalid body.
-pub fn subgraph(ctx: &mut Ctx, env: &Env, g: &GraphProto, inputs: &[Val]) -> R<Vec<Val>> {
+pub fn subgraph(ctx: &mut Ctx, env: &Env, g: &GraphProto, inputs: &[Value]) -> R<Vec<Value>> {
     let mut scope = env.scope.clone();
     for init in &g.initializer {
         let t = to_tensor(init, &mut ExternalData::new(None)).map_err(Fail::Unsupported)?;
-        scope.insert(init.name().to_string(), Slot::Val(Val::konst(t)));
+        scope.insert(
+            init.name().to_string(),
+            Slot::Val(crate::ctx::Val::konst(t).into()),
+        );
     }
     if g.input.len() != inputs.len() {
         return Err(Fail::Invalid(format!(
