@@ -8,6 +8,7 @@ pub mod conv;
 pub mod conv3d;
 pub mod elementwise;
 pub mod gather;
+pub mod label_encoder;
 pub mod linalg;
 pub mod loss;
 pub mod misc;

@@ -15,6 +15,12 @@ pub type ValueMapper = fn(&mut Ctx, &NodeIn) -> R<Vec<Value>>;
 /// The mapper for `node` of `domain` (`ai.onnx` is the default one) when it takes or makes
 /// values other than tensors, given its inputs.
 pub fn lookup(domain: &str, node: &NodeProto, inputs: &[Option<Value>]) -> Option<ValueMapper> {
+    if domain == "ai.onnx.ml" {
+        return match node.op_type() {
+            "LabelEncoder" => Some(crate::ops::label_encoder::label_encoder),
+            _ => None,
+        };
+    }
     if domain != "ai.onnx" {
         return None;
     }

@@ -168,6 +168,30 @@ pub fn compare(
     }
 }
 
+/// Binds the symbolic dims of a tensor input's declared type to the sizes of its value
+/// (as a runtime specialises a model to its inputs), so they meet the static shapes of
+/// sequence elements and strings, which the importer reads from their values.
+fn bind_dims(name: &str, ty: &TypeProto, shape: &[usize], dims: &mut HashMap<String, usize>) {
+    use rlx_onnx::proto::{tensor_shape_proto::dimension::Value as D, type_proto::Value};
+    let Some(Value::TensorType(tt)) = &ty.value else {
+        return;
+    };
+    let Some(decl) = &tt.shape else {
+        return;
+    };
+    if decl.dim.len() != shape.len() {
+        return;
+    }
+    for (i, (d, &size)) in decl.dim.iter().zip(shape).enumerate() {
+        let sym = match &d.value {
+            Some(D::DimValue(_)) => continue,
+            Some(D::DimParam(p)) if !p.is_empty() => p.clone(),
+            _ => format!("{name}_d{i}"),
+        };
+        dims.entry(sym).or_insert(size);
+    }
+}
+
 /// Runs the test in `dir`: `Err` is a clean error (unsupported), `Ok` a verdict.
 pub fn run_case(dir: &Path, device_name: &str) -> Result<Outcome, String> {
     let model_path = dir.join("model.onnx");
@@ -208,7 +232,10 @@ pub fn run_case(dir: &Path, device_name: &str) -> Result<Outcome, String> {
         let inputs = load_set(&numbered(set, "input_")?, &in_names)?;
         let expected = load_set(&numbered(set, "output_")?, &out_names)?;
         let mut opts = ImportOptions::default();
-        for (name, v) in &inputs {
+        for ((name, v), (_, ty)) in inputs.iter().zip(&in_names) {
+            if let (OnnxValue::Tensor(t), Some(ty)) = (v, ty) {
+                bind_dims(name, ty, t.shape(), &mut opts.dims);
+            }
             if let OnnxValue::Tensor(t) = v {
                 opts.known_inputs.insert(name.clone(), t.clone());
             } else {
