@@ -317,3 +317,40 @@ pub fn cast(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Value>> {
         other => invalid!("Cast of a {}", other.kind()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_follows_python_str_split() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(split_one("  a  b c ", None, None), s(&["a", "b", "c"]));
+        assert_eq!(split_one("  a  b c ", None, Some(1)), s(&["a", "b c "]));
+        assert_eq!(split_one("", None, None), s(&[]));
+        assert_eq!(split_one("a,,b", Some(","), None), s(&["a", "", "b"]));
+        assert_eq!(split_one("a,b,c", Some(","), Some(1)), s(&["a", "b,c"]));
+        assert_eq!(split_one("", Some(","), None), s(&[""]));
+    }
+
+    #[test]
+    fn broadcast_indexes_like_numpy() {
+        assert_eq!(broadcast(&[2, 1], &[3]), Some(vec![2, 3]));
+        assert_eq!(broadcast(&[2], &[3]), None);
+        // element (1, 2) of a [2, 3] result reads (1, 0) of [2, 1] and (2) of [3]
+        assert_eq!(source_index(&[2, 3], &[2, 1], 5), 1);
+        assert_eq!(source_index(&[2, 3], &[3], 5), 2);
+        assert_eq!(source_index(&[2, 3], &[], 4), 0);
+    }
+
+    #[test]
+    fn numbers_parse_and_print_as_cast_does() {
+        assert_eq!(parse_number("+INF"), Some(f64::INFINITY));
+        assert_eq!(parse_number("1e-5"), Some(1e-5));
+        assert!(parse_number("NaN").is_some_and(f64::is_nan));
+        assert_eq!(parse_number("x"), None);
+        assert_eq!(format_number(0.1f32 as f64, DType::F32), "0.1");
+        assert_eq!(format_number(f64::NEG_INFINITY, DType::F32), "-INF");
+        assert_eq!(format_number(-3.0, DType::I64), "-3");
+    }
+}
