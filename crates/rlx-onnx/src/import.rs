@@ -6,10 +6,10 @@ use crate::data::OutputLayout;
 use crate::dtype::{onnx_type_name, to_dtype};
 use crate::error::{OnnxError, UnsupportedNode};
 use crate::node::{Env, NodeIn};
-use crate::proto::{type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use crate::proto::{type_proto, GraphProto, ModelProto, ValueInfoProto};
 use crate::stage::{Cut, Staging};
 use crate::tensor::{to_tensor, ExternalData};
-use crate::value::{declare_input, declare_output, Value};
+use crate::value::{declare_output, Value};
 use crate::{ImportOptions, OnnxModel};
 use rlx_ir::{Dim, Shape, Tensor, TensorType};
 use std::collections::HashMap;
@@ -209,7 +209,7 @@ pub fn declared_inputs(
         if inits.contains(name.as_str()) || out.iter().any(|(n, _)| *n == name) {
             continue; // an initializer gives it a value (IR < 4 style)
         }
-        if value_kind(input).is_some() {
+        if crate::value::value_kind(input).is_some() {
             continue; // a sequence, optional or string input: see `value_inputs`
         }
         let ty = value_type(input, &name, dims).map_err(|reason| OnnxError::Unsupported {
@@ -225,64 +225,6 @@ pub fn declared_inputs(
         out.push((name, ty));
     }
     Ok(out)
-}
-
-/// The kind of a graph input or output that is not a numeric tensor but a value the
-/// importer resolves at import (a sequence, an optional, a string tensor); `None` for
-/// tensors (and for types it refuses, which `value_type` names).
-fn value_kind(v: &ValueInfoProto) -> Option<&'static str> {
-    match v.r#type.as_ref().and_then(|t| t.value.as_ref())? {
-        type_proto::Value::SequenceType(_) => Some("sequence"),
-        type_proto::Value::OptionalType(_) => Some("optional"),
-        type_proto::Value::TensorType(t) if t.elem_type() == 8 => Some("string tensor"),
-        _ => None,
-    }
-}
-
-/// Declares the graph inputs that are sequences, optionals or string tensors, from the
-/// values `opts.known_values` gives them (their layout must be known at import).
-fn value_inputs(
-    ctx: &mut Ctx,
-    graph: &GraphProto,
-    opts: &ImportOptions,
-    scope: &mut HashMap<String, Slot>,
-    file: &str,
-    opset: i64,
-) -> Result<(), OnnxError> {
-    let mut missing = Vec::new();
-    for input in &graph.input {
-        let name = input.name();
-        let Some(kind) = value_kind(input) else {
-            continue;
-        };
-        if scope.contains_key(name) {
-            continue; // an initializer gives it a value
-        }
-        match opts.known_values.get(name) {
-            Some(v) => {
-                let v = declare_input(ctx, name, v);
-                scope.insert(name.to_string(), Slot::Val(v));
-            }
-            None => missing.push(UnsupportedNode {
-                node: format!("graph input `{name}`"),
-                domain: "ai.onnx".into(),
-                op_type: "input".into(),
-                opset,
-                reason: format!(
-                    "is a {kind}, which the importer resolves at import: give its value \
-                     (ImportOptions::known_values)"
-                ),
-            }),
-        }
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(OnnxError::Unsupported {
-            file: file.to_string(),
-            nodes: missing,
-        })
-    }
 }
 
 /// The graph outputs in declared order with their types; `None` where the model leaves the
@@ -345,7 +287,7 @@ pub fn import_decoded(
         }
     }
     let default_opset = opsets.get("ai.onnx").copied().unwrap_or(0);
-    value_inputs(&mut ctx, graph, opts, &mut scope, file, default_opset)?;
+    crate::value::declare_inputs(&mut ctx, graph, opts, &mut scope, file, default_opset)?;
     for (name, ty) in &opts.carried {
         ctx.lazy_input(name, ty.clone(), None);
         scope.insert(name.clone(), Slot::Lazy);
@@ -516,7 +458,7 @@ fn map_nodes(
             Err(Some(format!(
                 "domain `{domain}` is not imported by the model"
             )))
-        } else if let Some(handler) = Handler::find(domain, node, &inputs) {
+        } else if let Some(handler) = crate::ops::values::Handler::find(domain, node, &inputs) {
             if domain == "ai.onnx" && !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
                 Err(Some(format!(
                     "opset {opset} is outside the supported range {MIN_OPSET}..={MAX_OPSET}"
@@ -583,49 +525,6 @@ fn map_nodes(
         }
     }
     Ok(unsupported)
-}
-
-/// An op's mapper: from the tensor registry, or from the registry of ops on sequences,
-/// optionals and strings.
-enum Handler {
-    Tensor(crate::ops::Mapper),
-    Value(crate::ops::values::ValueMapper),
-}
-
-impl Handler {
-    /// The mapper for `node` given its inputs (ops on non-tensor values first).
-    fn find(domain: &str, node: &NodeProto, inputs: &[Option<Value>]) -> Option<Handler> {
-        if let Some(f) = crate::ops::values::lookup(domain, node, inputs) {
-            return Some(Handler::Value(f));
-        }
-        crate::ops::lookup(domain, node.op_type()).map(Handler::Tensor)
-    }
-
-    /// Maps the node; a tensor mapper given a value that is not a tensor is refused.
-    fn run(&self, ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Value>> {
-        match self {
-            Handler::Value(f) => f(ctx, n),
-            Handler::Tensor(f) => {
-                for (i, v) in n.inputs.iter().enumerate() {
-                    if let Some(v) = v.as_ref().filter(|v| v.tensor().is_none()) {
-                        let input = n.proto.input.get(i).map_or("", |s| s.as_str());
-                        return Err(Fail::Unsupported(format!(
-                            "input `{input}` is a {}, which `{}` does not take{}",
-                            v.kind(),
-                            n.op_type(),
-                            if matches!(v, Value::Strings(_)) {
-                                " (strings are computed on the host at import and cannot \
-                                 reach the compiled graph)"
-                            } else {
-                                ""
-                            }
-                        )));
-                    }
-                }
-                Ok(f(ctx, n)?.into_iter().map(Value::from).collect())
-            }
-        }
-    }
 }
 
 /// The IR type of a graph input: dynamic dims become symbols (named by the model, or

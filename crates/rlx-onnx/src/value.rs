@@ -9,7 +9,12 @@
 
 use crate::ctx::{unsupported, Ctx, Val, R};
 use crate::data::{element_name, OnnxValue, OutputLayout, StringTensor};
+use crate::error::{OnnxError, UnsupportedNode};
+use crate::import::Slot;
+use crate::proto::{type_proto, GraphProto, ValueInfoProto};
+use crate::ImportOptions;
 use rlx_ir::{Shape, TensorType};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A value of any type the importer handles.
@@ -70,6 +75,64 @@ pub fn declare_input(ctx: &mut Ctx, name: &str, value: &OnnxValue) -> Value {
         OnnxValue::Optional(v) => {
             Value::Opt(v.as_ref().map(|v| Box::new(declare_input(ctx, name, v))))
         }
+    }
+}
+
+/// The kind of a graph input or output that is not a numeric tensor but a value the
+/// importer resolves at import (a sequence, an optional, a string tensor); `None` for
+/// tensors (and for types it refuses, which `value_type` names).
+pub fn value_kind(v: &ValueInfoProto) -> Option<&'static str> {
+    match v.r#type.as_ref().and_then(|t| t.value.as_ref())? {
+        type_proto::Value::SequenceType(_) => Some("sequence"),
+        type_proto::Value::OptionalType(_) => Some("optional"),
+        type_proto::Value::TensorType(t) if t.elem_type() == 8 => Some("string tensor"),
+        _ => None,
+    }
+}
+
+/// Declares the graph inputs that are sequences, optionals or string tensors, from the
+/// values `opts.known_values` gives them (their layout must be known at import).
+pub fn declare_inputs(
+    ctx: &mut Ctx,
+    graph: &GraphProto,
+    opts: &ImportOptions,
+    scope: &mut HashMap<String, Slot>,
+    file: &str,
+    opset: i64,
+) -> Result<(), OnnxError> {
+    let mut missing = Vec::new();
+    for input in &graph.input {
+        let name = input.name();
+        let Some(kind) = value_kind(input) else {
+            continue;
+        };
+        if scope.contains_key(name) {
+            continue; // an initializer gives it a value
+        }
+        match opts.known_values.get(name) {
+            Some(v) => {
+                let v = declare_input(ctx, name, v);
+                scope.insert(name.to_string(), Slot::Val(v));
+            }
+            None => missing.push(UnsupportedNode {
+                node: format!("graph input `{name}`"),
+                domain: "ai.onnx".into(),
+                op_type: "input".into(),
+                opset,
+                reason: format!(
+                    "is a {kind}, which the importer resolves at import: give its value \
+                     (ImportOptions::known_values)"
+                ),
+            }),
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(OnnxError::Unsupported {
+            file: file.to_string(),
+            nodes: missing,
+        })
     }
 }
 

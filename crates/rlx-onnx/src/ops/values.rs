@@ -3,7 +3,7 @@
 //! the tensor registry ([`crate::ops::lookup`]) is claimed here only when its inputs or
 //! attributes are strings or other non-tensor values.
 
-use crate::ctx::{Ctx, R};
+use crate::ctx::{Ctx, Fail, R};
 use crate::node::NodeIn;
 use crate::ops::{control, optional, sequence as seq, string as text};
 use crate::proto::NodeProto;
@@ -66,4 +66,49 @@ fn int_attr(node: &NodeProto, name: &str) -> Option<i64> {
         .iter()
         .find(|a| a.name() == name)
         .map(|a| a.i())
+}
+
+/// An op's mapper: from the tensor registry, or from the registry of ops on sequences,
+/// optionals and strings.
+pub enum Handler {
+    /// a mapper of tensors
+    Tensor(crate::ops::Mapper),
+    /// a mapper of values of any type
+    Value(ValueMapper),
+}
+
+impl Handler {
+    /// The mapper for `node` given its inputs (ops on non-tensor values first).
+    pub fn find(domain: &str, node: &NodeProto, inputs: &[Option<Value>]) -> Option<Handler> {
+        if let Some(f) = lookup(domain, node, inputs) {
+            return Some(Handler::Value(f));
+        }
+        crate::ops::lookup(domain, node.op_type()).map(Handler::Tensor)
+    }
+
+    /// Maps the node; a tensor mapper given a value that is not a tensor is refused.
+    pub fn run(&self, ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Value>> {
+        match self {
+            Handler::Value(f) => f(ctx, n),
+            Handler::Tensor(f) => {
+                for (i, v) in n.inputs.iter().enumerate() {
+                    if let Some(v) = v.as_ref().filter(|v| v.tensor().is_none()) {
+                        let input = n.proto.input.get(i).map_or("", |s| s.as_str());
+                        return Err(Fail::Unsupported(format!(
+                            "input `{input}` is a {}, which `{}` does not take{}",
+                            v.kind(),
+                            n.op_type(),
+                            if matches!(v, Value::Strings(_)) {
+                                " (strings are computed on the host at import and cannot \
+                                 reach the compiled graph)"
+                            } else {
+                                ""
+                            }
+                        )));
+                    }
+                }
+                Ok(f(ctx, n)?.into_iter().map(Value::from).collect())
+            }
+        }
+    }
 }
