@@ -14,6 +14,9 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
+echo "== BENCHMARKS.md tables match their specs (bench/tables/*.json)"
+python3 scripts/bench/render.py --check
+
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 

@@ -28,6 +28,24 @@ from ._rlx import (
     load,
 )
 
+
+
+class SessionOptions:
+    """ONNX Runtime's ``SessionOptions`` for code that builds one without onnxruntime.
+
+    ``InferenceSession(path, sess_options=...)`` reads ``intra_op_num_threads`` (0: all
+    cores) from this or from an ``onnxruntime.SessionOptions``; the other attributes are
+    ONNX Runtime's knobs, kept so that code setting them runs unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.graph_optimization_level = None
+        self.log_severity_level = 2
+        self.enable_profiling = False
+
+
 __all__ = [
     "DeviceArray",
     "DeviceError",
@@ -40,6 +58,7 @@ __all__ = [
     "NodeArg",
     "RlxError",
     "RunError",
+    "SessionOptions",
     "Tensor",
     "TextIterator",
     "__version__",

@@ -105,6 +105,16 @@ class IOBinding:
     def synchronize_inputs(self) -> None: ...
     def synchronize_outputs(self) -> None: ...
 
+class SessionOptions:
+    """ONNX Runtime's SessionOptions; InferenceSession reads intra_op_num_threads."""
+
+    intra_op_num_threads: int
+    inter_op_num_threads: int
+    graph_optimization_level: Any
+    log_severity_level: int
+    enable_profiling: bool
+    def __init__(self) -> None: ...
+
 class InferenceSession:
     """An ONNX model compiled for a device, run like onnxruntime.InferenceSession."""
 
@@ -119,6 +129,7 @@ class InferenceSession:
         provider_options: Any = ...,
         threads: Optional[int] = ...,
     ) -> None: ...
+    def get_session_options(self) -> SessionOptions: ...
     def run(
         self,
         output_names: Optional[Sequence[str]],

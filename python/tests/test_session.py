@@ -80,6 +80,40 @@ def test_one_line_switch_from_onnxruntime(tmp):
     assert sess.get_providers() == ["CPUExecutionProvider"]
 
 
+def test_session_options_and_provider_options(tmp):
+    """ONNX Runtime's sess_options set the threads; a device_id other than 0 is refused."""
+    need("onnx")
+    path = save(models.mlp(), tmp)
+    so = rlx.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = rlx.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+    assert sess.get_session_options().intra_op_num_threads == 1
+    x = rng().standard_normal((3, 16)).astype(np.float32)
+    check_against_ort(path, {"x": x})
+    assert sess.run(None, {"x": x})[0].shape == (3, 8)
+    assert rlx.InferenceSession(path, device="cpu").get_session_options().intra_op_num_threads == 0
+    # an explicit threads= wins; a dict works as sess_options too
+    sess = rlx.InferenceSession(path, device="cpu", sess_options={"intra_op_num_threads": 2}, threads=1)
+    assert sess.get_session_options().intra_op_num_threads == 1
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        ort = None
+    if ort is not None:
+        oso = ort.SessionOptions()
+        oso.intra_op_num_threads = 2
+        sess = rlx.InferenceSession(path, sess_options=oso, providers=["CPUExecutionProvider"])
+        assert sess.get_session_options().intra_op_num_threads == 2
+    so.intra_op_num_threads = -1
+    with pytest.raises(rlx.InvalidArgument, match="intra_op_num_threads"):
+        rlx.InferenceSession(path, device="cpu", sess_options=so)
+    with pytest.raises(rlx.InvalidArgument, match="device_id"):
+        rlx.InferenceSession(path, providers=[("CPUExecutionProvider", {"device_id": 1})])
+    with pytest.raises(rlx.InvalidArgument, match="device_id"):
+        rlx.InferenceSession(path, providers=["CPUExecutionProvider"], provider_options=[{"device_id": "3"}])
+    rlx.InferenceSession(path, providers=[("CPUExecutionProvider", {"device_id": 0, "arena_extend_strategy": "x"})])
+
+
 def test_model_from_bytes_and_non_contiguous_input(tmp):
     need("onnx")
     path = save(models.mlp(), tmp)

@@ -19,6 +19,7 @@ mod error;
 mod fast;
 pub mod interp;
 pub mod random_graph;
+pub mod settings;
 pub mod testing;
 
 pub use error::CpuError;

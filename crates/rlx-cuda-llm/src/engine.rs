@@ -84,6 +84,7 @@ pub fn kernel_names(formats: &[QuantFormat]) -> Vec<String> {
             names.push(format!("gemv{mr}_{}", format_suffix(f)));
         }
         names.push(format!("gemvs_{}", format_suffix(f)));
+        names.push(format!("dequant_{}", format_suffix(f)));
         names.push(format!("embed_{}", format_suffix(f)));
     }
     for n in [
@@ -117,8 +118,8 @@ pub struct LlmOptions {
     /// bf16 and f32 weights; fewer rows, other formats or 0: the matrix-vector kernels
     pub gemm_rows: usize,
     /// single-row products (decode of one sequence) over at least this many columns split
-    /// the columns over a block's warps (`gemvs_*`); 0: never (the default until the
-    /// kernel has been measured on a GPU: `examples/decode_split.rs` compares)
+    /// the columns over a block's warps (`gemvs_*`); 0: never. The default, 1, splits every
+    /// one (`examples/decode_split.rs` compares the settings)
     pub split_k: usize,
 }
 
@@ -131,7 +132,7 @@ impl Default for LlmOptions {
             prefill_chunk: 512,
             graphs: true,
             gemm_rows: 9,
-            split_k: 0,
+            split_k: 1,
         }
     }
 }
@@ -231,6 +232,8 @@ struct Scratch {
     /// GEMM operands in the weights' type: the input rows and the result (when GEMMs run)
     gemm_in: Option<DeviceBuffer>,
     gemm_out: Option<DeviceBuffer>,
+    /// a block-format matrix expanded to f16 for a GEMM (the largest such matrix's size)
+    deq: Option<DeviceBuffer>,
 }
 
 /// A Llama-family model on the GPU with a paged KV cache (see the module docs).
@@ -368,6 +371,23 @@ impl CudaLlm {
             fns.insert(name, f);
         }
         let weights = upload(&dev, &mem, model)?;
+        // GEMMs over block-format weights expand each matrix to f16 first: room for the
+        // largest, taken before the KV cache sizes itself to the free memory
+        let deq_bytes = if options.gemm_rows > 0 {
+            weights
+                .matrices()
+                .filter(|m| gemm_type(m.format).is_none())
+                .map(|m| m.n * m.k * 2)
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let deq = if deq_bytes > 0 {
+            mem.alloc(deq_bytes).ok()
+        } else {
+            None
+        };
         // f32 checkpoints keep an f32 cache (exact parity); 16-bit and quantized ones f16
         let kv_half = weights
             .layers
@@ -411,10 +431,11 @@ impl CudaLlm {
             seen: mem.alloc(max_sequences * c.vocab.div_ceil(32) * 4)?,
             gemm_in: None,
             gemm_out: None,
+            deq,
         };
         dev.upload(s.tickets.ptr(), &vec![0u8; cap * c.heads * 4])?;
         // tensor-core GEMMs for products of many rows, where cuBLASLt loads
-        let gemm_formats = formats.iter().any(|f| gemm_type(*f).is_some());
+        let gemm_formats = formats.iter().any(|f| gemm_type(*f).is_some()) || s.deq.is_some();
         let blas = if options.gemm_rows > 0 && gemm_formats {
             Blas::new(&mem).ok()
         } else {
@@ -525,7 +546,13 @@ impl CudaLlm {
         qkv: Option<(usize, u64)>,
         norm: Option<&DeviceBuffer>,
     ) -> Result<(), LlmError> {
-        if m >= self.options.gemm_rows && self.blas.is_some() && gemm_type(w.format).is_some() {
+        let gemm_able = gemm_type(w.format).is_some()
+            || self
+                .s
+                .deq
+                .as_ref()
+                .is_some_and(|d| d.bytes() >= w.n * w.k * 2);
+        if m >= self.options.gemm_rows && self.blas.is_some() && gemm_able {
             return self.gemm(w, row0, x, m, in_mode, y, y_stride, out_mode, qkv, norm);
         }
         let sh = &self.shape;
@@ -602,15 +629,33 @@ impl CudaLlm {
         qkv: Option<(usize, u64)>,
         norm: Option<&DeviceBuffer>,
     ) -> Result<(), LlmError> {
-        let (Some(blas), Some(xin), Some(yout), Some((dtype, t))) = (
-            &self.blas,
-            &self.s.gemm_in,
-            &self.s.gemm_out,
-            gemm_type(w.format),
-        ) else {
+        let (Some(blas), Some(xin), Some(yout)) = (&self.blas, &self.s.gemm_in, &self.s.gemm_out)
+        else {
             return Err(LlmError::Invalid("no GEMM for this product".into()));
         };
         let (n, k) = (w.n, w.k);
+        // a block format is expanded to f16 first (`dequant_*`), then multiplied as f16
+        let (b, (dtype, t)) = match (gemm_type(w.format), &self.s.deq) {
+            (Some(g), _) => (w.buf.ptr(), g),
+            (None, Some(deq)) => {
+                let chunks = n * k / 8;
+                let blocks = chunks.div_ceil(256).min(4096) as u32;
+                self.go(
+                    &format!("dequant_{}", format_suffix(w.format)),
+                    [blocks, 1],
+                    256,
+                    &[
+                        w.buf.ptr(),
+                        w.row_bytes() as u64,
+                        n as u64,
+                        k as u64,
+                        deq.ptr(),
+                    ],
+                )?;
+                (deq.ptr(), (DType::F16, 1))
+            }
+            (None, None) => return Err(LlmError::Invalid("no GEMM for this product".into())),
+        };
         let blocks = (k.div_ceil(256) as u32).min(16);
         self.go(
             "gemm_input",
@@ -659,7 +704,7 @@ impl CudaLlm {
         let g = &gemms[&key];
         let p = GemmPointers {
             a: xin.ptr(),
-            b: w.buf.ptr(),
+            b,
             c: yout.ptr(),
             bias: None,
             residual: None,

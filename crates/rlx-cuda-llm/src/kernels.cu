@@ -407,11 +407,34 @@ D void gemv_split(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row
     QkvArgs qa = {bias, inv_freq, pos, slot, table, cache, qd, kvd, hd, kvh, bs, max_blocks, kv_half}; \
     gemv_split<FMT>(w, row_bytes, n, k, row0, x, in_mode, y, out_mode, qa, norm_w, (float)eps);  \
   }
+// The weights expanded to f16 ([n][k] row-major), for products of many rows on the tensor
+// cores when the stored format is a block format: each thread expands 8 values at a time and
+// stores them as one 16-byte word.
+template <int FMT> D void dequant_f16(const u8* w, i64 row_bytes, i64 n, i64 k, unsigned short* out) {
+  GRID_WAIT();
+  const i64 per_row = k / 8;
+  for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < n * per_row; c += (i64)gridDim.x * blockDim.x) {
+    const i64 r = c / per_row, i = (c - r * per_row) * 8;
+    float v[8];
+    deq8<FMT>(w + r * row_bytes, i, v);
+    uint4 o;
+    o.x = (unsigned)f2h(v[0]) | ((unsigned)f2h(v[1]) << 16);
+    o.y = (unsigned)f2h(v[2]) | ((unsigned)f2h(v[3]) << 16);
+    o.z = (unsigned)f2h(v[4]) | ((unsigned)f2h(v[5]) << 16);
+    o.w = (unsigned)f2h(v[6]) | ((unsigned)f2h(v[7]) << 16);
+    *(uint4*)(out + r * k + i) = o;
+  }
+}
+#define DEQUANT_KERNEL(NAME, FMT)                                                                     \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const u8* w, i64 row_bytes, i64 n, i64 k, \
+                                                         unsigned short* out) {                      \
+    dequant_f16<FMT>(w, row_bytes, n, k, out);                                                      \
+  }
 // One format's products; the host appends `GEMV_FORMAT(...)` and `EMBED_KERNEL(...)` lines for
 // the formats a model stores (see `kernel_source`), so only those are compiled.
 #define GEMV_FORMAT(SUFFIX, FMT) \
   GEMV_KERNEL(gemv1_##SUFFIX, FMT, 1) GEMV_KERNEL(gemv4_##SUFFIX, FMT, 4) GEMV_KERNEL(gemv8_##SUFFIX, FMT, 8) \
-  GEMV_SPLIT_KERNEL(gemvs_##SUFFIX, FMT)
+  GEMV_SPLIT_KERNEL(gemvs_##SUFFIX, FMT) DEQUANT_KERNEL(dequant_##SUFFIX, FMT)
 
 // The RMSNorm factor 1 / sqrt(mean(x^2) + eps) of each of m rows of k values (one block a
 // row), for the products of several rows, which then read it instead of each warp summing.

@@ -76,6 +76,21 @@ impl Weights {
     pub fn head(&self) -> &Matrix {
         self.head.as_ref().unwrap_or(&self.embed)
     }
+
+    /// Every matrix a product reads: each layer's q/k/v, output, gate/up and down
+    /// projections, and the LM head.
+    pub fn matrices(&self) -> impl Iterator<Item = &Matrix> {
+        self.layers
+            .iter()
+            .flat_map(|l| {
+                l.qkv
+                    .iter()
+                    .chain(&l.gate_up)
+                    .map(|p| &p.matrix)
+                    .chain([&l.o, &l.down])
+            })
+            .chain([self.head()])
+    }
 }
 
 struct Uploader<'a> {

@@ -108,6 +108,33 @@ fn gemv_kernels_match_dequantized_weights() {
         let w = random_rows(format, n, k, &mut rng);
         let mut deq = vec![0f32; n * k];
         format.dequantize(&w, &mut deq);
+        // the expansion to f16 that GEMMs over block formats multiply (`dequant_*`)
+        {
+            let name = format!("dequant_{}", format_suffix(format));
+            let wd = mem.alloc(w.len()).unwrap();
+            dev.upload(wd.ptr(), &w).unwrap();
+            let out = mem.alloc(n * k * 2).unwrap();
+            let func = module.function(&name, 0).unwrap();
+            let launch = Launch {
+                grid: [7, 1],
+                block: 256,
+                shared_bytes: 0,
+            };
+            let row_bytes = format.bytes_for(k).unwrap() as u64;
+            let args = [wd.ptr(), row_bytes, n as u64, k as u64, out.ptr()];
+            dev.launch(&func, &launch, &args, &name).unwrap();
+            let mut hb = vec![0u8; n * k * 2];
+            dev.download(&mut hb, out.ptr()).unwrap();
+            dev.sync().unwrap();
+            for (i, c) in hb.chunks_exact(2).enumerate() {
+                let got = f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64;
+                let want = deq[i] as f64;
+                if (got - want).abs() > 1e-3 * want.abs() + 1e-7 {
+                    failures.push(format!("{name} value {i}: {got} vs {want}"));
+                    break;
+                }
+            }
+        }
         for m in [1usize, 3, 8, 11] {
             let x: Vec<f32> = (0..m * k)
                 .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
@@ -686,4 +713,17 @@ fn device_sampling_keeps_what_the_host_keeps() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// An IEEE half (bits) as f32.
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0f32 } else { 1.0 };
+    let exp = ((h >> 10) & 0x1f) as i32;
+    let frac = (h & 0x3ff) as f32;
+    match exp {
+        0 => sign * frac * 2f32.powi(-24),
+        31 if frac == 0.0 => sign * f32::INFINITY,
+        31 => f32::NAN,
+        e => sign * (1.0 + frac / 1024.0) * 2f32.powi(e - 15),
+    }
 }

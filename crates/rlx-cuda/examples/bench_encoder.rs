@@ -66,7 +66,7 @@ fn offline_plan(batch: usize) -> (rlx_cuda::codegen::Target, rlx_cuda::plan::Pla
     let m = encoder(batch);
     let program = lower_for_cuda(&m.graph).expect("lowers");
     let target = rlx_cuda::codegen::Target {
-        flash_attention: rlx_cuda::codegen::Target::flash_from_env(),
+        flash_attention: rlx_cuda::settings::FLASH.switch(),
         ..rlx_cuda::codegen::Target::h200()
     };
     let plan = rlx_cuda::plan::plan(&program, &target).expect("plans");

@@ -60,8 +60,7 @@ impl CudaDevice {
             context,
             stream,
             queue: Mutex::new(()),
-            pdl: facts.compute_capability.0 >= 9
-                && std::env::var("RLX_CUDA_PDL").map_or(true, |v| v != "0"),
+            pdl: facts.compute_capability.0 >= 9 && crate::settings::PDL.switch(),
             facts,
         })
     }

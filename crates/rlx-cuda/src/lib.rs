@@ -6,7 +6,9 @@
 //! - [`nvrtc`]: compilation for the device's own architecture with an on-disk cache;
 //! - [`plan`]: kernels become steps; [`plan_views`] lets attention read and write
 //!   head-split tensors in place of transposed copies; `plan_norm` offers a GEMM and the
-//!   norm of its rows as one kernel.
+//!   norm of its rows as one kernel;
+//! - [`memory`]: device pools on rlx-mem, of device or [`managed`] memory as [`settings`]
+//!   say; [`staging`]: the pinned pool every upload and download goes through.
 
 pub mod blas;
 pub mod caps;
@@ -14,6 +16,8 @@ pub mod codegen;
 pub mod device;
 mod error;
 pub mod gemm;
+pub mod managed;
+pub mod mem_calls;
 pub mod memory;
 pub mod nvrtc;
 pub mod plan;
@@ -24,6 +28,8 @@ pub mod plan_views;
 pub mod probe;
 mod program;
 mod route;
+pub mod settings;
+pub mod staging;
 pub mod tune;
 pub mod weights;
 

@@ -2,10 +2,13 @@
 //! takes them back with `cuMemFree`, and implements rlx-mem's virtual-memory calls with the
 //! driver's VMM API (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap` + `cuMemSetAccess`,
 //! `cuMemUnmap`, `cuMemRelease`), so an expandable segment can grow on the device; all pooling (TLSF sub-allocation, cached blocks, stats,
-//! out-of-memory trim and retry) is rlx-mem's [`SubAllocator`]. [`Pinned`] is page-locked
-//! host memory for staging copies.
+//! out-of-memory trim and retry) is rlx-mem's [`SubAllocator`]. [`DeviceMemory`] is a pool
+//! per [`MemoryKind`]: these blocks, or managed ones ([`crate::managed`]). [`Pinned`] is
+//! page-locked host memory for staging copies.
 
 use crate::device::CudaDevice;
+use crate::managed::{resolve_budget, ManagedProvider, Residency};
+use crate::settings::{MemoryKind, MemorySettings};
 use crate::CudaError;
 use cudarc::driver::{result, sys};
 use rlx_mem::{
@@ -221,37 +224,93 @@ impl BlockProvider for CudaProvider {
     }
 }
 
-/// The device's shared pool: every compiled program, weight and staging buffer of the
-/// process allocates here.
+/// A device pool: every compiled program, weight and buffer of the process taking memory
+/// of one [`MemoryKind`] allocates here.
 pub struct DeviceMemory {
     device: Arc<CudaDevice>,
     pool: Mutex<SubAllocator>,
+    kind: MemoryKind,
+    /// the managed blocks and their places (managed pools only)
+    residency: Option<Arc<Residency>>,
 }
 
 /// Alignment of every device allocation (cuBLASLt and vector loads want 256 bytes).
 pub const ALIGN: usize = 256;
 
 impl DeviceMemory {
-    /// The process-wide pool for device 0.
+    /// The process-wide pool of the kind the settings name (`RLX_CUDA_MEMORY`, see
+    /// [`crate::settings`]).
     ///
     /// # Errors
-    /// CUDA is unavailable.
+    /// CUDA is unavailable, the settings are malformed, or managed memory is asked for on a
+    /// device without it.
     pub fn get() -> Result<Arc<DeviceMemory>, CudaError> {
-        static MEM: OnceLock<Result<Arc<DeviceMemory>, String>> = OnceLock::new();
-        MEM.get_or_init(|| {
-            let device = CudaDevice::get().map_err(|e| e.to_string())?;
-            let config = AllocatorConfig {
-                grow_in_place: false,
-                ..AllocatorConfig::default()
-            };
-            let pool = SubAllocator::new(Box::new(CudaProvider::new()), config);
-            Ok(Arc::new(DeviceMemory {
-                device,
-                pool: Mutex::new(pool),
-            }))
-        })
-        .clone()
-        .map_err(CudaError::Unavailable)
+        DeviceMemory::of(MemorySettings::get()?.memory)
+    }
+
+    /// The process-wide pool of `kind` (one per distinct kind, created on first use).
+    ///
+    /// # Errors
+    /// CUDA is unavailable, or managed memory is asked for on a device without it.
+    pub fn of(kind: MemoryKind) -> Result<Arc<DeviceMemory>, CudaError> {
+        type Pools = Mutex<Vec<(MemoryKind, Arc<DeviceMemory>)>>;
+        static POOLS: OnceLock<Pools> = OnceLock::new();
+        let mut pools = POOLS
+            .get_or_init(|| Mutex::new(Vec::new()))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((_, m)) = pools.iter().find(|(k, _)| *k == kind) {
+            return Ok(m.clone());
+        }
+        let device = CudaDevice::get()?;
+        device.bind()?;
+        let config = AllocatorConfig {
+            grow_in_place: false,
+            ..AllocatorConfig::default()
+        };
+        let (provider, residency): (Box<dyn BlockProvider>, _) = match kind {
+            MemoryKind::Device => (Box::new(CudaProvider::new()), None),
+            MemoryKind::Managed(options) => {
+                let budget = resolve_budget(options.device_budget, device.facts.memory_bytes);
+                let p = ManagedProvider::new(device.raw(), options, budget)?;
+                let residency = p.residency();
+                (Box::new(p), Some(residency))
+            }
+        };
+        let mem = Arc::new(DeviceMemory {
+            device,
+            pool: Mutex::new(SubAllocator::new(provider, config)),
+            kind,
+            residency,
+        });
+        pools.push((kind, mem.clone()));
+        Ok(mem)
+    }
+
+    /// The kind of memory this pool hands out.
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    /// The managed blocks and their places (None for device memory).
+    pub fn residency(&self) -> Option<&Arc<Residency>> {
+        self.residency.as_ref()
+    }
+
+    /// Enqueues on the device's stream a prefetch to the device of the device-preferred
+    /// managed blocks holding `ptrs`; nothing for device memory. Returns the bytes asked
+    /// for. Call it outside a graph capture, holding the device's queue.
+    ///
+    /// # Errors
+    /// The driver refuses a prefetch.
+    pub fn prefetch(&self, ptrs: &[u64]) -> Result<usize, CudaError> {
+        match &self.residency {
+            Some(r) => {
+                self.device.bind()?;
+                r.prefetch(ptrs, &self.device)
+            }
+            None => Ok(0),
+        }
     }
 
     /// Allocates `bytes` of device memory (cached blocks first; out of memory trims the

@@ -39,7 +39,7 @@ pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
 /// Where compiled kernels are cached: `$RLX_CUDA_CACHE`, else `$XDG_CACHE_HOME/rlx/cuda`,
 /// else `~/.cache/rlx/cuda`, else a folder under the system temp dir.
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("RLX_CUDA_CACHE") {
+    if let Some(d) = crate::settings::CACHE.raw() {
         return PathBuf::from(d);
     }
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {

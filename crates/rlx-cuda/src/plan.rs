@@ -106,18 +106,18 @@ pub use rlx_ir::kernel_views::root;
 /// [`CudaError::Unsupported`] listing every kernel that cannot be lowered, with op, dtypes
 /// and shapes.
 pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError> {
-    plan_with(program, target, crate::plan_merge::enabled())
+    plan_with(program, target, true)
 }
 
-/// [`plan`] with sibling GEMMs merged (`merge`, see [`crate::plan_merge`]) or not,
-/// whatever `RLX_CUDA_MERGE_GEMM` says.
+/// [`plan`] with sibling GEMMs merged (`merge`, see [`crate::plan_merge`];
+/// [`crate::CudaOptions::merge_gemms`]) or not.
 ///
 /// # Errors
 /// As [`plan`].
 pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Result<Plan, CudaError> {
     let mut plan = Plan::default();
     let mut problems = Vec::new();
-    let mut views = crate::plan_views::attention_views(program);
+    let mut views = crate::plan_views::attention_views(program, target.tuning.elide);
     let merges = if merge {
         crate::plan_merge::find(program, &views)
     } else {
@@ -308,7 +308,7 @@ fn plan_attention(
         |v| crate::plan_views::layouts(v, ctx),
     );
     let first = plan.steps.len();
-    let gemm_forced = std::env::var("RLX_CUDA_ATTN_GEMM").is_ok_and(|v| v == "1");
+    let gemm_forced = ctx.target.tuning.attn_gemm == Some(true);
     if !gemm_forced && codegen::attention::flash_applies(ctx, &layouts) {
         let reads = [layouts.q.arg, layouts.k.arg, layouts.v.arg];
         let back = fresh_stream(program, plan, &reads).is_some_and(|b| walks_back(ctx.target, b));

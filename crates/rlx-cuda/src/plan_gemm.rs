@@ -140,7 +140,7 @@ fn fused_choice(
     plan: &mut Plan,
 ) {
     let Some(e) = &ctx.epilogue else { return };
-    if m * n > gemm_mma::max_output() {
+    if m * n > ctx.target.tuning.fused_gemm_max {
         return;
     }
     let out = root(program, k.output);
@@ -162,7 +162,7 @@ fn fused_choice(
         .filter(|t| gemm_mma::applies(ctx, &g, t))
         .filter_map(|t| gemm_mma::emit(ctx, &g, t).ok())
         .collect();
-    if gemm_wgmma::enabled() {
+    if ctx.target.tuning.wgmma {
         fused.extend(
             gemm_wgmma::WGMMA_TILES
                 .iter()
@@ -338,12 +338,11 @@ pub fn attention(
     }
     let (sq, d, sk, dv) = (q[r - 2], q[r - 1], kk[r - 2], v[r - 1]);
     let batch = numel(ob);
-    let forced = std::env::var("RLX_CUDA_ATTN_GEMM").ok();
-    let wanted = match forced.as_deref() {
-        Some("1") => true,
-        Some("0") => false,
-        _ => batch * sq * sk >= ATTN_GEMM_MIN_SCORES,
-    };
+    let wanted = ctx
+        .target
+        .tuning
+        .attn_gemm
+        .unwrap_or(batch * sq * sk >= ATTN_GEMM_MIN_SCORES);
     // The softmax keeps a row in registers (sk / 32 per lane): long rows stay fused.
     if !wanted || kk[r - 1] != d || v[r - 2] != sk || sk > 32 * 64 {
         return Ok(false);

@@ -105,11 +105,6 @@ impl Merges {
     }
 }
 
-/// True unless `RLX_CUDA_MERGE_GEMM=0`.
-pub fn enabled() -> bool {
-    std::env::var("RLX_CUDA_MERGE_GEMM").map_or(true, |v| v != "0")
-}
-
 /// A weight or bias source: a param or constant root buffer of `numel` elements of `dtype`.
 fn weight_source(program: &KernelProgram, b: BufferId, dtype: DType, numel: usize) -> bool {
     let r = root(program, b);

@@ -11,11 +11,6 @@ use crate::plan::{library_result, root, types, Choice, Plan, Step};
 use rlx_ir::kernel::{Kernel, KernelProgram};
 use rlx_ir::Op;
 
-/// True unless `RLX_CUDA_GEMM_NORM=0` (for A/B runs).
-pub fn enabled() -> bool {
-    Target::switch_from_env("RLX_CUDA_GEMM_NORM")
-}
-
 /// Offers the GEMM + norm kernel for kernel `norm_at` (planned as the last step) reading the
 /// result of kernel `gemm_at` (planned as the one step before it). Nothing is offered
 /// unless `gemm_at` is a matmul run as one plain GEMM (no batch, no strides, its epilogue
@@ -31,7 +26,7 @@ pub fn offer(
     target: &Target,
     plan: &mut Plan,
 ) {
-    if !enabled() || !gemm_wgmma::enabled() || target.arch != gemm_wgmma::ARCH {
+    if !target.tuning.gemm_norm || !target.tuning.wgmma || target.arch != gemm_wgmma::ARCH {
         return;
     }
     let (Kernel::Library(gk), Kernel::Library(nk)) =

@@ -15,9 +15,9 @@ pub type AttentionViews = rlx_ir::kernel_views::AttentionViews<ArgRef>;
 /// The peephole's decisions for a program.
 pub type Views = rlx_ir::kernel_views::Views<ArgRef>;
 
-/// Finds the copies attention can replace, unless `RLX_CUDA_ELIDE=0`.
-pub fn attention_views(program: &rlx_ir::kernel::KernelProgram) -> Views {
-    let enabled = !std::env::var("RLX_CUDA_ELIDE").is_ok_and(|v| v == "0");
+/// Finds the copies attention can replace, unless `enabled` is false
+/// ([`crate::settings::Tuning::elide`]).
+pub fn attention_views(program: &rlx_ir::kernel::KernelProgram, enabled: bool) -> Views {
     rlx_ir::kernel_views::attention_views(program, |_| enabled)
 }
 

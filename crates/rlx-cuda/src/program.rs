@@ -1,14 +1,16 @@
 //! A compiled CUDA program: planned steps, NVRTC modules, prepared GEMMs, one planned
-//! arena for every intermediate, fixed device buffers for inputs, constants and weights, and
-//! pinned staging. The first run captures every kernel and GEMM as one CUDA graph; later
+//! arena for every intermediate, fixed device buffers for inputs, constants and weights (in
+//! device or managed memory), copies through the staging pool. The first run captures every kernel and GEMM as one CUDA graph; later
 //! runs copy inputs in, replay it, and copy outputs out.
 
 use crate::blas::{Blas, PreparedGemm};
 use crate::codegen::{program_sources, ArgRef, Target};
-use crate::device::{CudaDevice, Function, Graph, Module};
-use crate::memory::{DeviceBuffer, DeviceMemory, Pinned, ALIGN};
+use crate::device::{CudaDevice, Function, Graph};
+use crate::memory::{DeviceBuffer, DeviceMemory, ALIGN};
 use crate::plan::{root, Plan, Step};
 use crate::route::{self, Route};
+use crate::settings::{self, MemoryKind, MemorySettings};
+use crate::staging::StagingPool;
 use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
@@ -17,7 +19,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+mod modules;
+mod residency;
 mod run;
+
+use modules::Modules;
 
 pub use run::BoundInput;
 
@@ -55,6 +61,10 @@ pub struct CudaOptions {
     /// addresses) where it is 256-byte aligned; off (`RLX_CUDA_BIND_DIRECT=0`), they copy
     /// it into the program's own slots and out of its arena
     pub bind_direct: bool,
+    /// print each fused-GEMM candidate's time at compile (`RLX_CUDA_TUNE_LOG=1`)
+    pub tune_log: bool,
+    /// where the program's memory comes from (`RLX_CUDA_MEMORY`, [`crate::settings`])
+    pub memory: MemoryKind,
 }
 
 /// Which streaming kernels walk their input back to front: those reading what the step just
@@ -73,13 +83,9 @@ pub enum WalkBack {
 }
 
 impl WalkBack {
-    /// What `RLX_CUDA_WALK_BACK` says: `0` off, `always` always, else [`WalkBack::HalfL2`].
+    /// What `RLX_CUDA_WALK_BACK` says ([`crate::settings::walk_back`]).
     pub fn from_env() -> WalkBack {
-        match std::env::var("RLX_CUDA_WALK_BACK").as_deref() {
-            Ok("0") => WalkBack::Off,
-            Ok("always") => WalkBack::Always,
-            _ => WalkBack::HalfL2,
-        }
+        crate::settings::walk_back()
     }
 
     /// The stream size above which kernels walk back, on a device with `l2_bytes` of L2.
@@ -106,33 +112,27 @@ pub enum FusedGemm {
 }
 
 impl FusedGemm {
-    /// What `RLX_CUDA_FUSED_GEMM` says (unset or unrecognised: [`FusedGemm::Timed`]).
+    /// What `RLX_CUDA_FUSED_GEMM` says ([`crate::settings::fused_gemm`]).
     pub fn from_env() -> FusedGemm {
-        match std::env::var("RLX_CUDA_FUSED_GEMM").as_deref() {
-            Ok("0") => FusedGemm::Off,
-            Ok("force") => FusedGemm::Force(0),
-            Ok(v) => v
-                .strip_prefix("force:")
-                .and_then(|n| n.parse().ok())
-                .map_or(FusedGemm::Timed, FusedGemm::Force),
-            Err(_) => FusedGemm::Timed,
-        }
+        crate::settings::fused_gemm()
     }
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
         CudaOptions {
-            tf32: false,
-            graphs: std::env::var("RLX_CUDA_GRAPHS").map_or(true, |v| v != "0"),
-            pointer_arrays: std::env::var("RLX_CUDA_PTR_ARRAY").map_or(true, |v| v != "0"),
-            flash_attention: Target::flash_from_env(),
-            merge_gemms: crate::plan_merge::enabled(),
-            autotune: crate::tune::enabled_from_env(),
-            fused_gemm: FusedGemm::from_env(),
-            a_prologue: Target::a_prologue_from_env(),
-            walk_back: WalkBack::from_env(),
-            bind_direct: std::env::var("RLX_CUDA_BIND_DIRECT").map_or(true, |v| v != "0"),
+            tf32: settings::TF32.switch(),
+            graphs: settings::GRAPHS.switch(),
+            pointer_arrays: settings::PTR_ARRAY.switch(),
+            flash_attention: settings::FLASH.switch(),
+            merge_gemms: settings::MERGE_GEMM.switch(),
+            autotune: settings::AUTOTUNE.switch(),
+            tune_log: settings::TUNE_LOG.raw().is_some_and(|v| v.trim() != "0"),
+            fused_gemm: settings::fused_gemm(),
+            a_prologue: settings::A_PROLOGUE.switch(),
+            walk_back: settings::walk_back(),
+            bind_direct: settings::BIND_DIRECT.switch(),
+            memory: MemorySettings::or_default().memory,
         }
     }
 }
@@ -160,33 +160,6 @@ pub struct CompileStats {
     pub tuned_gemms: usize,
     /// GEMM + epilogue pairs running as one fused tensor-core kernel
     pub fused_gemms: usize,
-}
-
-/// The loaded modules of a program and which holds each function.
-#[derive(Default)]
-struct Modules {
-    list: Vec<Module>,
-    of: HashMap<String, usize>,
-}
-
-impl Modules {
-    /// Adds a loaded module holding functions `names`.
-    fn add(&mut self, module: Module, names: &[String]) {
-        for n in names {
-            self.of.insert(n.clone(), self.list.len());
-        }
-        self.list.push(module);
-    }
-
-    /// Function `name` from the module that holds it (see [`Module::function`]).
-    fn function(&self, name: &str, shared_bytes: u32) -> Result<Function, CudaError> {
-        let m = self
-            .of
-            .get(name)
-            .and_then(|&i| self.list.get(i))
-            .ok_or_else(|| CudaError::Invalid(format!("no module holds function {name}")))?;
-        m.function(name, shared_bytes)
-    }
 }
 
 /// Where a program buffer lives on the device.
@@ -228,8 +201,6 @@ struct RunState {
     /// graphs captured for rebound addresses, least recently used first
     bound: Vec<(Vec<(usize, u64)>, Graph)>,
     graphs_ok: bool,
-    staging_in: Pinned,
-    staging_out: Pinned,
 }
 
 /// A kernel program compiled for the CUDA device.
@@ -262,6 +233,10 @@ pub struct CudaProgram {
     table_roots: Vec<usize>,
     /// see [`CudaOptions::bind_direct`]
     bind_direct: bool,
+    /// the pinned pool every upload and download goes through
+    staging: Arc<StagingPool>,
+    /// the managed memory prefetched before runs
+    prefetch: residency::PrefetchPlan,
     /// compile facts
     pub stats: CompileStats,
 }
@@ -285,12 +260,13 @@ impl CudaProgram {
             arch: f.arch(),
             sm_count: f.sm_count,
             max_shared: f.max_shared_per_block,
-            walk_back_above: WalkBack::from_env().threshold(f.l2_bytes),
-            flash_attention: Target::flash_from_env(),
-            flash_warps: Target::flash_warps_from_env(),
-            flash_keys: Target::flash_keys_from_env(),
-            flash_resident: Target::switch_from_env("RLX_CUDA_FLASH_RESIDENT"),
-            a_prologue: Target::a_prologue_from_env(),
+            walk_back_above: settings::walk_back().threshold(f.l2_bytes),
+            flash_attention: settings::FLASH.switch(),
+            flash_warps: settings::flash_warps(),
+            flash_keys: settings::flash_keys(),
+            flash_resident: settings::FLASH_RESIDENT.switch(),
+            a_prologue: settings::A_PROLOGUE.switch(),
+            tuning: settings::Tuning::from_env(),
         })
     }
 
@@ -307,7 +283,8 @@ impl CudaProgram {
     ) -> Result<CudaProgram, CudaError> {
         let device = CudaDevice::get()?;
         let queue_owner = device.clone();
-        let mem = DeviceMemory::get()?;
+        MemorySettings::get()?;
+        let (mem, staging) = (DeviceMemory::of(options.memory)?, StagingPool::get()?);
         device.bind()?;
         let l2 = crate::probe::device_facts()
             .map_err(CudaError::Unavailable)?
@@ -477,7 +454,7 @@ impl CudaProgram {
                 }
                 BufferKind::Constant(t) => {
                     let d = mem.alloc(bytes)?;
-                    device.upload(d.ptr(), tensor_bytes(t))?;
+                    staging.upload(&[(d.ptr(), tensor_bytes(t))])?;
                     homes[b] = Some(Home::Constant(constants.len()));
                     constants.push(d);
                 }
@@ -514,7 +491,7 @@ impl CudaProgram {
                 .iter()
                 .all(|s| matches!(s, Source::Constant(_)))
             {
-                home.upload(&device, &[])?;
+                home.upload(&staging, &[])?;
             }
             derived.push(home);
         }
@@ -524,14 +501,10 @@ impl CudaProgram {
             .iter()
             .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
             .collect();
-        let in_bytes: usize = inputs.iter().map(|i| i.3).sum();
-        let out_bytes: usize = outputs.iter().map(|o| o.2).sum();
         let state = RunState {
             graph: None,
             bound: Vec::new(),
             graphs_ok: options.graphs,
-            staging_in: Pinned::new(&device, in_bytes)?,
-            staging_out: Pinned::new(&device, out_bytes)?,
         };
         let mut compiled = CudaProgram {
             device,
@@ -556,9 +529,12 @@ impl CudaProgram {
             state: Mutex::new(state),
             table_roots: Vec::new(),
             bind_direct: options.bind_direct,
+            staging,
+            prefetch: residency::PrefetchPlan::default(),
             stats,
         };
         compiled.upload_pointer_tables(&mem)?;
+        compiled.prefetch = residency::PrefetchPlan::new(&compiled, mem, options.memory);
         let touches = compiled.plan.touches();
         for (i, t) in compiled.pointer_tables.iter().enumerate() {
             if t.is_some() {
@@ -607,7 +583,7 @@ impl CudaProgram {
                         None if !self.writes_arena_only(ci) => None,
                         None => {
                             timed += 1;
-                            let p = self.time_choice(ci)?;
+                            let p = self.time_choice(ci, options.tune_log)?;
                             cache
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
@@ -651,7 +627,7 @@ impl CudaProgram {
     /// Times choice `ci`: its steps, run as decided so far (an inner choice's kernel runs in
     /// place of its steps), against each fused tiling, round-robin
     /// ([`crate::tune::fastest`]); Some(tiling) when a fused one is faster.
-    fn time_choice(&self, ci: usize) -> Result<Option<usize>, CudaError> {
+    fn time_choice(&self, ci: usize, log: bool) -> Result<Option<usize>, CudaError> {
         let c = &self.plan.choices[ci];
         let mut failure = None;
         let mut mins = vec![f64::INFINITY; c.fused.len() + 1];
@@ -682,7 +658,7 @@ impl CudaProgram {
         if let Some(e) = failure {
             return Err(e);
         }
-        if std::env::var_os("RLX_CUDA_TUNE_LOG").is_some() {
+        if log {
             eprintln!("rlx-cuda: fused-GEMM choice {}", c.fused[0].label);
             eprintln!("  cuBLASLt + epilogue kernel: {:.4} ms", mins[0]);
             for (k, t) in c.fused.iter().zip(&mins[1..]) {
@@ -761,7 +737,7 @@ impl CudaProgram {
                 Some(t) => {
                     let bytes: Vec<u8> = t.iter().flat_map(|p| p.to_le_bytes()).collect();
                     let d = mem.alloc(bytes.len())?;
-                    self.device.upload(d.ptr(), &bytes)?;
+                    self.staging.upload(&[(d.ptr(), &bytes)])?;
                     self.device.sync()?;
                     Some(d)
                 }

@@ -22,11 +22,6 @@ pub const TIMED: usize = 10;
 /// Samples per candidate, interleaved over the candidates; the minimum counts.
 pub const ROUNDS: usize = 3;
 
-/// Whether autotuning is on by default (`RLX_CUDA_AUTOTUNE=0` turns it off).
-pub fn enabled_from_env() -> bool {
-    std::env::var("RLX_CUDA_AUTOTUNE").map_or(true, |v| v != "0")
-}
-
 /// What makes two GEMMs the same tuning problem: shapes, batch levels and strides, dtype and
 /// compute mode, transposes, epilogue, alignment and batching. Buffers, offsets (beyond the
 /// alignment they leave) and labels do not count.

@@ -157,7 +157,7 @@ fn bad_bindings_are_errors() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("x") && e.contains("[16, 63]") && e.contains("f32[16, 64]"),
+        e.contains("x") && e.contains("[16, 63]") && e.contains("f32[16,64]"),
         "{e}"
     );
     let good = [16usize, 64];

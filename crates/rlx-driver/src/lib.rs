@@ -8,8 +8,10 @@
 mod device;
 mod error;
 mod info;
+pub mod settings;
 pub mod testing;
 
 pub use device::{Device, ParseDeviceError};
 pub use error::DeviceError;
 pub use info::{Availability, DeviceInfo};
+pub use settings::{Knob, Setting};

@@ -1,13 +1,15 @@
 //! The driver: decode a model, bind initializers and inputs, map every node in order, and
 //! collect every unsupported node into one error.
 
-use crate::ctx::{Ctx, Fail, Val, R};
+use crate::ctx::{Ctx, Fail, R};
+use crate::data::OutputLayout;
 use crate::dtype::{onnx_type_name, to_dtype};
 use crate::error::{OnnxError, UnsupportedNode};
 use crate::node::{Env, NodeIn};
 use crate::proto::{type_proto, GraphProto, ModelProto, ValueInfoProto};
 use crate::stage::{Cut, Staging};
 use crate::tensor::{to_tensor, ExternalData};
+use crate::value::{declare_output, Value};
 use crate::{ImportOptions, OnnxModel};
 use rlx_ir::{Dim, Shape, Tensor, TensorType};
 use std::collections::HashMap;
@@ -24,7 +26,7 @@ pub const MIN_OPSET: i64 = 1;
 #[derive(Clone)]
 pub enum Slot {
     /// a value
-    Val(Val),
+    Val(Value),
     /// the output of a node that could not be mapped
     Poisoned,
     /// a graph input declared when first read ([`Ctx::lazy_input`]): a value an earlier
@@ -51,6 +53,9 @@ pub struct Imported {
     pub producer: String,
     /// data-dependent nodes left to the host (empty when the graph computes the outputs)
     pub cut: Cut,
+    /// how each model output is put together from the graph's outputs (empty for a stage
+    /// with a cut)
+    pub outputs: Vec<(String, OutputLayout)>,
 }
 
 /// Imports a decoded model.
@@ -76,6 +81,7 @@ pub fn import(
         frozen_inputs: m.frozen,
         opsets: m.opsets,
         producer: m.producer,
+        outputs: m.outputs,
     })
 }
 
@@ -203,6 +209,9 @@ pub fn declared_inputs(
         if inits.contains(name.as_str()) || out.iter().any(|(n, _)| *n == name) {
             continue; // an initializer gives it a value (IR < 4 style)
         }
+        if crate::value::value_kind(input).is_some() {
+            continue; // a sequence, optional or string input: see `value_inputs`
+        }
         let ty = value_type(input, &name, dims).map_err(|reason| OnnxError::Unsupported {
             file: file.to_string(),
             nodes: vec![UnsupportedNode {
@@ -259,11 +268,11 @@ pub fn import_decoded(
     let mut scope: HashMap<String, Slot> = HashMap::new();
 
     for (name, t) in inits {
-        let v = Val::Const {
+        let v = crate::ctx::Val::Const {
             t,
             param: Some(name.clone()),
         };
-        scope.insert(name, Slot::Val(v));
+        scope.insert(name, Slot::Val(v.into()));
     }
     // A later stage declares only the run inputs and carried values it reads.
     let later_stage = !opts.carried.is_empty();
@@ -274,9 +283,11 @@ pub fn import_decoded(
             scope.insert(name, Slot::Lazy);
         } else {
             let v = ctx.input(&name, ty, known);
-            scope.insert(name, Slot::Val(v));
+            scope.insert(name, Slot::Val(v.into()));
         }
     }
+    let default_opset = opsets.get("ai.onnx").copied().unwrap_or(0);
+    crate::value::declare_inputs(&mut ctx, graph, opts, &mut scope, file, default_opset)?;
     for (name, ty) in &opts.carried {
         ctx.lazy_input(name, ty.clone(), None);
         scope.insert(name.clone(), Slot::Lazy);
@@ -299,6 +310,7 @@ pub fn import_decoded(
         });
     }
 
+    let mut outputs = Vec::new();
     if staging.cut.is_empty() {
         for out in &graph.output {
             let name = out.name();
@@ -310,28 +322,31 @@ pub fn import_decoded(
                     )))
                 }
             };
-            check_declared(&ctx, &v, out).map_err(model_err)?;
+            if let Value::Tensor(t) = &v {
+                check_declared(&ctx, t, out).map_err(model_err)?;
+            }
             ctx.cur = format!("output {name}");
-            let id = ctx.node(&v);
-            ctx.graph.output(name, id);
+            outputs.push((name.to_string(), declare_output(&mut ctx, name, &v)));
         }
     } else {
         // a model output computed here is carried to the last stage
         for out in &graph.output {
-            if let Some(Slot::Val(v)) = scope.get(out.name()) {
+            if let Some(Slot::Val(Value::Tensor(v))) = scope.get(out.name()) {
                 staging.export(&ctx, out.name(), v);
             }
         }
         for name in &staging.exports {
-            if let Some(Slot::Val(v)) = scope.get(name) {
+            if let Some(Slot::Val(Value::Tensor(v))) = scope.get(name) {
                 ctx.cur = format!("output {name}");
                 let id = ctx.node(v);
                 ctx.graph.output(name, id);
             }
         }
     }
-    // a stage whose cut reads only graph inputs computes nothing: an empty graph
-    let empty_stage = ctx.graph.outputs().is_empty() && !staging.cut.is_empty();
+    // a stage whose cut reads only graph inputs computes nothing, nor does a model whose
+    // outputs are all computed at import (strings): an empty graph
+    let empty_stage =
+        ctx.graph.outputs().is_empty() && (!staging.cut.is_empty() || !outputs.is_empty());
     if !empty_stage {
         ctx.graph.verify().map_err(|source| OnnxError::Ir {
             file: file.to_string(),
@@ -350,16 +365,17 @@ pub fn import_decoded(
         opsets,
         producer: format!("{} {}", model.producer_name(), model.producer_version()),
         cut: staging.cut,
+        outputs,
     })
 }
 
 /// The value bound to `name`, declaring a lazy graph input on first read; `None` when the
 /// name is unbound, poisoned or pending.
-fn resolve(ctx: &mut Ctx, scope: &mut HashMap<String, Slot>, name: &str) -> Option<Val> {
+fn resolve(ctx: &mut Ctx, scope: &mut HashMap<String, Slot>, name: &str) -> Option<Value> {
     match scope.get(name)? {
         Slot::Val(v) => Some(v.clone()),
         Slot::Lazy => {
-            let v = ctx.read_lazy(name)?;
+            let v = Value::from(ctx.read_lazy(name)?);
             scope.insert(name.to_string(), Slot::Val(v.clone()));
             Some(v)
         }
@@ -442,7 +458,7 @@ fn map_nodes(
             Err(Some(format!(
                 "domain `{domain}` is not imported by the model"
             )))
-        } else if let Some(handler) = crate::ops::lookup(domain, node.op_type()) {
+        } else if let Some(handler) = crate::ops::values::Handler::find(domain, node, &inputs) {
             if domain == "ai.onnx" && !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
                 Err(Some(format!(
                     "opset {opset} is outside the supported range {MIN_OPSET}..={MAX_OPSET}"
@@ -455,7 +471,7 @@ fn map_nodes(
                     file,
                 };
                 let n = NodeIn::new(node, name.clone(), opset, inputs, env);
-                let result = handler(ctx, &n);
+                let result = handler.run(ctx, &n);
                 let unread = n.unread();
                 drop(n);
                 match result {
@@ -565,7 +581,7 @@ fn value_type(
 }
 
 /// Checks an output against the type the model declares (dtype and static dims).
-fn check_declared(ctx: &Ctx, v: &Val, decl: &ValueInfoProto) -> Result<(), String> {
+fn check_declared(ctx: &Ctx, v: &crate::ctx::Val, decl: &ValueInfoProto) -> Result<(), String> {
     let Some(type_proto::Value::TensorType(tt)) =
         decl.r#type.as_ref().and_then(|t| t.value.as_ref())
     else {
@@ -607,11 +623,14 @@ fn check_declared(ctx: &Ctx, v: &Val, decl: &ValueInfoProto) -> Result<(), Strin
 ///
 /// # Errors
 /// Unsupported nodes inside (listed), or an invalid body.
-pub fn subgraph(ctx: &mut Ctx, env: &Env, g: &GraphProto, inputs: &[Val]) -> R<Vec<Val>> {
+pub fn subgraph(ctx: &mut Ctx, env: &Env, g: &GraphProto, inputs: &[Value]) -> R<Vec<Value>> {
     let mut scope = env.scope.clone();
     for init in &g.initializer {
         let t = to_tensor(init, &mut ExternalData::new(None)).map_err(Fail::Unsupported)?;
-        scope.insert(init.name().to_string(), Slot::Val(Val::konst(t)));
+        scope.insert(
+            init.name().to_string(),
+            Slot::Val(crate::ctx::Val::konst(t).into()),
+        );
     }
     if g.input.len() != inputs.len() {
         return Err(Fail::Invalid(format!(

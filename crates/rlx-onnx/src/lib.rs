@@ -14,6 +14,10 @@
 //!   at import when their inputs are known ([`host`]); otherwise an import stops at them
 //!   and a runtime evaluates them between compiled stages ([`stage`]).
 //!
+//! - Sequences, optionals and string tensors are resolved at import ([`ops::values`]):
+//!   sequence positions and lengths, whether an optional holds a value and every string
+//!   are known as the model is read, so the graph stays a plain tensor graph. Graph
+//!   inputs and outputs of those types cross as tensors ([`OnnxValue`], [`OutputLayout`]).
 //! - With the `runtime` feature, [`runtime::dynamic`] puts a [`ParsedModel`] behind an
 //!   `rlx_runtime::DynamicGraph`, compiled once per shape signature of its inputs.
 //!
@@ -23,6 +27,7 @@
 
 pub mod contrib;
 mod ctx;
+mod data;
 mod dtype;
 mod emit;
 mod error;
@@ -36,7 +41,9 @@ pub mod proto;
 pub mod runtime;
 pub mod stage;
 mod tensor;
+mod value;
 
+pub use data::{element_name, load_value_pb, OnnxValue, OutputLayout, StringTensor};
 pub use dtype::{onnx_type_name, to_dtype, to_onnx};
 pub use error::{OnnxError, UnsupportedNode};
 pub use import::{MAX_OPSET, MIN_OPSET};
@@ -65,6 +72,11 @@ pub struct ImportOptions {
     /// as graph inputs of those names, and the nodes that computed them are not mapped
     /// again (see [`stage`]). Empty for a first (or only) stage.
     pub carried: Vec<(String, rlx_ir::TensorType)>,
+    /// Values of graph inputs that are sequences, optionals or string tensors: the
+    /// importer needs their layout (a sequence's length, whether an optional holds a
+    /// value) and their strings at import. Their tensors stay run-time inputs, fed as
+    /// [`OnnxValue::feeds`] names them.
+    pub known_values: HashMap<String, OnnxValue>,
 }
 
 /// An imported model.
@@ -80,6 +92,9 @@ pub struct OnnxModel {
     pub opsets: Vec<(String, i64)>,
     /// producer name and version, as the file records them
     pub producer: String,
+    /// the model's outputs in declared order, each with how it is put together from the
+    /// graph's outputs (a tensor output is the graph output of its name)
+    pub outputs: Vec<(String, OutputLayout)>,
 }
 
 /// Loads an ONNX model file (memory-mapped), resolving external data next to it.

@@ -1,12 +1,13 @@
-//! One ONNX node as the op mappers see it: inputs resolved to [`Val`]s, typed attribute
+//! One ONNX node as the op mappers see it: inputs resolved to [`Value`]s, typed attribute
 //! getters that remember which attributes were read (so an attribute nobody read is
 //! reported, never silently ignored), and the node's opset version.
 
 use crate::ctx::{invalid, Val, R};
 use crate::import::Slot;
 use crate::proto::{
-    attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto, TensorProto,
+    attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto,
 };
+use crate::value::{expect_tensor, Value};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::collections::HashSet;
@@ -20,7 +21,7 @@ pub struct NodeIn<'a> {
     /// opset version of its domain
     pub opset: i64,
     /// inputs; `None` for omitted optional inputs
-    pub inputs: Vec<Option<Val>>,
+    pub inputs: Vec<Option<Value>>,
     /// the names visible to the node, for subgraphs of control flow
     pub env: Env<'a>,
     read: RefCell<HashSet<String>>,
@@ -43,7 +44,7 @@ impl<'a> NodeIn<'a> {
         proto: &'a NodeProto,
         name: String,
         opset: i64,
-        inputs: Vec<Option<Val>>,
+        inputs: Vec<Option<Value>>,
         env: Env<'a>,
     ) -> Self {
         let mut read = HashSet::new();
@@ -66,19 +67,32 @@ impl<'a> NodeIn<'a> {
         self.proto.op_type()
     }
 
-    /// Required input `i`.
+    /// Required tensor input `i`.
+    ///
+    /// # Errors
+    /// Invalid when the input is missing, unsupported when it is not a tensor.
+    pub fn input(&self, i: usize) -> R<Val> {
+        expect_tensor(&self.value(i)?, &format!("input {i}"))
+    }
+
+    /// Optional tensor input `i` (the import hands tensor mappers tensors only).
+    pub fn opt(&self, i: usize) -> Option<Val> {
+        self.value_opt(i)?.tensor().cloned()
+    }
+
+    /// Required input `i`, of any type.
     ///
     /// # Errors
     /// Invalid when the input is missing.
-    pub fn input(&self, i: usize) -> R<Val> {
-        match self.inputs.get(i) {
-            Some(Some(v)) => Ok(v.clone()),
-            _ => invalid!("input {i} is required but missing"),
+    pub fn value(&self, i: usize) -> R<Value> {
+        match self.value_opt(i) {
+            Some(v) => Ok(v),
+            None => invalid!("input {i} is required but missing"),
         }
     }
 
-    /// Optional input `i`.
-    pub fn opt(&self, i: usize) -> Option<Val> {
+    /// Optional input `i`, of any type.
+    pub fn value_opt(&self, i: usize) -> Option<Value> {
         self.inputs.get(i).cloned().flatten()
     }
 
@@ -187,6 +201,13 @@ impl<'a> NodeIn<'a> {
         Ok(self
             .typed(name, AttributeType::Graph)?
             .and_then(|a| a.g.as_ref()))
+    }
+
+    /// A type attribute (`Optional`'s `type`), if present.
+    pub fn type_opt(&self, name: &str) -> R<Option<&'a TypeProto>> {
+        Ok(self
+            .typed(name, AttributeType::TypeProto)?
+            .and_then(|a| a.tp.as_ref()))
     }
 
     /// Names of attributes present on the node that no mapper read.

@@ -113,6 +113,19 @@ impl ParsedModel {
     /// the dims are bound.
     pub fn specialise(&self, opts: &ImportOptions) -> Result<Specialised, OnnxError> {
         let m = import::import_decoded(&self.model, &self.label, self.inits.clone(), opts, true)?;
+        let host = m
+            .outputs
+            .iter()
+            .find(|(_, l)| matches!(l, crate::OutputLayout::Host(_)));
+        if let Some((name, _)) = host {
+            return Err(OnnxError::Model {
+                file: self.label.clone(),
+                message: format!(
+                    "output `{name}` is a string tensor, computed at import; only a one-graph \
+                     import (rlx_onnx::load, OnnxModel::outputs) returns those"
+                ),
+            });
+        }
         Ok(Specialised {
             graph: m.graph,
             params: m.params,

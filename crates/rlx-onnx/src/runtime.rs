@@ -38,6 +38,7 @@ pub fn dynamic_with(
             known_inputs: known_inputs.clone(),
             dims: dims.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             carried: carried.to_vec(),
+            ..ImportOptions::default()
         };
         let s = model.specialise(&opts)?;
         let then: Option<HostStep> = if s.cut.is_empty() {

@@ -16,6 +16,7 @@ use crate::ctx::{Ctx, Fail, Val};
 use crate::import::Slot;
 use crate::node::{Env, NodeIn};
 use crate::proto::{GraphProto, ModelProto, NodeProto};
+use crate::value::Value;
 use crate::OnnxError;
 use rlx_ir::{Op, Tensor};
 use std::collections::{HashMap, HashSet};
@@ -125,7 +126,7 @@ impl Staging {
             return false;
         }
         for i in &reads {
-            if let Some(Slot::Val(v)) = scope.get(*i) {
+            if let Some(Slot::Val(Value::Tensor(v))) = scope.get(*i) {
                 if cut {
                     self.cut_input(ctx, i, v);
                 } else {
@@ -176,8 +177,8 @@ fn is_cut(
             return false;
         };
         match scope.get(name) {
-            Some(Slot::Val(v)) if freeze => ctx.try_const(v).is_none(),
-            Some(Slot::Val(v)) => ctx.try_const_unfrozen(v).is_none(),
+            Some(Slot::Val(Value::Tensor(v))) if freeze => ctx.try_const(v).is_none(),
+            Some(Slot::Val(Value::Tensor(v))) => ctx.try_const_unfrozen(v).is_none(),
             Some(Slot::Lazy) => true,
             _ => false,
         }
@@ -260,7 +261,7 @@ pub fn run_host(
             } else {
                 return Err(err(format!("input `{i}` has no value on the host")));
             };
-            ins.push(Some(Val::Const { t, param: None }));
+            ins.push(Some(Val::Const { t, param: None }.into()));
         }
         let Some(handler) = crate::ops::lookup("ai.onnx", node.op_type()) else {
             return Err(err(format!("op `{}` is not supported", node.op_type())));

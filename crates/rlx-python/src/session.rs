@@ -76,7 +76,10 @@ fn provider_device(providers: &Bound<'_, PyAny>) -> PyResult<Option<&'static str
         // an entry is a name or a (name, options) pair
         let name: String = match p.extract::<String>() {
             Ok(n) => n,
-            Err(_) => p.get_item(0)?.extract()?,
+            Err(_) => {
+                check_provider_entry(&p.get_item(1)?)?;
+                p.get_item(0)?.extract()?
+            }
         };
         match name.as_str() {
             "CUDAExecutionProvider" | "TensorrtExecutionProvider" => return Ok(Some("cuda")),
@@ -85,6 +88,57 @@ fn provider_device(providers: &Bound<'_, PyAny>) -> PyResult<Option<&'static str
         }
     }
     Ok(None)
+}
+
+/// The worker threads an ONNX Runtime `SessionOptions` (or any object with its attribute
+/// names, or a dict) asks for: `intra_op_num_threads`, 0 meaning the default.
+fn session_threads(options: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    let value = if let Ok(d) = options.cast::<PyDict>() {
+        d.get_item("intra_op_num_threads")?
+    } else if options.hasattr("intra_op_num_threads")? {
+        Some(options.getattr("intra_op_num_threads")?)
+    } else {
+        None
+    };
+    let Some(value) = value else { return Ok(None) };
+    let n: i64 = value.extract().map_err(|_| {
+        invalid("sess_options.intra_op_num_threads: expected an integer".to_string())
+    })?;
+    match n {
+        0 => Ok(None),
+        n if n > 0 => Ok(Some(n as usize)),
+        n => Err(invalid(format!(
+            "sess_options.intra_op_num_threads = {n}: expected 0 (the default) or a positive count"
+        ))),
+    }
+}
+
+/// ONNX Runtime's per-provider options (a list of dicts, one per provider): a `device_id`
+/// other than 0 is refused, since RLX opens the first device of a kind; other keys are
+/// ONNX Runtime's tuning knobs with no meaning here.
+fn check_provider_options(options: &Bound<'_, PyAny>) -> PyResult<()> {
+    for entry in options.try_iter()? {
+        check_provider_entry(&entry?)?;
+    }
+    Ok(())
+}
+
+/// One provider's options (a dict); see [`check_provider_options`].
+fn check_provider_entry(entry: &Bound<'_, PyAny>) -> PyResult<()> {
+    let Ok(d) = entry.cast::<PyDict>() else {
+        return Err(invalid(
+            "provider options: expected a dict per provider".to_string(),
+        ));
+    };
+    if let Some(id) = d.get_item("device_id")? {
+        let id: String = id.str()?.extract()?;
+        if id.trim() != "0" {
+            return Err(invalid(format!(
+                "provider options device_id = {id}: RLX opens the first device of a kind (device_id 0)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn precision_arg(p: &str) -> PyResult<Option<DType>> {
@@ -104,6 +158,8 @@ pub struct InferenceSession {
     graph: Arc<DynamicGraph>,
     parsed: Arc<ParsedModel>,
     device: Device,
+    /// worker threads asked for (None: all cores)
+    threads: Option<usize>,
 }
 
 impl InferenceSession {
@@ -146,6 +202,7 @@ impl InferenceSession {
             graph,
             parsed,
             device,
+            threads,
         })
     }
 
@@ -228,8 +285,13 @@ impl InferenceSession {
         provider_options: Option<&Bound<'_, PyAny>>,
         threads: Option<usize>,
     ) -> PyResult<InferenceSession> {
-        // ONNX Runtime's tuning knobs have no meaning here; providers pick the device
-        let _ = (sess_options, provider_options);
+        let threads = match threads {
+            Some(t) => Some(t),
+            None => sess_options.map(session_threads).transpose()?.flatten(),
+        };
+        if let Some(options) = provider_options {
+            check_provider_options(options)?;
+        }
         let mut device = device;
         if device == "auto" {
             if let Some(p) = providers {
@@ -316,6 +378,14 @@ impl InferenceSession {
             .iter()
             .map(|(n, t)| node_arg(py, n, t.as_ref()))
             .collect()
+    }
+
+    /// The options in effect, as an `rlx.SessionOptions` (`intra_op_num_threads`: 0 for all
+    /// cores).
+    fn get_session_options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let options = py.import("rlx")?.getattr("SessionOptions")?.call0()?;
+        options.setattr("intra_op_num_threads", self.threads.unwrap_or(0))?;
+        Ok(options)
     }
 
     /// ONNX Runtime's provider name for the device (`CPUExecutionProvider`, ...).

@@ -54,6 +54,12 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// The knobs (environment variables) this backend reads, with their values now; what
+    /// `rlx devices --settings` lists.
+    fn settings(&self) -> Vec<rlx_driver::Setting> {
+        Vec::new()
+    }
+
     /// True when the backend runs `op` natively for inputs of these types. Legalization
     /// decomposes or reports whatever this rejects.
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool;

@@ -13,6 +13,7 @@ mod error;
 mod params;
 mod registry;
 mod session;
+pub mod settings;
 mod validate;
 
 pub use backend::{

@@ -76,6 +76,8 @@ pub struct DeviceStatus {
     pub reason: Option<String>,
     /// facts about it, when available
     pub info: Option<rlx_driver::DeviceInfo>,
+    /// the knobs its backend reads, with their values now (empty when not compiled in)
+    pub settings: Vec<rlx_driver::Setting>,
 }
 
 /// Every device in [`Device::ALL`] order: compiled in, available now, and why not.
@@ -92,6 +94,7 @@ pub fn device_statuses() -> Vec<DeviceStatus> {
                     available: a.available,
                     reason: a.reason,
                     info,
+                    settings: b.settings(),
                 }
             }
             None => DeviceStatus {
@@ -103,6 +106,7 @@ pub fn device_statuses() -> Vec<DeviceStatus> {
                     device.cargo_feature()
                 )),
                 info: None,
+                settings: Vec::new(),
             },
         })
         .collect()

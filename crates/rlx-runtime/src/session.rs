@@ -558,8 +558,7 @@ impl CompiledGraph {
         let optimized = rlx_opt::optimize(&bound, &fold)?;
         let caps = |op: &Op, ins: &[&TensorType]| self.backend.supports(op, ins);
         let (legal, report) = rlx_opt::legalize(&optimized, self.device.name(), &caps)?;
-        if self.options.print_report || std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1")
-        {
+        if self.options.print_report || crate::settings::DISPATCH_REPORT.switch() {
             eprintln!("{report}");
         }
         let executable = self.backend.compile(&legal, &self.options)?;

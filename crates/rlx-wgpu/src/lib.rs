@@ -36,6 +36,7 @@ mod options;
 pub mod plan;
 pub mod probe;
 mod program;
+pub mod settings;
 pub mod staging;
 pub mod transfer;
 pub mod weights;

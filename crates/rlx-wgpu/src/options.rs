@@ -1,8 +1,11 @@
-//! The wgpu backend's settings, declared and read from the environment in this one place;
-//! everything below takes a [`WgpuOptions`].
+//! The wgpu backend's typed options, parsed from the knobs of [`crate::settings`] (the only
+//! place their variables are named); everything below takes a [`WgpuOptions`].
 
 use crate::probe::Flavor;
+use crate::settings::{parse_bytes, CHECKED, KNOBS, NO_F16, NO_SUBGROUPS, NO_VEC4, STAGING};
 use crate::WgpuError;
+use rlx_driver::settings::switch_value;
+use rlx_driver::Knob;
 
 /// Default size of the staging pool, [`WgpuOptions::staging_bytes`].
 pub const DEFAULT_STAGING_BYTES: usize = 64 << 20;
@@ -22,7 +25,7 @@ pub const DEFAULT_STAGING_BYTES: usize = 64 << 20;
 /// rule one out while debugging).
 ///
 /// Staging: uploads and downloads go through a pool of host-visible buffers of
-/// `RLX_WGPU_STAGING_MB` mebibytes (default 64, half for each direction; see
+/// `RLX_WGPU_STAGING` bytes (default `64M`, half for each direction; see
 /// [`crate::staging`]); `0` selects the direct path (`queue.write_buffer`, a fresh mapped
 /// buffer per download).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,15 +43,19 @@ pub struct WgpuOptions {
 }
 
 impl Default for WgpuOptions {
-    /// The options the environment sets; a malformed `RLX_WGPU_STAGING_MB` keeps the default
+    /// The options the environment sets; a malformed `RLX_WGPU_STAGING` keeps the default
     /// size ([`WgpuOptions::from_env`] reports it instead).
     fn default() -> Self {
-        let var = |name: &str| std::env::var(name).ok();
-        Self::read(var).unwrap_or_else(|_| {
-            let without_staging = |name: &str| (name != "RLX_WGPU_STAGING_MB").then(|| var(name));
-            Self::read(|name| without_staging(name).flatten()).unwrap_or_else(|_| Self::builtin())
+        Self::parse(knob_value).unwrap_or_else(|_| {
+            let without_staging = |name: &str| (name != STAGING.name).then(|| knob_value(name));
+            Self::parse(|name| without_staging(name).flatten()).unwrap_or_else(|_| Self::builtin())
         })
     }
+}
+
+/// The environment's value of the knob named `name`.
+fn knob_value(name: &str) -> Option<String> {
+    KNOBS.iter().find(|k| k.name == name).and_then(Knob::raw)
 }
 
 impl WgpuOptions {
@@ -67,33 +74,32 @@ impl WgpuOptions {
     /// The options the environment sets.
     ///
     /// # Errors
-    /// A malformed `RLX_WGPU_STAGING_MB` (not a whole number of mebibytes), named with its
-    /// value.
+    /// A malformed `RLX_WGPU_STAGING` (not a byte count), named with its value.
     pub fn from_env() -> Result<Self, WgpuError> {
-        Self::read(|name| std::env::var(name).ok())
+        Self::parse(knob_value)
     }
 
-    /// The options that `var` (an environment lookup) sets.
-    fn read(var: impl Fn(&str) -> Option<String>) -> Result<Self, WgpuError> {
-        let set = |name: &str| var(name).is_some_and(|v| v == "1");
-        let staging_bytes = match var("RLX_WGPU_STAGING_MB") {
+    /// The options that `lookup` (a knob's value, None when unset) sets: pure, so tests
+    /// pass a map instead of changing the environment.
+    ///
+    /// # Errors
+    /// As [`WgpuOptions::from_env`].
+    pub fn parse(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, WgpuError> {
+        let switch = |k: Knob| switch_value(lookup(k.name).as_deref(), k.default);
+        let staging_bytes = match lookup(STAGING.name) {
             None => DEFAULT_STAGING_BYTES,
-            Some(v) => v
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .and_then(|mb| mb.checked_mul(1 << 20))
-                .ok_or_else(|| {
-                    WgpuError::Invalid(format!(
-                        "RLX_WGPU_STAGING_MB={v:?} is not a whole number of mebibytes"
-                    ))
-                })?,
+            Some(v) => parse_bytes(&v).ok_or_else(|| {
+                WgpuError::Invalid(format!(
+                    "{}={v:?}: expected a byte count such as 64M (0: no pool)",
+                    STAGING.name
+                ))
+            })?,
         };
         Ok(WgpuOptions {
-            checked: set("RLX_WGPU_CHECKED"),
-            shader_f16: !set("RLX_WGPU_NO_F16"),
-            subgroups: !set("RLX_WGPU_NO_SUBGROUPS"),
-            vec4: !set("RLX_WGPU_NO_VEC4"),
+            checked: switch(CHECKED),
+            shader_f16: !switch(NO_F16),
+            subgroups: !switch(NO_SUBGROUPS),
+            vec4: !switch(NO_VEC4),
             staging_bytes,
         })
     }
@@ -109,7 +115,7 @@ mod tests {
     use super::*;
 
     fn from(pairs: &[(&str, &str)]) -> Result<WgpuOptions, WgpuError> {
-        WgpuOptions::read(|name| {
+        WgpuOptions::parse(|name| {
             pairs
                 .iter()
                 .find(|(k, _)| *k == name)
@@ -118,16 +124,15 @@ mod tests {
     }
 
     #[test]
-    fn settings_parse_in_one_place() {
+    fn options_parse_from_the_knobs() {
         assert_eq!(from(&[]).unwrap(), WgpuOptions::builtin());
-        let o = from(&[("RLX_WGPU_STAGING_MB", "8"), ("RLX_WGPU_NO_VEC4", "1")]).unwrap();
+        let o = from(&[("RLX_WGPU_STAGING", "8M"), ("RLX_WGPU_NO_VEC4", "1")]).unwrap();
         assert_eq!(o.staging_bytes, 8 << 20);
         assert!(!o.vec4 && o.shader_f16);
-        assert_eq!(
-            from(&[("RLX_WGPU_STAGING_MB", "0")]).unwrap().staging_bytes,
-            0
-        );
-        let err = from(&[("RLX_WGPU_STAGING_MB", "lots")]).unwrap_err();
-        assert!(err.to_string().contains("RLX_WGPU_STAGING_MB"), "{err}");
+        assert_eq!(from(&[("RLX_WGPU_STAGING", "0")]).unwrap().staging_bytes, 0);
+        let err = from(&[("RLX_WGPU_STAGING", "lots")]).unwrap_err();
+        assert!(err.to_string().contains("RLX_WGPU_STAGING"), "{err}");
+        assert_eq!(STAGING.default, "64M");
+        assert_eq!(parse_bytes(STAGING.default), Some(DEFAULT_STAGING_BYTES));
     }
 }

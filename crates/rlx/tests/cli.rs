@@ -53,6 +53,44 @@ fn demo_validates_every_node_against_the_interpreter() {
 }
 
 #[test]
+fn devices_settings_list_every_backends_knobs_with_their_values() {
+    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["devices", "--settings", "--json"])
+        .env("RLX_CPU_SPIN_US", "7")
+        .env_remove("RLX_CPU_ELIDE")
+        .output()
+        .expect("the rlx binary runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let knobs = v.as_array().unwrap();
+    let find = |name: &str| knobs.iter().find(|k| k["name"] == name).cloned();
+    let spin = find("RLX_CPU_SPIN_US").expect("the CPU's knobs are listed");
+    assert_eq!(spin["value"], "7");
+    assert_eq!(spin["default"], "1000");
+    assert_eq!(spin["for"], "cpu");
+    let elide = find("RLX_CPU_ELIDE").unwrap();
+    assert!(elide["value"].is_null(), "{elide}");
+    assert_eq!(find("RLX_DISPATCH_REPORT").unwrap()["for"], "runtime");
+    for k in knobs {
+        assert!(k["name"].as_str().unwrap().starts_with("RLX_"), "{k}");
+        assert!(k["help"].as_str().unwrap().len() > 10, "{k}");
+    }
+    // every backend compiled into this binary lists its knobs
+    for (device, knob) in [("cuda", "RLX_CUDA_GRAPHS"), ("vulkan", "RLX_WGPU_CHECKED")] {
+        let compiled_in = rlx(&["devices", "--json"]);
+        let devices: serde_json::Value = serde_json::from_str(&stdout(&compiled_in)).unwrap();
+        let registered = devices
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["device"] == device && d["registered"] == true);
+        assert_eq!(find(knob).is_some(), registered, "{device}: {knob}");
+    }
+    let text = rlx(&["devices", "--settings"]);
+    assert!(stdout(&text).contains("RLX_CPU_THREADS"));
+}
+
+#[test]
 fn devices_json_lists_all_fifteen() {
     let o = rlx(&["devices", "--json"]);
     assert!(o.status.success());

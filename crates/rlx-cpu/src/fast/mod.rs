@@ -378,7 +378,7 @@ fn weight_source(
 /// The head-split copies f32 attention reads or writes through instead (see
 /// `rlx_ir::kernel_views`), unless `RLX_CPU_ELIDE=0`.
 fn attention_views(program: &KernelProgram, info: &ProgramInfo) -> Views {
-    let on = !std::env::var("RLX_CPU_ELIDE").is_ok_and(|v| v == "0");
+    let on = crate::settings::ELIDE.switch();
     rlx_ir::kernel_views::attention_views(program, |i| {
         // only the f32 kernel (`AttnPlan`) takes views
         on && match &program.kernels[i] {

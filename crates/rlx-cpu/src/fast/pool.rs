@@ -136,10 +136,7 @@ thread_local! {
 
 /// Microseconds workers spin between regions: `RLX_CPU_SPIN_US`, else 1000.
 fn spin_from_env() -> Duration {
-    let us = std::env::var("RLX_CPU_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000u64);
+    let us = crate::settings::SPIN_US.parse().unwrap_or(1000u64);
     Duration::from_micros(us)
 }
 
@@ -269,13 +266,13 @@ impl Drop for Pool {
 /// Threads of the global pool: `RLX_CPU_THREADS`, else `RAYON_NUM_THREADS`, else the
 /// available cores.
 pub fn default_threads() -> usize {
-    ["RLX_CPU_THREADS", "RAYON_NUM_THREADS"]
+    let rayon = rlx_driver::Knob {
+        name: "RAYON_NUM_THREADS",
+        ..crate::settings::THREADS
+    };
+    [crate::settings::THREADS, rayon]
         .iter()
-        .find_map(|v| {
-            std::env::var(v)
-                .ok()
-                .and_then(|s| s.trim().parse::<usize>().ok())
-        })
+        .find_map(|k| k.parse::<usize>())
         .filter(|&n| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

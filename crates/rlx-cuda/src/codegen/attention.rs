@@ -611,10 +611,8 @@ pub fn flash_mma(
 
     // With no key guard and no mask, and a positive scale, the scale folds into the
     // exponent's FMA: the row max is taken over the unscaled scores and scaled once.
-    let fold = key_guard.is_empty()
-        && mask_code.is_empty()
-        && scale > 0.0
-        && std::env::var("RLX_CUDA_FLASH_FOLD").as_deref() != Ok("0");
+    let fold =
+        key_guard.is_empty() && mask_code.is_empty() && scale > 0.0 && ctx.target.tuning.flash_fold;
     let scale_loop = if fold { "" } else { SCALE_LOOP };
     let mx_scale = if fold {
         "mx0 *= @SCALE@;\nmx1 *= @SCALE@;\n"

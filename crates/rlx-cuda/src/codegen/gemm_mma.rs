@@ -75,14 +75,6 @@ impl MmaTile {
 /// against about 6; it wins on small problems, where one launch less counts.
 pub const MAX_OUTPUT: usize = 1 << 16;
 
-/// [`MAX_OUTPUT`], or what `RLX_CUDA_FUSED_GEMM_MAX` says (elements; for A/B runs).
-pub fn max_output() -> usize {
-    std::env::var("RLX_CUDA_FUSED_GEMM_MAX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(MAX_OUTPUT)
-}
-
 /// The tilings emitted as candidates: large tiles for tall GEMMs, small ones so a GEMM of a
 /// few hundred rows still fills the device.
 pub const MMA_TILES: [MmaTile; 4] = [

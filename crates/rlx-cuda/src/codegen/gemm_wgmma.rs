@@ -121,11 +121,6 @@ pub const WGMMA_TILES: [WgmmaTile; 2] = [
     },
 ];
 
-/// Whether the kernel is offered at all: true unless `RLX_CUDA_WGMMA=0` (for A/B runs).
-pub fn enabled() -> bool {
-    std::env::var("RLX_CUDA_WGMMA").map_or(true, |v| v != "0")
-}
-
 /// The architecture the kernel needs: `wgmma` exists only in `sm_90a` code.
 pub const ARCH: &str = "sm_90a";
 

@@ -75,6 +75,8 @@ pub struct Target {
     /// a timed choice; off unless `RLX_CUDA_A_PROLOGUE=1`: on an H200 the exact GELU beside
     /// the tensor cores made it slower than the steps it replaces, see `plan_norm`)
     pub a_prologue: bool,
+    /// the planner's switches for A/B runs ([`crate::settings::Tuning`])
+    pub tuning: crate::settings::Tuning,
 }
 
 impl Target {
@@ -85,19 +87,14 @@ impl Target {
             arch: "sm_90a".into(),
             sm_count: 132,
             max_shared: 227 * 1024,
-            walk_back_above: crate::WalkBack::from_env().threshold(50 * 1024 * 1024),
+            walk_back_above: crate::settings::walk_back().threshold(50 * 1024 * 1024),
             flash_attention: true,
-            flash_warps: Target::flash_warps_from_env(),
-            flash_keys: Target::flash_keys_from_env(),
-            flash_resident: Target::switch_from_env("RLX_CUDA_FLASH_RESIDENT"),
-            a_prologue: Target::a_prologue_from_env(),
+            flash_warps: crate::settings::flash_warps(),
+            flash_keys: crate::settings::flash_keys(),
+            flash_resident: crate::settings::FLASH_RESIDENT.switch(),
+            a_prologue: crate::settings::A_PROLOGUE.switch(),
+            tuning: crate::settings::Tuning::from_env(),
         }
-    }
-
-    /// Whether the environment asks for A prologues ([`Target::a_prologue`]):
-    /// `RLX_CUDA_A_PROLOGUE=1`.
-    pub fn a_prologue_from_env() -> bool {
-        std::env::var("RLX_CUDA_A_PROLOGUE").is_ok_and(|v| v == "1")
     }
 
     /// The compute capability as `10 * major + minor` (`sm_90` → 90), None when `arch` is
@@ -110,37 +107,6 @@ impl Target {
             .take_while(char::is_ascii_digit)
             .collect();
         digits.parse().ok()
-    }
-
-    /// The flash kernel's most warps per block: `RLX_CUDA_FLASH_WARPS` when it is 1, 2, 4 or
-    /// 8, else 4.
-    pub fn flash_warps_from_env() -> usize {
-        std::env::var("RLX_CUDA_FLASH_WARPS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|w: &usize| [1, 2, 4, 8].contains(w))
-            .unwrap_or(4)
-    }
-
-    /// The flash kernel's most keys per tile: `RLX_CUDA_FLASH_KEYS` when it is 16, 32 or 64,
-    /// else 0 (the kernel chooses).
-    pub fn flash_keys_from_env() -> usize {
-        std::env::var("RLX_CUDA_FLASH_KEYS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|k: &usize| [16, 32, 64].contains(k))
-            .unwrap_or(0)
-    }
-
-    /// Whether the environment leaves tensor-core flash attention on: true unless
-    /// `RLX_CUDA_FLASH=0`.
-    pub fn flash_from_env() -> bool {
-        Target::switch_from_env("RLX_CUDA_FLASH")
-    }
-
-    /// An on/off switch from the environment: on unless the variable is `0`.
-    pub fn switch_from_env(var: &str) -> bool {
-        std::env::var(var).map_or(true, |v| v != "0")
     }
 }
 

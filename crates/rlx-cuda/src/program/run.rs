@@ -1,6 +1,7 @@
-//! Running a compiled CUDA program: host runs (inputs staged through pinned memory, outputs
-//! read back), bound runs (device memory read and written in place where aligned, copied
-//! otherwise), graph capture and replay per set of bound addresses, and step timing.
+//! Running a compiled CUDA program: host runs (managed memory prefetched, inputs uploaded
+//! and outputs read back through the staging pool), bound runs (device memory read and
+//! written in place where aligned, copied otherwise), graph capture and replay per set of
+//! bound addresses, and step timing.
 
 use super::*;
 
@@ -140,49 +141,56 @@ impl CudaProgram {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let _queue = self.device.queue();
         self.device.bind()?;
+        self.prefetch.before_run()?;
         self.bind_weights(weights)?;
-        let mut off = 0;
-        for (name, b, _, bytes) in &self.inputs {
+        let mut copies = Vec::with_capacity(self.inputs.len());
+        for (name, b, buf, _) in &self.inputs {
             let t = inputs.get(name).ok_or_else(|| CudaError::Binding {
                 what: "input",
                 name: name.clone(),
                 message: "missing".into(),
             })?;
             check(&self.program, *b, t, "input", name)?;
-            state.staging_in.as_mut_slice()[off..off + bytes].copy_from_slice(tensor_bytes(t));
-            off += bytes;
+            copies.push((buf.ptr(), tensor_bytes(t)));
         }
-        let mut off = 0;
-        for (_, _, buf, bytes) in &self.inputs {
-            self.device
-                .upload(buf.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
-            off += bytes;
-        }
+        self.staging.upload(&copies)?;
         self.launch_steps(&mut state, &[])?;
-        let mut off = 0;
-        for (_, b, bytes) in &self.outputs {
-            let src = self.addr(ArgRef::Buffer(*b), &[]);
-            self.device
-                .download(&mut state.staging_out.as_mut_slice()[off..off + bytes], src)?;
-            off += bytes;
-        }
+        let out = self.download_outputs()?;
         self.device.sync()?;
+        Ok(out)
+    }
+
+    /// Reads every output back through the staging pool, after the work enqueued so far.
+    fn download_outputs(&self) -> Result<Vec<(String, Tensor)>, CudaError> {
+        let ranges: Vec<(u64, usize)> = self
+            .outputs
+            .iter()
+            .map(|(_, b, bytes)| (self.addr(ArgRef::Buffer(*b), &[]), *bytes))
+            .collect();
+        let dtype = |i: usize| self.program.buffers[self.outputs[i].1].ty.dtype;
+        // an output in one chunk is read straight from the pool; larger ones are gathered
+        let mut whole: Vec<Option<TensorData>> = vec![None; ranges.len()];
+        let mut parts: Vec<Vec<u8>> = vec![Vec::new(); ranges.len()];
+        self.staging.download_with(&ranges, |i, off, bytes| {
+            if off == 0 && bytes.len() == ranges[i].1 {
+                whole[i] = TensorData::from_le_bytes(dtype(i), bytes);
+            } else {
+                parts[i].extend_from_slice(bytes);
+            }
+        })?;
         let mut out = Vec::with_capacity(self.outputs.len());
-        let mut off = 0;
-        for (name, b, bytes) in &self.outputs {
+        for (i, (name, b, _)) in self.outputs.iter().enumerate() {
             let ty = &self.program.buffers[*b].ty;
-            let data = TensorData::from_le_bytes(
-                ty.dtype,
-                &state.staging_out.as_slice()[off..off + bytes],
-            )
-            .ok_or_else(|| CudaError::Invalid(format!("output {name}: bad size")))?;
+            let data = whole[i]
+                .take()
+                .or_else(|| TensorData::from_le_bytes(ty.dtype, &parts[i]))
+                .ok_or_else(|| CudaError::Invalid(format!("output {name}: bad size")))?;
             let shape = ty.shape.as_static().unwrap_or_default();
             out.push((
                 name.clone(),
                 Tensor::new(shape, data)
                     .map_err(|e| CudaError::Invalid(format!("output {name}: {e}")))?,
             ));
-            off += bytes;
         }
         Ok(out)
     }
@@ -207,11 +215,12 @@ impl CudaProgram {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let _queue = self.device.queue();
         self.device.bind()?;
+        self.prefetch.before_run()?;
         self.bind_weights(weights)?;
         let aligned = |p: u64| self.bind_direct && p.is_multiple_of(ALIGN as u64);
         let mut rebind: Vec<(usize, u64)> = Vec::new();
         let mut read: Vec<(u64, u64)> = Vec::new();
-        let mut off = 0;
+        let mut uploads = Vec::new();
         for (name, b, slot, bytes) in &self.inputs {
             let given = inputs.get(name).ok_or_else(|| CudaError::Binding {
                 what: "input",
@@ -221,11 +230,7 @@ impl CudaProgram {
             match given {
                 BoundInput::Host(t) => {
                     check(&self.program, *b, t, "input", name)?;
-                    let staged = &mut state.staging_in.as_mut_slice()[off..off + bytes];
-                    staged.copy_from_slice(tensor_bytes(t));
-                    self.device
-                        .upload(slot.ptr(), &state.staging_in.as_slice()[off..off + bytes])?;
-                    off += bytes;
+                    uploads.push((slot.ptr(), tensor_bytes(t)));
                 }
                 BoundInput::Device { ptr, dtype, shape } => {
                     check_typed(&self.program, *b, *dtype, shape, "input", name)?;
@@ -239,6 +244,7 @@ impl CudaProgram {
                 }
             }
         }
+        self.staging.upload(&uploads)?;
         let mut copies = Vec::new();
         for (name, dst) in outputs {
             let (_, b, bytes) =
@@ -286,18 +292,16 @@ impl CudaProgram {
             })?;
             check(&self.program, *b, t, "param", name)?;
             if slot.needs_upload(t) {
-                if let Err(e) = self
-                    .device
-                    .upload(slot.buffer().ptr(), tensor_bytes(t))
-                    .and_then(|_| self.device.sync())
-                {
+                // the pool holds the bytes once this returns; no wait for the transfer
+                let upload = [(slot.buffer().ptr(), tensor_bytes(t))];
+                if let Err(e) = self.staging.upload(&upload) {
                     slot.invalidate();
                     return Err(e);
                 }
             }
         }
         for d in &self.derived {
-            d.bind(&self.device, &self.program, weights)?;
+            d.bind(&self.staging, &self.program, weights)?;
         }
         Ok(())
     }
@@ -308,7 +312,7 @@ impl DerivedHome {
     /// one of them is a different tensor than last time.
     fn bind(
         &self,
-        device: &CudaDevice,
+        staging: &StagingPool,
         program: &KernelProgram,
         weights: &HashMap<String, Arc<Tensor>>,
     ) -> Result<(), CudaError> {
@@ -339,7 +343,7 @@ impl DerivedHome {
             return Ok(());
         }
         *last = None;
-        self.upload(device, &bound)?;
+        self.upload(staging, &bound)?;
         *last = Some(bound);
         Ok(())
     }
@@ -347,7 +351,7 @@ impl DerivedHome {
     /// Uploads the concatenation of the sources (`bound`: the param tensors, per source).
     pub(super) fn upload(
         &self,
-        device: &CudaDevice,
+        staging: &StagingPool,
         bound: &[Option<Arc<Tensor>>],
     ) -> Result<(), CudaError> {
         let parts: Vec<&[u8]> = self
@@ -363,8 +367,7 @@ impl DerivedHome {
             })
             .collect();
         let bytes = self.spec.concat(&parts);
-        device.upload(self.buffer.ptr(), &bytes)?;
-        device.sync()
+        staging.upload(&[(self.buffer.ptr(), &bytes)])
     }
 }
 
@@ -399,7 +402,7 @@ fn check_typed(
 /// An input of [`CudaProgram::run_bound`]: a host tensor, or device memory of a dtype and
 /// shape.
 pub enum BoundInput<'a> {
-    /// uploaded through the program's pinned staging
+    /// uploaded through the staging pool
     Host(&'a Tensor),
     /// read on the device
     Device {

@@ -1,10 +1,13 @@
 //! Control flow, resolved at import: `If` takes the branch its (known) condition selects,
 //! or both branches joined by `where` when the condition is only known at run time; `Loop`
-//! and `Scan` are unrolled over trip counts and sequence lengths known at import.
+//! and `Scan` are unrolled over trip counts and sequence lengths known at import. Their
+//! values may be sequences and optionals (a loop-carried sequence grown by
+//! `SequenceInsert` is the common pattern of exported loops).
 
 use crate::ctx::{invalid, unsupported, Ctx, Val, R};
 use crate::import::subgraph;
 use crate::node::NodeIn;
+use crate::value::{expect_tensor, Value};
 use rlx_ir::{DType, Tensor};
 
 /// Most iterations a loop may unroll into.
@@ -18,7 +21,7 @@ fn body<'a>(n: &NodeIn<'a>, name: &str) -> R<&'a crate::proto::GraphProto> {
 }
 
 /// `If`.
-pub fn if_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+pub fn if_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Value>> {
     let cond = n.input(0)?;
     let then_g = body(n, "then_branch")?;
     let else_g = body(n, "else_branch")?;
@@ -37,16 +40,42 @@ pub fn if_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let c = ctx.reshape(&cond, &[])?;
     let mut out = Vec::new();
     for (a, b) in t.iter().zip(&e) {
-        if ctx.ty(a) != ctx.ty(b) {
-            unsupported!(
-                "a run-time condition choosing between {} and {}",
-                ctx.ty(a),
-                ctx.ty(b)
-            );
-        }
-        out.push(ctx.where_(&c, a, b)?);
+        out.push(join(ctx, &c, a, b)?);
     }
     Ok(out)
+}
+
+/// `where(c, a, b)` over values of one structure (tensors of one type, sequences of one
+/// length, optionals both present or both empty).
+fn join(ctx: &mut Ctx, c: &Val, a: &Value, b: &Value) -> R<Value> {
+    Ok(match (a, b) {
+        (Value::Tensor(x), Value::Tensor(y)) => {
+            if ctx.ty(x) != ctx.ty(y) {
+                unsupported!(
+                    "a run-time condition choosing between {} and {}",
+                    ctx.ty(x),
+                    ctx.ty(y)
+                );
+            }
+            Value::Tensor(ctx.where_(c, x, y)?)
+        }
+        (Value::Seq(xs), Value::Seq(ys)) if xs.len() == ys.len() => Value::Seq(
+            xs.iter()
+                .zip(ys)
+                .map(|(x, y)| join(ctx, c, x, y))
+                .collect::<R<_>>()?,
+        ),
+        (Value::Opt(None), Value::Opt(None)) => Value::Opt(None),
+        (Value::Opt(Some(x)), Value::Opt(Some(y))) => {
+            Value::Opt(Some(Box::new(join(ctx, c, x, y)?)))
+        }
+        _ => unsupported!(
+            "a run-time condition choosing between a {} and a {} of another layout (the \
+             result's structure would depend on run-time data)",
+            a.kind(),
+            b.kind()
+        ),
+    })
 }
 
 /// Stacks per-iteration values along a new `axis` (reversed when `reverse`).
@@ -62,7 +91,7 @@ fn stack(ctx: &mut Ctx, vals: &[Val], axis: usize, reverse: bool) -> R<Val> {
 }
 
 /// `Loop` with a trip count and/or conditions known at import.
-pub fn loop_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+pub fn loop_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Value>> {
     let g = body(n, "body")?;
     let trips = match n.opt(0) {
         Some(m) => {
@@ -75,7 +104,7 @@ pub fn loop_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         Some(c) => c,
         None => Val::konst(Tensor::scalar(DType::Bool, 1.0)),
     };
-    let mut carried: Vec<Val> = (2..n.n_inputs()).map(|i| n.input(i)).collect::<R<_>>()?;
+    let mut carried: Vec<Value> = (2..n.n_inputs()).map(|i| n.value(i)).collect::<R<_>>()?;
     let k = carried.len();
     let mut scans: Vec<Vec<Val>> = Vec::new();
     let mut i = 0usize;
@@ -92,9 +121,9 @@ pub fn loop_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         if i >= MAX_TRIPS {
             unsupported!("a Loop of more than {MAX_TRIPS} iterations");
         }
-        let mut ins = vec![
-            Val::konst(Tensor::scalar(DType::I64, i as f64)),
-            cond.clone(),
+        let mut ins: Vec<Value> = vec![
+            Val::konst(Tensor::scalar(DType::I64, i as f64)).into(),
+            cond.clone().into(),
         ];
         ins.extend(carried.iter().cloned());
         let outs = subgraph(ctx, &n.env, g, &ins)?;
@@ -104,9 +133,12 @@ pub fn loop_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
                 outs.len()
             );
         }
-        cond = outs[0].clone();
+        cond = expect_tensor(&outs[0], "the Loop condition")?;
         carried = outs[1..1 + k].to_vec();
-        let s = outs[1 + k..].to_vec();
+        let s = outs[1 + k..]
+            .iter()
+            .map(|v| expect_tensor(v, "a Loop scan output"))
+            .collect::<R<Vec<Val>>>()?;
         if scans.is_empty() {
             scans = vec![Vec::new(); s.len()];
         }
@@ -121,7 +153,7 @@ pub fn loop_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     }
     let mut out = carried;
     for s in &scans {
-        out.push(stack(ctx, s, 0, false)?);
+        out.push(stack(ctx, s, 0, false)?.into());
     }
     Ok(out)
 }
@@ -178,18 +210,22 @@ pub fn scan(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     }
     let mut outs: Vec<Vec<Val>> = vec![Vec::new(); n_out];
     for t in 0..len {
-        let mut ins = states.clone();
+        let mut ins: Vec<Value> = states.iter().cloned().map(Value::from).collect();
         for (j, x) in xs.iter().enumerate() {
             let i = if in_dirs[j] != 0 { len - 1 - t } else { t } as i64;
             let s = ctx.slice(x, axes[j], i, i + 1, 1)?;
             let mut dims = ctx.dims(&s);
             dims.remove(axes[j]);
-            ins.push(ctx.reshape_dims(&s, dims)?);
+            ins.push(ctx.reshape_dims(&s, dims)?.into());
         }
         let res = subgraph(ctx, &n.env, g, &ins)?;
         if res.len() != n_state + n_out {
             invalid!("the Scan body returns {} values", res.len());
         }
+        let res = res
+            .iter()
+            .map(|v| expect_tensor(v, "a Scan state or output"))
+            .collect::<R<Vec<Val>>>()?;
         states = res[..n_state].to_vec();
         for (j, v) in res[n_state..].iter().enumerate() {
             outs[j].push(v.clone());

@@ -1,5 +1,6 @@
 //! The op registry: one line per ONNX op, naming the mapper that turns it into IR ops.
-//! Mappers live in files named after their op family.
+//! Mappers live in files named after their op family. Ops that take or make sequences,
+//! optionals or strings, and control flow, have their own registry in [`values`].
 
 pub mod attention;
 pub mod control;
@@ -7,19 +8,24 @@ pub mod conv;
 pub mod conv3d;
 pub mod elementwise;
 pub mod gather;
+pub mod label_encoder;
 pub mod linalg;
 pub mod loss;
 pub mod misc;
 pub mod movement;
 pub mod norm;
+pub mod optional;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
 pub mod rotary;
+pub mod sequence;
 pub mod shape;
 pub mod spectral;
+pub mod string;
 pub mod trig;
+pub mod values;
 
 use crate::ctx::{Ctx, Val, R};
 use crate::node::NodeIn;
@@ -163,9 +169,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         // spectral
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => spectral::window,
         "DFT" => spectral::dft,
-        // control flow
-        "If" => control::if_,
-        "Loop" => control::loop_,
+        // control flow (`If` and `Loop` are in `values`: their values may be sequences)
         "Scan" => control::scan,
         // masks and selections
         "Dropout" => misc::dropout,

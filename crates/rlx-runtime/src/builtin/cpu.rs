@@ -30,6 +30,10 @@ impl Backend for CpuBackend {
         Availability::yes()
     }
 
+    fn settings(&self) -> Vec<rlx_driver::Setting> {
+        rlx_driver::settings::settings(rlx_cpu::settings::KNOBS)
+    }
+
     fn info(&self) -> Option<DeviceInfo> {
         Some(DeviceInfo {
             name: rlx_cpu::cpu_name(),

@@ -6,6 +6,7 @@ use super::kernel::{
 use crate::{Backend, BoundValue, BufferStorage, DeviceBuffer, RawHandle, RuntimeError};
 use rlx_cuda::device::CudaDevice;
 use rlx_cuda::memory::DeviceMemory;
+use rlx_cuda::staging::StagingPool;
 use rlx_cuda::weights::{tensor_bytes, WeightCache};
 use rlx_cuda::{BoundInput, CudaError, CudaOptions, CudaProgram};
 use rlx_driver::{Availability, Device, DeviceInfo};
@@ -22,10 +23,7 @@ struct Cuda {
 }
 
 pub(crate) fn factory() -> Box<dyn Backend> {
-    let options = CudaOptions {
-        tf32: std::env::var("RLX_CUDA_TF32").is_ok_and(|v| v == "1"),
-        ..CudaOptions::default()
-    };
+    let options = CudaOptions::default();
     KernelBackend::boxed(
         Device::Cuda,
         Cuda {
@@ -45,6 +43,10 @@ impl KernelDevice for Cuda {
 
     fn info(&self) -> Option<DeviceInfo> {
         rlx_cuda::probe::info()
+    }
+
+    fn settings(&self) -> Vec<rlx_driver::Setting> {
+        rlx_driver::settings::settings(rlx_cuda::settings::KNOBS)
     }
 
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool {
@@ -157,10 +159,11 @@ impl DeviceBuffers for Cuda {
     fn upload(&self, dst: &DeviceBuffer, src: &Tensor) -> Result<(), RuntimeError> {
         let ptr = cuda_ptr(dst, "upload")?;
         let device = CudaDevice::get().map_err(cuda_err)?;
+        let staging = StagingPool::get().map_err(cuda_err)?;
         let _queue = device.queue();
         device.bind().map_err(cuda_err)?;
-        device
-            .upload(ptr, tensor_bytes(src))
+        staging
+            .upload(&[(ptr, tensor_bytes(src))])
             .and_then(|_| device.sync())
             .map_err(cuda_err)
     }
@@ -168,12 +171,13 @@ impl DeviceBuffers for Cuda {
     fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
         let ptr = cuda_ptr(src, "download")?;
         let device = CudaDevice::get().map_err(cuda_err)?;
+        let staging = StagingPool::get().map_err(cuda_err)?;
         let mut bytes = vec![0u8; src.byte_size()];
         {
             let _queue = device.queue();
             device.bind().map_err(cuda_err)?;
-            device
-                .download(&mut bytes, ptr)
+            staging
+                .download(&mut [(ptr, &mut bytes[..])])
                 .and_then(|_| device.sync())
                 .map_err(cuda_err)?;
         }

@@ -26,6 +26,8 @@ pub(crate) trait KernelDevice: Send + Sync + 'static {
     fn availability(&self) -> Availability;
     /// Name, memory and so on, when present.
     fn info(&self) -> Option<DeviceInfo>;
+    /// The device crate's knobs with their values now.
+    fn settings(&self) -> Vec<rlx_driver::Setting>;
     /// Whether the device runs `op` on inputs of these types (availability checked apart).
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool;
     /// Compiles a lowered program.
@@ -181,6 +183,10 @@ impl<D: KernelDevice> Backend for KernelBackend<D> {
 
     fn info(&self) -> Option<DeviceInfo> {
         self.crate_.info()
+    }
+
+    fn settings(&self) -> Vec<rlx_driver::Setting> {
+        self.crate_.settings()
     }
 
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool {

@@ -67,6 +67,10 @@ impl KernelDevice for Wgpu {
         rlx_wgpu::probe::info(self.flavor)
     }
 
+    fn settings(&self) -> Vec<rlx_driver::Setting> {
+        rlx_driver::settings::settings(rlx_wgpu::settings::KNOBS)
+    }
+
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool {
         rlx_wgpu::caps::supports_on(self.flavor, op, inputs)
     }

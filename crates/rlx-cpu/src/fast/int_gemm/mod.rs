@@ -43,8 +43,7 @@ impl Isa {
         *BEST.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
             {
-                let off = std::env::var("RLX_CPU_AVX512").is_ok_and(|v| v.trim() == "0");
-                if !off
+                if crate::settings::AVX512.switch()
                     && is_x86_feature_detected!("avx512f")
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vnni")

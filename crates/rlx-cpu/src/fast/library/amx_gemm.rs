@@ -29,7 +29,7 @@ const B2: usize = 2 * T;
 /// granted it to this process (Linux asks for it once), and `RLX_CPU_AMX` is not `0`.
 pub(crate) fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| std::env::var("RLX_CPU_AMX").map_or(true, |v| v != "0") && detect())
+    *AVAILABLE.get_or_init(|| crate::settings::AMX.switch() && detect())
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

@@ -54,10 +54,7 @@ fn as_f32_mut(v: &mut [Line]) -> &mut [f32] {
 /// `RLX_CPU_PACKED_GEMM` is not `0`.
 pub(crate) fn supported() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let off = std::env::var("RLX_CPU_PACKED_GEMM").is_ok_and(|v| v.trim() == "0");
-        !off && fma()
-    })
+    *ON.get_or_init(|| crate::settings::PACKED_GEMM.switch() && fma())
 }
 
 /// True when the CPU has AVX2 and FMA (checked once).
@@ -70,10 +67,7 @@ pub(crate) fn fma() -> bool {
 /// packed tiles then cover two panels (6 x 32) with 512-bit registers.
 pub(crate) fn avx512() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let off = std::env::var("RLX_CPU_AVX512").is_ok_and(|v| v.trim() == "0");
-        !off && fma() && cpu_has_avx512()
-    })
+    *ON.get_or_init(|| crate::settings::AVX512.switch() && fma() && cpu_has_avx512())
 }
 
 #[cfg(target_arch = "x86_64")]
