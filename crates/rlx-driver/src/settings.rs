@@ -54,6 +54,25 @@ pub fn switch_value(value: Option<&str>, default: &str) -> bool {
     }
 }
 
+/// A byte count as knobs write it: digits with an optional binary suffix (`K`, `M`, `G`,
+/// `T`, an optional trailing `B` or `iB`), e.g. `64M`, `2GiB`, `1048576`.
+pub fn parse_bytes(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last()? {
+        (i, 'K' | 'k') => (&t[..i], 10),
+        (i, 'M' | 'm') => (&t[..i], 20),
+        (i, 'G' | 'g') => (&t[..i], 30),
+        (i, 'T' | 't') => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    let n: usize = digits.trim().parse().ok()?;
+    n.checked_mul(1usize << shift)
+}
+
 /// A knob and its value now, as `rlx devices --settings` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Setting {
@@ -84,6 +103,20 @@ mod tests {
         assert!(switch_value(Some(" 1 "), "0"));
         assert!(switch_value(Some("yes"), "1"));
         assert!(!switch_value(Some("yes"), "0"));
+    }
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("0"), Some(0));
+        assert_eq!(parse_bytes("1048576"), Some(1 << 20));
+        assert_eq!(parse_bytes("64M"), Some(64 << 20));
+        assert_eq!(parse_bytes("2GiB"), Some(2 << 30));
+        assert_eq!(parse_bytes(" 512kB "), Some(512 << 10));
+        assert_eq!(parse_bytes(" 3 G "), Some(3 << 30));
+        assert_eq!(parse_bytes("1T"), Some(1 << 40));
+        for bad in ["", "M", "-1M", "1.5G", "lots", "99999999999999999999T"] {
+            assert_eq!(parse_bytes(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

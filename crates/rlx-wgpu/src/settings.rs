@@ -39,37 +39,4 @@ pub const STAGING: Knob = Knob {
 /// Every wgpu knob, in the order `rlx devices --settings` lists them.
 pub const KNOBS: &[Knob] = &[CHECKED, NO_F16, NO_SUBGROUPS, NO_VEC4, STAGING];
 
-/// A byte count: digits with an optional binary suffix (`K`, `M`, `G`, `T`, an optional
-/// trailing `B` or `iB`), e.g. `64M`, `2GiB`, `1048576` (the syntax of `RLX_CUDA_STAGING`).
-pub fn parse_bytes(text: &str) -> Option<usize> {
-    let t = text.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (digits, shift) = match t.char_indices().last()? {
-        (i, 'K' | 'k') => (&t[..i], 10),
-        (i, 'M' | 'm') => (&t[..i], 20),
-        (i, 'G' | 'g') => (&t[..i], 30),
-        (i, 'T' | 't') => (&t[..i], 40),
-        _ => (t, 0),
-    };
-    let n: usize = digits.trim().parse().ok()?;
-    n.checked_mul(1usize << shift)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_counts() {
-        assert_eq!(parse_bytes("0"), Some(0));
-        assert_eq!(parse_bytes("64M"), Some(64 << 20));
-        assert_eq!(parse_bytes("2GiB"), Some(2 << 30));
-        assert_eq!(parse_bytes(" 512kB "), Some(512 << 10));
-        for bad in ["", "M", "-1M", "1.5G", "lots", "99999999999999999999T"] {
-            assert_eq!(parse_bytes(bad), None, "{bad:?}");
-        }
-    }
-}
+pub use rlx_driver::settings::parse_bytes;
