@@ -148,8 +148,8 @@ impl IntConv {
                         for ci in 0..cg {
                             let ch = g * cg + ci;
                             for i in 0..kh {
-                                let iy = (y * p.stride[0] + i * p.dilation[0]) as i64
-                                    - p.pads[0] as i64;
+                                let iy =
+                                    (y * p.stride[0] + i * p.dilation[0]) as i64 - p.pads[0] as i64;
                                 if iy < 0 || iy >= h as i64 {
                                     continue;
                                 }
@@ -248,11 +248,7 @@ mod tests {
             requantize: true,
             ..p
         };
-        let (mul, yz, b) = (
-            t(DType::F32, &[6]),
-            t(DType::I8, &[1]),
-            t(DType::I32, &[6]),
-        );
+        let (mul, yz, b) = (t(DType::F32, &[6]), t(DType::I8, &[1]), t(DType::I32, &[6]));
         assert_eq!(
             q.infer(&[&x, &w, &xz, &wz, &mul, &yz, &b]).unwrap(),
             t(DType::I8, &[1, 6, 3, 5])

@@ -273,7 +273,9 @@ fn conv_integer_widens_where_not_claimed() {
         let (lg, report) = legalize(&g, "no-int", &all_but).unwrap_or_else(|e| panic!("{e}"));
         assert!(report.count(How::Decomposed) >= 1, "{report}");
         assert!(
-            lg.nodes().iter().all(|n| !matches!(n.op, Op::ConvInteger(_))),
+            lg.nodes()
+                .iter()
+                .all(|n| !matches!(n.op, Op::ConvInteger(_))),
             "{lg}"
         );
         for seed in [3, 4] {
