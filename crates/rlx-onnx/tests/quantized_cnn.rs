@@ -26,8 +26,11 @@ fn fixtures() -> PathBuf {
 
 /// Runs `name`'s model on the input in `dir` and returns (its logits, the expected ones).
 fn run(name: &str, dir: &Path) -> (Tensor, Tensor) {
-    let model = rlx_onnx::load(fixtures().join(name).join("model.onnx"), &Default::default())
-        .unwrap_or_else(|e| panic!("{name}: import: {e}"));
+    let model = rlx_onnx::load(
+        fixtures().join(name).join("model.onnx"),
+        &Default::default(),
+    )
+    .unwrap_or_else(|e| panic!("{name}: import: {e}"));
     // the convolutions import as the integer op, not a widened float one
     let ops: Vec<&Op> = model.graph.nodes().iter().map(|n| &n.op).collect();
     assert!(

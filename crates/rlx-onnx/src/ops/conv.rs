@@ -152,11 +152,12 @@ pub fn conv_values(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val, bias: Option<Val
     let Some(p) = conv_window(ctx, n, x, w)? else {
         return crate::ops::conv3d::conv3d(ctx, n, x, w, bias);
     };
-    let mut ins = vec![to_2d(ctx, x)?, to_2d(ctx, w)?];
-    ins.extend(bias);
-    let refs: Vec<&Val> = ins.iter().collect();
-    let y = ctx.op(Op::Conv2d(p), &refs)?;
-    Ok(vec![from_2d(ctx, &y, ctx.rank(x) - 2)?])
+    let y = as_2d(ctx, x, w, |ctx, x, w| {
+        let mut ins = vec![&x, &w];
+        ins.extend(bias.as_ref());
+        ctx.op(Op::Conv2d(p), &ins)
+    })?;
+    Ok(vec![y])
 }
 
 /// The node's window attributes for `x` convolved by `w` as the IR's 2-D parameters, or

@@ -26,7 +26,9 @@ fn per_channel(ctx: &mut Ctx, v: &Val, m: usize, what: &str) -> R<Val> {
     match s.iter().product::<usize>() {
         1 => ctx.reshape(v, &[]),
         c if c == m && s.len() == 1 => Ok(v.clone()),
-        _ => invalid!("{what} must hold one value or one per output channel ({m}), got shape {s:?}"),
+        _ => {
+            invalid!("{what} must hold one value or one per output channel ({m}), got shape {s:?}")
+        }
     }
 }
 
@@ -66,10 +68,9 @@ pub fn conv_integer(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 
 /// 3-D `ConvInteger`: centred operands convolved exactly in f64, as i32.
 fn conv_integer_3d(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val) -> R<Vec<Val>> {
-    if n.opt(3).is_some_and(|z| {
-        ctx.shape(&z)
-            .is_ok_and(|s| s.iter().product::<usize>() > 1)
-    }) {
+    if n.opt(3)
+        .is_some_and(|z| ctx.shape(&z).is_ok_and(|s| s.iter().product::<usize>() > 1))
+    {
         unsupported!("per-channel weight zero points in a 3-D ConvInteger");
     }
     let x = centered(ctx, x, n.opt(2))?;
