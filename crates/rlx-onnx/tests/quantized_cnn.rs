@@ -12,7 +12,11 @@
 //! quantized activations agree exactly; what is left is float rounding in the parts
 //! outside them (the dynamic scales, average pooling, dequantization).
 
+mod support;
+
 use rlx_ir::{Op, Tensor};
+use rlx_onnx::proto::TensorProto;
+use support::*;
 use rlx_runtime::{CompileOptions, Session};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -111,4 +115,76 @@ fn quantized_cnns_match_onnxruntime_on_fresh_inputs() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A scalar initializer of ONNX element type `elem` (2: u8, 3: i8) holding `v`.
+fn byte_init(name: &str, elem: i32, dims: &[i64], v: &[u8]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(elem),
+        raw_data: Some(v.to_vec().into()),
+        ..Default::default()
+    }
+}
+
+/// Operands the integer convolutions do not take are import errors naming the node and
+/// the operand, never panics.
+#[test]
+fn wrong_operands_are_errors_that_name_them() {
+    let import = |nodes, inputs, inits| {
+        let m = model(nodes, inputs, vec![value("y", 2, &[1, 4, 3, 3])], inits);
+        rlx_onnx::load_bytes(bytes(&m), None, "qconv.onnx", &Default::default())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let x = || value("x", 2, &[1, 2, 5, 5]);
+    let w = || byte_init("w", 3, &[4, 2, 3, 3], &[1; 72]);
+    // an i8 zero point for a u8 input
+    let err = import(
+        vec![node("ConvInteger", "ci", &["x", "w", "xz"], &["y"])],
+        vec![x()],
+        vec![w(), byte_init("xz", 3, &[], &[0])],
+    );
+    assert!(err.contains("x_zero_point must be u8"), "{err}");
+    assert!(err.contains("ci"), "{err}");
+    // weight zero points neither one value nor one per output channel
+    let err = import(
+        vec![node("ConvInteger", "ci", &["x", "w", "", "wz"], &["y"])],
+        vec![x()],
+        vec![w(), byte_init("wz", 3, &[3], &[0, 1, 2])],
+    );
+    assert!(err.contains("one per output channel (4)"), "{err}");
+    // a float input
+    let err = import(
+        vec![node("ConvInteger", "ci", &["x", "w"], &["y"])],
+        vec![value("x", 1, &[1, 2, 5, 5])],
+        vec![w()],
+    );
+    assert!(err.contains("must be u8 or i8"), "{err}");
+    // QLinearConv with an integer scale and a bias of the wrong length
+    let q = |scale: TensorProto, bias: &[u8]| {
+        let mut inits = vec![
+            w(),
+            f32_init("xs", &[], &[0.1]),
+            byte_init("xz", 2, &[], &[3]),
+            f32_init("ws", &[4], &[0.1, 0.2, 0.3, 0.4]),
+            byte_init("wz", 3, &[4], &[0; 4]),
+            scale,
+            byte_init("yz", 2, &[], &[7]),
+        ];
+        let mut ins = vec!["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"];
+        if !bias.is_empty() {
+            inits.push(byte_init("b", 6, &[(bias.len() / 4) as i64], bias));
+            ins.push("b");
+        }
+        import(vec![node("QLinearConv", "qc", &ins, &["y"])], vec![x()], inits)
+    };
+    let err = q(byte_init("ys", 2, &[], &[1]), &[]);
+    assert!(err.contains("y_scale must be a float tensor"), "{err}");
+    let err = q(f32_init("ys", &[], &[0.5]), &[0; 12]);
+    assert!(err.contains("B must be i32[4]"), "{err}");
+    let ok = q(f32_init("ys", &[], &[0.5]), &[0; 16]);
+    assert!(ok.is_empty(), "{ok}");
 }

@@ -15,7 +15,7 @@ fn zero_point(ctx: &mut Ctx, z: Option<Val>, dtype: DType, m: usize, what: &str)
         return Ok(ctx.scalar(dtype, 0.0));
     };
     if ctx.dtype(&z) != dtype {
-        invalid!("{what} is {} but its tensor is {dtype}", ctx.dtype(&z));
+        invalid!("{what} must be {dtype} as its tensor is, got {}", ctx.dtype(&z));
     }
     per_channel(ctx, &z, m, what)
 }

@@ -53,32 +53,44 @@ impl PackedB {
         let fill = |p0: usize, chunk: &mut [i8]| {
             for (dp, panel) in chunk.chunks_exact_mut(ps).enumerate() {
                 let p = p0 + dp;
-                for c in 0..NR.min(n - p * NR) {
+                let cols = NR.min(n - p * NR);
+                // each column's window corner (negative inside the padding)
+                let (mut y0, mut x0) = ([0isize; NR], [0isize; NR]);
+                for c in 0..cols {
                     let j = p * NR + c;
-                    let (oy, ox) = (j / g.ow, j % g.ow);
-                    let mut sum = 0i32;
-                    let mut l = 0;
-                    for ci in 0..g.channels {
-                        let plane = &x[ci * g.h * g.w..(ci + 1) * g.h * g.w];
-                        for i in 0..g.kh {
-                            let iy = (oy * g.stride[0] + i * g.dilation[0]).wrapping_sub(g.pad[0]);
-                            for jj in 0..g.kw {
-                                let ix =
-                                    (ox * g.stride[1] + jj * g.dilation[1]).wrapping_sub(g.pad[1]);
+                    y0[c] = (j / g.ow * g.stride[0]) as isize - g.pad[0] as isize;
+                    x0[c] = (j % g.ow * g.stride[1]) as isize - g.pad[1] as isize;
+                }
+                let mut col_sums = [0i32; NR];
+                let mut l = 0;
+                for ci in 0..g.channels {
+                    let plane = &x[ci * g.h * g.w..(ci + 1) * g.h * g.w];
+                    for i in 0..g.kh {
+                        let dy = (i * g.dilation[0]) as isize;
+                        for jj in 0..g.kw {
+                            let dx = (jj * g.dilation[1]) as isize;
+                            // column c of value l lies at (l / 4) * 4 * NR + c * 4 + l % 4
+                            let dst = &mut panel[(l / 4) * 4 * NR + l % 4..];
+                            for c in 0..cols {
+                                // a negative index wraps past the bounds and reads `zero`
+                                let (iy, ix) = ((y0[c] + dy) as usize, (x0[c] + dx) as usize);
                                 let v = if iy < g.h && ix < g.w {
                                     plane[iy * g.w + ix]
                                 } else {
                                     zero
                                 };
                                 let v = (v ^ flip) as i8;
-                                panel[((l / 4) * NR + c) * 4 + l % 4] = v;
-                                sum += i32::from(v);
-                                l += 1;
+                                dst[c * 4] = v;
+                                col_sums[c] += i32::from(v);
                             }
+                            l += 1;
                         }
                     }
-                    // SAFETY: column j's sum is written by the one task holding its panel.
-                    unsafe { *sums.ptr().add(j) = sum };
+                }
+                for (c, &sum) in col_sums[..cols].iter().enumerate() {
+                    // SAFETY: column p * NR + c's sum is written by the one task holding
+                    // its panel.
+                    unsafe { *sums.ptr().add(p * NR + c) = sum };
                 }
             }
         };
