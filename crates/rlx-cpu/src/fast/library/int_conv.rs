@@ -15,6 +15,9 @@ use rlx_ir::{DType, IntConv, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// The weight rows of every group, packed as the product's left operand.
+type GroupRows = Vec<PackedA>;
+
 /// A compiled integer convolution.
 #[derive(Debug)]
 pub(crate) struct IntConvPlan {
@@ -30,7 +33,7 @@ pub(crate) struct IntConvPlan {
     source: Option<WeightSource>,
     /// the weight tensor last bound (kept alive, so pointer identity is sound) and its rows
     /// packed per group
-    cache: Mutex<Option<(Arc<Tensor>, Arc<Vec<PackedA>>)>>,
+    cache: Mutex<Option<(Arc<Tensor>, Arc<GroupRows>)>>,
 }
 
 /// The values of a small integer operand (zero points, bias) as i32.
@@ -125,7 +128,7 @@ impl IntConvPlan {
         &self,
         params: &HashMap<String, Arc<Tensor>>,
         w: Data<'_>,
-    ) -> Result<Arc<Vec<PackedA>>, CpuError> {
+    ) -> Result<Arc<GroupRows>, CpuError> {
         let signed = matches!(w, Data::I8(_));
         let fresh = || {
             self.pack(w.bytes(), signed)
