@@ -16,11 +16,11 @@ mod support;
 
 use rlx_ir::{Op, Tensor};
 use rlx_onnx::proto::TensorProto;
-use support::*;
 use rlx_runtime::{CompileOptions, Session};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::*;
 
 const MODELS: [&str; 2] = ["qlinear", "convinteger"];
 
@@ -179,7 +179,11 @@ fn wrong_operands_are_errors_that_name_them() {
             inits.push(byte_init("b", 6, &[(bias.len() / 4) as i64], bias));
             ins.push("b");
         }
-        import(vec![node("QLinearConv", "qc", &ins, &["y"])], vec![x()], inits)
+        import(
+            vec![node("QLinearConv", "qc", &ins, &["y"])],
+            vec![x()],
+            inits,
+        )
     };
     let err = q(byte_init("ys", 2, &[], &[1]), &[]);
     assert!(err.contains("y_scale must be a float tensor"), "{err}");

@@ -15,7 +15,10 @@ fn zero_point(ctx: &mut Ctx, z: Option<Val>, dtype: DType, m: usize, what: &str)
         return Ok(ctx.scalar(dtype, 0.0));
     };
     if ctx.dtype(&z) != dtype {
-        invalid!("{what} must be {dtype} as its tensor is, got {}", ctx.dtype(&z));
+        invalid!(
+            "{what} must be {dtype} as its tensor is, got {}",
+            ctx.dtype(&z)
+        );
     }
     per_channel(ctx, &z, m, what)
 }
