@@ -51,6 +51,8 @@ pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
         Op::QuantMatMul { .. } => false,
         // No integer GEMM yet: legalization widens it (`rules_nn::matmul_integer`).
         Op::MatMulInteger(_) => false,
+        // No integer convolution either: legalization widens it (`rules_nn::conv_integer`).
+        Op::ConvInteger(_) => false,
         Op::BitCast(_) => false,
         Op::Attention { .. } => {
             let head_ok = inputs.iter().take(3).all(|t| {

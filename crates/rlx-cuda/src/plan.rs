@@ -270,6 +270,7 @@ fn plan_library(
         Op::Conv2d(p) => return crate::plan_gemm::conv2d(k, &ctx, p, plan).map_err(with),
         Op::QuantMatMul { .. } => Err("no quantized matmul kernel (caps do not claim it)".into()),
         Op::MatMulInteger(_) => Err("no integer matmul kernel (caps do not claim it)".into()),
+        Op::ConvInteger(_) => Err("no integer convolution kernel (caps do not claim it)".into()),
         Op::BitCast(_) => Err("no bitcast kernel (caps do not claim it)".into()),
         Op::Input { .. }
         | Op::Param { .. }

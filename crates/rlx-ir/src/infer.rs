@@ -548,6 +548,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             Ok(TensorType::new(DType::F32, Shape(dims)))
         }
         Op::MatMulInteger(p) => p.infer(inputs),
+        Op::ConvInteger(p) => p.infer(inputs),
     }
 }
 

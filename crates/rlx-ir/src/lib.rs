@@ -14,6 +14,7 @@ mod dtype;
 mod error;
 mod graph;
 mod infer;
+pub mod int_conv;
 pub mod int_matmul;
 pub mod kernel;
 pub mod kernel_views;
@@ -30,6 +31,7 @@ pub use dtype::DType;
 pub use error::IrError;
 pub use graph::{Graph, Node, NodeId, TensorType};
 pub use infer::infer;
+pub use int_conv::IntConv;
 pub use int_matmul::{AInput, IntMatMul};
 pub use narrow::{F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0};
 pub use op::{

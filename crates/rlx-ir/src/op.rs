@@ -742,6 +742,9 @@ pub enum Op {
     /// Integer matrix product `(a - a_zero) · (b - b_zero)` summed in i32, as ONNX
     /// `MatMulInteger` defines it; see [`crate::int_matmul`] for the inputs and modes.
     MatMulInteger(crate::IntMatMul),
+    /// Integer convolution `(x - x_zero) ⊛ (w - w_zero)` summed in i32, optionally
+    /// requantized to 8 bits (ONNX `ConvInteger`, `QLinearConv`); see [`crate::int_conv`].
+    ConvInteger(crate::IntConv),
 }
 
 impl Op {
@@ -785,6 +788,7 @@ impl Op {
             Op::Attention { .. } => "attention",
             Op::QuantMatMul { .. } => "quant_matmul",
             Op::MatMulInteger(_) => "matmul_integer",
+            Op::ConvInteger(_) => "conv_integer",
         }
     }
 
@@ -851,6 +855,10 @@ impl Op {
                 int8_activations,
             } => format!("format={format} n={n} k={k} int8_activations={int8_activations}"),
             Op::MatMulInteger(m) => format!("a={:?} scaled={}", m.a, m.scaled),
+            Op::ConvInteger(c) => format!(
+                "stride={:?} pads={:?} dilation={:?} groups={} requantize={}",
+                c.conv.stride, c.conv.pads, c.conv.dilation, c.conv.groups, c.requantize
+            ),
             Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::GlobalPool(_) => {
                 String::new()
             }

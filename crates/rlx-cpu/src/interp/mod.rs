@@ -86,6 +86,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
             linalg::quant_matmul(*format, *n, *k, inputs[0], inputs[1])
         }
         Op::MatMulInteger(p) => p.reference(inputs),
+        Op::ConvInteger(p) => p.reference(inputs, &shape),
     };
     Ok(Tensor::new(shape, data).expect("result size follows the inferred shape"))
 }

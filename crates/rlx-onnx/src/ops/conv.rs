@@ -149,33 +149,53 @@ pub fn conv(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 
 /// A convolution of `x` by `w` (plus `bias`) with the node's window attributes.
 pub fn conv_values(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val, bias: Option<Val>) -> R<Vec<Val>> {
-    let (x, w) = (x.clone(), w.clone());
-    let nsp = spatial_rank(ctx, &x)?;
-    check_weight(ctx, &x, &w)?;
+    let Some(p) = conv_window(ctx, n, x, w)? else {
+        return crate::ops::conv3d::conv3d(ctx, n, x, w, bias);
+    };
+    let y = as_2d(ctx, x, w, |ctx, x, w| {
+        let mut ins = vec![&x, &w];
+        ins.extend(bias.as_ref());
+        ctx.op(Op::Conv2d(p), &ins)
+    })?;
+    Ok(vec![y])
+}
+
+/// The node's window attributes for `x` convolved by `w` as the IR's 2-D parameters, or
+/// None for a 3-D convolution (which has no 2-D form).
+pub fn conv_window(ctx: &Ctx, n: &NodeIn, x: &Val, w: &Val) -> R<Option<Conv2dParams>> {
+    let nsp = spatial_rank(ctx, x)?;
+    check_weight(ctx, x, w)?;
     if nsp == 3 {
-        return crate::ops::conv3d::conv3d(ctx, n, &x, &w, bias);
+        return Ok(None);
     }
-    let xs = ctx.shape(&x)?;
-    let ws = ctx.shape(&w)?;
+    let xs = ctx.shape(x)?;
+    let ws = ctx.shape(w)?;
     let kernel = match n.ints_opt("kernel_shape")? {
         Some(k) => k.iter().map(|&v| pos(v, "kernel")).collect::<R<Vec<_>>>()?,
         None => ws[2..].to_vec(),
     };
     let win = window(n, &kernel, &xs[2..])?;
     let groups = pos(n.int("group", 1)?, "group")?;
-    let x2 = to_2d(ctx, &x)?;
-    let w2 = to_2d(ctx, &w)?;
-    let mut ins = vec![x2, w2];
-    ins.extend(bias);
-    let p = Conv2dParams {
+    Ok(Some(Conv2dParams {
         stride: win.stride,
         pads: win.pads,
         dilation: win.dilation,
         groups,
-    };
-    let refs: Vec<&Val> = ins.iter().collect();
-    let y = ctx.op(Op::Conv2d(p), &refs)?;
-    Ok(vec![from_2d(ctx, &y, nsp)?])
+    }))
+}
+
+/// Runs a 2-D op on a 1-D or 2-D convolution's operands: `x` and `w` (NCL/NCHW) viewed as
+/// 2-D, the result viewed back.
+pub fn as_2d(
+    ctx: &mut Ctx,
+    x: &Val,
+    w: &Val,
+    op: impl FnOnce(&mut Ctx, Val, Val) -> R<Val>,
+) -> R<Val> {
+    let nsp = spatial_rank(ctx, x)?;
+    let (x2, w2) = (to_2d(ctx, x)?, to_2d(ctx, w)?);
+    let y = op(ctx, x2, w2)?;
+    from_2d(ctx, &y, nsp)
 }
 
 /// `MaxPool` and `AveragePool` (integer max pooling runs in f32, which is exact).

@@ -16,6 +16,7 @@ pub mod movement;
 pub mod norm;
 pub mod optional;
 pub mod quant;
+pub mod quant_conv;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
@@ -165,7 +166,8 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "DynamicQuantizeLinear" => quant::dynamic_quantize,
         "QLinearMatMul" => quant::qlinear_matmul,
         "MatMulInteger" => quant::matmul_integer,
-        "ConvInteger" => quant::conv_integer,
+        "ConvInteger" => quant_conv::conv_integer,
+        "QLinearConv" => quant_conv::qlinear_conv,
         // spectral
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => spectral::window,
         "DFT" => spectral::dft,

@@ -1,5 +1,5 @@
 //! Linear quantization: `QuantizeLinear`, `DequantizeLinear`, `DynamicQuantizeLinear`,
-//! `QLinearMatMul`, `MatMulInteger`, `ConvInteger`, as the ONNX reference computes them:
+//! `QLinearMatMul`, `MatMulInteger`, as the ONNX reference computes them:
 //! integers (2 to 16 bits) round half to even and saturate to their range; float8 targets
 //! take a (saturating) cast of `x / scale`, float4 one of `x / scale + zero_point`.
 
@@ -190,7 +190,7 @@ pub(crate) fn dynamic_quantize_params(ctx: &mut Ctx, xf: &Val) -> R<(Val, Val)> 
 }
 
 /// `x - zp` in i32 (zp optional).
-fn centered(ctx: &mut Ctx, x: &Val, zp: Option<Val>) -> R<Val> {
+pub(crate) fn centered(ctx: &mut Ctx, x: &Val, zp: Option<Val>) -> R<Val> {
     let xi = ctx.cast(x, DType::I32)?;
     match zp {
         Some(z) => {
@@ -350,24 +350,4 @@ pub fn qlinear_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         None => ctx.dtype(&n.input(0)?),
     };
     Ok(vec![saturate_round(ctx, &d, out)?])
-}
-
-/// `ConvInteger`: the convolution of centered operands, exact in f64, as i32.
-pub fn conv_integer(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
-    if n.n_inputs() > 2
-        && n.opt(3).is_some_and(|z| {
-            ctx.rank(&z) > 0 && ctx.shape(&z).is_ok_and(|s| s.iter().product::<usize>() > 1)
-        })
-    {
-        unsupported!("per-channel weight zero points");
-    }
-    let x = centered(ctx, &n.input(0)?, n.opt(2))?;
-    let w = centered(ctx, &n.input(1)?, n.opt(3))?;
-    let xf = ctx.cast(&x, DType::F64)?;
-    let wf = ctx.cast(&w, DType::F64)?;
-    let y = crate::ops::conv::conv_values(ctx, n, &xf, &wf, None)?;
-    if y.is_empty() {
-        invalid!("no output");
-    }
-    Ok(vec![ctx.cast(&y[0], DType::I32)?])
 }

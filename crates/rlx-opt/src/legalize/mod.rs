@@ -9,6 +9,7 @@
 mod emitter;
 mod report;
 mod rules;
+mod rules_int;
 mod rules_nn;
 
 pub use report::{DispatchEntry, DispatchReport, How, OpSummary};

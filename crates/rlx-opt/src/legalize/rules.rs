@@ -4,7 +4,7 @@
 //! has a rule.
 
 use super::emitter::{Emitter, Failure};
-use super::rules_nn;
+use super::{rules_int, rules_nn};
 use rlx_ir::{BinaryOp, DType, Dim, NodeId, Op, Tensor, TensorType, UnaryOp};
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
@@ -26,6 +26,7 @@ pub(crate) fn decompose(
         Op::Attention { mask, scale } => rules_nn::attention(e, ins, *mask, *scale),
         Op::GlobalPool(kind) => rules_nn::global_pool(e, ins[0], *kind),
         Op::MatMulInteger(p) => rules_nn::matmul_integer(e, *p, ins),
+        Op::ConvInteger(p) => rules_int::conv_integer(e, *p, ins),
         Op::Input { .. }
         | Op::Param { .. }
         | Op::Constant(_)

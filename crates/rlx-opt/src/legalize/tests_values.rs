@@ -231,3 +231,55 @@ fn matmul_integer_widens_where_not_claimed() {
         }
     }
 }
+
+/// A backend without the integer convolution gets it widened to an f64 convolution, plain
+/// and requantized (with and without bias, per-channel and per-tensor), with the same values.
+#[test]
+fn conv_integer_widens_where_not_claimed() {
+    use rlx_ir::{Conv2dParams, IntConv, Tensor};
+    let all_but = |op: &Op, _: &[&TensorType]| !matches!(op, Op::ConvInteger(_));
+    let conv = Conv2dParams {
+        stride: [2, 1],
+        pads: [1, 0, 1, 2],
+        dilation: [1, 2],
+        groups: 2,
+    };
+    for (requantize, bias, per_channel) in [
+        (false, false, true),
+        (true, false, false),
+        (true, true, true),
+    ] {
+        let p = IntConv { conv, requantize };
+        let mut g = Graph::new();
+        let x = g.input("x", DType::U8, [2, 4, 7, 6]);
+        let w = g.param("w", DType::I8, [6, 2, 3, 2]);
+        let xz = g.constant(Tensor::scalar(DType::U8, 131.0));
+        let wz = if per_channel {
+            g.param("wz", DType::I8, [6])
+        } else {
+            g.constant(Tensor::scalar(DType::I8, -3.0))
+        };
+        let mut ins = vec![x, w, xz, wz];
+        if requantize {
+            let m = Tensor::from_f32(&[6], vec![0.003, 0.002, 0.004, 0.001, 0.0025, 0.0035]);
+            ins.push(g.constant(m.unwrap()));
+            ins.push(g.constant(Tensor::scalar(DType::I8, 5.0)));
+        }
+        if bias {
+            ins.push(g.param("b", DType::I32, [6]));
+        }
+        let y = g.push(Op::ConvInteger(p), &ins, None).unwrap();
+        g.output("y", y);
+        let (lg, report) = legalize(&g, "no-int", &all_but).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.count(How::Decomposed) >= 1, "{report}");
+        assert!(
+            lg.nodes()
+                .iter()
+                .all(|n| !matches!(n.op, Op::ConvInteger(_))),
+            "{lg}"
+        );
+        for seed in [3, 4] {
+            assert_close(&run(&lg, seed), &run(&g, seed), 0.0);
+        }
+    }
+}

@@ -57,7 +57,8 @@ pub(crate) fn kind(op: &Op) -> Kind {
         | Op::Pad { .. }
         | Op::Attention { .. }
         | Op::QuantMatMul { .. }
-        | Op::MatMulInteger(_) => Kind::Library,
+        | Op::MatMulInteger(_)
+        | Op::ConvInteger(_) => Kind::Library,
     }
 }
 

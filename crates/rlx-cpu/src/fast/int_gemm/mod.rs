@@ -8,6 +8,7 @@
 //! sums of `b` with the weight's, so zero points cost one multiply-add per output. Results
 //! equal the reference's integers exactly, on every instruction set.
 
+pub(crate) mod im2col;
 pub(crate) mod pack;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -7,6 +7,7 @@ pub(crate) mod amx_gemm;
 mod attention;
 mod conv;
 mod data;
+mod int_conv;
 mod int_matmul;
 pub(crate) mod matmul;
 mod norm;
@@ -61,6 +62,9 @@ enum Impl {
     AttentionViaF32(AttnPlan),
     /// the integer GEMM (`fast/int_gemm/`), its weight packed once
     IntMatMul(int_matmul::IntMatMulPlan),
+    /// im2col patches times the weight packed once, on the integer GEMM (scratch region 0:
+    /// one image and group's i32 sums, for a requantized op)
+    IntConv(int_conv::IntConvPlan),
     /// packed weights: dotted in registers or dequantized per tile (`fast/quant/`)
     Quant(crate::fast::quant::QuantPlan),
     Gather(GatherPlan),
@@ -369,6 +373,13 @@ impl LibExec {
                     weight,
                 ))
             }
+            Op::ConvInteger(p) => {
+                let plan = int_conv::IntConvPlan::new(*p, shape(0), shape(1), out, threads, weight);
+                if p.requantize {
+                    region(plan.scratch_len(), DType::I32);
+                }
+                Impl::IntConv(plan)
+            }
             Op::Gather { axis } => {
                 Impl::Gather(GatherPlan::new(*axis, shape(0), result.0.size_bytes()))
             }
@@ -489,6 +500,10 @@ impl LibExec {
         };
         match &self.imp {
             Impl::IntMatMul(p) => p.run(&ins, dst, params)?,
+            Impl::IntConv(p) => {
+                let sums = matches!(self.op, Op::ConvInteger(c) if c.requantize).then(|| region(0));
+                p.run(&ins, dst, sums, params)?
+            }
             _ => self.compute(&ins, dst, &region, packing)?,
         }
         if let Some(e) = &self.epilogue {
@@ -668,7 +683,9 @@ impl LibExec {
                 dst.store_f32(c);
             }
             Impl::Quant(p) => p.run(f(0), ins[1].bytes(), dst.f32().unwrap()),
-            Impl::IntMatMul(_) => unreachable!("run by `LibExec::run` (it needs the params)"),
+            Impl::IntMatMul(_) | Impl::IntConv(_) => {
+                unreachable!("run by `LibExec::run` (it needs the params)")
+            }
             Impl::Gather(p) => p.run(ins[0].bytes(), ins[1], dst.bytes())?,
             Impl::Concat(p) => {
                 let srcs: Vec<&[u8]> = ins.iter().map(|d| d.bytes()).collect();
