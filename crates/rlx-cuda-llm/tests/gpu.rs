@@ -537,53 +537,9 @@ fn limits_give_clear_errors_and_the_engine_stays_usable() {
 /// What the host keeps of one row under `s` (penalty, temperature, top-k, min-p, top-p in
 /// that order, as `sample_with_history`), with each kept token's probability.
 fn kept_distribution(logits: &[f32], seen: &[u32], s: &Sampling) -> Vec<(u32, f64)> {
-    let p = s.repetition_penalty;
-    let v: Vec<f64> = logits
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| {
-            let x = x as f64;
-            if seen.contains(&(i as u32)) && p != 1.0 {
-                if x > 0.0 {
-                    x / p
-                } else {
-                    x * p
-                }
-            } else {
-                x
-            }
-        })
-        .collect();
-    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    if s.temperature <= 0.0 {
-        let best = v.iter().position(|&x| x == max).unwrap();
-        return vec![(best as u32, 1.0)];
-    }
-    let mut probs: Vec<(f64, u32)> = v
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| (((x - max) / s.temperature).exp(), i as u32))
-        .collect();
-    probs.sort_by(|a, b| b.0.total_cmp(&a.0));
-    if s.top_k > 0 {
-        probs.truncate(s.top_k);
-    }
-    if s.min_p > 0.0 {
-        let floor = probs[0].0 * s.min_p;
-        let keep = probs.iter().take_while(|q| q.0 >= floor).count().max(1);
-        probs.truncate(keep);
-    }
-    let total: f64 = probs.iter().map(|q| q.0).sum();
-    let (mut kept, mut n) = (0.0, 0);
-    for q in &probs {
-        kept += q.0 / total;
-        n += 1;
-        if kept >= s.top_p {
-            break;
-        }
-    }
-    let mass: f64 = probs[..n].iter().map(|q| q.0).sum();
-    probs[..n].iter().map(|q| (q.1, q.0 / mass)).collect()
+    let kept = rlx_models::llama::kept_tokens(logits, s, seen);
+    let mass: f64 = kept.iter().map(|q| q.0).sum();
+    kept.iter().map(|q| (q.1, q.0 / mass)).collect()
 }
 
 #[test]

@@ -815,13 +815,33 @@ pub fn sample(logits: &[f32], s: &Sampling, rng: &mut SplitMix64) -> u32 {
 
 /// [`sample`] with the tokens of the sequence so far (for the repetition penalty); applies,
 /// in order, the penalty, greedy at temperature 0, then temperature, top-k, min-p and
-/// top-p.
+/// top-p ([`kept_tokens`]), and draws one of the tokens kept.
 pub fn sample_with_history(
     logits: &[f32],
     s: &Sampling,
     rng: &mut SplitMix64,
     history: &[u32],
 ) -> u32 {
+    let kept = kept_tokens(logits, s, history);
+    if s.temperature <= 0.0 || logits.is_empty() {
+        return kept[0].1;
+    }
+    let mass: f64 = kept.iter().map(|p| p.0).sum();
+    let mut r = rng.next_f64() * mass;
+    for p in &kept {
+        r -= p.0;
+        if r <= 0.0 {
+            return p.1;
+        }
+    }
+    kept[kept.len() - 1].1
+}
+
+/// The tokens [`sample_with_history`] draws from, most likely first, with their
+/// unnormalised weights: the one most likely token at temperature 0 (or for no logits,
+/// token 0), else what temperature, top-k, min-p and top-p keep after the repetition
+/// penalty over `history`. Never empty.
+pub fn kept_tokens(logits: &[f32], s: &Sampling, history: &[u32]) -> Vec<(f64, u32)> {
     let penalized: Vec<f32>;
     let logits = if s.repetition_penalty != 1.0 && !history.is_empty() {
         let mut v = logits.to_vec();
@@ -839,17 +859,14 @@ pub fn sample_with_history(
     } else {
         logits
     };
-    let argmax = || {
+    if s.temperature <= 0.0 || logits.is_empty() {
         let mut best = 0;
         for (i, &v) in logits.iter().enumerate() {
             if v > logits[best] {
                 best = i;
             }
         }
-        best as u32
-    };
-    if s.temperature <= 0.0 || logits.is_empty() {
-        return argmax();
+        return vec![(1.0, best as u32)];
     }
     let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
     let mut probs: Vec<(f64, u32)> = logits
@@ -877,15 +894,8 @@ pub fn sample_with_history(
             break;
         }
     }
-    let mass: f64 = probs[..n].iter().map(|p| p.0).sum();
-    let mut r = rng.next_f64() * mass;
-    for p in &probs[..n] {
-        r -= p.0;
-        if r <= 0.0 {
-            return p.1;
-        }
-    }
-    probs[n - 1].1
+    probs.truncate(n);
+    probs
 }
 
 /// Timings and tokens of one generation.
