@@ -3,6 +3,7 @@
 //! input's patches (`int_gemm::im2col`, packed per run), so the sums land in NCHW order;
 //! per-channel weight zero points, the bias and the requantization follow in one pass.
 
+use super::packed_weight::PackedWeight;
 use super::WeightSource;
 use crate::fast::int_gemm::im2col::Patches;
 use crate::fast::int_gemm::pack::{ASource, PackedA, PackedB};
@@ -13,7 +14,7 @@ use rlx_ir::int_conv::{requantize, BIAS, MULTIPLIER, Y_ZERO};
 use rlx_ir::int_matmul::range;
 use rlx_ir::{DType, IntConv, Tensor};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The weight rows of every group, packed as the product's left operand.
 type GroupRows = Vec<PackedA>;
@@ -30,10 +31,8 @@ pub(crate) struct IntConvPlan {
     patches: Patches,
     threads: usize,
     isa: Isa,
-    source: Option<WeightSource>,
-    /// the weight tensor last bound (kept alive, so pointer identity is sound) and its rows
-    /// packed per group
-    cache: Mutex<Option<(Arc<Tensor>, Arc<GroupRows>)>>,
+    /// the weight's rows packed per group, once per bound tensor
+    weight: PackedWeight<GroupRows>,
 }
 
 /// The values of a small integer operand (zero points, bias) as i32.
@@ -81,16 +80,10 @@ impl IntConvPlan {
             },
             threads,
             isa: Isa::best(),
-            source,
-            cache: Mutex::new(None),
+            weight: PackedWeight::new(source),
         };
-        if let Some(WeightSource::Constant(t)) = &plan.source {
-            let signed = t.dtype() == DType::I8;
-            if let Some(rows) = plan.pack(t.data().as_bytes(), signed) {
-                *plan.cache.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some((t.clone(), Arc::new(rows)));
-            }
-        }
+        plan.weight
+            .prepack(|t| plan.pack(t.data().as_bytes(), t.dtype() == DType::I8));
         plan
     }
 
@@ -130,30 +123,10 @@ impl IntConvPlan {
         w: Data<'_>,
     ) -> Result<Arc<GroupRows>, CpuError> {
         let signed = matches!(w, Data::I8(_));
-        let fresh = || {
+        self.weight.get(params, || {
             self.pack(w.bytes(), signed)
-                .map(Arc::new)
                 .ok_or_else(|| invalid("weight size differs from the plan's"))
-        };
-        let bound = match &self.source {
-            None => return fresh(),
-            Some(WeightSource::Constant(t)) => t.clone(),
-            Some(WeightSource::Param(name)) => {
-                params.get(name).cloned().ok_or_else(|| CpuError::Missing {
-                    kind: "param",
-                    name: name.clone(),
-                })?
-            }
-        };
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((t, p)) = &*cache {
-            if Arc::ptr_eq(t, &bound) {
-                return Ok(p.clone());
-            }
-        }
-        let p = fresh()?;
-        *cache = Some((bound, p.clone()));
-        Ok(p)
+        })
     }
 
     /// Runs the convolution: `ins` are the op's operands (as `rlx_ir::int_conv` lists

@@ -2,6 +2,7 @@
 //! bound tensor (at compile time for a constant), the activation rows packed (or quantized,
 //! for an f32 activation) per run.
 
+use super::packed_weight::PackedWeight;
 use super::WeightSource;
 use crate::fast::int_gemm::pack::{dynamic_params, ASource, PackedA, PackedB};
 use crate::fast::int_gemm::{self, Isa, Out};
@@ -9,7 +10,7 @@ use crate::fast::memory::{Data, DataMut};
 use crate::CpuError;
 use rlx_ir::{AInput, IntMatMul, Tensor};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// A compiled integer product.
 #[derive(Debug)]
@@ -20,9 +21,8 @@ pub(crate) struct IntMatMulPlan {
     n: usize,
     threads: usize,
     isa: Isa,
-    source: Option<WeightSource>,
-    /// the weight tensor last bound (kept alive, so pointer identity is sound) and its packing
-    cache: Mutex<Option<(Arc<Tensor>, Arc<PackedB>)>>,
+    /// `b` packed once per bound tensor
+    weight: PackedWeight<PackedB>,
 }
 
 /// One value of a u8/i8 zero point (or of any integer tensor) as i32.
@@ -53,15 +53,10 @@ impl IntMatMulPlan {
             n,
             threads,
             isa: Isa::best(),
-            source,
-            cache: Mutex::new(None),
+            weight: PackedWeight::new(source),
         };
-        if let Some(WeightSource::Constant(t)) = &plan.source {
-            if let Some(packed) = plan.pack(t.data().as_bytes(), t.dtype() == rlx_ir::DType::I8) {
-                *plan.cache.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some((t.clone(), Arc::new(packed)));
-            }
-        }
+        plan.weight
+            .prepack(|t| plan.pack(t.data().as_bytes(), t.dtype() == rlx_ir::DType::I8));
         plan
     }
 
@@ -77,33 +72,14 @@ impl IntMatMulPlan {
         b: Data<'_>,
     ) -> Result<Arc<PackedB>, CpuError> {
         let signed = matches!(b, Data::I8(_));
-        let fresh = || {
-            self.pack(b.bytes(), signed).map(Arc::new).ok_or_else(|| {
+        self.weight.get(params, || {
+            self.pack(b.bytes(), signed).ok_or_else(|| {
                 CpuError::Invalid(format!(
                     "matmul_integer: b is not {} x {} bytes",
                     self.k, self.n
                 ))
             })
-        };
-        let bound = match &self.source {
-            None => return fresh(),
-            Some(WeightSource::Constant(t)) => t.clone(),
-            Some(WeightSource::Param(name)) => {
-                params.get(name).cloned().ok_or_else(|| CpuError::Missing {
-                    kind: "param",
-                    name: name.clone(),
-                })?
-            }
-        };
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((t, p)) = &*cache {
-            if Arc::ptr_eq(t, &bound) {
-                return Ok(p.clone());
-            }
-        }
-        let p = fresh()?;
-        *cache = Some((bound, p.clone()));
-        Ok(p)
+        })
     }
 
     /// Runs the product: `ins` are the op's operands (as `rlx_ir::int_matmul` lists them),

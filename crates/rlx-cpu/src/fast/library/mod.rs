@@ -12,6 +12,7 @@ mod int_matmul;
 pub(crate) mod matmul;
 mod norm;
 pub(crate) mod packed_gemm;
+mod packed_weight;
 
 use super::loops::exec::{self, Src};
 use super::loops::LoopExec;
