@@ -23,16 +23,7 @@ use support::{lower_for_cuda, rel_l2, tolerance};
 const MIB: usize = 1 << 20;
 
 fn device_ready(test: &str) -> Option<Arc<CudaDevice>> {
-    let a = rlx_cuda::probe::availability();
-    if !a.available {
-        rlx_driver::testing::skip(
-            test,
-            &format!("no CUDA device: {}", a.reason.unwrap_or_default()),
-        );
-        return None;
-    }
-    let device = CudaDevice::get().expect("open the device");
-    device.bind().expect("bind");
+    let device = support::cuda_device(test)?;
     let caps = ManagedCaps::query(device.raw()).expect("managed caps");
     if !caps.managed {
         rlx_driver::testing::skip(test, "the device has no managed memory");

@@ -4,6 +4,8 @@
 //! copies are still in flight; pool copies ordered with other work on the stream; several
 //! threads sharing the process pool. Prints `SKIPPED: <reason>` without a CUDA device.
 
+mod support;
+
 use cudarc::driver::result;
 use rlx_cuda::device::CudaDevice;
 use rlx_cuda::memory::DeviceMemory;
@@ -12,17 +14,7 @@ use rlx_cuda::staging::StagingPool;
 use std::sync::Arc;
 
 fn device_ready(test: &str) -> Option<Arc<CudaDevice>> {
-    let a = rlx_cuda::probe::availability();
-    if !a.available {
-        rlx_driver::testing::skip(
-            test,
-            &format!("no CUDA device: {}", a.reason.unwrap_or_default()),
-        );
-        return None;
-    }
-    let device = CudaDevice::get().expect("open the device");
-    device.bind().expect("bind");
-    Some(device)
+    support::cuda_device(test)
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {

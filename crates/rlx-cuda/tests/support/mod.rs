@@ -126,3 +126,19 @@ pub fn tolerance(dtype: DType, tf32: bool) -> f64 {
         _ => 1e-5,
     }
 }
+
+/// The CUDA device, bound to this thread; None (after printing `SKIPPED: <reason>`) when
+/// there is none.
+pub fn cuda_device(test: &str) -> Option<std::sync::Arc<rlx_cuda::device::CudaDevice>> {
+    let a = rlx_cuda::probe::availability();
+    if !a.available {
+        rlx_driver::testing::skip(
+            test,
+            &format!("no CUDA device: {}", a.reason.unwrap_or_default()),
+        );
+        return None;
+    }
+    let device = rlx_cuda::device::CudaDevice::get().expect("open the device");
+    device.bind().expect("bind");
+    Some(device)
+}
