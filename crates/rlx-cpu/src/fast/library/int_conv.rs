@@ -3,6 +3,7 @@
 //! input's patches (`int_gemm::im2col`, packed per run), so the sums land in NCHW order;
 //! per-channel weight zero points, the bias and the requantization follow in one pass.
 
+use super::int_matmul::ints;
 use super::packed_weight::PackedWeight;
 use super::WeightSource;
 use crate::fast::int_gemm::im2col::Patches;
@@ -33,16 +34,6 @@ pub(crate) struct IntConvPlan {
     isa: Isa,
     /// the weight's rows packed per group, once per bound tensor
     weight: PackedWeight<GroupRows>,
-}
-
-/// The values of a small integer operand (zero points, bias) as i32.
-fn ints(d: Data<'_>) -> Vec<i32> {
-    match d {
-        Data::U8(v) => v.iter().map(|&x| i32::from(x)).collect(),
-        Data::I8(v) => v.iter().map(|&x| i32::from(x)).collect(),
-        Data::I32(v) => v.to_vec(),
-        _ => Vec::new(),
-    }
 }
 
 fn invalid(what: &str) -> CpuError {

@@ -25,8 +25,8 @@ pub(crate) struct IntMatMulPlan {
     weight: PackedWeight<PackedB>,
 }
 
-/// One value of a u8/i8 zero point (or of any integer tensor) as i32.
-fn ints(d: Data<'_>) -> Vec<i32> {
+/// The values of a small integer operand (zero points, bias) as i32.
+pub(super) fn ints(d: Data<'_>) -> Vec<i32> {
     match d {
         Data::U8(v) => v.iter().map(|&x| i32::from(x)).collect(),
         Data::I8(v) => v.iter().map(|&x| i32::from(x)).collect(),
