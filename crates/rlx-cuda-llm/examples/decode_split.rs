@@ -1,6 +1,7 @@
 //! Diagnosis, not a headline: batch-1 decode speed of a model folder or GGUF file with the
-//! split-k single-row products (`LlmOptions::split_k`) off (0, the default), on for k >= 1024
-//! and on for every product (1), in one process.
+//! split-k single-row products (`LlmOptions::split_k`) off (0), on for k >= 1024 and on for
+//! every product (1, the default), and (block formats) with int8 activations
+//! (`LlmOptions::int8_activations`, the default) against f32 ones, in one process, twice.
 //!
 //! `cargo run --release -p rlx-cuda-llm --example decode_split -- MODEL [TOKENS]`
 
@@ -22,11 +23,13 @@ fn main() {
         }
     };
     let prompt: Vec<u32> = (1..17).collect();
-    for split_k in [0, 1024, 1, 0, 1024, 1] {
+    let settings = [(0, false), (1024, false), (1, false), (1, true)];
+    for (split_k, int8) in settings.into_iter().chain(settings) {
         let options = LlmOptions {
             max_sequences: 1,
             context: Some(prompt.len() + tokens + 1),
             split_k,
+            int8_activations: int8,
             ..Default::default()
         };
         let run = || -> Result<f64, rlx_cuda_llm::LlmError> {
@@ -39,8 +42,10 @@ fn main() {
             Ok(1.0 / steps[steps.len() / 2])
         };
         match run() {
-            Ok(tps) => println!("split_k {split_k:5}: decode {tps:8.1} tok/s (median step)"),
-            Err(e) => println!("split_k {split_k:5}: error: {e}"),
+            Ok(tps) => {
+                println!("split_k {split_k:5} int8 {int8:5}: decode {tps:8.1} tok/s (median step)")
+            }
+            Err(e) => println!("split_k {split_k:5} int8 {int8:5}: error: {e}"),
         }
     }
 }

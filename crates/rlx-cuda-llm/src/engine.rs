@@ -72,6 +72,9 @@ pub fn kernel_source(formats: &[QuantFormat]) -> String {
         s.push_str(&format!(
             "GEMV_FORMAT({sfx}, {mac})\nEMBED_KERNEL({sfx}, {mac})\n"
         ));
+        if int_dot(f) {
+            s.push_str(&format!("GEMVQ_KERNEL({sfx}, {mac})\n"));
+        }
     }
     s
 }
@@ -86,12 +89,16 @@ pub fn kernel_names(formats: &[QuantFormat]) -> Vec<String> {
         names.push(format!("gemvs_{}", format_suffix(f)));
         names.push(format!("dequant_{}", format_suffix(f)));
         names.push(format!("embed_{}", format_suffix(f)));
+        if int_dot(f) {
+            names.push(format!("gemvq_{}", format_suffix(f)));
+        }
     }
     for n in [
         "attention_f32",
         "attention_f16",
         "sample_rows",
         "row_scales",
+        "quant_x",
         "gemm_input",
         "gemm_output",
     ] {
@@ -121,6 +128,10 @@ pub struct LlmOptions {
     /// the columns over a block's warps (`gemvs_*`); 0: never. The default, 1, splits every
     /// one (`examples/decode_split.rs` compares the settings)
     pub split_k: usize,
+    /// single-row products over block-format weights quantize their input row to int8 (a
+    /// scale per 32 values) and multiply the weights' integers with `dp4a` (`gemvq_*`), as
+    /// llama.cpp does; off: f32 activations, exact up to rounding (parity checks)
+    pub int8_activations: bool,
 }
 
 impl Default for LlmOptions {
@@ -133,6 +144,7 @@ impl Default for LlmOptions {
             graphs: true,
             gemm_rows: 9,
             split_k: 1,
+            int8_activations: true,
         }
     }
 }
@@ -234,6 +246,8 @@ struct Scratch {
     gemm_out: Option<DeviceBuffer>,
     /// a block-format matrix expanded to f16 for a GEMM (the largest such matrix's size)
     deq: Option<DeviceBuffer>,
+    /// one input row as int8 and its scales and half sums (`quant_x`, for `gemvq_*`)
+    xq: Option<(DeviceBuffer, DeviceBuffer)>,
 }
 
 /// A Llama-family model on the GPU with a paged KV cache (see the module docs).
@@ -314,6 +328,12 @@ fn gemm_type(f: QuantFormat) -> Option<(DType, u64)> {
         QuantFormat::BF16 => Some((DType::BF16, 2)),
         _ => None,
     }
+}
+
+/// Whether single-row products over `f` can run against int8 activations (`gemvq_*`): the
+/// block formats, whose values are small integers.
+pub fn int_dot(f: QuantFormat) -> bool {
+    gemm_type(f).is_none()
 }
 
 fn bits(v: f64) -> u64 {
@@ -432,7 +452,12 @@ impl CudaLlm {
             gemm_in: None,
             gemm_out: None,
             deq,
+            xq: None,
         };
+        if options.int8_activations && formats.iter().any(|f| int_dot(*f)) {
+            let max_k = c.hidden.max(c.ffn).max(qd);
+            s.xq = Some((mem.alloc(max_k)?, mem.alloc(max_k.div_ceil(32) * 16)?));
+        }
         dev.upload(s.tickets.ptr(), &vec![0u8; cap * c.heads * 4])?;
         // tensor-core GEMMs for products of many rows, where cuBLASLt loads
         let gemm_formats = formats.iter().any(|f| gemm_type(*f).is_some()) || s.deq.is_some();
@@ -555,6 +580,9 @@ impl CudaLlm {
         if m >= self.options.gemm_rows && self.blas.is_some() && gemm_able {
             return self.gemm(w, row0, x, m, in_mode, y, y_stride, out_mode, qkv, norm);
         }
+        if m == 1 && self.int8_ready(w) {
+            return self.gemv_int8(w, row0, x, in_mode, y, out_mode, qkv, norm);
+        }
         let sh = &self.shape;
         let split = m == 1
             && self.options.split_k > 0
@@ -611,6 +639,64 @@ impl CudaLlm {
             },
         ];
         self.go(&name, grid, 128, &args)
+    }
+
+    /// Whether a single-row product over `w` runs against int8 activations.
+    fn int8_ready(&self, w: &Matrix) -> bool {
+        // the kernels read 32 values a lane and K-quant blocks as 16-byte words
+        self.s.xq.is_some()
+            && int_dot(w.format)
+            && w.k.is_multiple_of(32)
+            && w.buf.ptr().is_multiple_of(16)
+    }
+
+    /// Enqueues a single-row product against int8 activations: `quant_x` (the input's
+    /// RMSNorm and gated form applied), then `gemvq_*` (arguments as [`CudaLlm::gemv`]).
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_int8(
+        &self,
+        w: &Matrix,
+        row0: usize,
+        x: u64,
+        in_mode: u64,
+        y: u64,
+        out_mode: u64,
+        qkv: Option<(usize, u64)>,
+        norm: Option<&DeviceBuffer>,
+    ) -> Result<(), LlmError> {
+        let Some((xq, xd)) = &self.s.xq else {
+            return Err(LlmError::Invalid("no int8 activation scratch".into()));
+        };
+        self.go(
+            "quant_x",
+            [1, 1],
+            256,
+            &[
+                x,
+                1,
+                w.k as u64,
+                in_mode,
+                norm.map_or(0, DeviceBuffer::ptr),
+                bits(self.shape.eps),
+                xq.ptr(),
+                xd.ptr(),
+            ],
+        )?;
+        let e = self.epilogue_args(qkv);
+        let mut args = vec![
+            w.buf.ptr(),
+            w.row_bytes() as u64,
+            w.n as u64,
+            w.k as u64,
+            row0 as u64,
+            xq.ptr(),
+            xd.ptr(),
+            y,
+            out_mode,
+        ];
+        args.extend_from_slice(&e);
+        let name = format!("gemvq_{}", format_suffix(w.format));
+        self.go(&name, [w.n.div_ceil(4) as u32, 1], 128, &args)
     }
 
     /// Enqueues a product of `m` rows as a tensor-core GEMM: the rows converted to the

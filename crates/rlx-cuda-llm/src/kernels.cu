@@ -407,6 +407,239 @@ D void gemv_split(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row
     QkvArgs qa = {bias, inv_freq, pos, slot, table, cache, qd, kvd, hd, kvh, bs, max_blocks, kv_half}; \
     gemv_split<FMT>(w, row_bytes, n, k, row0, x, in_mode, y, out_mode, qa, norm_w, (float)eps);  \
   }
+// Single-row products against int8 activations (the lever llama.cpp pulls): `quant_x` turns
+// the input row (its RMSNorm and gated form applied) into int8 values with one scale per 32
+// and the exact float sums of each 16, then `gemvq_*` multiplies the weights' own integers
+// with `dp4a`, four per instruction, and applies the block scales once per 16 or 32 values:
+// sum(w x) = sum over halves h of a_h d sum(q_w q_x) + b_h sum(x), for w = a_h q_w + b_h.
+extern "C" __global__ void __launch_bounds__(256) quant_x(const float* x, i64 m, i64 k, i64 in_mode,
+                                                           const float* norm_w, double eps,
+                                                           signed char* xq, float4* xd) {
+  GRID_WAIT();
+  const i64 r = blockIdx.x;
+  if (r >= m) return;
+  const float* xr = x + r * (in_mode == IN_PLAIN ? k : 2 * k);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float inv = 1.0f;
+  if (norm_w) {
+    __shared__ float red[32];
+    float ss = 0.0f;
+    for (i64 i = threadIdx.x; i < k; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = warp_sum(ss);
+    if (lane == 0) red[wid] = ss;
+    __syncthreads();
+    float t = 0.0f;
+    for (int w = 0; w < warps; w++) t += red[w];
+    inv = rsqrtf(t / (float)k + (float)eps);
+  }
+  for (i64 g = wid; g < k / 32; g += warps) {
+    const i64 i = g * 32 + lane;
+    float v;
+    if (in_mode == IN_PLAIN) v = xr[i];
+    else v = (in_mode == IN_SWIGLU ? silu(xr[i]) : gelu_tanh(xr[i])) * xr[k + i];
+    if (norm_w) v *= inv * norm_w[i];
+    const float d = warp_max(fabsf(v)) / 127.0f;
+    xq[r * k + i] = (signed char)(d > 0.0f ? __float2int_rn(v / d) : 0);
+    float s = v;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float s_hi = __shfl_sync(0xffffffffu, s, 16);
+    if (lane == 0) xd[r * (k / 32) + g] = make_float4(d, s, s_hi, 0.0f);
+  }
+}
+
+D unsigned ld16x2(const u8* p) {  // 4 bytes at a 2-aligned address
+  const unsigned short* h = (const unsigned short*)p;
+  return (unsigned)__ldg(h) | ((unsigned)__ldg(h + 1) << 16);
+}
+// 32 bytes from an address aligned to 2, 4 or 16 bytes
+D void ld32_a2(const u8* p, unsigned* u) {
+#pragma unroll
+  for (int t = 0; t < 8; t++) u[t] = ld16x2(p + 4 * t);
+}
+D void ld32_a4(const u8* p, unsigned* u) {
+#pragma unroll
+  for (int t = 0; t < 8; t++) u[t] = __ldg((const unsigned*)p + t);
+}
+D void ld32_a16(const u8* p, unsigned* u) {
+  uint4 a = __ldg((const uint4*)p), b = __ldg((const uint4*)p + 1);
+  u[0] = a.x; u[1] = a.y; u[2] = a.z; u[3] = a.w; u[4] = b.x; u[5] = b.y; u[6] = b.z; u[7] = b.w;
+}
+// bits 0..3 of x to bit 0 of bytes 0..3
+D unsigned spread4(unsigned x) { return ((x & 0xFu) * 0x00204081u) & 0x01010101u; }
+D int byte_of(unsigned w0, unsigned w1, unsigned w2, int n) {
+  const unsigned w = n < 4 ? w0 : (n < 8 ? w1 : w2);
+  return (int)((w >> (8 * (n & 3))) & 0xFFu);
+}
+
+// Values i..i+31 (i a multiple of 32) of a row in block format FMT as 8 words of 4 signed
+// bytes q, with w = a[h] q + b[h] for the values of half h (16 each).
+template <int FMT> D void q32(const u8* row, i64 i, int* q, float* a, float* b) {
+  unsigned u[8];
+  if (FMT == F_Q8_0) {
+    const u8* p = row + (i >> 5) * 34;
+    ld32_a2(p + 2, u);
+    a[0] = a[1] = ldh(p); b[0] = b[1] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 8; t++) q[t] = (int)u[t];
+  } else if (FMT == F_Q4_0 || FMT == F_Q4_1 || FMT == F_Q5_0 || FMT == F_Q5_1) {
+    const int bb = FMT == F_Q4_0 ? 18 : FMT == F_Q4_1 ? 20 : FMT == F_Q5_0 ? 22 : 24;
+    const int at = (FMT == F_Q4_0 || FMT == F_Q5_0) ? 2 : 4;  // after d (and m)
+    const bool five = FMT == F_Q5_0 || FMT == F_Q5_1;
+    const u8* p = row + (i >> 5) * bb;
+    const float d = ldh(p);
+    a[0] = a[1] = d;
+    b[0] = b[1] = FMT == F_Q4_0 ? -8.0f * d : FMT == F_Q5_0 ? -16.0f * d : ldh(p + 2);
+    unsigned qh = 0;
+    if (five) qh = at == 2 ? ld16x2(p + at) : __ldg((const unsigned*)(p + at));
+    const u8* qs = p + at + (five ? 4 : 0);
+#pragma unroll
+    for (int t = 0; t < 4; t++) u[t] = at == 2 ? ld16x2(qs + 4 * t) : __ldg((const unsigned*)qs + t);
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+      q[t] = (int)(u[t] & 0x0F0F0F0Fu);
+      q[4 + t] = (int)((u[t] >> 4) & 0x0F0F0F0Fu);
+      if (five) {
+        q[t] |= (int)(spread4(qh >> (4 * t)) << 4);
+        q[4 + t] |= (int)(spread4(qh >> (16 + 4 * t)) << 4);
+      }
+    }
+  } else if (FMT == F_Q4K || FMT == F_Q5K) {
+    const u8* p = row + (i >> 8) * (FMT == F_Q4K ? 144 : 176);
+    const int sb = (int)((i & 255) >> 5), j = sb >> 1, hi = sb & 1;
+    const uint4 h = __ldg((const uint4*)p);
+    int sc, mn;
+    if (sb < 4) {
+      sc = byte_of(h.y, h.z, h.w, sb) & 63;
+      mn = byte_of(h.y, h.z, h.w, sb + 4) & 63;
+    } else {
+      sc = (byte_of(h.y, h.z, h.w, sb + 4) & 0xF) | ((byte_of(h.y, h.z, h.w, sb - 4) >> 6) << 4);
+      mn = (byte_of(h.y, h.z, h.w, sb + 4) >> 4) | ((byte_of(h.y, h.z, h.w, sb) >> 6) << 4);
+    }
+    a[0] = a[1] = h2f(h.x & 0xFFFF) * (float)sc;
+    b[0] = b[1] = -h2f(h.x >> 16) * (float)mn;
+    ld32_a16(p + (FMT == F_Q4K ? 16 : 48) + 32 * j, u);
+    unsigned qh[8];
+    if (FMT == F_Q5K) ld32_a16(p + 16, qh);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+      q[t] = (int)((u[t] >> (4 * hi)) & 0x0F0F0F0Fu);
+      if (FMT == F_Q5K) q[t] |= (int)(((qh[t] >> sb) & 0x01010101u) << 4);
+    }
+  } else if (FMT == F_Q6K) {
+    const u8* p = row + (i >> 8) * 210;
+    const int off = (int)(i & 255), n = off >> 7, quarter = (off & 127) >> 5;
+    unsigned qh[8];
+    ld32_a2(p + 64 * n + 32 * (quarter & 1), u);
+    ld32_a2(p + 128 + 32 * n, qh);
+    const float d = ldh(p + 208);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      a[h] = d * (float)(signed char)__ldg(p + 192 + 8 * n + 2 * quarter + h);
+      b[h] = -32.0f * a[h];
+    }
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+      q[t] = (int)(((u[t] >> (4 * (quarter >> 1))) & 0x0F0F0F0Fu) | (((qh[t] >> (2 * quarter)) & 0x03030303u) << 4));
+  } else if (FMT == F_Q2K) {
+    const u8* p = row + (i >> 8) * 84;
+    const int off = (int)(i & 255), half = off >> 7, j = (off & 127) >> 5;
+    ld32_a4(p + 16 + 32 * half, u);
+    const float d = ldh(p + 80), dmin = ldh(p + 82);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int sc = __ldg(p + (off >> 4) + h);
+      a[h] = d * (float)(sc & 0xF);
+      b[h] = -dmin * (float)(sc >> 4);
+    }
+#pragma unroll
+    for (int t = 0; t < 8; t++) q[t] = (int)((u[t] >> (2 * j)) & 0x03030303u);
+  } else if (FMT == F_Q3K) {
+    const u8* p = row + (i >> 8) * 110;
+    const int off = (int)(i & 255), half = off >> 7, j = (off & 127) >> 5;
+    unsigned hm[8];
+    ld32_a2(p + 32 + 32 * half, u);
+    ld32_a2(p, hm);
+    const float d = ldh(p + 108);
+    const u8* sc = p + 96;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int s = (off >> 4) + h;
+      const int low = s < 8 ? (__ldg(sc + s) & 0xF) : (__ldg(sc + s - 8) >> 4);
+      const int high = (__ldg(sc + 8 + (s & 3)) >> (2 * (s >> 2))) & 3;
+      a[h] = d * (float)((low | (high << 4)) - 32);
+      b[h] = -4.0f * a[h];
+    }
+    const int bit = 4 * half + j;
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+      q[t] = (int)(((u[t] >> (2 * j)) & 0x03030303u) | (((hm[t] >> bit) & 0x01010101u) << 2));
+  }
+}
+
+// The split-k single-row product over int8 activations: as `gemv_split` (four output rows a
+// block, SPLIT_WARPS warps splitting k), each lane taking 32 values at a time.
+template <int FMT>
+D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
+             const signed char* __restrict__ xq, const float4* __restrict__ xd, float* y,
+             i64 out_mode, const QkvArgs& qa) {
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const i64 row = 4 * (i64)blockIdx.x;
+  const int nrows = (int)min((i64)4, n - row);
+  {
+    const u8* p0 = w + row * row_bytes;
+    const i64 pre = min(row_bytes * nrows, (i64)32768);
+    for (i64 off = threadIdx.x * 128; off < pre; off += blockDim.x * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p0 + off));
+  }
+  GRID_WAIT();
+  const u8* wr[4];
+#pragma unroll
+  for (int j = 0; j < 4; j++) wr[j] = w + (row + min(j, nrows - 1)) * row_bytes;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 2
+  for (i64 i = (i64)(wid * 32 + lane) * 32; i < k; i += SPLIT_WARPS * 1024) {
+    const int4 x0 = *(const int4*)(xq + i), x1 = *(const int4*)(xq + i + 16);
+    const int xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const float4 s = xd[i >> 5];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      int q[8];
+      float a[2], b[2];
+      q32<FMT>(wr[j], i, q, a, b);
+      int d0 = 0, d1 = 0;
+#pragma unroll
+      for (int t = 0; t < 4; t++) { d0 = __dp4a(q[t], xv[t], d0); d1 = __dp4a(q[4 + t], xv[4 + t], d1); }
+      acc[j] += s.x * (a[0] * (float)d0 + a[1] * (float)d1) + b[0] * s.y + b[1] * s.z;
+    }
+  }
+  __shared__ float part[SPLIT_WARPS][4];
+#pragma unroll
+  for (int j = 0; j < 4; j++) acc[j] = warp_sum(acc[j]);
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) part[wid][j] = acc[j];
+  }
+  __syncthreads();
+  if (threadIdx.x >= 2) return;
+  const int p = threadIdx.x;
+  if (2 * p >= nrows) return;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int r = 0; r < SPLIT_WARPS; r++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) v[j] += part[r][j];
+  emit_pair(y, 0, out_mode, qa, 0, row0 + row + 2 * p, v[2 * p], v[2 * p + 1], 2 * p + 1 < nrows);
+}
+#define GEMVQ_KERNEL(SUFFIX, FMT)                                                                 \
+  extern "C" __global__ void __launch_bounds__(32 * SPLIT_WARPS) gemvq_##SUFFIX(                 \
+      const u8* w, i64 row_bytes, i64 n, i64 k, i64 row0, const signed char* xq, const float4* xd, \
+      float* y, i64 out_mode, const float* bias, const float* inv_freq, const int* pos,           \
+      const int* slot, const int* table, void* cache, i64 qd, i64 kvd, i64 hd, i64 kvh, i64 bs,   \
+      i64 max_blocks, i64 kv_half) {                                                               \
+    QkvArgs qa = {bias, inv_freq, pos, slot, table, cache, qd, kvd, hd, kvh, bs, max_blocks, kv_half}; \
+    gemvq<FMT>(w, row_bytes, n, k, row0, xq, xd, y, out_mode, qa);                                 \
+  }
+
 // The weights expanded to f16 ([n][k] row-major), for products of many rows on the tensor
 // cores when the stored format is a block format: each thread expands 8 values at a time and
 // stores them as one 16-byte word.

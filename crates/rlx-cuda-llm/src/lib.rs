@@ -12,7 +12,9 @@ mod engine;
 pub mod kv;
 pub mod weights;
 
-pub use engine::{format_suffix, kernel_names, kernel_source, CudaLlm, LlmOptions, SeqId, KERNELS};
+pub use engine::{
+    format_suffix, int_dot, kernel_names, kernel_source, CudaLlm, LlmOptions, SeqId, KERNELS,
+};
 
 use rlx_cuda::CudaError;
 

@@ -7,12 +7,13 @@
 use rlx_cuda::codegen::Launch;
 use rlx_cuda::device::CudaDevice;
 use rlx_cuda::memory::DeviceMemory;
-use rlx_cuda_llm::{format_suffix, kernel_source, CudaLlm, LlmError, LlmOptions};
+use rlx_cuda_llm::{format_suffix, int_dot, kernel_source, CudaLlm, LlmError, LlmOptions};
 use rlx_driver::testing::skip;
 use rlx_driver::Device;
 use rlx_gguf::QuantFormat;
 use rlx_ir::SplitMix64;
 use rlx_llm::SessionRunner;
+use rlx_models::llama::export::export_gguf;
 use rlx_models::llama::sample::{Family, RandomLlama};
 use rlx_models::llama::{Generator, Llama, Runner, Sampling, Stage};
 use rlx_runtime::{CompileOptions, Session};
@@ -171,6 +172,24 @@ fn gemv_kernels_match_dequantized_weights() {
                 2..=4 => 4,
                 _ => 8,
             };
+            // y against the float64 product of the dequantized weights and the input rows
+            let check = |name: &str, m: usize, tol: f64, y: &[f32], failures: &mut Vec<String>| {
+                for r in 0..m {
+                    for o in 0..n {
+                        let (mut exact, mut mag) = (0f64, 0f64);
+                        for i in 0..k {
+                            let p = deq[o * k + i] as f64 * xn[r * k + i];
+                            exact += p;
+                            mag += p.abs();
+                        }
+                        let got = y[r * n + o] as f64;
+                        if (got - exact).abs() > tol * mag + 1e-6 {
+                            failures
+                                .push(format!("{name} m={m} row {r} out {o}: {got} vs {exact}"));
+                        }
+                    }
+                }
+            };
             // one row also runs the split-k product (`gemvs_*`: four rows a block)
             let mut kernels = vec![(
                 format!("gemv{mr}_{}", format_suffix(format)),
@@ -215,21 +234,58 @@ fn gemv_kernels_match_dequantized_weights() {
                     .chunks_exact(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect();
-                for r in 0..m {
-                    for o in 0..n {
-                        let (mut exact, mut mag) = (0f64, 0f64);
-                        for i in 0..k {
-                            let p = deq[o * k + i] as f64 * xn[r * k + i];
-                            exact += p;
-                            mag += p.abs();
-                        }
-                        let got = y[r * n + o] as f64;
-                        if (got - exact).abs() > 1e-5 * mag + 1e-6 {
-                            failures
-                                .push(format!("{name} m={m} row {r} out {o}: {got} vs {exact}"));
-                        }
-                    }
-                }
+                check(&name, m, 1e-5, &y, &mut failures);
+            }
+            // one row against int8 activations: `quant_x` (the RMSNorm folded in) then
+            // `gemvq_*`, within the activations' rounding (half a step of 1/127 of each
+            // 32 values' largest magnitude)
+            if m == 1 && int_dot(format) {
+                let xq = mem.alloc(k).unwrap();
+                let xs = mem.alloc(k / 32 * 16).unwrap();
+                let launch = |name: &str, grid: [u32; 2], block: u32, args: &[u64]| {
+                    let func = module.function(name, 0).unwrap();
+                    let l = Launch {
+                        grid,
+                        block,
+                        shared_bytes: 0,
+                    };
+                    dev.launch(&func, &l, args, name).unwrap();
+                };
+                let nw_ptr = if norm { nwd.ptr() } else { 0 };
+                let qargs = [
+                    xd.ptr(),
+                    1,
+                    k as u64,
+                    0,
+                    nw_ptr,
+                    eps.to_bits(),
+                    xq.ptr(),
+                    xs.ptr(),
+                ];
+                launch("quant_x", [1, 1], 256, &qargs);
+                let name = format!("gemvq_{}", format_suffix(format));
+                let row_bytes = format.bytes_for(k).unwrap() as u64;
+                let mut args = vec![
+                    wd.ptr(),
+                    row_bytes,
+                    n as u64,
+                    k as u64,
+                    0,
+                    xq.ptr(),
+                    xs.ptr(),
+                    yd.ptr(),
+                    0,
+                ];
+                args.extend([0u64; 13]);
+                launch(&name, [n.div_ceil(4) as u32, 1], 128, &args);
+                let mut yb = vec![0u8; n * 4];
+                dev.download(&mut yb, yd.ptr()).unwrap();
+                dev.sync().unwrap();
+                let y: Vec<f32> = yb
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                check(&name, 1, 1e-2, &y, &mut failures);
             }
         }
     }
@@ -377,6 +433,63 @@ fn random_folders_match_the_cpu_graph_path() {
             std::fs::remove_dir_all(&dir).ok();
         }
     }
+}
+
+/// GGUF files in block formats (written by `export_gguf` from a random folder): one-row
+/// steps against int8 activations (`gemvq_*`, the default) stay within the activations'
+/// rounding of the f32-activation kernels and of the CPU graph path, and decode runs.
+#[test]
+fn int8_activations_match_f32_activations_on_gguf_models() {
+    if gpu("int8_activations_match_f32_activations_on_gguf_models").is_none() {
+        return;
+    }
+    // sizes that are whole K-quant blocks (256 values)
+    let spec = RandomLlama {
+        hidden: 256,
+        ffn: 512,
+        ..RandomLlama::default()
+    };
+    let dir = folder("int8-src", &spec);
+    let source = Llama::open(&dir).unwrap();
+    for format in [
+        QuantFormat::Q4K,
+        QuantFormat::Q6K,
+        QuantFormat::Q8_0,
+        QuantFormat::Q4_0,
+    ] {
+        let gguf = dir.join(format!("model-{}.gguf", format.name()));
+        export_gguf(&source, &dir, &gguf, format, 2, &mut |_| {}).unwrap();
+        let model = Llama::open(&gguf).unwrap();
+        let prompt = [17u32];
+        let want = cpu_logits(&model, &prompt);
+        let run = |int8: bool| {
+            let options = LlmOptions {
+                max_sequences: 1,
+                int8_activations: int8,
+                ..Default::default()
+            };
+            let mut llm = CudaLlm::new(&model, options).unwrap();
+            let logits = llm.logits(&prompt).unwrap();
+            let st = llm
+                .generate(&[3, 5, 7], 8, &Sampling::default(), &[], |_| {})
+                .unwrap();
+            assert_eq!(st.tokens.len(), 8, "{format:?} int8={int8}: decode");
+            logits
+        };
+        let exact = run(false);
+        let int8 = run(true);
+        let (e_exact, e_int8) = (rel_l2(&exact, &want), rel_l2(&int8, &want));
+        println!("{format:?}: rel L2 vs CPU: f32 activations {e_exact:.2e}, int8 {e_int8:.2e}");
+        assert!(
+            e_exact < 1e-2,
+            "{format:?} f32 activations: rel L2 {e_exact}"
+        );
+        assert!(
+            e_int8 < 3e-2,
+            "{format:?} int8 activations: rel L2 {e_int8}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
