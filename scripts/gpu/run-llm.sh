@@ -26,7 +26,8 @@ for part in "$@"; do
     tests)
       for t in $g/tests/*; do
         name=$(basename "$t")
-        if "$t" --test-threads=1 > /tmp/test-$name.log 2>&1; then s=ok; else s=FAILED; fi
+        # TEST_SKIP: a test name filter to skip (e.g. kernels_compile_with_nvrtc, minutes of NVRTC)
+        if "$t" --test-threads=1 --nocapture ${TEST_SKIP:+--skip $TEST_SKIP} > /tmp/test-$name.log 2>&1; then s=ok; else s=FAILED; fi
         cat /tmp/test-$name.log >> "$out/tests.log"
         grep -E "panicked|SKIPPED" -A3 /tmp/test-$name.log | head -20
         echo "$name: $s $(grep -E '^test result:' /tmp/test-$name.log | tail -1)" | tee -a "$out/summary.txt"
@@ -71,7 +72,8 @@ for part in "$@"; do
       if [ -n "${SPLIT_8B:-}" ] && [ ! -f $work/llama3-8b-f16/config.json ]; then
         python3 $g/make_llm.py $work/llama3-8b-f16 llama llama3_8b $g/tokenizer.json --dtype float16 > /dev/null 2>&1
       fi
-      for m in $work/llama3-8b-f16 $work/llama3-8b-q4k.gguf $work/smollm2-f16; do
+      # SPLIT_MODELS: the models to compare (default: the 8B f16 and Q4_K and SmolLM2 where present)
+      for m in ${SPLIT_MODELS:-$work/llama3-8b-f16 $work/llama3-8b-q4k.gguf $work/smollm2-f16}; do
         [ -e $m ] && { echo "$m"; $g/decode_split $m 128; } 2>&1 | tee -a "$out/split.txt"
       done
       # a kernel-level profile of SmolLM2 decode where Nsight Systems is installed

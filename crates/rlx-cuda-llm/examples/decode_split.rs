@@ -48,4 +48,39 @@ fn main() {
             Err(e) => println!("split_k {split_k:5} int8 {int8:5}: error: {e}"),
         }
     }
+    // where a decode step's time goes: every kernel timed between two events (no graphs,
+    // no launch overlap, so the sum exceeds a graph step)
+    let options = LlmOptions {
+        max_sequences: 1,
+        context: Some(prompt.len() + tokens + 1),
+        profile_kernels: true,
+        ..Default::default()
+    };
+    let profile = || -> Result<(), rlx_cuda_llm::LlmError> {
+        let mut llm = CudaLlm::new(&model, options)?;
+        let s = Sampling::default();
+        llm.generate(&prompt, 8, &s, &[], |_| {})?;
+        llm.kernel_profile()?;
+        let steps = 32;
+        llm.generate(&[prompt[0]], steps, &s, &[], |_| {})?;
+        let k = llm.kernel_profile()?;
+        let total: f64 = k.iter().map(|k| k.ms).sum();
+        println!(
+            "kernel profile over {steps} steps: {:.1} us a step",
+            total * 1e3 / steps as f64
+        );
+        for k in k.iter().take(16) {
+            println!(
+                "  {:24} {:6} calls {:9.1} us a step {:7.2} us a call",
+                k.name,
+                k.calls,
+                k.ms * 1e3 / steps as f64,
+                k.ms * 1e3 / k.calls as f64
+            );
+        }
+        Ok(())
+    };
+    if let Err(e) = profile() {
+        println!("kernel profile: error: {e}");
+    }
 }

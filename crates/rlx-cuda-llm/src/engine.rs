@@ -17,7 +17,7 @@ use crate::LlmError;
 use rlx_cuda::blas::{Blas, GemmPointers, PreparedGemm};
 use rlx_cuda::codegen::ArgRef;
 use rlx_cuda::codegen::Launch;
-use rlx_cuda::device::{CudaDevice, Function, Graph, Module};
+use rlx_cuda::device::{CudaDevice, Event, Function, Graph, Module};
 use rlx_cuda::gemm::{Activation, GemmSpec, Operand};
 use rlx_cuda::memory::{DeviceBuffer, DeviceMemory, Pinned};
 use rlx_gguf::QuantFormat;
@@ -132,6 +132,20 @@ pub struct LlmOptions {
     /// scale per 32 values) and multiply the weights' integers with `dp4a` (`gemvq_*`), as
     /// llama.cpp does; off: f32 activations, exact up to rounding (parity checks)
     pub int8_activations: bool,
+    /// time every kernel launch between two events (decode steps then run without graphs,
+    /// and launches no longer overlap): a diagnosis, read with [`CudaLlm::kernel_profile`]
+    pub profile_kernels: bool,
+}
+
+/// Time spent in one kernel over the launches since the last [`CudaLlm::kernel_profile`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    /// the kernel's name
+    pub name: String,
+    /// launches
+    pub calls: usize,
+    /// milliseconds in all
+    pub ms: f64,
 }
 
 impl Default for LlmOptions {
@@ -145,6 +159,7 @@ impl Default for LlmOptions {
             gemm_rows: 9,
             split_k: 1,
             int8_activations: true,
+            profile_kernels: false,
         }
     }
 }
@@ -281,6 +296,8 @@ pub struct CudaLlm {
     blas: Option<Blas>,
     /// prepared GEMMs by (n, k, m, format)
     gemms: RefCell<HashMap<(usize, usize, usize, QuantFormat), PreparedGemm>>,
+    /// events around each launch when `profile_kernels` is on
+    timings: RefCell<Vec<(String, Event, Event)>>,
     seqs: Vec<Option<Seq>>,
     /// the sequence slots whose rows the device holds, in order, when its tokens and
     /// positions are those of the next step (a plain step moved them on itself)
@@ -504,6 +521,7 @@ impl CudaLlm {
             graphs: HashMap::new(),
             blas,
             gemms: RefCell::new(HashMap::new()),
+            timings: RefCell::new(Vec::new()),
             seqs: (0..max_sequences).map(|_| None).collect(),
             staged: None,
             options,
@@ -549,7 +567,37 @@ impl CudaLlm {
             block,
             shared_bytes: 0,
         };
-        Ok(self.dev.launch(f, &launch, args, name)?)
+        if !self.options.profile_kernels {
+            return Ok(self.dev.launch(f, &launch, args, name)?);
+        }
+        let start = self.dev.record()?;
+        self.dev.launch(f, &launch, args, name)?;
+        let end = self.dev.record()?;
+        self.timings
+            .borrow_mut()
+            .push((name.to_string(), start, end));
+        Ok(())
+    }
+
+    /// Time per kernel over the launches since the last call, the largest first (empty
+    /// unless [`LlmOptions::profile_kernels`] is on).
+    ///
+    /// # Errors
+    /// The driver fails to read an event.
+    pub fn kernel_profile(&self) -> Result<Vec<KernelTime>, LlmError> {
+        let mut by_name: Vec<KernelTime> = Vec::new();
+        for (name, start, end) in self.timings.borrow_mut().drain(..) {
+            let ms = self.dev.elapsed_ms(&start, &end)? as f64;
+            match by_name.iter_mut().find(|k| k.name == name) {
+                Some(k) => {
+                    k.calls += 1;
+                    k.ms += ms;
+                }
+                None => by_name.push(KernelTime { name, calls: 1, ms }),
+            }
+        }
+        by_name.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+        Ok(by_name)
     }
 
     fn rows_ptr(&self, off: usize, r: usize, size: usize) -> u64 {
@@ -1280,7 +1328,7 @@ impl CudaLlm {
 
     /// Runs a decode step of `m` staged rows: a captured graph when graphs are on.
     fn run_step(&mut self, m: usize) -> Result<(), LlmError> {
-        if !self.options.graphs {
+        if !self.options.graphs || self.options.profile_kernels {
             return self.enqueue_forward(m, 0, true, true);
         }
         if !self.graphs.contains_key(&m) {

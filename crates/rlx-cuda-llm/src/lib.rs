@@ -13,7 +13,8 @@ pub mod kv;
 pub mod weights;
 
 pub use engine::{
-    format_suffix, int_dot, kernel_names, kernel_source, CudaLlm, LlmOptions, SeqId, KERNELS,
+    format_suffix, int_dot, kernel_names, kernel_source, CudaLlm, KernelTime, LlmOptions, SeqId,
+    KERNELS,
 };
 
 use rlx_cuda::CudaError;
