@@ -63,7 +63,9 @@ for part in "$@"; do
       t0=$(date +%s)
       [ -f $q ] || $g/rlx quantize $d $q --type q4_k 2>&1 | tail -3
       echo "quantize: $(( $(date +%s) - t0 )) s, $(du -h $q | cut -f1)" | tee "$out/8b-q4k-quantize.txt"
-      for args in "16 129 1" "512 129 1" "16 65 32"; do
+      # Q4K_RUNS: the (prompt tokens, generated tokens, batch) runs, ';'-separated
+      IFS=';' read -ra runs <<< "${Q4K_RUNS:-16 129 1;512 129 1;16 65 32}"
+      for args in "${runs[@]}"; do
         set -- $args
         $g/rlx bench $q --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-q4k-bench.json"; echo | tee -a "$out/8b-q4k-bench.json"
       done ;;
