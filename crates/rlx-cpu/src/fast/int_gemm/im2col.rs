@@ -50,6 +50,8 @@ impl PackedB {
         let mut col_sums = vec![0i32; n];
         let flip = if signed { 0 } else { 0x80 };
         let sums_out = OutPtr(col_sums.as_mut_ptr());
+        let rows = Padded::new(x, zero, g);
+        let x = &rows;
         let fill = |p0: usize, chunk: &mut [i8]| {
             for (dp, panel) in chunk.chunks_exact_mut(ps).enumerate() {
                 let p = p0 + dp;
@@ -91,7 +93,14 @@ impl PackedB {
 /// gathered at a time into 16-byte rows (one contiguous load where the panel lies in one
 /// output row at unit stride inside the image), then interleaved into the panel's groups of
 /// 4 bytes per column.
-fn fill_panel(x: &[u8], flip: u8, zero: u8, g: &Patches, p: usize, panel: &mut [i8]) -> [i32; NR] {
+fn fill_panel(
+    x: &Padded,
+    flip: u8,
+    zero: u8,
+    g: &Patches,
+    p: usize,
+    panel: &mut [i8],
+) -> [i32; NR] {
     let n = g.oh * g.ow;
     let cols = NR.min(n - p * NR);
     let k = g.k();
@@ -121,8 +130,7 @@ fn fill_panel(x: &[u8], flip: u8, zero: u8, g: &Patches, p: usize, panel: &mut [
                 (r / kk * g.dilation[0]) as isize,
                 (r % kk * g.dilation[1]) as isize,
             );
-            let plane = &x[ci * g.h * g.w..(ci + 1) * g.h * g.w];
-            gather_row(plane, g, &y0, &x0, dy, dx, cols, one_row, zero, row);
+            gather_row(x, ci, g, &y0, &x0, dy, dx, cols, one_row, zero, row);
             for (v, s) in row.iter_mut().zip(sums.iter_mut()) {
                 *v ^= flip;
                 *s += i32::from(*v as i8);
@@ -137,12 +145,43 @@ fn fill_panel(x: &[u8], flip: u8, zero: u8, g: &Patches, p: usize, panel: &mut [
     sums
 }
 
+/// The input with every row widened by `zero` on both sides, so a row of a panel that
+/// lies in one output row is read with plain loads, padding included.
+pub(crate) struct Padded {
+    data: Vec<u8>,
+    /// bytes per widened row, and `zero`s before each row's first value
+    width: usize,
+    left: usize,
+}
+
+impl Padded {
+    fn new(x: &[u8], zero: u8, g: &Patches) -> Padded {
+        let left = g.pad[1];
+        // room for the widest read: NR columns at the stride, then a 16-byte load
+        let width = left + g.w + g.pad[1] + NR * g.stride[1] + 16;
+        let mut data = vec![zero; g.channels * g.h * width];
+        for (src, dst) in x.chunks_exact(g.w.max(1)).zip(data.chunks_exact_mut(width)) {
+            dst[left..left + g.w].copy_from_slice(src);
+        }
+        Padded { data, width, left }
+    }
+
+    /// Row `iy` of channel `ci`, from its first padding value on.
+    #[inline(always)]
+    fn line(&self, g: &Patches, ci: usize, iy: usize) -> &[u8] {
+        let at = (ci * g.h + iy) * self.width;
+        &self.data[at..at + self.width]
+    }
+}
+
 /// One row of the patch matrix (offsets `dy`, `dx` in the window) over the panel's
-/// columns into `row`, `zero` outside the image; columns past `cols` hold `zero`.
+/// columns of channel `ci` into `row`, `zero` outside the image; columns past `cols` hold
+/// `zero`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn gather_row(
-    plane: &[u8],
+    x: &Padded,
+    ci: usize,
     g: &Patches,
     y0: &[isize; NR],
     x0: &[isize; NR],
@@ -159,23 +198,29 @@ fn gather_row(
             *row = [zero; NR];
             return;
         }
-        let line = &plane[iy * g.w..(iy + 1) * g.w];
-        let first = x0[0] + dx;
-        let last = x0[NR - 1] + dx;
-        if first >= 0 && (last as usize) < g.w {
-            if g.stride[1] == 1 {
-                let f = first as usize;
-                row.copy_from_slice(&line[f..f + NR]);
-            } else {
-                for (c, v) in row.iter_mut().enumerate() {
-                    *v = line[first as usize + c * g.stride[1]];
+        let line = x.line(g, ci, iy);
+        // the first column's value, counted from the row's padding (never negative)
+        let first = (x0[0] + dx + x.left as isize) as usize;
+        match g.stride[1] {
+            1 => row.copy_from_slice(&line[first..first + NR]),
+            #[cfg(target_arch = "x86_64")]
+            2 => {
+                use std::arch::x86_64::*;
+                let src = &line[first..first + 2 * NR];
+                // SAFETY: SSE2 is part of x86-64; both loads read within `src` (32 bytes),
+                // the store writes `row`'s 16.
+                unsafe {
+                    let even = _mm_set1_epi16(0xff);
+                    let a = _mm_and_si128(_mm_loadu_si128(src.as_ptr().cast()), even);
+                    let b = _mm_and_si128(_mm_loadu_si128(src.as_ptr().add(16).cast()), even);
+                    _mm_storeu_si128(row.as_mut_ptr().cast(), _mm_packus_epi16(a, b));
                 }
             }
-            return;
-        }
-        for (c, v) in row.iter_mut().enumerate() {
-            let ix = (x0[c] + dx) as usize;
-            *v = if ix < g.w { line[ix] } else { zero };
+            s => {
+                for (c, v) in row.iter_mut().enumerate() {
+                    *v = line[first + c * s];
+                }
+            }
         }
         return;
     }
@@ -183,7 +228,7 @@ fn gather_row(
         // a negative index wraps past the bounds and reads `zero`
         let (iy, ix) = ((y0[c] + dy) as usize, (x0[c] + dx) as usize);
         *v = if c < cols && iy < g.h && ix < g.w {
-            plane[iy * g.w + ix]
+            x.line(g, ci, iy)[x.left + ix]
         } else {
             zero
         };
