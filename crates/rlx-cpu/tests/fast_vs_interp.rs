@@ -667,3 +667,60 @@ fn bitcast_reinterprets_bytes() {
         assert_eq!(err, 0.0, "{from} -> {to}");
     }
 }
+
+/// Quantization's `x / scale → round → + zero → clamp → cast` into 8- and 16-bit integers
+/// (f32 lanes), and bare casts of values far outside the target's range (wrapping through
+/// i64 as the interpreter does, also past ±2^31 and ±2^63), equal the interpreter exactly.
+#[test]
+fn casts_to_small_integers_match_exactly() {
+    for (dt, lo, hi) in [
+        (DType::U8, 0.0, 255.0),
+        (DType::I8, -128.0, 127.0),
+        (DType::U16, 0.0, 65535.0),
+        (DType::I16, -32768.0, 32767.0),
+    ] {
+        for scale in [0.01, 1e-3, 1e-12, 1e-20] {
+            let mut b = ProgramBuilder::new();
+            let x = b.input("x", F, &[7, 301]);
+            let q = kernel(
+                "quantize",
+                &[7, 301],
+                vec![inp(x, F, contiguous_view(&[7, 301]))],
+                vec![
+                    n(Expr::Load(0), F),
+                    n(Expr::Const(scale), F),
+                    n(Expr::Binary(BinaryOp::Div, 0, 1), F),
+                    n(Expr::Unary(UnaryOp::Round, 2), F),
+                    n(Expr::Const(3.0), F),
+                    n(Expr::Binary(BinaryOp::Add, 3, 4), F),
+                    n(Expr::Const(lo), F),
+                    n(Expr::Binary(BinaryOp::Max, 5, 6), F),
+                    n(Expr::Const(hi), F),
+                    n(Expr::Binary(BinaryOp::Min, 7, 8), F),
+                    n(Expr::Cast(9), dt),
+                ],
+            );
+            let q = b.push_loop(q);
+            b.output("q", q);
+            // an unclamped cast, read back as f32 inside the kernel
+            let w = kernel(
+                "wrap",
+                &[7, 301],
+                vec![inp(x, F, contiguous_view(&[7, 301]))],
+                vec![
+                    n(Expr::Load(0), F),
+                    n(Expr::Const(scale), F),
+                    n(Expr::Binary(BinaryOp::Div, 0, 1), F),
+                    n(Expr::Cast(2), dt),
+                    n(Expr::Cast(3), F),
+                    n(Expr::Const(0.5), F),
+                    n(Expr::Binary(BinaryOp::Add, 4, 5), F),
+                ],
+            );
+            let w = b.push_loop(w);
+            b.output("w", w);
+            let err = compare_with_reference(&b.finish(), &CpuOptions::default(), 11).unwrap();
+            assert_eq!(err, 0.0, "{dt}, scale {scale}");
+        }
+    }
+}

@@ -106,6 +106,10 @@ pub struct Ctx {
     /// `DynamicQuantizeLinear` results: the u8 node → (its f32 source, scale, zero point),
     /// so a `MatMulInteger` reading them quantizes the source itself
     pub dynamic_quantized: HashMap<NodeId, (Val, Val, Val)>,
+    /// integer products of a `DynamicQuantizeLinear` result (i32 sums): the product node →
+    /// (the f32 source, `b`, `b`'s zero point as the op takes it, the source's scale), so
+    /// `Cast(product) * (scale * s)` becomes one product that finds the scale itself
+    pub dynamic_products: HashMap<NodeId, [Val; 4]>,
     /// graph inputs declared when first read
     lazy: HashMap<String, LazyInput>,
 }
@@ -122,6 +126,7 @@ impl Ctx {
             node_values: HashMap::new(),
             cur: String::new(),
             dynamic_quantized: HashMap::new(),
+            dynamic_products: HashMap::new(),
             lazy: HashMap::new(),
         }
     }

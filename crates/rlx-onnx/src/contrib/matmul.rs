@@ -122,7 +122,7 @@ pub fn dynamic_quantize_matmul(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 /// `x` (f32) quantized dynamically by [`Op::MatMulInteger`] itself, times `b`, the sums
 /// scaled by the activation's scale and `b_scale`; None when `b` or the scale are outside
 /// what the op takes.
-fn fused_dynamic(
+pub(crate) fn fused_dynamic(
     ctx: &mut Ctx,
     x: &Val,
     b: &Val,
@@ -168,6 +168,15 @@ pub fn matmul_integer_to_float(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let out = ctx.dtype(&a_scale);
     let a_scale = ctx.cast(&a_scale, DType::F32)?;
     let a_scale = ctx.reshape(&a_scale, &[])?;
+    // A from `DynamicQuantizeLinear` with its own scale and zero point: the product
+    // quantizes the source from its range itself, as `DynamicQuantizeMatMul`
+    if let Some(y) = dynamic_source(ctx, n, &a_scale)? {
+        let y = match n.opt(6) {
+            Some(bias) => ctx.add(&y, &bias)?,
+            None => y,
+        };
+        return Ok(vec![ctx.cast(&y, out)?]);
+    }
     {
         let b_scale = column_scale(ctx, &n.input(3)?)?;
         let k = ctx.mul(&a_scale, &b_scale)?;
@@ -187,4 +196,29 @@ pub fn matmul_integer_to_float(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let b_scale = column_scale(ctx, &n.input(3)?)?;
     let y = rescale(ctx, &y, &a_scale, &b_scale, n.opt(6))?;
     Ok(vec![ctx.cast(&y, out)?])
+}
+
+/// `MatMulIntegerToFloat` of a `DynamicQuantizeLinear` result `A` with that quantization's
+/// own scale (`a_scale`) and zero point, as [`Op::MatMulInteger`] with [`AInput::Dynamic`]:
+/// the same scale, zero point and `f32(sum) * (a_scale * b_scale)`, without the separate
+/// range reductions. None for any other `A`.
+fn dynamic_source(ctx: &mut Ctx, n: &NodeIn, a_scale: &Val) -> R<Option<Val>> {
+    let a = n.input(0)?;
+    let Val::Node(id) = &a else {
+        return Ok(None);
+    };
+    let Some((x, s, z)) = ctx.dynamic_quantized.get(id).cloned() else {
+        return Ok(None);
+    };
+    let same_zero = n.opt(4).is_some_and(|az| match (&az, &z) {
+        (Val::Node(p), Val::Node(q)) => p == q,
+        _ => false,
+    });
+    let same_scale = matches!((a_scale, &s), (Val::Node(p), Val::Node(q)) if p == q);
+    let b = n.input(1)?;
+    if !same_zero || !same_scale || !matches!(ctx.dtype(&b), DType::U8 | DType::I8) {
+        return Ok(None);
+    }
+    let b_scale = column_scale(ctx, &n.input(3)?)?;
+    fused_dynamic(ctx, &x, &b, n.opt(5), &b_scale)
 }

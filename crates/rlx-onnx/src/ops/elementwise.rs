@@ -62,6 +62,11 @@ pub fn binary(ctx: &mut Ctx, n: &NodeIn, b: BinaryOp) -> R<Vec<Val>> {
     if !b.accepts(d) {
         unsupported!("dtype {d} is not supported by {}", b.name());
     }
+    if b == BinaryOp::Mul {
+        if let Some(v) = crate::ops::quant::dynamic_rescale(ctx, &x, &y)? {
+            return one(v);
+        }
+    }
     one(ctx.binary(b, &x, &y)?)
 }
 

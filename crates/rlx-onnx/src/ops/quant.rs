@@ -274,6 +274,7 @@ pub(crate) fn integer_product(
         },
         scaled: scale.is_some(),
     };
+    let unscaled_dynamic = fused.clone().filter(|_| scale.is_none());
     let (a, a_scale) = match fused {
         Some((x, s)) => (x, Some(ctx.reshape(&s, &[])?)),
         None => (a.clone(), None),
@@ -281,7 +282,54 @@ pub(crate) fn integer_product(
     let mut ins = vec![&a, b, &a_zero, &b_zero];
     ins.extend(a_scale.as_ref());
     ins.extend(scale.as_ref());
-    Ok(Some(ctx.op(Op::MatMulInteger(p), &ins)?))
+    let y = ctx.op(Op::MatMulInteger(p), &ins)?;
+    if let (Some((x, s)), Val::Node(id)) = (unscaled_dynamic, &y) {
+        ctx.dynamic_products
+            .insert(*id, [x, b.clone(), b_zero.clone(), s]);
+    }
+    Ok(Some(y))
+}
+
+/// `Cast(product) * k` where `product` is an integer product of a `DynamicQuantizeLinear`
+/// result and `k = scale * s` (either order) multiplies that quantization's scale by `s`
+/// (one value or one per column): the product quantizing the f32 source from its own
+/// range and scaling its sums by `scale * s` ([`AInput::Dynamic`], as ONNX Runtime's
+/// `DynamicQuantizeMatMul`), so the separate range reductions are dead code. The same
+/// values: the scale, zero point and rounding are `DynamicQuantizeLinear`'s, and the sums
+/// are cast to f32 and multiplied by the f32 `scale * s` as before. None when `x · y` is
+/// not that pattern.
+pub(crate) fn dynamic_rescale(ctx: &mut Ctx, x: &Val, y: &Val) -> R<Option<Val>> {
+    let node = |ctx: &Ctx, v: &Val| match v {
+        Val::Node(id) => Some((
+            ctx.graph.node(*id).op.clone(),
+            ctx.graph.node(*id).inputs.clone(),
+        )),
+        Val::Const { .. } => None,
+    };
+    for (c, k) in [(x, y), (y, x)] {
+        let Some((Op::Cast(DType::F32), ci)) = node(ctx, c) else {
+            continue;
+        };
+        let Some([src, b, b_zero, Val::Node(sid)]) = ctx.dynamic_products.get(&ci[0]).cloned()
+        else {
+            continue;
+        };
+        let Some((Op::Binary(BinaryOp::Mul), ki)) = node(ctx, k) else {
+            continue;
+        };
+        let s = match ki[..] {
+            [a, o] | [o, a] if a == sid => Val::Node(o),
+            _ => continue,
+        };
+        if ctx.dtype(&s) != DType::F32 || ctx.ty(k).shape != ctx.ty(&s).shape {
+            continue;
+        }
+        let zero = (ctx.dtype(&b_zero) == ctx.dtype(&b)).then_some(b_zero);
+        if let Some(y) = crate::contrib::matmul::fused_dynamic(ctx, &src, &b, zero, &s)? {
+            return Ok(Some(y));
+        }
+    }
+    Ok(None)
 }
 
 /// True when two values are the same node or equal constants.

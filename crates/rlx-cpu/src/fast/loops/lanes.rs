@@ -263,6 +263,7 @@ fn eval_f32_body<const FMA: bool>(
                     *d = if c != 0.0 { a } else { b };
                 }
             }
+            InstKind::Cast(a) if super::small_int(inst.dtype) => wrap_to(inst.dtype, r(a), d),
             InstKind::Cast(a) => {
                 d.copy_from_slice(r(a));
                 to_bool = inst.dtype == DType::Bool;
@@ -275,6 +276,34 @@ fn eval_f32_body<const FMA: bool>(
                 *v = (*v != 0.0) as u8 as f32;
             }
         }
+    }
+}
+
+/// `d = x` cast to the 8- or 16-bit integer `to`, as the interpreter casts (truncated
+/// towards zero through i64, saturating there, NaN to 0, then wrapped to the width), each
+/// value exact in f32. Chunks whose values all lie within ±2^31 take a vector-friendly
+/// i32 conversion, which truncates and wraps them the same way.
+#[inline(always)]
+pub(crate) fn wrap_to(to: DType, x: &[f32], d: &mut [f32]) {
+    const I32_EDGE: f32 = 2_147_483_648.0;
+    let narrow = |i: i64| -> f32 {
+        match to {
+            DType::U8 => i as u8 as f32,
+            DType::I8 => i as i8 as f32,
+            DType::U16 => i as u16 as f32,
+            _ => i as i16 as f32,
+        }
+    };
+    let small = x.iter().fold(true, |ok, &v| ok & (v.abs() < I32_EDGE));
+    if small {
+        match to {
+            DType::U8 => map1(x, d, |v| v as i32 as u8 as f32),
+            DType::I8 => map1(x, d, |v| v as i32 as i8 as f32),
+            DType::U16 => map1(x, d, |v| v as i32 as u16 as f32),
+            _ => map1(x, d, |v| v as i32 as i16 as f32),
+        }
+    } else {
+        map1(x, d, |v| narrow(v as i64));
     }
 }
 
@@ -449,6 +478,46 @@ pub(crate) fn eval_f64(
                 }
             }
             InstKind::Reduced => d.copy_from_slice(&reduced[..n]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`wrap_to`] against the interpreter's cast (`DType::round` in f64) on random values
+    /// of every magnitude, NaN and the infinities, in chunks that take either path.
+    #[test]
+    fn wrap_to_casts_as_the_interpreter() {
+        let mut rng = rlx_ir::SplitMix64(24);
+        let mut xs: Vec<f32> = (0..4096)
+            .map(|_| {
+                let mag = 2f64.powi(rng.below(80) as i32 - 8);
+                let unit = rng.below(1 << 20) as f64 / (1 << 19) as f64 - 1.0;
+                (unit * mag) as f32
+            })
+            .collect();
+        xs.extend([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            2147483648.0,
+            -2147483648.0,
+        ]);
+        xs.extend([-2147483520.0, 2147483520.0, 9.3e18, -9.3e18, 255.5, -0.5]);
+        for to in [DType::U8, DType::I8, DType::U16, DType::I16] {
+            // whole chunks (some values past ±2^31) and small ones (mostly within)
+            for chunk in [LANES, 7] {
+                for x in xs.chunks(chunk) {
+                    let mut d = vec![0f32; x.len()];
+                    wrap_to(to, x, &mut d);
+                    for (&v, &got) in x.iter().zip(&d) {
+                        let want = to.round(v as f64);
+                        assert_eq!(got as f64, want, "{to} of {v}");
+                    }
+                }
+            }
         }
     }
 }

@@ -272,12 +272,20 @@ fn half_float(d: DType) -> bool {
     matches!(d, DType::F16 | DType::BF16)
 }
 
+/// 8- and 16-bit integers: every value is exact in f32, so a cast to one can run in f32
+/// lanes (wrapping as the interpreter's cast does, [`lanes::wrap_to`]).
+pub(crate) fn small_int(d: DType) -> bool {
+    matches!(d, DType::I8 | DType::U8 | DType::I16 | DType::U16)
+}
+
 /// True when f32 lanes compute `k` exactly as the interpreter does: every value is f32 or
 /// bool, except f16/bf16 inputs (loads widen them exactly) whose loads only feed casts,
 /// integer inputs whose loads only feed casts to f32 (the load rounds once, as the cast
-/// would), and a result cast to f16/bf16 that nothing else reads (the store rounds it once,
-/// as the cast would). Mixed precision's casts around matrix products, and masks cast to
-/// f32, are such kernels.
+/// would), a result cast to f16/bf16 that nothing else reads (the store rounds it once,
+/// as the cast would), and casts of f32 values to 8- or 16-bit integers read only as the
+/// result or by casts to f32 (the cast wraps in f32 lanes exactly as the interpreter's
+/// does; quantization's `round → clamp → cast to u8` is such a kernel). Mixed precision's
+/// casts around matrix products, and masks cast to f32, are such kernels.
 fn f32_lanes(k: &LoopKernel) -> bool {
     let used_by = |id: usize| {
         k.body
@@ -296,6 +304,15 @@ fn f32_lanes(k: &LoopKernel) -> bool {
             Expr::Load(i) if n.dtype.is_int() => {
                 k.inputs[i].dtype == n.dtype
                     && used_by(id).all(|u| matches!(u.expr, Expr::Cast(_)) && u.dtype == DType::F32)
+            }
+            Expr::Cast(a) if small_int(n.dtype) => {
+                k.body[a].dtype == DType::F32
+                    && if id == k.result {
+                        used_by(id).next().is_none()
+                    } else {
+                        used_by(id)
+                            .all(|u| matches!(u.expr, Expr::Cast(_)) && u.dtype == DType::F32)
+                    }
             }
             Expr::Cast(_) => half_float(n.dtype) && id == k.result && used_by(id).next().is_none(),
             _ => false,
