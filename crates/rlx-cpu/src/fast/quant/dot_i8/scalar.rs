@@ -81,7 +81,11 @@ fn q45k(five: bool, blk: &[u8], qa: &[i8], ds: &[[f32; 2]]) -> f32 {
         let bytes = &qs[32 * (s / 2)..32 * (s / 2) + 32];
         let mut q = [0u8; QK];
         for (l, q) in q.iter_mut().enumerate() {
-            let nib = if s % 2 == 0 { bytes[l] & 15 } else { bytes[l] >> 4 };
+            let nib = if s % 2 == 0 {
+                bytes[l] & 15
+            } else {
+                bytes[l] >> 4
+            };
             *q = nib | ((qh[l] >> s) & 1) << 4;
         }
         let sum = isum(&q, &qa[s * QK..(s + 1) * QK]);

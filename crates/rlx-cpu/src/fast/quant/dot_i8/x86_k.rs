@@ -75,7 +75,10 @@ pub(super) unsafe fn dot_q45k<D: Dot, const FIVE: bool, const R: usize>(
             let d = _mm256_broadcastss_ps(dm);
             let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
             let (sc, mn) = scales_mins(blk.add(4));
-            _mm256_storeu_ps(scale[r].as_mut_ptr(), _mm256_mul_ps(_mm256_mul_ps(d, sc), dx8));
+            _mm256_storeu_ps(
+                scale[r].as_mut_ptr(),
+                _mm256_mul_ps(_mm256_mul_ps(d, sc), dx8),
+            );
             // the minimum terms of all eight sub-blocks: - dmin * m * sx
             *acc = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, mn), sx8, *acc);
         }
