@@ -2,9 +2,9 @@
 //!
 //! Weights stay packed; nothing dequantizes the whole matrix. Few activation rows (decode)
 //! take a *dot* path, one output row of `w` at a time:
-//! - the integer path ([`dot_i8`], the default for Q4_0, Q4_1 and Q8_0): the activation
-//!   rows are quantized once per product to 8-bit blocks ([`q8_act`]) and every weight block
-//!   is dotted with them in integers, as llama.cpp does;
+//! - the integer path ([`dot_i8`], the default for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+//!   Q5_K and Q6_K): the activation rows are quantized once per product to 8-bit blocks
+//!   ([`q8_act`]) and every weight block is dotted with them in integers, as llama.cpp does;
 //! - the exact path ([`dot_f32`]; every other format, and all of them when
 //!   [`crate::CpuOptions::exact_quant`] is set): the weight row is dequantized in registers
 //!   and dotted with the f32 activations.
@@ -286,6 +286,25 @@ mod tests {
         }
     }
 
+    /// The formats the integer path covers.
+    const INTEGER: [QuantFormat; 8] = [
+        QuantFormat::Q4_0,
+        QuantFormat::Q4_1,
+        QuantFormat::Q5_0,
+        QuantFormat::Q5_1,
+        QuantFormat::Q8_0,
+        QuantFormat::Q4K,
+        QuantFormat::Q5K,
+        QuantFormat::Q6K,
+    ];
+
+    #[test]
+    fn integer_formats_are_those_dot_i8_supports() {
+        for f in QuantFormat::ALL {
+            assert_eq!(dot_i8::supports(f), INTEGER.contains(&f), "{f}");
+        }
+    }
+
     /// Activation rows with blocks of very different magnitudes and an outlier now and then.
     fn activations(m: usize, k: usize, seed: u64) -> Vec<f32> {
         let mut rng = SplitMix64(seed);
@@ -327,16 +346,20 @@ mod tests {
 
     #[test]
     fn integer_kernels_agree_with_the_f32_dot_within_the_rounding_bound() {
-        let formats = [QuantFormat::Q4_0, QuantFormat::Q4_1, QuantFormat::Q8_0];
-        for format in formats {
-            for k in [32, 64, 96, 160, 576, 1536, 4160] {
+        for format in INTEGER {
+            let ks: &[usize] = if format.block() == 256 {
+                &[256, 512, 1536, 2816]
+            } else {
+                &[32, 64, 96, 160, 576, 1536, 4160]
+            };
+            for &k in ks {
                 let n = 9;
                 let w = random_blocks(format, n, k, k as u64 * 3 + 1);
                 let mut wf = vec![0f32; n * k];
                 format.dequantize(&w, &mut wf);
                 let x = activations(1, k, k as u64);
                 let act = Q8Rows::quantize(&x, k);
-                let row_bytes = k / 32 * format.block_bytes();
+                let row_bytes = k / format.block() * format.block_bytes();
                 let all = dot_i8::each_isa(format, &w, row_bytes, act.row(0));
                 let scalar = &all[0].1;
                 for (isa, got) in &all {
@@ -362,8 +385,13 @@ mod tests {
 
     #[test]
     fn integer_path_is_the_default_and_exact_keeps_f32() {
-        for format in [QuantFormat::Q4_0, QuantFormat::Q4_1, QuantFormat::Q8_0] {
-            for (m, k) in [(1, 576), (3, 96), (4, 1536), (2, 32)] {
+        for format in INTEGER {
+            let shapes: &[(usize, usize)] = if format.block() == 256 {
+                &[(1, 512), (3, 256), (4, 1536), (2, 768)]
+            } else {
+                &[(1, 576), (3, 96), (4, 1536), (2, 32)]
+            };
+            for &(m, k) in shapes {
                 let n = 77;
                 let w = random_blocks(format, n, k, 17 + m as u64);
                 let mut wf = vec![0f32; n * k];
