@@ -28,6 +28,7 @@ pub mod shape;
 pub mod spectral;
 pub mod stateful;
 pub mod string;
+pub mod tfidf;
 pub mod training;
 pub mod trig;
 pub mod values;
@@ -146,6 +147,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "MatMul" => linalg::matmul,
         "Gemm" => linalg::gemm,
         "Einsum" => linalg::einsum,
+        "Det" => linalg::det,
         // convolution and pooling
         "Conv" => conv::conv,
         "ConvTranspose" => conv::conv_transpose,
@@ -197,6 +199,8 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "Compress" => misc::compress,
         "Unique" => misc::unique,
         "NonMaxSuppression" => misc::non_max_suppression,
+        "TfIdfVectorizer" => tfidf::tfidf_vectorizer,
+        "MaxUnpool" => misc::max_unpool,
         _ => return None,
     })
 }
