@@ -4,7 +4,7 @@
 //! (`crate::stage`) calls these same mappers on the values it computed. `MaxUnpool`, a
 //! scatter to the pooled positions, is a one-hot selection too.
 
-use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
+use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, MAX_ELEMENTS, R};
 use crate::node::NodeIn;
 use rlx_ir::{BinaryOp, DType, Op};
 
@@ -229,21 +229,32 @@ pub fn max_unpool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             2 * nsp
         );
     }
+    let big = i32::MAX as i64;
+    if kernel
+        .iter()
+        .chain(&strides)
+        .chain(&pads)
+        .any(|&v| v > big || v < 0)
+    {
+        invalid!("kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?} out of range");
+    }
     let mut inferred = xs[..2].to_vec();
     for i in 0..nsp {
-        let v = (xs[i + 2] as i64 - 1) * strides[i] - (pads[i] + pads[i + nsp]) + kernel[i];
-        if v <= 0 || strides[i] <= 0 {
+        let v = (xs[i + 2] as i128 - 1) * strides[i] as i128 - (pads[i] + pads[i + nsp]) as i128
+            + kernel[i] as i128;
+        if v <= 0 || v > MAX_ELEMENTS as i128 || strides[i] <= 0 {
             invalid!("kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?} give no output");
         }
         inferred.push(v as usize);
     }
-    let p: usize = inferred.iter().product();
     let m: usize = xs.iter().product();
-    if m.checked_mul(p).is_none_or(|c| c > UNPOOL_LIMIT) {
+    let Some(p) =
+        crate::ctx::checked_numel(&inferred).filter(|&p| m.saturating_mul(p) <= UNPOOL_LIMIT)
+    else {
         unsupported!(
-            "MaxUnpool of {m} values into {p} positions (the one-hot scatter is capped at 2^26)"
+            "MaxUnpool of {m} values into {inferred:?} (the one-hot scatter is capped at 2^26 comparisons)"
         );
-    }
+    };
     let xf = ctx.reshape(&x, &[m, 1])?;
     let i = ctx.cast(&idx, DType::I64)?;
     let i = ctx.reshape(&i, &[m, 1])?;

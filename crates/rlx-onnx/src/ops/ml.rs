@@ -185,7 +185,11 @@ pub fn tree_ensemble(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             invalid!("tree root {r} out of range");
         }
         if true_leaf[r] != 0 && false_leaf[r] != 0 && true_ids[r] == false_ids[r] {
-            leaves.push((true_ids[r] as usize, Vec::new()));
+            let leaf = true_ids[r] as usize;
+            if leaf >= weights.len() {
+                invalid!("leaf {leaf} out of range");
+            }
+            leaves.push((leaf, Vec::new()));
             continue;
         }
         let mut stack = vec![(r, Vec::new())];

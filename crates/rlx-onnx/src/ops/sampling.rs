@@ -4,7 +4,7 @@
 //! cubic, zeros/border/reflection padding) and `Col2Im` (a constant table of which column
 //! entry lands on each image position, one gather, a masked sum over the kernel taps).
 
-use crate::ctx::{invalid, unsupported, Ctx, Val, R};
+use crate::ctx::{checked_numel, invalid, unsupported, Ctx, Val, R};
 use crate::node::NodeIn;
 use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 
@@ -27,8 +27,10 @@ pub fn affine_grid(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     if ts != [size[0] as usize, nd, nd + 1] {
         invalid!("theta {ts:?} must be [{}, {nd}, {}]", size[0], nd + 1);
     }
-    let pts: usize = sp.iter().product();
-    ctx.host_alloc(pts.checked_mul(nd + 1), "AffineGrid's base grid")?;
+    let pts = ctx.host_alloc(
+        checked_numel(&sp).and_then(|p| p.checked_mul(nd + 1)),
+        "AffineGrid's base grid",
+    )? / (nd + 1);
     let coord = |i: usize, len: usize| -> f64 {
         if align {
             if len == 1 {
@@ -319,11 +321,22 @@ pub fn col2im(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     if dil.iter().chain(&strides).any(|&v| v <= 0) || pads.iter().any(|&p| p < 0) {
         invalid!("dilations, strides must be positive and pads non-negative");
     }
+    let big = i32::MAX as i64;
+    if [&img, &blk, &dil, &pads, &strides]
+        .iter()
+        .any(|v| v.iter().any(|&x| x > big))
+    {
+        unsupported!("Col2Im sizes past 2^31");
+    }
     let xs = ctx.shape(&x)?;
     if xs.len() != 3 {
         invalid!("input {xs:?} must be (N, C * prod(block_shape), L)");
     }
-    let kk: usize = blk.iter().map(|&b| b as usize).product();
+    let bk: Vec<usize> = blk.iter().map(|&v| v as usize).collect();
+    let im: Vec<usize> = img.iter().map(|&v| v as usize).collect();
+    let (Some(kk), Some(p)) = (checked_numel(&bk), checked_numel(&im)) else {
+        unsupported!("Col2Im block {blk:?} or image {img:?} too large");
+    };
     if xs[1] % kk != 0 {
         invalid!(
             "input dim 1 ({}) is not a multiple of the block size {kk}",
@@ -340,13 +353,12 @@ pub fn col2im(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         }
         nblocks.push((full / strides[i] + 1) as usize);
     }
-    let l: usize = nblocks.iter().product();
+    let Some(l) = checked_numel(&nblocks) else {
+        unsupported!("Col2Im with too many blocks");
+    };
     if xs[2] != l {
         invalid!("input has {} blocks, the shapes give {l}", xs[2]);
     }
-    let im: Vec<usize> = img.iter().map(|&v| v as usize).collect();
-    let bk: Vec<usize> = blk.iter().map(|&v| v as usize).collect();
-    let p: usize = im.iter().product();
     ctx.host_alloc(kk.checked_mul(p), "Col2Im's index table")?;
     let (ks, ps, ls) = (
         rlx_ir::contiguous_strides(&bk),
