@@ -143,7 +143,7 @@ pub fn tree_ensemble(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         if let Some(c) = &cond[i] {
             return Ok(c.clone());
         }
-        let f = feat[i] as i64;
+        let f = feat[i];
         let col = ctx.slice(&x, 1, f, f + 1, 1)?;
         let col = ctx.reshape(&col, &[rows])?;
         let s = ctx.scalar(d, splits.get(i).copied().unwrap_or(0.0));

@@ -12,7 +12,7 @@ use rlx_ir::{BinaryOp, UnaryOp};
 fn groups(ctx: &mut Ctx, n: &NodeIn, per: usize) -> R<(Val, Val, Vec<Vec<Val>>)> {
     let (r, t) = (n.input(0)?, n.input(1)?);
     let rest = n.n_inputs().saturating_sub(2);
-    if rest == 0 || rest % per != 0 {
+    if rest == 0 || !rest.is_multiple_of(per) {
         invalid!(
             "expected R, T and a multiple of {per} tensors, got {} inputs",
             n.n_inputs()
