@@ -168,6 +168,48 @@ impl Ctx {
         self.op(Op::MatMul, &[a, b])
     }
 
+    /// `0, 1, ..., n-1` (i64) laid along dim `axis` of a rank-`rank` value, size 1 elsewhere.
+    pub fn iota_along(&mut self, n: usize, axis: usize, rank: usize) -> R<Val> {
+        let i = self.iota(n, DType::I64);
+        let mut dims = vec![1; rank];
+        dims[axis] = n;
+        self.reshape(&i, &dims)
+    }
+
+    /// `data[c0, c1, ...]` with one i64 coordinate value per dim of `data` (static shape),
+    /// broadcast together: the flat position `sum c_d * stride_d`, gathered from `data`
+    /// viewed as 1-D. Coordinates must be in range (callers clamp and mask).
+    pub fn gather_at(&mut self, data: &Val, coords: &[Val]) -> R<Val> {
+        let shape = self.shape(data)?;
+        if coords.len() != shape.len() {
+            invalid!(
+                "{} coordinates for a rank-{} value",
+                coords.len(),
+                shape.len()
+            );
+        }
+        let strides = rlx_ir::contiguous_strides(&shape);
+        let mut flat: Option<Val> = None;
+        for (c, &st) in coords.iter().zip(&strides) {
+            let c = self.cast(c, DType::I64)?;
+            let term = if st == 1 {
+                c
+            } else {
+                self.binary_scalar(BinaryOp::Mul, &c, st as f64)?
+            };
+            flat = Some(match flat {
+                None => term,
+                Some(f) => self.add(&f, &term)?,
+            });
+        }
+        let numel: usize = shape.iter().product();
+        let flat_data = self.reshape(data, &[numel])?;
+        match flat {
+            Some(f) => self.gather(&flat_data, &f, 0),
+            None => Ok(data.clone()),
+        }
+    }
+
     /// Normalizes an ONNX axis against `rank`.
     pub fn axis(&self, axis: i64, rank: usize) -> R<usize> {
         match rlx_ir::normalize_axis(axis, rank) {

@@ -158,10 +158,10 @@ pub fn loop_(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Value>> {
     Ok(out)
 }
 
-/// `Scan` (opset 9+), unrolled over the scan axis.
+/// `Scan`, unrolled over the scan axis (opset 8's batched form row by row).
 pub fn scan(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     if n.opset < 9 {
-        unsupported!("Scan before opset 9 (batched, with sequence_lens)");
+        return scan8(ctx, n);
     }
     let g = body(n, "body")?;
     let Some(m) = n.int_opt("num_scan_inputs")? else {
@@ -191,7 +191,7 @@ pub fn scan(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     {
         invalid!("scan axes and directions must match the scan inputs and outputs");
     }
-    let mut states: Vec<Val> = (0..n_state).map(|i| n.input(i)).collect::<R<_>>()?;
+    let states: Vec<Val> = (0..n_state).map(|i| n.input(i)).collect::<R<_>>()?;
     let xs: Vec<Val> = (n_state..total).map(|i| n.input(i)).collect::<R<_>>()?;
     let mut axes = Vec::new();
     let mut len = None;
@@ -208,6 +208,35 @@ pub fn scan(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     if len > MAX_TRIPS {
         unsupported!("a Scan of more than {MAX_TRIPS} steps");
     }
+    let (states, outs) = unroll(ctx, n, g, states, &xs, &axes, &in_dirs, len, n_out)?;
+    if n_out > 0 && len == 0 {
+        unsupported!("a Scan over zero steps with scan outputs");
+    }
+    let mut result = states;
+    for (j, o) in outs.iter().enumerate() {
+        let r = ctx.rank(&o[0]) + 1;
+        let a = ctx.axis(out_axes[j], r)?;
+        result.push(stack(ctx, o, a, out_dirs[j] != 0)?);
+    }
+    Ok(result)
+}
+
+/// Runs a Scan body `len` times: the states threaded through, slice `t` of every scan input
+/// (along its axis, reversed where its direction is non-zero) fed in; returns the final
+/// states and each scan output's values per step.
+#[allow(clippy::too_many_arguments)]
+fn unroll(
+    ctx: &mut Ctx,
+    n: &NodeIn,
+    g: &crate::proto::GraphProto,
+    mut states: Vec<Val>,
+    xs: &[Val],
+    axes: &[usize],
+    in_dirs: &[i64],
+    len: usize,
+    n_out: usize,
+) -> R<(Vec<Val>, Vec<Vec<Val>>)> {
+    let n_state = states.len();
     let mut outs: Vec<Vec<Val>> = vec![Vec::new(); n_out];
     for t in 0..len {
         let mut ins: Vec<Value> = states.iter().cloned().map(Value::from).collect();
@@ -231,14 +260,88 @@ pub fn scan(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             outs[j].push(v.clone());
         }
     }
-    if n_out > 0 && len == 0 {
-        unsupported!("a Scan over zero steps with scan outputs");
+    Ok((states, outs))
+}
+
+/// Row `b` of `x` without its batch dim.
+fn batch_row(ctx: &mut Ctx, x: &Val, b: usize) -> R<Val> {
+    let s = ctx.slice(x, 0, b as i64, b as i64 + 1, 1)?;
+    let mut dims = ctx.dims(&s);
+    dims.remove(0);
+    ctx.reshape_dims(&s, dims)
+}
+
+/// `Scan` of opset 8: batched (dim 0 of every state and scan input, time along dim 1),
+/// unrolled per batch row; `sequence_lens` must be known and cover the whole length.
+fn scan8(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let g = body(n, "body")?;
+    let Some(m) = n.int_opt("num_scan_inputs")? else {
+        invalid!("num_scan_inputs is required");
+    };
+    let m = m as usize;
+    let total = n.n_inputs();
+    if m == 0 || m + 1 > total {
+        invalid!("num_scan_inputs {m} does not fit the {total} inputs");
     }
-    let mut result = states;
-    for (j, o) in outs.iter().enumerate() {
-        let r = ctx.rank(&o[0]) + 1;
-        let a = ctx.axis(out_axes[j], r)?;
-        result.push(stack(ctx, o, a, out_dirs[j] != 0)?);
+    let n_state = total - 1 - m;
+    let dirs = n.ints_opt("directions")?.unwrap_or_else(|| vec![0; m]);
+    if dirs.len() != m {
+        invalid!("directions must have {m} values");
+    }
+    let states: Vec<Val> = (1..=n_state).map(|i| n.input(i)).collect::<R<_>>()?;
+    let xs: Vec<Val> = (1 + n_state..total).map(|i| n.input(i)).collect::<R<_>>()?;
+    let s0 = ctx.shape(&xs[0])?;
+    if s0.len() < 2 {
+        invalid!("scan inputs must be (batch, length, ...)");
+    }
+    let (batch, len) = (s0[0], s0[1]);
+    for x in xs.iter().chain(&states) {
+        let s = ctx.shape(x)?;
+        if s.first() != Some(&batch) {
+            invalid!("every state and scan input must have batch size {batch}");
+        }
+    }
+    for x in &xs {
+        if ctx.shape(x)?.get(1) != Some(&len) {
+            invalid!("scan inputs have different lengths");
+        }
+    }
+    if let Some(sl) = n.opt(0) {
+        let sl = ctx.const_ints(&sl, "sequence_lens")?;
+        if sl.iter().any(|&l| l != len as i64) {
+            unsupported!("sequence_lens {sl:?} shorter than the scan length {len}");
+        }
+    }
+    if len > MAX_TRIPS || batch.saturating_mul(len) > MAX_TRIPS {
+        unsupported!("a Scan of more than {MAX_TRIPS} steps");
+    }
+    let n_out = g.output.len().saturating_sub(n_state);
+    let mut st_rows: Vec<Vec<Val>> = vec![Vec::new(); n_state];
+    let mut out_rows: Vec<Vec<Val>> = vec![Vec::new(); n_out];
+    for b in 0..batch {
+        let sb = states
+            .iter()
+            .map(|s| batch_row(ctx, s, b))
+            .collect::<R<Vec<_>>>()?;
+        let xb = xs
+            .iter()
+            .map(|x| batch_row(ctx, x, b))
+            .collect::<R<Vec<_>>>()?;
+        let axes = vec![0; m];
+        let (sf, outs) = unroll(ctx, n, g, sb, &xb, &axes, &dirs, len, n_out)?;
+        for (j, v) in sf.into_iter().enumerate() {
+            st_rows[j].push(v);
+        }
+        for (j, o) in outs.iter().enumerate() {
+            if o.is_empty() {
+                unsupported!("a Scan over zero steps with scan outputs");
+            }
+            out_rows[j].push(stack(ctx, o, 0, false)?);
+        }
+    }
+    let mut result = Vec::with_capacity(n_state + n_out);
+    for rows in st_rows.iter().chain(&out_rows) {
+        result.push(stack(ctx, rows, 0, false)?);
     }
     Ok(result)
 }

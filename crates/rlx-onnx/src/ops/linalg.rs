@@ -1,5 +1,6 @@
 //! Matrix products: `MatMul` (1-D operands promoted and squeezed as numpy does), `Gemm`,
-//! and `Einsum` as broadcast products and sums over a common index space.
+//! `Einsum` as broadcast products and sums over a common index space, and `Det` of small
+//! matrices by the Leibniz formula.
 
 use crate::ctx::{invalid, unsupported, Ctx, Val, R};
 use crate::node::NodeIn;
@@ -236,4 +237,71 @@ pub fn einsum(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         y = ctx.expand(&y, rlx_ir::Shape::of(&want).0)?;
     }
     Ok(vec![y])
+}
+
+/// `Det` is expanded over all permutations up to this size (120 products of 5 terms).
+const DET_MAX: usize = 5;
+
+/// `Det` of `[..., n, n]` for `n <= 5`: `sum_sigma sign(sigma) prod_i a[i, sigma(i)]`.
+pub fn det(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let x = n.input(0)?;
+    let d = ctx.dtype(&x);
+    if !d.is_float() || d.is_narrow() {
+        unsupported!("dtype {d} is not supported (float only)");
+    }
+    let xs = ctx.shape(&x)?;
+    let r = xs.len();
+    if r < 2 || xs[r - 1] != xs[r - 2] {
+        invalid!("input {xs:?} must be [..., n, n]");
+    }
+    let m = xs[r - 1];
+    if m == 0 || m > DET_MAX {
+        unsupported!("Det of {m}x{m} matrices (1x1 to {DET_MAX}x{DET_MAX} are expanded)");
+    }
+    let batch = xs[..r - 2].to_vec();
+    let mut flat = batch.clone();
+    flat.push(m * m);
+    let xf = ctx.reshape(&x, &flat)?;
+    let last = batch.len();
+    let mut entry = Vec::with_capacity(m * m);
+    for e in 0..m * m {
+        let s = ctx.slice(&xf, last, e as i64, e as i64 + 1, 1)?;
+        entry.push(ctx.reshape(&s, &batch)?);
+    }
+    // permutations in lexicographic order with their signs
+    let mut perm: Vec<usize> = (0..m).collect();
+    let mut acc: Option<Val> = None;
+    loop {
+        let inversions = (0..m)
+            .flat_map(|i| (i + 1..m).map(move |j| (i, j)))
+            .filter(|&(i, j)| perm[i] > perm[j])
+            .count();
+        let mut term = entry[perm[0]].clone();
+        for (i, &p) in perm.iter().enumerate().skip(1) {
+            term = ctx.mul(&term, &entry[i * m + p])?;
+        }
+        acc = Some(match acc {
+            None if inversions % 2 == 0 => term,
+            None => ctx.unary(rlx_ir::UnaryOp::Neg, &term)?,
+            Some(a) if inversions % 2 == 0 => ctx.add(&a, &term)?,
+            Some(a) => ctx.sub(&a, &term)?,
+        });
+        // next permutation
+        let Some(i) = (0..m.saturating_sub(1))
+            .rev()
+            .find(|&i| perm[i] < perm[i + 1])
+        else {
+            break;
+        };
+        let j = (i + 1..m)
+            .rev()
+            .find(|&j| perm[j] > perm[i])
+            .unwrap_or(i + 1);
+        perm.swap(i, j);
+        perm[i + 1..].reverse();
+    }
+    match acc {
+        Some(a) => Ok(vec![a]),
+        None => invalid!("empty matrix"),
+    }
 }

@@ -1,11 +1,12 @@
 //! Ops whose result is a mask or a selection: `Dropout` (inference), `Trilu`, `OneHot`,
 //! and the data-dependent ops (`NonZero`, `Compress`, `Unique`, `NonMaxSuppression`),
 //! folded with `crate::host` when their inputs are known at import; a staged run
-//! (`crate::stage`) calls these same mappers on the values it computed.
+//! (`crate::stage`) calls these same mappers on the values it computed. `MaxUnpool`, a
+//! scatter to the pooled positions, is a one-hot selection too.
 
-use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
+use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, MAX_ELEMENTS, R};
 use crate::node::NodeIn;
-use rlx_ir::{BinaryOp, DType};
+use rlx_ir::{BinaryOp, DType, Op};
 
 /// `Dropout` at inference: the identity and an all-true mask. Training mode with a
 /// non-zero ratio is random, so it is unsupported.
@@ -202,4 +203,84 @@ pub fn non_max_suppression(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![Val::konst(host(crate::host::non_max_suppression(
         &boxes, &scores, p,
     ))?)])
+}
+
+/// One-hot scatters past this many comparisons (inputs times outputs) are refused.
+const UNPOOL_LIMIT: usize = 1 << 26;
+
+/// `MaxUnpool`: the values written at their flat `indices` into zeros of the shape the
+/// pooling inverts (a one-hot comparison and sum), then zero-padded at the end of each
+/// dim to `output_shape` when given (ONNX's reference semantics).
+pub fn max_unpool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
+    let (x, idx) = (n.input(0)?, n.input(1)?);
+    let xs = ctx.shape(&x)?;
+    let nsp = xs.len().saturating_sub(2);
+    if nsp == 0 || ctx.shape(&idx)? != xs {
+        invalid!("X {xs:?} must be (N, C, spatial...) with indices of the same shape");
+    }
+    let Some(kernel) = n.ints_opt("kernel_shape")? else {
+        invalid!("kernel_shape is required");
+    };
+    let strides = n.ints_opt("strides")?.unwrap_or_else(|| vec![1; nsp]);
+    let pads = n.ints_opt("pads")?.unwrap_or_else(|| vec![0; 2 * nsp]);
+    if kernel.len() != nsp || strides.len() != nsp || pads.len() != 2 * nsp {
+        invalid!(
+            "kernel_shape, strides and pads must have {nsp} (pads {}) values",
+            2 * nsp
+        );
+    }
+    let big = i32::MAX as i64;
+    if kernel
+        .iter()
+        .chain(&strides)
+        .chain(&pads)
+        .any(|&v| v > big || v < 0)
+    {
+        invalid!("kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?} out of range");
+    }
+    let mut inferred = xs[..2].to_vec();
+    for i in 0..nsp {
+        let v = (xs[i + 2] as i128 - 1) * strides[i] as i128 - (pads[i] + pads[i + nsp]) as i128
+            + kernel[i] as i128;
+        if v <= 0 || v > MAX_ELEMENTS as i128 || strides[i] <= 0 {
+            invalid!("kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?} give no output");
+        }
+        inferred.push(v as usize);
+    }
+    let m: usize = xs.iter().product();
+    let Some(p) =
+        crate::ctx::checked_numel(&inferred).filter(|&p| m.saturating_mul(p) <= UNPOOL_LIMIT)
+    else {
+        unsupported!(
+            "MaxUnpool of {m} values into {inferred:?} (the one-hot scatter is capped at 2^26 comparisons)"
+        );
+    };
+    let xf = ctx.reshape(&x, &[m, 1])?;
+    let i = ctx.cast(&idx, DType::I64)?;
+    let i = ctx.reshape(&i, &[m, 1])?;
+    let pos = ctx.iota(p, DType::I64);
+    let hot = ctx.binary(BinaryOp::Eq, &i, &pos)?; // (m, p)
+    let zero = ctx.scalar_like(&x, 0.0);
+    let sel = ctx.where_(&hot, &xf, &zero)?;
+    let y = ctx.reduce(rlx_ir::ReduceOp::Sum, &sel, &[0], false)?;
+    let y = ctx.reshape(&y, &inferred)?;
+    let Some(shape) = n.opt(2) else {
+        return Ok(vec![y]);
+    };
+    let shape = ctx.const_ints(&shape, "output_shape")?;
+    if shape.len() != inferred.len() || shape.iter().zip(&inferred).any(|(&s, &d)| s < d as i64) {
+        invalid!("output_shape {shape:?} must be at least {inferred:?}");
+    }
+    let pads = shape
+        .iter()
+        .zip(&inferred)
+        .map(|(&s, &d)| (0, s as usize - d))
+        .collect();
+    Ok(vec![ctx.op(
+        Op::Pad {
+            pads,
+            mode: rlx_ir::PadMode::Constant(0.0),
+        },
+        &[&y],
+    )?])
 }

@@ -12,6 +12,7 @@ pub mod label_encoder;
 pub mod linalg;
 pub mod loss;
 pub mod misc;
+pub mod ml;
 pub mod movement;
 pub mod norm;
 pub mod optional;
@@ -21,10 +22,14 @@ pub mod reduce;
 pub mod resize;
 pub mod rnn;
 pub mod rotary;
+pub mod sampling;
 pub mod sequence;
 pub mod shape;
 pub mod spectral;
+pub mod stateful;
 pub mod string;
+pub mod tfidf;
+pub mod training;
 pub mod trig;
 pub mod values;
 
@@ -40,6 +45,12 @@ pub type Mapper = fn(&mut Ctx, &NodeIn) -> R<Vec<Val>>;
 pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
     if domain == "com.microsoft" {
         return crate::contrib::lookup(op_type);
+    }
+    if domain == "ai.onnx.ml" {
+        return ml::lookup(op_type);
+    }
+    if domain == "ai.onnx.preview.training" {
+        return training::lookup(op_type);
     }
     if domain != "ai.onnx" {
         return None;
@@ -136,6 +147,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "MatMul" => linalg::matmul,
         "Gemm" => linalg::gemm,
         "Einsum" => linalg::einsum,
+        "Det" => linalg::det,
         // convolution and pooling
         "Conv" => conv::conv,
         "ConvTranspose" => conv::conv_transpose,
@@ -152,6 +164,9 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "LRN" => norm::lrn,
         "Attention" => attention::attention,
         "RotaryEmbedding" => rotary::rotary,
+        "LinearAttention" => stateful::linear_attention,
+        "CausalConvWithState" => stateful::causal_conv_with_state,
+        "TensorScatter" => stateful::tensor_scatter,
         "RNN" | "GRU" | "LSTM" => rnn::recurrent,
         "NegativeLogLikelihoodLoss" => loss::nll_loss,
         "SoftmaxCrossEntropyLoss" => loss::softmax_ce,
@@ -160,6 +175,9 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "ScatterElements" | "Scatter" => gather::scatter_elements,
         "ScatterND" => gather::scatter_nd,
         "Resize" | "Upsample" => resize::resize,
+        "GridSample" => sampling::grid_sample,
+        "AffineGrid" => sampling::affine_grid,
+        "Col2Im" => sampling::col2im,
         // quantization
         "QuantizeLinear" => quant::quantize,
         "DequantizeLinear" => quant::dequantize,
@@ -181,6 +199,8 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "Compress" => misc::compress,
         "Unique" => misc::unique,
         "NonMaxSuppression" => misc::non_max_suppression,
+        "TfIdfVectorizer" => tfidf::tfidf_vectorizer,
+        "MaxUnpool" => misc::max_unpool,
         _ => return None,
     })
 }
