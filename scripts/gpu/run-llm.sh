@@ -5,6 +5,7 @@
 #   small   SmolLM2-135M shape, f16: rlx bench and rlx generate vs transformers (peer_llm.py)
 #   8b      Llama-3-8B shape, f16: prefill 512, decode batch 1 and 32, vs transformers
 #   8b-q4k  the 8B folder quantized by rlx quantize to Q4_K: decode batch 1 and 32, prefill 512
+#   1b-q4k  a Llama-3.2-1B-shaped Q4_K file: int8 vs f32 activations and a kernel profile
 #   split   batch-1 decode with split-k products off and on (decode_split, diagnosis), 8B f16 + Q4_K
 #   bert   a BertModel folder: rlx bench (f16, seq 128, batch 1/32/256), --profile/--trace, PyTorch
 #   embed  rlx embed of 256 texts of 8-128 tokens (batches of 32, f16) vs PyTorch (peer_embed.py)
@@ -27,7 +28,8 @@ for part in "$@"; do
       for t in $g/tests/*; do
         name=$(basename "$t")
         # TEST_SKIP: a test name filter to skip (e.g. kernels_compile_with_nvrtc, minutes of NVRTC)
-        if "$t" --test-threads=1 --nocapture ${TEST_SKIP:+--skip $TEST_SKIP} > /tmp/test-$name.log 2>&1; then s=ok; else s=FAILED; fi
+        # TEST_ONLY: name filters to run (space-separated); default all
+        if "$t" --test-threads=1 --nocapture ${TEST_ONLY:-} ${TEST_SKIP:+--skip $TEST_SKIP} > /tmp/test-$name.log 2>&1; then s=ok; else s=FAILED; fi
         cat /tmp/test-$name.log >> "$out/tests.log"
         grep -E "panicked|SKIPPED" -A3 /tmp/test-$name.log | head -20
         echo "$name: $s $(grep -E '^test result:' /tmp/test-$name.log | tail -1)" | tee -a "$out/summary.txt"
@@ -69,6 +71,13 @@ for part in "$@"; do
         set -- $args
         $g/rlx bench $q --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-q4k-bench.json"; echo | tee -a "$out/8b-q4k-bench.json"
       done ;;
+    1b-q4k)
+      # Llama-3.2-1B shape quantized to Q4_K: batch-1 decode with int8 against f32
+      # activations (decode_split, diagnosis) and a kernel profile, in a few minutes
+      d=$work/llama-1b-f16; q=$work/llama-1b-q4k.gguf
+      [ -f $d/config.json ] || python3 $g/make_llm_1b.py $d $g/tokenizer.json 2>&1 | tail -1
+      [ -f $q ] || $g/rlx quantize $d $q --type q4_k 2>&1 | tail -2
+      $g/decode_split $q 128 2>&1 | tee "$out/1b-q4k-split.txt" ;;
     split)
       [ -f $work/smollm2-f16/config.json ] || python3 $g/make_llm.py $work/smollm2-f16 llama smollm2_135m $g/tokenizer.json --dtype float16 > /dev/null 2>&1
       if [ -n "${SPLIT_8B:-}" ] && [ ! -f $work/llama3-8b-f16/config.json ]; then

@@ -20,7 +20,7 @@ for line in sys.stdin:
 cargo build --release -p rlx
 cargo build --release -p rlx-cuda-llm --example decode_split
 cp "$target/release/rlx" "$target/release/examples/decode_split" .gpu/
-cp scripts/gpu/run-llm.sh scripts/gpu/llm_parity.py scripts/gpu/peer_embed.py .gpu/
+cp scripts/gpu/run-llm.sh scripts/gpu/llm_parity.py scripts/gpu/peer_embed.py scripts/gpu/make_llm_1b.py .gpu/
 cp "$shared/gpu/peers/make_llm.py" "$shared/gpu/peers/peer_llm.py" .gpu/
 cp "$shared/gpu/peers/make_bert.py" "$shared/gpu/peers/peer_bert.py" .gpu/
 cp scripts/zoo/zoo.py .gpu/; cp -r crates/rlx/tests/zoo .gpu/zoo
