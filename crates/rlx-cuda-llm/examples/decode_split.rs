@@ -1,7 +1,7 @@
 //! Diagnosis, not a headline: batch-1 decode speed of a model folder or GGUF file with the
 //! split-k single-row products (`LlmOptions::split_k`) off (0), on for k >= 1024 and on for
 //! every product (1, the default), and (block formats) with int8 activations
-//! (`LlmOptions::int8_activations`, the default) against f32 ones, in one process, twice.
+//! (`LlmOptions::int8_activations`) against f32 ones (the default), in one process, twice.
 //!
 //! `cargo run --release -p rlx-cuda-llm --example decode_split -- MODEL [TOKENS]`
 

@@ -130,8 +130,12 @@ pub struct LlmOptions {
     pub split_k: usize,
     /// single-row products over block-format weights quantize their input row to int8 (a
     /// scale per 32 values) and multiply the weights' integers with `dp4a` (`gemvq_*`), as
-    /// llama.cpp does; off: f32 activations, exact up to rounding (parity checks)
+    /// llama.cpp does; off (the default until its GPU test has run): f32 activations
     pub int8_activations: bool,
+    /// products of `gemm_rows` or more rows over block-format weights expand the matrix to
+    /// f16 (`dequant_*`) and run cuBLASLt; off (the default until its GPU test has run): the
+    /// matrix-vector kernels, 8 rows per weight read
+    pub expand_blocks: bool,
     /// time every kernel launch between two events (decode steps then run without graphs,
     /// and launches no longer overlap): a diagnosis, read with [`CudaLlm::kernel_profile`]
     pub profile_kernels: bool,
@@ -158,7 +162,8 @@ impl Default for LlmOptions {
             graphs: true,
             gemm_rows: 9,
             split_k: 1,
-            int8_activations: true,
+            int8_activations: false,
+            expand_blocks: false,
             profile_kernels: false,
         }
     }
@@ -410,7 +415,7 @@ impl CudaLlm {
         let weights = upload(&dev, &mem, model)?;
         // GEMMs over block-format weights expand each matrix to f16 first: room for the
         // largest, taken before the KV cache sizes itself to the free memory
-        let deq_bytes = if options.gemm_rows > 0 {
+        let deq_bytes = if options.gemm_rows > 0 && options.expand_blocks {
             weights
                 .matrices()
                 .filter(|m| gemm_type(m.format).is_none())

@@ -436,8 +436,9 @@ fn random_folders_match_the_cpu_graph_path() {
 }
 
 /// GGUF files in block formats (written by `export_gguf` from a random folder): one-row
-/// steps against int8 activations (`gemvq_*`, the default) stay within the activations'
-/// rounding of the f32-activation kernels and of the CPU graph path, and decode runs.
+/// steps against int8 activations (`gemvq_*`) stay within the activations' rounding of the
+/// f32-activation kernels and of the CPU graph path, decode runs, and a prefill through
+/// GEMMs over the f16-expanded matrices (`expand_blocks`) matches the CPU graph path.
 #[test]
 fn int8_activations_match_f32_activations_on_gguf_models() {
     if gpu("int8_activations_match_f32_activations_on_gguf_models").is_none() {
@@ -488,6 +489,21 @@ fn int8_activations_match_f32_activations_on_gguf_models() {
             e_int8 < 3e-2,
             "{format:?} int8 activations: rel L2 {e_int8}"
         );
+        // a prompt of 12 rows as one GEMM over the matrices expanded to f16 (`dequant_*`)
+        let long: Vec<u32> = (0..12).map(|i| 3 + i * 19).collect();
+        let want = cpu_logits(&model, &long);
+        let options = LlmOptions {
+            max_sequences: 1,
+            expand_blocks: true,
+            ..Default::default()
+        };
+        let got = CudaLlm::new(&model, options)
+            .unwrap()
+            .logits(&long)
+            .unwrap();
+        let e = rel_l2(&got, &want);
+        println!("{format:?}: rel L2 vs CPU of a 12-row prefill through f16 GEMMs: {e:.2e}");
+        assert!(e < 1e-2, "{format:?} expanded GEMM prefill: rel L2 {e}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }
