@@ -335,6 +335,17 @@ D void gemv(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
 // n = hidden products still fill the GPU with loads in flight. The RMSNorm of the input is
 // folded in after the sums: sum(w * x * nw) * inv, with inv from the same pass's sum of x^2.
 #define SPLIT_WARPS 4
+// The four weight rows a split-k block reads (the last repeated past n): started towards L2
+// before waiting on the kernel before (they do not depend on it), then waited for.
+D void split_rows(const u8* w, i64 row_bytes, i64 row, int nrows, const u8** wr) {
+  const u8* p0 = w + row * row_bytes;
+  const i64 pre = min(row_bytes * nrows, (i64)32768);
+  for (i64 off = threadIdx.x * 128; off < pre; off += blockDim.x * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p0 + off));
+  GRID_WAIT();
+#pragma unroll
+  for (int j = 0; j < 4; j++) wr[j] = w + (row + min(j, nrows - 1)) * row_bytes;
+}
 template <int FMT>
 D void gemv_split(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
                   const float* __restrict__ x, i64 in_mode, float* y, i64 out_mode,
@@ -342,17 +353,8 @@ D void gemv_split(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   const i64 row = 4 * (i64)blockIdx.x;
   const int nrows = (int)min((i64)4, n - row);
-  {
-    // the weights do not depend on the kernel before: start them towards L2 first
-    const u8* p0 = w + row * row_bytes;
-    const i64 pre = min(row_bytes * nrows, (i64)32768);
-    for (i64 off = threadIdx.x * 128; off < pre; off += blockDim.x * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(p0 + off));
-  }
-  GRID_WAIT();
   const u8* wr[4];
-#pragma unroll
-  for (int j = 0; j < 4; j++) wr[j] = w + (row + min(j, nrows - 1)) * row_bytes;
+  split_rows(w, row_bytes, row, nrows, wr);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
 #pragma unroll 2
   for (i64 i = (i64)(wid * 32 + lane) * 8; i < k; i += SPLIT_WARPS * 256) {
@@ -586,16 +588,8 @@ D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   const i64 row = 4 * (i64)blockIdx.x;
   const int nrows = (int)min((i64)4, n - row);
-  {
-    const u8* p0 = w + row * row_bytes;
-    const i64 pre = min(row_bytes * nrows, (i64)32768);
-    for (i64 off = threadIdx.x * 128; off < pre; off += blockDim.x * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(p0 + off));
-  }
-  GRID_WAIT();
   const u8* wr[4];
-#pragma unroll
-  for (int j = 0; j < 4; j++) wr[j] = w + (row + min(j, nrows - 1)) * row_bytes;
+  split_rows(w, row_bytes, row, nrows, wr);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 2
   for (i64 i = (i64)(wid * 32 + lane) * 32; i < k; i += SPLIT_WARPS * 1024) {

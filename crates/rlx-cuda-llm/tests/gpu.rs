@@ -45,6 +45,16 @@ fn kernels_compile_with_nvrtc() {
     }
 }
 
+/// `count` 4-byte words from device memory at `ptr`, decoded by `word`.
+fn download_words<T>(dev: &CudaDevice, ptr: u64, count: usize, word: fn([u8; 4]) -> T) -> Vec<T> {
+    let mut b = vec![0u8; count * 4];
+    dev.download(&mut b, ptr).unwrap();
+    dev.sync().unwrap();
+    b.chunks_exact(4)
+        .map(|c| word([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
 /// Random packed rows of `format`: valid (small, finite) scales, random quants.
 fn random_rows(format: QuantFormat, n: usize, k: usize, rng: &mut SplitMix64) -> Vec<u8> {
     let mut f32s = |count: usize| -> Vec<f32> {
@@ -227,13 +237,7 @@ fn gemv_kernels_match_dequantized_weights() {
                 args.push(eps.to_bits());
                 args.push(0);
                 dev.launch(&func, &launch, &args, &name).unwrap();
-                let mut yb = vec![0u8; m * n * 4];
-                dev.download(&mut yb, yd.ptr()).unwrap();
-                dev.sync().unwrap();
-                let y: Vec<f32> = yb
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect();
+                let y = download_words(&dev, yd.ptr(), m * n, f32::from_le_bytes);
                 check(&name, m, 1e-5, &y, &mut failures);
             }
             // one row against int8 activations: `quant_x` (the RMSNorm folded in) then
@@ -278,13 +282,7 @@ fn gemv_kernels_match_dequantized_weights() {
                 ];
                 args.extend([0u64; 13]);
                 launch(&name, [n.div_ceil(4) as u32, 1], 128, &args);
-                let mut yb = vec![0u8; n * 4];
-                dev.download(&mut yb, yd.ptr()).unwrap();
-                dev.sync().unwrap();
-                let y: Vec<f32> = yb
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect();
+                let y = download_words(&dev, yd.ptr(), n, f32::from_le_bytes);
                 check(&name, 1, 1e-2, &y, &mut failures);
             }
         }
@@ -769,13 +767,7 @@ fn device_sampling_keeps_what_the_host_keeps() {
             shared_bytes: 0,
         };
         dev.launch(&func, &launch, &args, "sample_rows").unwrap();
-        let mut out = vec![0u8; rows * 4];
-        dev.download(&mut out, tokens.ptr()).unwrap();
-        dev.sync().unwrap();
-        let drawn: Vec<u32> = out
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let drawn = download_words(&dev, tokens.ptr(), rows, u32::from_le_bytes);
         let kept = kept_distribution(&logits, &seen, &s);
         let mut counts: HashMap<u32, usize> = HashMap::new();
         for &t in &drawn {
