@@ -16,6 +16,7 @@ pub mod ml;
 pub mod movement;
 pub mod norm;
 pub mod optional;
+pub mod pool_index;
 pub mod quant;
 pub mod quant_conv;
 pub mod reduce;
