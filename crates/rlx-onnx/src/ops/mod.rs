@@ -22,6 +22,7 @@ pub mod quant_conv;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
+pub mod roi_align;
 pub mod rotary;
 pub mod sampling;
 pub mod sequence;
@@ -179,6 +180,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "GridSample" => sampling::grid_sample,
         "AffineGrid" => sampling::affine_grid,
         "Col2Im" => sampling::col2im,
+        "RoiAlign" => roi_align::roi_align,
         // quantization
         "QuantizeLinear" => quant::quantize,
         "DequantizeLinear" => quant::dequantize,
