@@ -212,15 +212,11 @@ pub fn pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         .collect::<R<Vec<_>>>()?;
     let ceil = n.int("ceil_mode", 0)? != 0;
     let max = n.op_type() == "MaxPool";
-    let count_include_pad = if max {
-        n.int("storage_order", 0)?;
-        false
-    } else {
-        n.int("count_include_pad", 0)? != 0
-    };
-    if max && n.wants(1) {
-        unsupported!("the Indices output of MaxPool");
+    let storage_order = if max { n.int("storage_order", 0)? } else { 0 };
+    if !matches!(storage_order, 0 | 1) {
+        invalid!("storage_order must be 0 or 1, got {storage_order}");
     }
+    let count_include_pad = !max && n.int("count_include_pad", 0)? != 0;
     let d = ctx.dtype(&x);
     let xf = if d.is_float() {
         x.clone()
@@ -229,33 +225,42 @@ pub fn pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     } else {
         unsupported!("dtype {d}");
     };
-    if nsp == 3 {
-        let y = crate::ops::conv3d::pool3d(ctx, n, &xf, &kernel, ceil, max, count_include_pad)?;
-        return Ok(vec![ctx.cast(&y[0], d)?]);
-    }
-    let win = window(n, &kernel, &xs[2..])?;
-    let p = Pool2dParams {
-        kind: if max { PoolKind::Max } else { PoolKind::Avg },
-        kernel: win.kernel,
-        stride: win.stride,
-        pads: win.pads,
-        dilation: win.dilation,
-        count_include_pad,
-        ceil_mode: ceil,
+    let y = if nsp == 3 {
+        crate::ops::conv3d::pool3d(ctx, n, &xf, &kernel, ceil, max, count_include_pad)?
+            .swap_remove(0)
+    } else {
+        let win = window(n, &kernel, &xs[2..])?;
+        let p = Pool2dParams {
+            kind: if max { PoolKind::Max } else { PoolKind::Avg },
+            kernel: win.kernel,
+            stride: win.stride,
+            pads: win.pads,
+            dilation: win.dilation,
+            count_include_pad,
+            ceil_mode: ceil,
+        };
+        let x2 = to_2d(ctx, &xf)?;
+        let y = ctx.op(Op::Pool2d(p), &[&x2])?;
+        from_2d(ctx, &y, nsp)?
     };
-    let x2 = to_2d(ctx, &xf)?;
-    let y = ctx.op(Op::Pool2d(p), &[&x2])?;
-    let y = from_2d(ctx, &y, nsp)?;
-    Ok(vec![ctx.cast(&y, d)?])
+    let mut outs = vec![ctx.cast(&y, d)?];
+    if max && n.wants(1) {
+        let sp = spatial_attrs(n, &kernel, &xs[2..])?;
+        let column_major = storage_order == 1;
+        let idx =
+            crate::ops::pool_index::max_pool_indices(ctx, &xf, &y, &kernel, &sp, column_major)?;
+        outs.push(idx);
+    }
+    Ok(outs)
 }
 
-/// `LpPool`: (sum over the window of |x|^p)^(1/p), the sum as average times window size.
+/// `LpPool`: (sum over the window of |x|^p)^(1/p) for 1 to 3 spatial dims. The input is
+/// zero-padded explicitly (pads, plus what ceil-mode windows reach past them) and
+/// average-pooled without padding, so every window divides by the kernel size and the sum is
+/// the average times that size.
 pub fn lp_pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let nsp = spatial_rank(ctx, &x)?;
-    if nsp == 3 {
-        unsupported!("3-D LpPool");
-    }
     let xs = ctx.shape(&x)?;
     let Some(kernel) = n.ints_opt("kernel_shape")? else {
         invalid!("kernel_shape is required");
@@ -265,25 +270,76 @@ pub fn lp_pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         .map(|&v| pos(v, "kernel"))
         .collect::<R<Vec<_>>>()?;
     let ceil = n.int("ceil_mode", 0)? != 0;
-    let win = window(n, &kernel, &xs[2..])?;
-    let p = n.int("p", 2)? as f64;
+    let sp = spatial_attrs(n, &kernel, &xs[2..])?;
+    let p = n.int("p", 2)?;
+    if p <= 0 {
+        invalid!("p must be positive, got {p}");
+    }
+    let p = p as f64;
+    let d = ctx.dtype(&x);
+    if !d.is_float() || d.is_narrow() {
+        unsupported!("dtype {d} (float only)");
+    }
+    let mut pads = vec![(0usize, 0usize); 2 + nsp];
+    let mut outs = Vec::with_capacity(nsp);
+    for i in 0..nsp {
+        let (k, s, dl) = (kernel[i], sp.stride[i], sp.dilation[i]);
+        let (b, e) = (sp.begin[i], sp.end[i]);
+        let o = crate::ops::conv3d::out_len(xs[2 + i], k, s, b, e, dl, ceil)?;
+        let need = (o - 1) * s + (k - 1) * dl + 1;
+        pads[2 + i] = (b, e + need.saturating_sub(xs[2 + i] + b + e));
+        outs.push(o);
+    }
     let a = ctx.unary(UnaryOp::Abs, &x)?;
     let ap = ctx.binary_scalar(BinaryOp::Pow, &a, p)?;
-    let params = Pool2dParams {
-        kind: PoolKind::Avg,
-        kernel: win.kernel,
-        stride: win.stride,
-        pads: win.pads,
-        dilation: win.dilation,
-        count_include_pad: true,
-        ceil_mode: ceil,
+    let ap = if pads.iter().any(|&(b, e)| b > 0 || e > 0) {
+        ctx.op(
+            Op::Pad {
+                pads,
+                mode: PadMode::Constant(0.0),
+            },
+            &[&ap],
+        )?
+    } else {
+        ap
     };
-    let x2 = to_2d(ctx, &ap)?;
-    let avg = ctx.op(Op::Pool2d(params), &[&x2])?;
-    let k = (win.kernel[0] * win.kernel[1]) as f64;
-    let sum = ctx.binary_scalar(BinaryOp::Mul, &avg, k)?;
-    let y = ctx.binary_scalar(BinaryOp::Pow, &sum, 1.0 / p)?;
-    Ok(vec![from_2d(ctx, &y, nsp)?])
+    let mut avg = if nsp == 3 {
+        let win = crate::ops::conv3d::Window3 {
+            stride: [sp.stride[0], sp.stride[1], sp.stride[2]],
+            dilation: [sp.dilation[0], sp.dilation[1], sp.dilation[2]],
+            begin: [0; 3],
+            end: [0; 3],
+        };
+        let k3 = [kernel[0], kernel[1], kernel[2]];
+        crate::ops::conv3d::pool3d_window(ctx, &ap, k3, win, false, false, true)?
+    } else {
+        let off = 2 - nsp;
+        let mut params = Pool2dParams {
+            kind: PoolKind::Avg,
+            kernel: [1, 1],
+            stride: [1, 1],
+            pads: [0; 4],
+            dilation: [1, 1],
+            count_include_pad: true,
+            ceil_mode: false,
+        };
+        params.kernel[off..].copy_from_slice(&kernel);
+        params.stride[off..].copy_from_slice(&sp.stride);
+        params.dilation[off..].copy_from_slice(&sp.dilation);
+        let x2 = to_2d(ctx, &ap)?;
+        let avg = ctx.op(Op::Pool2d(params), &[&x2])?;
+        from_2d(ctx, &avg, nsp)?
+    };
+    // the padded length can hold one more window than ceil mode keeps
+    let got = ctx.shape(&avg)?;
+    for (i, &o) in outs.iter().enumerate() {
+        if got[2 + i] != o {
+            avg = ctx.slice(&avg, 2 + i, 0, o as i64, 1)?;
+        }
+    }
+    let k: usize = kernel.iter().product();
+    let sum = ctx.binary_scalar(BinaryOp::Mul, &avg, k as f64)?;
+    Ok(vec![ctx.binary_scalar(BinaryOp::Pow, &sum, 1.0 / p)?])
 }
 
 /// `GlobalAveragePool` / `GlobalMaxPool`.
@@ -302,9 +358,6 @@ pub fn global_pool(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
 pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, w) = (n.input(0)?, n.input(1)?);
     let nsp = spatial_rank(ctx, &x)?;
-    if nsp == 3 {
-        unsupported!("3-D ConvTranspose");
-    }
     let xs = ctx.shape(&x)?;
     let ws = check_weight(ctx, &x, &w)?;
     if xs[2..].contains(&0) {
@@ -332,6 +385,20 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         || out_shape.as_ref().is_some_and(|o| o.len() < nsp)
     {
         invalid!("kernel_shape and output_shape must cover {nsp} spatial dims");
+    }
+    const BIG: i64 = 1 << 30;
+    let in_range = |v: &[i64], lo: i64| v.iter().all(|&x| (lo..=BIG).contains(&x));
+    if !in_range(&strides, 1)
+        || !in_range(&dil, 1)
+        || !in_range(&out_pad, 0)
+        || !in_range(&pads, 0)
+        || !in_range(out_shape.as_deref().unwrap_or(&[]), 1)
+    {
+        invalid!(
+            "strides {strides:?} and dilations {dil:?} must be positive, pads {pads:?} and \
+             output_padding {out_pad:?} non-negative, output_shape {out_shape:?} positive \
+             (all at most 2^30)"
+        );
     }
     let same = matches!(auto.as_str(), "SAME_UPPER" | "SAME_LOWER");
     if !matches!(auto.as_str(), "NOTSET" | "VALID") && !same {
@@ -364,34 +431,24 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             }
         }
     }
-    // Input dilation by the stride.
-    let x2 = to_2d(ctx, &x)?;
-    let w2 = to_2d(ctx, &w)?;
-    let s2: Vec<usize> = ctx.shape(&x2)?;
-    let off = 2 - nsp;
-    let mut st = [1usize; 2];
-    let mut di = [1usize; 2];
-    let mut k2 = [1usize; 2];
-    let mut pb = [0i64; 2];
-    let mut pe = [0i64; 2];
+    let mut st = vec![0usize; nsp];
+    let mut di = vec![0usize; nsp];
     for i in 0..nsp {
-        st[off + i] = pos(strides[i], "stride")?;
-        di[off + i] = pos(dil[i], "dilation")?;
-        k2[off + i] = kernel[i];
-        pb[off + i] = pads[i];
-        pe[off + i] = pads[i + nsp];
+        st[i] = pos(strides[i], "stride")?;
+        di[i] = pos(dil[i], "dilation")?;
     }
-    let (nb, c, h, wd) = (s2[0], s2[1], s2[2], s2[3]);
-    let mut y = ctx.reshape(&x2, &[nb, c, h, 1, wd, 1])?;
-    if st != [1, 1] {
-        let pp = vec![
-            (0, 0),
-            (0, 0),
-            (0, 0),
-            (0, st[0] - 1),
-            (0, 0),
-            (0, st[1] - 1),
-        ];
+    // Input dilation by the stride: [N, C, d0, 1, d1, 1, ...], the size-1 dims padded to
+    // the stride, merged back and the trailing zeros cut.
+    let (nb, c) = (xs[0], xs[1]);
+    let mut y = x.clone();
+    if st.iter().any(|&s| s != 1) {
+        let mut dims = vec![nb, c];
+        let mut pp = vec![(0usize, 0usize); 2];
+        for i in 0..nsp {
+            dims.extend([xs[2 + i], 1]);
+            pp.extend([(0, 0), (0, st[i] - 1)]);
+        }
+        y = ctx.reshape(&y, &dims)?;
         y = ctx.op(
             Op::Pad {
                 pads: pp,
@@ -399,23 +456,27 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             },
             &[&y],
         )?;
-    }
-    y = ctx.reshape(&y, &[nb, c, h * st[0], wd * st[1]])?;
-    y = ctx.slice(&y, 2, 0, ((h - 1) * st[0] + 1) as i64, 1)?;
-    y = ctx.slice(&y, 3, 0, ((wd - 1) * st[1] + 1) as i64, 1)?;
-    // Full padding minus the requested pads (negative: crop), plus output_padding at the end.
-    let mut outp = [0i64; 2];
-    outp[off..off + nsp].copy_from_slice(&out_pad[..nsp]);
-    let mut pads2 = vec![(0usize, 0usize); 4];
-    for a in 0..2 {
-        let full = (di[a] * (k2[a] - 1)) as i64;
-        let b = full - pb[a];
-        let e = full - pe[a] + outp[a];
-        let len = ctx.shape(&y)?[2 + a] as i64;
-        if b < 0 || e < 0 {
-            y = ctx.slice(&y, 2 + a, (-b).max(0), len - (-e).max(0), 1)?;
+        let mut merged = vec![nb, c];
+        merged.extend((0..nsp).map(|i| xs[2 + i] * st[i]));
+        y = ctx.reshape(&y, &merged)?;
+        for i in 0..nsp {
+            y = ctx.slice(&y, 2 + i, 0, ((xs[2 + i] - 1) * st[i] + 1) as i64, 1)?;
         }
-        pads2[2 + a] = (b.max(0) as usize, e.max(0) as usize);
+    }
+    // Full padding minus the requested pads (negative: crop), plus output_padding at the end.
+    let mut pads2 = vec![(0usize, 0usize); 2 + nsp];
+    for i in 0..nsp {
+        let full = (di[i] * (kernel[i] - 1)) as i64;
+        let b = full - pads[i];
+        let e = full - pads[i + nsp] + out_pad[i];
+        let len = ctx.shape(&y)?[2 + i] as i64;
+        if b < 0 || e < 0 {
+            if (-b).max(0) + (-e).max(0) >= len {
+                invalid!("pads {pads:?} leave an empty output");
+            }
+            y = ctx.slice(&y, 2 + i, (-b).max(0), len - (-e).max(0), 1)?;
+        }
+        pads2[2 + i] = (b.max(0) as usize, e.max(0) as usize);
     }
     if pads2.iter().any(|&(b, e)| b > 0 || e > 0) {
         y = ctx.op(
@@ -426,29 +487,52 @@ pub fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             &[&y],
         )?;
     }
-    // Kernel [Ci, Co/g, kh, kw] -> [Co, Ci/g, kh, kw], flipped spatially.
+    // Kernel [Ci, Co/g, k...] -> [Co, Ci/g, k...], flipped spatially.
     let ci = ws[0];
     let cog = ws[1];
-    if ci % g != 0 {
-        invalid!("{ci} input channels not divisible by {g} groups");
+    if ci % g != 0 || ci != c {
+        invalid!("weight {ws:?} does not fit {c} input channels in {g} groups");
     }
-    let (kh, kw) = (k2[0], k2[1]);
-    let wk = ctx.reshape(&w2, &[g, ci / g, cog, kh, kw])?;
-    let wk = ctx.transpose(&wk, &[0, 2, 1, 3, 4])?;
-    let wk = ctx.reshape(&wk, &[g * cog, ci / g, kh, kw])?;
-    let wk = ctx.slice(&wk, 2, -1, i64::MIN, -1)?;
-    let wk = ctx.slice(&wk, 3, -1, i64::MIN, -1)?;
-    let p = Conv2dParams {
-        stride: [1, 1],
-        pads: [0; 4],
-        dilation: di,
-        groups: g,
+    if kernel != ws[2..] {
+        invalid!("kernel_shape {kernel:?} does not match the weight {ws:?}");
+    }
+    let mut dims = vec![g, ci / g, cog];
+    dims.extend(&kernel);
+    let wk = ctx.reshape(&w, &dims)?;
+    let mut perm = vec![0, 2, 1];
+    perm.extend(3..3 + nsp);
+    let wk = ctx.transpose(&wk, &perm)?;
+    let mut dims = vec![g * cog, ci / g];
+    dims.extend(&kernel);
+    let mut wk = ctx.reshape(&wk, &dims)?;
+    for i in 0..nsp {
+        wk = ctx.slice(&wk, 2 + i, -1, i64::MIN, -1)?;
+    }
+    let out = if nsp == 3 {
+        let win = crate::ops::conv3d::Window3 {
+            stride: [1; 3],
+            dilation: [di[0], di[1], di[2]],
+            begin: [0; 3],
+            end: [0; 3],
+        };
+        crate::ops::conv3d::conv3d_window(ctx, &y, &wk, n.opt(2), win, g)?
+    } else {
+        let mut d2 = [1usize; 2];
+        d2[2 - nsp..].copy_from_slice(&di);
+        let p = Conv2dParams {
+            stride: [1, 1],
+            pads: [0; 4],
+            dilation: d2,
+            groups: g,
+        };
+        let bias = n.opt(2);
+        as_2d(ctx, &y, &wk, |ctx, y, wk| {
+            let mut ins = vec![&y, &wk];
+            ins.extend(bias.as_ref());
+            ctx.op(Op::Conv2d(p), &ins)
+        })?
     };
-    let mut ins = vec![y, wk];
-    ins.extend(n.opt(2));
-    let refs: Vec<&Val> = ins.iter().collect();
-    let out = ctx.op(Op::Conv2d(p), &refs)?;
-    Ok(vec![from_2d(ctx, &out, nsp)?])
+    Ok(vec![out])
 }
 
 /// Checks that a weight has the input's rank and non-empty kernel dims.

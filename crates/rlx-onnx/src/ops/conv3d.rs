@@ -44,8 +44,17 @@ fn depth_tap(
     }
 }
 
-/// Output length of a window along one dim.
-fn out_len(n: usize, k: usize, s: usize, pb: usize, pe: usize, d: usize, ceil: bool) -> R<usize> {
+/// Output length of a window along one dim (ceil mode drops a last window that would start
+/// in the end padding).
+pub fn out_len(
+    n: usize,
+    k: usize,
+    s: usize,
+    pb: usize,
+    pe: usize,
+    d: usize,
+    ceil: bool,
+) -> R<usize> {
     let span = d * (k - 1) + 1;
     if n + pb + pe < span {
         invalid!("window {span} larger than the padded input {}", n + pb + pe);
@@ -58,6 +67,38 @@ fn out_len(n: usize, k: usize, s: usize, pb: usize, pe: usize, d: usize, ceil: b
     Ok(out)
 }
 
+/// A 3-D window's parameters per spatial dim (depth, height, width).
+#[derive(Clone, Copy, Debug)]
+pub struct Window3 {
+    /// stride per dim
+    pub stride: [usize; 3],
+    /// dilation per dim
+    pub dilation: [usize; 3],
+    /// padding before each dim
+    pub begin: [usize; 3],
+    /// padding after each dim
+    pub end: [usize; 3],
+}
+
+impl Window3 {
+    /// The node's resolved spatial attributes as a 3-D window.
+    fn of(n: &NodeIn, kernel: &[usize], spatial: &[usize]) -> R<Window3> {
+        let sp = spatial_attrs(n, kernel, spatial)?;
+        let arr = |v: &[usize]| -> R<[usize; 3]> {
+            match v {
+                [a, b, c] => Ok([*a, *b, *c]),
+                _ => invalid!("3-D window attributes must have 3 values, got {v:?}"),
+            }
+        };
+        Ok(Window3 {
+            stride: arr(&sp.stride)?,
+            dilation: arr(&sp.dilation)?,
+            begin: arr(&sp.begin)?,
+            end: arr(&sp.end)?,
+        })
+    }
+}
+
 /// 3-D `Conv`.
 pub fn conv3d(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val, bias: Option<Val>) -> R<Vec<Val>> {
     let xs = ctx.shape(x)?;
@@ -66,15 +107,36 @@ pub fn conv3d(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val, bias: Option<Val>) ->
         Some(k) => k.iter().map(|&v| pos(v, "kernel")).collect::<R<Vec<_>>>()?,
         None => ws[2..].to_vec(),
     };
-    let sp = spatial_attrs(n, &kernel, &xs[2..])?;
+    if kernel != ws[2..] {
+        invalid!("kernel_shape {kernel:?} does not match the weight {ws:?}");
+    }
+    let win = Window3::of(n, &kernel, &xs[2..])?;
     let groups = pos(n.int("group", 1)?, "group")?;
-    let (kd, sd, dd) = (kernel[0], sp.stride[0], sp.dilation[0]);
-    let xp = pad_depth(ctx, x, sp.begin[0], sp.end[0], 0.0)?;
-    let od = out_len(xs[2], kd, sd, sp.begin[0], sp.end[0], dd, false)?;
+    Ok(vec![conv3d_window(ctx, x, w, bias, win, groups)?])
+}
+
+/// A 3-D convolution (NCDHW input, `[Co, Ci/groups, kd, kh, kw]` weight) with explicit
+/// window parameters: one 2-D convolution per kernel depth tap, summed.
+pub fn conv3d_window(
+    ctx: &mut Ctx,
+    x: &Val,
+    w: &Val,
+    bias: Option<Val>,
+    win: Window3,
+    groups: usize,
+) -> R<Val> {
+    let xs = ctx.shape(x)?;
+    let ws = ctx.shape(w)?;
+    if xs.len() != 5 || ws.len() != 5 {
+        invalid!("3-D convolution of {xs:?} by {ws:?} (both must be rank 5)");
+    }
+    let (kd, sd, dd) = (ws[2], win.stride[0], win.dilation[0]);
+    let xp = pad_depth(ctx, x, win.begin[0], win.end[0], 0.0)?;
+    let od = out_len(xs[2], kd, sd, win.begin[0], win.end[0], dd, false)?;
     let p = Conv2dParams {
-        stride: [sp.stride[1], sp.stride[2]],
-        pads: [sp.begin[1], sp.begin[2], sp.end[1], sp.end[2]],
-        dilation: [sp.dilation[1], sp.dilation[2]],
+        stride: [win.stride[1], win.stride[2]],
+        pads: [win.begin[1], win.begin[2], win.end[1], win.end[2]],
+        dilation: [win.dilation[1], win.dilation[2]],
         groups,
     };
     let mut acc: Option<Val> = None;
@@ -96,7 +158,7 @@ pub fn conv3d(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val, bias: Option<Val>) ->
         let b = ctx.reshape(&b, &[1, ws[0], 1, 1, 1])?;
         y = ctx.add(&y, &b)?;
     }
-    Ok(vec![y])
+    Ok(y)
 }
 
 /// 3-D `MaxPool` / `AveragePool`.
@@ -110,9 +172,31 @@ pub fn pool3d(
     include_pad: bool,
 ) -> R<Vec<Val>> {
     let xs = ctx.shape(x)?;
-    let sp = spatial_attrs(n, kernel, &xs[2..])?;
-    let (kd, sd, dd) = (kernel[0], sp.stride[0], sp.dilation[0]);
-    let (pb, pe) = (sp.begin[0], sp.end[0]);
+    let win = Window3::of(n, kernel, &xs[2..])?;
+    let k = match kernel {
+        [a, b, c] => [*a, *b, *c],
+        _ => invalid!("kernel_shape {kernel:?} must have 3 values"),
+    };
+    Ok(vec![pool3d_window(ctx, x, k, win, ceil, max, include_pad)?])
+}
+
+/// A 3-D max or average pooling with explicit window parameters: one 2-D pooling per kernel
+/// depth tap, max-combined or summed.
+pub fn pool3d_window(
+    ctx: &mut Ctx,
+    x: &Val,
+    kernel: [usize; 3],
+    win: Window3,
+    ceil: bool,
+    max: bool,
+    include_pad: bool,
+) -> R<Val> {
+    let xs = ctx.shape(x)?;
+    if xs.len() != 5 {
+        invalid!("3-D pooling of a rank-{} value", xs.len());
+    }
+    let (kd, sd, dd) = (kernel[0], win.stride[0], win.dilation[0]);
+    let (pb, pe) = (win.begin[0], win.end[0]);
     let od = out_len(xs[2], kd, sd, pb, pe, dd, ceil)?;
     // Extend the end so the last (ceil-mode) window fits; those positions count nowhere.
     let need = (od - 1) * sd + (kd - 1) * dd + 1;
@@ -122,9 +206,9 @@ pub fn pool3d(
     let p = Pool2dParams {
         kind: if max { PoolKind::Max } else { PoolKind::Avg },
         kernel: [kernel[1], kernel[2]],
-        stride: [sp.stride[1], sp.stride[2]],
-        pads: [sp.begin[1], sp.begin[2], sp.end[1], sp.end[2]],
-        dilation: [sp.dilation[1], sp.dilation[2]],
+        stride: [win.stride[1], win.stride[2]],
+        pads: [win.begin[1], win.begin[2], win.end[1], win.end[2]],
+        dilation: [win.dilation[1], win.dilation[2]],
         count_include_pad: include_pad,
         ceil_mode: ceil,
     };
@@ -161,5 +245,5 @@ pub fn pool3d(
         let c = ctx.tensor(d, &[1, 1, od, 1, 1], &counts)?;
         y = ctx.div(&y, &c)?;
     }
-    Ok(vec![y])
+    Ok(y)
 }

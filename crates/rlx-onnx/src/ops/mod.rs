@@ -16,11 +16,13 @@ pub mod ml;
 pub mod movement;
 pub mod norm;
 pub mod optional;
+pub mod pool_index;
 pub mod quant;
 pub mod quant_conv;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
+pub mod roi_align;
 pub mod rotary;
 pub mod sampling;
 pub mod sequence;
@@ -178,6 +180,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Mapper> {
         "GridSample" => sampling::grid_sample,
         "AffineGrid" => sampling::affine_grid,
         "Col2Im" => sampling::col2im,
+        "RoiAlign" => roi_align::roi_align,
         // quantization
         "QuantizeLinear" => quant::quantize,
         "DequantizeLinear" => quant::dequantize,
