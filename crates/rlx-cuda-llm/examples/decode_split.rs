@@ -50,13 +50,15 @@ fn main() {
     }
     // where a decode step's time goes: every kernel timed between two events (no graphs,
     // no launch overlap, so the sum exceeds a graph step)
-    let options = LlmOptions {
-        max_sequences: 1,
-        context: Some(prompt.len() + tokens + 1),
-        profile_kernels: true,
-        ..Default::default()
-    };
-    let profile = || -> Result<(), rlx_cuda_llm::LlmError> {
+    // (products named with their n x k), with f32 and with int8 activations
+    let profile = |int8: bool| -> Result<(), rlx_cuda_llm::LlmError> {
+        let options = LlmOptions {
+            max_sequences: 1,
+            context: Some(prompt.len() + tokens + 1),
+            profile_kernels: true,
+            int8_activations: int8,
+            ..Default::default()
+        };
         let mut llm = CudaLlm::new(&model, options)?;
         let s = Sampling::default();
         llm.generate(&prompt, 8, &s, &[], |_| {})?;
@@ -66,12 +68,12 @@ fn main() {
         let k = llm.kernel_profile()?;
         let total: f64 = k.iter().map(|k| k.ms).sum();
         println!(
-            "kernel profile over {steps} steps: {:.1} us a step",
+            "kernel profile (int8 {int8}) over {steps} steps: {:.1} us a step",
             total * 1e3 / steps as f64
         );
-        for k in k.iter().take(16) {
+        for k in k.iter().take(24) {
             println!(
-                "  {:24} {:6} calls {:9.1} us a step {:7.2} us a call",
+                "  {:32} {:6} calls {:9.1} us a step {:7.2} us a call",
                 k.name,
                 k.calls,
                 k.ms * 1e3 / steps as f64,
@@ -80,7 +82,9 @@ fn main() {
         }
         Ok(())
     };
-    if let Err(e) = profile() {
-        println!("kernel profile: error: {e}");
+    for int8 in [false, true] {
+        if let Err(e) = profile(int8) {
+            println!("kernel profile (int8 {int8}): error: {e}");
+        }
     }
 }

@@ -130,11 +130,12 @@ pub struct LlmOptions {
     pub split_k: usize,
     /// single-row products over block-format weights quantize their input row to int8 (a
     /// scale per 32 values) and multiply the weights' integers with `dp4a` (`gemvq_*`), as
-    /// llama.cpp does; off (the default until its GPU test has run): f32 activations
+    /// llama.cpp does (the default; logits within ~3% rel L2 of the f32 product on random
+    /// models); off: f32 activations, the weights dequantized in registers
     pub int8_activations: bool,
     /// products of `gemm_rows` or more rows over block-format weights expand the matrix to
-    /// f16 (`dequant_*`) and run cuBLASLt; off (the default until its GPU test has run): the
-    /// matrix-vector kernels, 8 rows per weight read
+    /// f16 (`dequant_*`) and run cuBLASLt (the default); off: the matrix-vector kernels, 8
+    /// rows per weight read
     pub expand_blocks: bool,
     /// time every kernel launch between two events (decode steps then run without graphs,
     /// and launches no longer overlap): a diagnosis, read with [`CudaLlm::kernel_profile`]
@@ -162,8 +163,8 @@ impl Default for LlmOptions {
             graphs: true,
             gemm_rows: 9,
             split_k: 1,
-            int8_activations: false,
-            expand_blocks: false,
+            int8_activations: true,
+            expand_blocks: true,
             profile_kernels: false,
         }
     }
@@ -563,6 +564,18 @@ impl CudaLlm {
     }
 
     fn go(&self, name: &str, grid: [u32; 2], block: u32, args: &[u64]) -> Result<(), LlmError> {
+        self.go_shaped(name, None, grid, block, args)
+    }
+
+    /// [`CudaLlm::go`] for a product over `w`: the kernel profile keeps its shape apart.
+    fn go_shaped(
+        &self,
+        name: &str,
+        w: Option<&Matrix>,
+        grid: [u32; 2],
+        block: u32,
+        args: &[u64],
+    ) -> Result<(), LlmError> {
         let f = self
             .fns
             .get(name)
@@ -578,9 +591,11 @@ impl CudaLlm {
         let start = self.dev.record()?;
         self.dev.launch(f, &launch, args, name)?;
         let end = self.dev.record()?;
-        self.timings
-            .borrow_mut()
-            .push((name.to_string(), start, end));
+        let label = match w {
+            Some(w) => format!("{name} {}x{}", w.n, w.k),
+            None => name.to_string(),
+        };
+        self.timings.borrow_mut().push((label, start, end));
         Ok(())
     }
 
@@ -691,7 +706,7 @@ impl CudaLlm {
                 0
             },
         ];
-        self.go(&name, grid, 128, &args)
+        self.go_shaped(&name, Some(w), grid, 128, &args)
     }
 
     /// Whether a single-row product over `w` runs against int8 activations.
@@ -720,9 +735,10 @@ impl CudaLlm {
         let Some((xq, xd)) = &self.s.xq else {
             return Err(LlmError::Invalid("no int8 activation scratch".into()));
         };
-        self.go(
+        self.go_shaped(
             "quant_x",
-            [1, 1],
+            Some(w),
+            [w.k.div_ceil(256) as u32, 1],
             256,
             &[
                 x,
@@ -749,7 +765,7 @@ impl CudaLlm {
         ];
         args.extend_from_slice(&e);
         let name = format!("gemvq_{}", format_suffix(w.format));
-        self.go(&name, [w.n.div_ceil(4) as u32, 1], 128, &args)
+        self.go_shaped(&name, Some(w), [w.n.div_ceil(4) as u32, 1], 128, &args)
     }
 
     /// Enqueues a product of `m` rows as a tensor-core GEMM: the rows converted to the

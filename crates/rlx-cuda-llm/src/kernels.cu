@@ -414,11 +414,14 @@ D void gemv_split(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row
 // and the exact float sums of each 16, then `gemvq_*` multiplies the weights' own integers
 // with `dp4a`, four per instruction, and applies the block scales once per 16 or 32 values:
 // sum(w x) = sum over halves h of a_h d sum(q_w q_x) + b_h sum(x), for w = a_h q_w + b_h.
+// Launched as grid (k / 256, m): block (gx, r) quantizes the 8 groups of 32 values
+// 256 gx .. 256 gx + 255 of row r, each warp one group; with an RMSNorm every block sums the
+// row's squares itself (k floats from L2), so no block waits on another.
 extern "C" __global__ void __launch_bounds__(256) quant_x(const float* x, i64 m, i64 k, i64 in_mode,
                                                            const float* norm_w, double eps,
                                                            signed char* xq, float4* xd) {
   GRID_WAIT();
-  const i64 r = blockIdx.x;
+  const i64 r = blockIdx.y;
   if (r >= m) return;
   const float* xr = x + r * (in_mode == IN_PLAIN ? k : 2 * k);
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -426,7 +429,10 @@ extern "C" __global__ void __launch_bounds__(256) quant_x(const float* x, i64 m,
   if (norm_w) {
     __shared__ float red[32];
     float ss = 0.0f;
-    for (i64 i = threadIdx.x; i < k; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    for (i64 i = threadIdx.x * 4; i < k; i += blockDim.x * 4) {
+      const float4 v = *(const float4*)(xr + i);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
     ss = warp_sum(ss);
     if (lane == 0) red[wid] = ss;
     __syncthreads();
@@ -434,20 +440,20 @@ extern "C" __global__ void __launch_bounds__(256) quant_x(const float* x, i64 m,
     for (int w = 0; w < warps; w++) t += red[w];
     inv = rsqrtf(t / (float)k + (float)eps);
   }
-  for (i64 g = wid; g < k / 32; g += warps) {
-    const i64 i = g * 32 + lane;
-    float v;
-    if (in_mode == IN_PLAIN) v = xr[i];
-    else v = (in_mode == IN_SWIGLU ? silu(xr[i]) : gelu_tanh(xr[i])) * xr[k + i];
-    if (norm_w) v *= inv * norm_w[i];
-    const float d = warp_max(fabsf(v)) / 127.0f;
-    xq[r * k + i] = (signed char)(d > 0.0f ? __float2int_rn(v / d) : 0);
-    float s = v;
+  const i64 g = (i64)blockIdx.x * warps + wid;
+  if (g >= k / 32) return;
+  const i64 i = g * 32 + lane;
+  float v;
+  if (in_mode == IN_PLAIN) v = xr[i];
+  else v = (in_mode == IN_SWIGLU ? silu(xr[i]) : gelu_tanh(xr[i])) * xr[k + i];
+  if (norm_w) v *= inv * norm_w[i];
+  const float d = warp_max(fabsf(v)) / 127.0f;
+  xq[r * k + i] = (signed char)(d > 0.0f ? __float2int_rn(v / d) : 0);
+  float s = v;
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    const float s_hi = __shfl_sync(0xffffffffu, s, 16);
-    if (lane == 0) xd[r * (k / 32) + g] = make_float4(d, s, s_hi, 0.0f);
-  }
+  for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float s_hi = __shfl_sync(0xffffffffu, s, 16);
+  if (lane == 0) xd[r * (k / 32) + g] = make_float4(d, s, s_hi, 0.0f);
 }
 
 D unsigned ld16x2(const u8* p) {  // 4 bytes at a 2-aligned address
@@ -746,6 +752,8 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
   if (valid) {
     ko = kv_offset(table, max_blocks, slot[r], p, 0, kh, kvh, bs, hd);
     float acc = 0.0f;
+    // four 16-byte loads in flight at a time (hd is a multiple of 32)
+#pragma unroll 4
     for (i64 d = 0; d < hd; d += 8) {
       float kv[8];
       if (HALF) {
@@ -772,7 +780,7 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
 #pragma unroll
   for (int t = 0; t < MAX_DL; t++) o[t] = 0.0f;
   const int dpl = (int)(hd >> 5);
-#pragma unroll 4
+#pragma unroll 8
   for (int j = 0; j < nv; j++) {
     const float pj = __shfl_sync(0xffffffffu, e, j);
     const long long vj = __shfl_sync(0xffffffffu, (long long)vo, j);

@@ -266,7 +266,7 @@ fn gemv_kernels_match_dequantized_weights() {
                     xq.ptr(),
                     xs.ptr(),
                 ];
-                launch("quant_x", [1, 1], 256, &qargs);
+                launch("quant_x", [k.div_ceil(256) as u32, 1], 256, &qargs);
                 let name = format!("gemvq_{}", format_suffix(format));
                 let row_bytes = format.bytes_for(k).unwrap() as u64;
                 let mut args = vec![
@@ -296,10 +296,15 @@ fn gemv_kernels_match_dequantized_weights() {
 }
 
 /// The CPU graph path as the reference.
+/// The CPU graph path with quantized products in f32 (`exact_quant`): the reference every
+/// CUDA result is held to, free of the CPU's own int8-activation rounding.
 fn cpu_runner() -> SessionRunner {
     SessionRunner::new(
         Session::new(Device::Cpu).unwrap(),
-        CompileOptions::default(),
+        CompileOptions {
+            exact_quant: true,
+            ..CompileOptions::default()
+        },
     )
 }
 
