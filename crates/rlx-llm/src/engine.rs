@@ -34,6 +34,9 @@ pub struct EngineSettings {
     pub max_sequences: usize,
     /// KV rows per sequence (None: the model's context)
     pub context: Option<usize>,
+    /// quantized products keep f32 activations (CPU: `CompileOptions::exact_quant`; CUDA:
+    /// `LlmOptions::int8_activations` off); default: int8 activations, as llama.cpp
+    pub exact_quant: bool,
 }
 
 impl Default for EngineSettings {
@@ -42,6 +45,7 @@ impl Default for EngineSettings {
             threads: None,
             max_sequences: 1,
             context: None,
+            exact_quant: false,
         }
     }
 }
@@ -92,6 +96,7 @@ impl<'m> Engine<'m> {
             let options = rlx_cuda_llm::LlmOptions {
                 max_sequences,
                 context: Some(context),
+                int8_activations: !s.exact_quant,
                 ..Default::default()
             };
             let e = rlx_cuda_llm::CudaLlm::new(model, options)?;
@@ -109,6 +114,7 @@ impl<'m> Engine<'m> {
         }
         let options = CompileOptions {
             threads: s.threads,
+            exact_quant: s.exact_quant,
             ..Default::default()
         };
         let session = Session::new(device)?;

@@ -22,6 +22,7 @@ fn settings(n: usize) -> EngineSettings {
         threads: Some(1),
         max_sequences: n,
         context: None,
+        exact_quant: false,
     }
 }
 

@@ -53,6 +53,7 @@ pub(crate) fn start(opts: ServeOptions) -> Result<Server, ServeError> {
                     threads: opts.threads,
                     max_sequences: opts.max_sequences,
                     context: opts.context,
+                    exact_quant: opts.exact_quant,
                 },
             },
             metrics.clone(),

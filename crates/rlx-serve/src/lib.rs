@@ -63,6 +63,8 @@ pub struct ServeOptions {
     pub default_max_tokens: usize,
     /// CPU worker threads (None: the runtime's default)
     pub threads: Option<usize>,
+    /// quantized products keep f32 activations (see `EngineSettings::exact_quant`)
+    pub exact_quant: bool,
 }
 
 impl Default for ServeOptions {
@@ -79,6 +81,7 @@ impl Default for ServeOptions {
             timeout_s: 600.0,
             default_max_tokens: 256,
             threads: None,
+            exact_quant: false,
         }
     }
 }

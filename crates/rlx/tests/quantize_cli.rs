@@ -1,7 +1,9 @@
 //! `rlx quantize` on a random Llama folder, then `rlx generate --device cpu` on the file it
 //! wrote; bad inputs are one-line errors with a non-zero exit and no panic.
 
+use rlx_llm::{Engine, EngineSettings};
 use rlx_models::llama::sample::RandomLlama;
+use rlx_models::llama::{Llama, Sampling};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -24,7 +26,12 @@ fn stderr(o: &Output) -> String {
 
 /// Greedy tokens of `rlx generate` on the CPU.
 fn tokens(model: &str) -> serde_json::Value {
-    let o = rlx(&[
+    tokens_with(model, &[])
+}
+
+/// Greedy tokens of `rlx generate` on the CPU with more flags.
+fn tokens_with(model: &str, more: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "generate",
         "w5 w6 w7",
         "--model",
@@ -35,7 +42,9 @@ fn tokens(model: &str) -> serde_json::Value {
         "8",
         "--ignore-eos",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(more);
+    let o = rlx(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(v["prompt_tokens"], serde_json::json!([5, 6, 7]), "{v}");
@@ -64,6 +73,30 @@ fn quantize_then_generate_on_the_cpu() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("stored as q8_0"), "{}", stderr(&o));
     assert_eq!(tokens(q4.to_str().unwrap()).as_array().unwrap().len(), 8);
+    // `--exact-quant` reaches the engine: the CLI's tokens with and without it are the
+    // library engine's with `exact_quant` on and off (one thread each)
+    let model = Llama::open(&q4).unwrap();
+    for exact in [false, true] {
+        let settings = EngineSettings {
+            threads: Some(1),
+            exact_quant: exact,
+            ..Default::default()
+        };
+        let mut e = Engine::new(&model, rlx_driver::Device::Cpu, settings).unwrap();
+        let st = e
+            .generate(&[5, 6, 7], 8, &Sampling::default(), &[], &mut |_| {})
+            .unwrap();
+        let flags: &[&str] = if exact {
+            &["--threads", "1", "--exact-quant"]
+        } else {
+            &["--threads", "1"]
+        };
+        assert_eq!(
+            tokens_with(q4.to_str().unwrap(), flags),
+            serde_json::json!(st.tokens),
+            "exact_quant {exact}"
+        );
+    }
     // a GGUF source works too
     let q8 = dir.join("m-q8_0.gguf");
     let o = rlx(&[

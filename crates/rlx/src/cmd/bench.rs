@@ -273,6 +273,7 @@ fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult
         threads: None,
         max_sequences: batch,
         context: Some(n_prompt + n_gen + args.warmup + 1),
+        exact_quant: args.compile.exact_quant,
     };
     let mut engine = Engine::new(&model, device, settings)?;
     let greedy = Sampling::default();

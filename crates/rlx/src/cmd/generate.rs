@@ -60,6 +60,10 @@ pub struct Args {
     /// Rows of KV cache per sequence (CUDA; default: the model's context).
     #[arg(long)]
     context: Option<usize>,
+    /// Quantized products keep f32 activations instead of int8 ones (slower; the default
+    /// matches llama.cpp).
+    #[arg(long)]
+    exact_quant: bool,
 }
 
 /// Generates and prints.
@@ -96,6 +100,7 @@ pub fn run(args: Args) -> CmdResult {
         threads: args.threads,
         max_sequences: prompts.len(),
         context: args.context,
+        exact_quant: args.exact_quant,
     };
     let mut engine = Engine::new(&model, device, settings)?;
     let tok = &model.tokenizer;

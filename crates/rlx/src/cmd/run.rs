@@ -51,6 +51,10 @@ pub struct CompileFlags {
     /// diverges, with its operands. Slow; for debugging a device.
     #[arg(long)]
     pub validate: bool,
+    /// Quantized products (GGUF block formats, MatMulNBits) keep f32 activations instead of
+    /// quantizing them to int8 per 32 values (slower; the default matches llama.cpp).
+    #[arg(long)]
+    pub exact_quant: bool,
 }
 
 impl CompileFlags {
@@ -64,6 +68,7 @@ impl CompileFlags {
             },
             approximate_gelu: self.approximate_gelu,
             validate: self.validate,
+            exact_quant: self.exact_quant,
             ..CompileOptions::default()
         }
     }

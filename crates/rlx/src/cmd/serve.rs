@@ -41,6 +41,10 @@ pub struct Args {
     /// CPU worker threads.
     #[arg(long)]
     threads: Option<usize>,
+    /// Quantized products keep f32 activations instead of int8 ones (slower; the default
+    /// matches llama.cpp).
+    #[arg(long)]
+    exact_quant: bool,
 }
 
 /// Serves until Ctrl-C.
@@ -57,6 +61,7 @@ pub fn run(a: Args) -> CmdResult {
         timeout_s: a.timeout,
         default_max_tokens: a.default_max_tokens,
         threads: a.threads,
+        exact_quant: a.exact_quant,
     };
     let server = rlx_serve::start(opts)?;
     eprintln!(
