@@ -752,8 +752,8 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
   if (valid) {
     ko = kv_offset(table, max_blocks, slot[r], p, 0, kh, kvh, bs, hd);
     float acc = 0.0f;
-    // four 16-byte loads in flight at a time (hd is a multiple of 32)
-#pragma unroll 4
+    // eight 16-byte loads in flight at a time (hd is a multiple of 32)
+#pragma unroll 8
     for (i64 d = 0; d < hd; d += 8) {
       float kv[8];
       if (HALF) {
