@@ -313,6 +313,13 @@ pub struct CudaLlm {
     pub setup_s: f64,
 }
 
+/// Blocks along the attention grid's x (splits of `SPLIT_LEN` positions): about 1,024
+/// blocks in all, each looping over the splits past it, so a long context does not launch
+/// thousands of blocks that find nothing to do at short lengths.
+fn att_grid_x(splits: usize, rows_heads: usize) -> u32 {
+    (1024 / rows_heads.max(1)).clamp(1, splits.max(1)) as u32
+}
+
 /// The stored formats of a model's projections and embedding.
 fn model_formats(model: &Llama) -> Vec<QuantFormat> {
     let c = &model.config;
@@ -765,7 +772,15 @@ impl CudaLlm {
         ];
         args.extend_from_slice(&e);
         let name = format!("gemvq_{}", format_suffix(w.format));
-        self.go_shaped(&name, Some(w), [w.n.div_ceil(4) as u32, 1], 128, &args)
+        // a warp per 1,024 columns, 1 to 8 (`QWARPS`)
+        let warps = w.k.div_ceil(1024).clamp(1, 8) as u32;
+        self.go_shaped(
+            &name,
+            Some(w),
+            [w.n.div_ceil(4) as u32, 1],
+            32 * warps,
+            &args,
+        )
     }
 
     /// Enqueues a product of `m` rows as a tensor-core GEMM: the rows converted to the
@@ -969,7 +984,7 @@ impl CudaLlm {
             let cache = self.kv_pool.ptr() + (li * self.layer_bytes) as u64;
             self.go(
                 att_kernel,
-                [self.splits as u32, (sh.heads * m) as u32],
+                [att_grid_x(self.splits, sh.heads * m), (sh.heads * m) as u32],
                 128,
                 &[
                     self.s.q.ptr(),

@@ -586,19 +586,22 @@ template <int FMT> D void q32(const u8* row, i64 i, int* q, float* a, float* b) 
 }
 
 // The split-k single-row product over int8 activations: as `gemv_split` (four output rows a
-// block, SPLIT_WARPS warps splitting k), each lane taking 32 values at a time.
+// block, its warps splitting k), each lane taking 32 values at a time. The block has
+// k / 1024 warps (1 to QWARPS; the launch chooses), so every warp has work at k = 2,048 and
+// long rows (k = 14,336) need fewer rounds.
+#define QWARPS 8
 template <int FMT>
 D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
              const signed char* __restrict__ xq, const float4* __restrict__ xd, float* y,
              i64 out_mode, const QkvArgs& qa) {
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const i64 row = 4 * (i64)blockIdx.x;
   const int nrows = (int)min((i64)4, n - row);
   const u8* wr[4];
   split_rows(w, row_bytes, row, nrows, wr);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 2
-  for (i64 i = (i64)(wid * 32 + lane) * 32; i < k; i += SPLIT_WARPS * 1024) {
+  for (i64 i = (i64)(wid * 32 + lane) * 32; i < k; i += (i64)warps * 1024) {
     const int4 x0 = *(const int4*)(xq + i), x1 = *(const int4*)(xq + i + 16);
     const int xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
     const float4 s = xd[i >> 5];
@@ -613,7 +616,7 @@ D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
       acc[j] += s.x * (a[0] * (float)d0 + a[1] * (float)d1) + b[0] * s.y + b[1] * s.z;
     }
   }
-  __shared__ float part[SPLIT_WARPS][4];
+  __shared__ float part[QWARPS][4];
 #pragma unroll
   for (int j = 0; j < 4; j++) acc[j] = warp_sum(acc[j]);
   if (lane == 0) {
@@ -625,13 +628,13 @@ D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
   const int p = threadIdx.x;
   if (2 * p >= nrows) return;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int r = 0; r < SPLIT_WARPS; r++)
+  for (int r = 0; r < warps; r++)
 #pragma unroll
     for (int j = 0; j < 4; j++) v[j] += part[r][j];
   emit_pair(y, 0, out_mode, qa, 0, row0 + row + 2 * p, v[2 * p], v[2 * p + 1], 2 * p + 1 < nrows);
 }
 #define GEMVQ_KERNEL(SUFFIX, FMT)                                                                 \
-  extern "C" __global__ void __launch_bounds__(32 * SPLIT_WARPS) gemvq_##SUFFIX(                 \
+  extern "C" __global__ void __launch_bounds__(32 * QWARPS) gemvq_##SUFFIX(                 \
       const u8* w, i64 row_bytes, i64 n, i64 k, i64 row0, const signed char* xq, const float4* xd, \
       float* y, i64 out_mode, const float* bias, const float* inv_freq, const int* pos,           \
       const int* slot, const int* table, void* cache, i64 qd, i64 kvd, i64 hd, i64 kvh, i64 bs,   \
@@ -721,128 +724,136 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
   __shared__ float sq[256];
   __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], so[ATT_WARPS][256];
   __shared__ int last;
-  const i64 s = blockIdx.x, h = blockIdx.y % heads, r = blockIdx.y / heads;
+  const i64 h = blockIdx.y % heads, r = blockIdx.y / heads;
   // positions, slots and block tables come from the host or an earlier step, not from the
-  // kernel before: read them, and start this block's K rows towards L2, before waiting
+  // kernel before: read them, and start this block's first K and V rows towards L2 (every
+  // 128-byte line: the weights streamed since the last step have evicted them), before waiting
   const i64 len = (i64)pos[r] + 1;
+  const i64 kh = h / (heads / kvh);
   {
-    const i64 pp = s * ATT_SPLIT + threadIdx.x;
+    const i64 pp = (i64)blockIdx.x * ATT_SPLIT + threadIdx.x;
     if (pp < len && threadIdx.x < ATT_SPLIT) {
-      const i64 kh0 = (blockIdx.y % heads) / (heads / kvh);
-      const i64 off = kv_offset(table, max_blocks, slot[r], pp, 0, kh0, kvh, bs, hd);
+      const i64 off = kv_offset(table, max_blocks, slot[r], pp, 0, kh, kvh, bs, hd);
+      const i64 row = hd * (HALF ? 2 : 4), v_at = kvh * bs * row;
       const u8* base = (const u8*)cache + off * (HALF ? 2 : 4);
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(base));
+      for (i64 o = 0; o < row; o += 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + o));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + v_at + o));
+      }
     }
   }
   GRID_WAIT();
-  const i64 start = s * ATT_SPLIT;
-  if (start >= len) return;
+  if ((i64)blockIdx.x * ATT_SPLIT >= len) return;
   const i64 used = (len + ATT_SPLIT - 1) / ATT_SPLIT;
-  const i64 end = min(len, start + ATT_SPLIT);
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  const i64 kh = h / (heads / kvh);
   const i64 qd = heads * hd;
   for (i64 d = threadIdx.x; d < hd; d += blockDim.x) sq[d] = q[r * qd + h * hd + d] * scale;
-  __syncthreads();
-  const i64 p0 = start + wid * 32;
-  const i64 p = p0 + lane;
-  const bool valid = p < end;
-  float sc = -INFINITY;
-  i64 ko = 0;
-  if (valid) {
-    ko = kv_offset(table, max_blocks, slot[r], p, 0, kh, kvh, bs, hd);
-    float acc = 0.0f;
-    // eight 16-byte loads in flight at a time (hd is a multiple of 32)
-#pragma unroll 8
-    for (i64 d = 0; d < hd; d += 8) {
-      float kv[8];
-      if (HALF) {
-        uint4 u = *(const uint4*)((const unsigned short*)cache + ko + d);
-        unsigned w4[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int t = 0; t < 4; t++) { kv[2 * t] = h2f(w4[t] & 0xffff); kv[2 * t + 1] = h2f(w4[t] >> 16); }
-      } else {
-        const float4* f = (const float4*)((const float*)cache + ko + d);
-        float4 a = f[0], b = f[1];
-        kv[0] = a.x; kv[1] = a.y; kv[2] = a.z; kv[3] = a.w; kv[4] = b.x; kv[5] = b.y; kv[6] = b.z; kv[7] = b.w;
-      }
-#pragma unroll
-      for (int t = 0; t < 8; t++) acc = fmaf(sq[d + t], kv[t], acc);
-    }
-    sc = acc;
-  }
-  const float mw = warp_max(sc);
-  const float e = valid ? __expf(sc - mw) : 0.0f;
-  const float lw = warp_sum(e);
-  const i64 vo = ko + kvh * bs * hd;  // the V half of the same block
-  const int nv = (int)max((i64)0, min((i64)32, end - p0));
-  float o[MAX_DL];
-#pragma unroll
-  for (int t = 0; t < MAX_DL; t++) o[t] = 0.0f;
+  float* dst = out + r * qd + h * hd;
   const int dpl = (int)(hd >> 5);
+  // the grid holds at most `splits` blocks along x; a block takes splits blockIdx.x,
+  // blockIdx.x + gridDim.x, ... (long contexts without thousands of idle blocks)
+  for (i64 s = blockIdx.x; s < used; s += gridDim.x) {
+    __syncthreads();  // sq written; the last split's shared values read
+    const i64 start = s * ATT_SPLIT, end = min(len, start + ATT_SPLIT);
+    const i64 p0 = start + wid * 32;
+    const i64 p = p0 + lane;
+    const bool valid = p < end;
+    float sc = -INFINITY;
+    i64 ko = 0;
+    if (valid) {
+      ko = kv_offset(table, max_blocks, slot[r], p, 0, kh, kvh, bs, hd);
+      float acc = 0.0f;
+      // eight 16-byte loads in flight at a time (hd is a multiple of 32)
 #pragma unroll 8
-  for (int j = 0; j < nv; j++) {
-    const float pj = __shfl_sync(0xffffffffu, e, j);
-    const long long vj = __shfl_sync(0xffffffffu, (long long)vo, j);
+      for (i64 d = 0; d < hd; d += 8) {
+        float kv[8];
+        if (HALF) {
+          uint4 u = *(const uint4*)((const unsigned short*)cache + ko + d);
+          unsigned w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+          for (int t = 0; t < 4; t++) { kv[2 * t] = h2f(w4[t] & 0xffff); kv[2 * t + 1] = h2f(w4[t] >> 16); }
+        } else {
+          const float4* f = (const float4*)((const float*)cache + ko + d);
+          float4 a = f[0], b = f[1];
+          kv[0] = a.x; kv[1] = a.y; kv[2] = a.z; kv[3] = a.w; kv[4] = b.x; kv[5] = b.y; kv[6] = b.z; kv[7] = b.w;
+        }
+#pragma unroll
+        for (int t = 0; t < 8; t++) acc = fmaf(sq[d + t], kv[t], acc);
+      }
+      sc = acc;
+    }
+    const float mw = warp_max(sc);
+    const float e = valid ? __expf(sc - mw) : 0.0f;
+    const float lw = warp_sum(e);
+    const i64 vo = ko + kvh * bs * hd;  // the V half of the same block
+    const int nv = (int)max((i64)0, min((i64)32, end - p0));
+    float o[MAX_DL];
+#pragma unroll
+    for (int t = 0; t < MAX_DL; t++) o[t] = 0.0f;
+#pragma unroll 8
+    for (int j = 0; j < nv; j++) {
+      const float pj = __shfl_sync(0xffffffffu, e, j);
+      const long long vj = __shfl_sync(0xffffffffu, (long long)vo, j);
+#pragma unroll
+      for (int t = 0; t < MAX_DL; t++) {
+        const i64 d = (i64)lane * dpl + t;
+        if (t < dpl && d < hd) {
+          float vv = HALF ? h2f(((const unsigned short*)cache)[vj + d]) : ((const float*)cache)[vj + d];
+          o[t] = fmaf(pj, vv, o[t]);
+        }
+      }
+    }
+    if (lane == 0) { sm[wid] = mw; sl[wid] = lw; }
 #pragma unroll
     for (int t = 0; t < MAX_DL; t++) {
       const i64 d = (i64)lane * dpl + t;
-      if (t < dpl && d < hd) {
-        float vv = HALF ? h2f(((const unsigned short*)cache)[vj + d]) : ((const float*)cache)[vj + d];
-        o[t] = fmaf(pj, vv, o[t]);
-      }
+      if (t < dpl && d < hd) so[wid][d] = o[t];
     }
-  }
-  if (lane == 0) { sm[wid] = mw; sl[wid] = lw; }
-#pragma unroll
-  for (int t = 0; t < MAX_DL; t++) {
-    const i64 d = (i64)lane * dpl + t;
-    if (t < dpl && d < hd) so[wid][d] = o[t];
-  }
-  __syncthreads();
-  float M = -INFINITY;
-  for (int w2 = 0; w2 < ATT_WARPS; w2++) M = fmaxf(M, sm[w2]);
-  float f[ATT_WARPS], L = 0.0f;
-  for (int w2 = 0; w2 < ATT_WARPS; w2++) {
-    f[w2] = sm[w2] == -INFINITY ? 0.0f : __expf(sm[w2] - M);
-    L += sl[w2] * f[w2];
-  }
-  float* dst = out + r * qd + h * hd;
-  if (used == 1) {
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w2 = 0; w2 < ATT_WARPS; w2++) M = fmaxf(M, sm[w2]);
+    float f[ATT_WARPS], L = 0.0f;
+    for (int w2 = 0; w2 < ATT_WARPS; w2++) {
+      f[w2] = sm[w2] == -INFINITY ? 0.0f : __expf(sm[w2] - M);
+      L += sl[w2] * f[w2];
+    }
+    if (used == 1) {
+      for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int w2 = 0; w2 < ATT_WARPS; w2++) acc += so[w2][d] * f[w2];
+        dst[d] = acc / L;
+      }
+      return;
+    }
+    float* mine = part + ((r * heads + h) * splits + s) * (hd + 2);
+    if (threadIdx.x == 0) { mine[0] = M; mine[1] = L; }
     for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
       float acc = 0.0f;
       for (int w2 = 0; w2 < ATT_WARPS; w2++) acc += so[w2][d] * f[w2];
-      dst[d] = acc / L;
+      mine[2 + d] = acc;
     }
-    return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int t = atomicAdd(tickets + r * heads + h, 1);
+      last = t == (int)used - 1;
+    }
+    __syncthreads();
+    if (!last) continue;
+    // the last split of (row, head) to finish merges them all
+    __threadfence();
+    const float* all = part + (r * heads + h) * splits * (hd + 2);
+    float GM = -INFINITY;
+    for (i64 u = 0; u < used; u++) GM = fmaxf(GM, __ldcg(all + u * (hd + 2)));
+    float GL = 0.0f;
+    for (i64 u = 0; u < used; u++) GL += __ldcg(all + u * (hd + 2) + 1) * __expf(__ldcg(all + u * (hd + 2)) - GM);
+    for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
+      float acc = 0.0f;
+      for (i64 u = 0; u < used; u++) acc += __ldcg(all + u * (hd + 2) + 2 + d) * __expf(__ldcg(all + u * (hd + 2)) - GM);
+      dst[d] = acc / GL;
+    }
+    if (threadIdx.x == 0) tickets[r * heads + h] = 0;
   }
-  float* mine = part + ((r * heads + h) * splits + s) * (hd + 2);
-  if (threadIdx.x == 0) { mine[0] = M; mine[1] = L; }
-  for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int w2 = 0; w2 < ATT_WARPS; w2++) acc += so[w2][d] * f[w2];
-    mine[2 + d] = acc;
-  }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int t = atomicAdd(tickets + r * heads + h, 1);
-    last = t == (int)used - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const float* all = part + (r * heads + h) * splits * (hd + 2);
-  float GM = -INFINITY;
-  for (i64 u = 0; u < used; u++) GM = fmaxf(GM, __ldcg(all + u * (hd + 2)));
-  float GL = 0.0f;
-  for (i64 u = 0; u < used; u++) GL += __ldcg(all + u * (hd + 2) + 1) * __expf(__ldcg(all + u * (hd + 2)) - GM);
-  for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc = 0.0f;
-    for (i64 u = 0; u < used; u++) acc += __ldcg(all + u * (hd + 2) + 2 + d) * __expf(__ldcg(all + u * (hd + 2)) - GM);
-    dst[d] = acc / GL;
-  }
-  if (threadIdx.x == 0) tickets[r * heads + h] = 0;
 }
 #define ATT_KERNEL(NAME, HALF)                                                                     \
   extern "C" __global__ void __launch_bounds__(128) NAME(                                         \
@@ -968,6 +979,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* logi
   if (cut) {
     float best = -INFINITY;
     int bi = 0x7fffffff;
+#pragma unroll 4
     for (i64 i = threadIdx.x; i < vocab; i += blockDim.x) {
       const float v = sample_value(lr, i, sb, penalty, inv_t);
       if (v > best) { best = v; bi = (int)i; }
@@ -1002,15 +1014,18 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* logi
   }
   float best = -INFINITY;
   int bi = 0x7fffffff;
+  // four logits in flight a thread (a load's latency per value otherwise: the vocabulary is
+  // ~100 values a thread)
+#pragma unroll 4
   for (i64 i = threadIdx.x; i < vocab; i += blockDim.x) {
     float v = sample_value(lr, i, sb, penalty, inv_t);
-    if (cut && order_key(v) < low) continue;
-    if (inv_t > 0.0f) {
+    const bool keep = !cut || order_key(v) >= low;
+    if (keep && inv_t > 0.0f) {
       unsigned long long z = mix64(key + (unsigned long long)i);
       float u = ((float)(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
       v = v - __logf(-__logf(u));
     }
-    if (v > best || (v == best && (int)i < bi)) { best = v; bi = (int)i; }
+    if (keep && (v > best || (v == best && (int)i < bi))) { best = v; bi = (int)i; }
   }
   block_argmax(&best, &bi, sv, si);
   if (threadIdx.x == 0) {

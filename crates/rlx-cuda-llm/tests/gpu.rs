@@ -281,9 +281,18 @@ fn gemv_kernels_match_dequantized_weights() {
                     0,
                 ];
                 args.extend([0u64; 13]);
-                launch(&name, [n.div_ceil(4) as u32, 1], 128, &args);
-                let y = download_words(&dev, yd.ptr(), n, f32::from_le_bytes);
-                check(&name, 1, 1e-2, &y, &mut failures);
+                // one warp, four, and eight (some with no columns at these k)
+                for block in [32, 128, 256] {
+                    launch(&name, [n.div_ceil(4) as u32, 1], block, &args);
+                    let y = download_words(&dev, yd.ptr(), n, f32::from_le_bytes);
+                    check(
+                        &format!("{name} ({block} threads)"),
+                        1,
+                        1e-2,
+                        &y,
+                        &mut failures,
+                    );
+                }
             }
         }
     }
@@ -295,7 +304,6 @@ fn gemv_kernels_match_dequantized_weights() {
     );
 }
 
-/// The CPU graph path as the reference.
 /// The CPU graph path with quantized products in f32 (`exact_quant`): the reference every
 /// CUDA result is held to, free of the CPU's own int8-activation rounding.
 fn cpu_runner() -> SessionRunner {
@@ -522,6 +530,62 @@ fn batched_sequences_match_their_single_runs() {
     for gemm_rows in [0, 2] {
         batched_run(&model, gemm_rows);
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Contexts of several attention splits (128 positions each): one long prompt's logits
+/// against the CPU graph path (the splits merged by the last block), and twelve long
+/// sequences decoding together, where the grid holds fewer blocks than splits and each
+/// block loops over several, against their single runs.
+#[test]
+fn long_contexts_split_attention_over_many_sequences() {
+    if gpu("long_contexts_split_attention_over_many_sequences").is_none() {
+        return;
+    }
+    let spec = RandomLlama {
+        hidden: 512,
+        heads: 16,
+        kv_heads: 4,
+        ffn: 512,
+        ..RandomLlama::default()
+    };
+    let dir = folder("long", &spec);
+    let model = Llama::open(&dir).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..12)
+        .map(|s| {
+            (0..900 + 7 * s)
+                .map(|i| 2 + (i * 13 + s * 5) % 250)
+                .collect()
+        })
+        .collect();
+    let options = LlmOptions {
+        max_sequences: 12,
+        ..Default::default()
+    };
+    let mut e = CudaLlm::new(&model, options).unwrap();
+    let want = cpu_logits(&model, &prompts[0]);
+    let err = rel_l2(&e.logits(&prompts[0]).unwrap(), &want);
+    assert!(err < 1e-4, "900-token prompt: logits rel L2 {err}");
+    let greedy = Sampling::default();
+    let single: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| e.generate(p, 5, &greedy, &[], |_| {}).unwrap().tokens)
+        .collect();
+    let added: Vec<(&[u32], Sampling)> = prompts.iter().map(|p| (&p[..], greedy)).collect();
+    let mut ids = Vec::new();
+    let mut got: Vec<Vec<u32>> = Vec::new();
+    for r in e.add_many(&added) {
+        let (id, t) = r.unwrap();
+        ids.push(id);
+        got.push(vec![t]);
+    }
+    for _ in 0..4 {
+        for (id, t) in e.step().unwrap() {
+            let i = ids.iter().position(|&x| x == id).unwrap();
+            got[i].push(t);
+        }
+    }
+    assert_eq!(got, single, "twelve long sequences together vs alone");
     std::fs::remove_dir_all(&dir).ok();
 }
 
