@@ -790,16 +790,20 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
     float o[MAX_DL];
 #pragma unroll
     for (int t = 0; t < MAX_DL; t++) o[t] = 0.0f;
-#pragma unroll 8
-    for (int j = 0; j < nv; j++) {
-      const float pj = __shfl_sync(0xffffffffu, e, j);
-      const long long vj = __shfl_sync(0xffffffffu, (long long)vo, j);
+    // all 32 positions of the warp, 16 rows' loads in flight (a lane past the last valid
+    // position reads row 0 of the pool, a valid address, and its value is dropped)
+    if (nv > 0) {
+#pragma unroll 16
+      for (int j = 0; j < 32; j++) {
+        const float pj = __shfl_sync(0xffffffffu, e, j);
+        const long long vj = __shfl_sync(0xffffffffu, (long long)vo, j);
 #pragma unroll
-      for (int t = 0; t < MAX_DL; t++) {
-        const i64 d = (i64)lane * dpl + t;
-        if (t < dpl && d < hd) {
-          float vv = HALF ? h2f(((const unsigned short*)cache)[vj + d]) : ((const float*)cache)[vj + d];
-          o[t] = fmaf(pj, vv, o[t]);
+        for (int t = 0; t < MAX_DL; t++) {
+          const i64 d = (i64)lane * dpl + t;
+          if (t < dpl && d < hd) {
+            float vv = HALF ? h2f(((const unsigned short*)cache)[vj + d]) : ((const float*)cache)[vj + d];
+            o[t] = j < nv ? fmaf(pj, vv, o[t]) : o[t];
+          }
         }
       }
     }
