@@ -310,7 +310,7 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 
 /// The signed 6-bit scale `s` (in -32..32) of sub-block `s` of a Q3_K block: the low 4
 /// bits are nibbles of bytes 0..8, the high 2 bits are pairs of bytes 8..12.
-pub(crate) fn q3k_scale(sc: &[u8], s: usize) -> i32 {
+pub fn q3k_scale(sc: &[u8], s: usize) -> i32 {
     let low = if s < 8 { sc[s] & 0xF } else { sc[s - 8] >> 4 };
     let high = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
     (low | high << 4) as i32 - 32

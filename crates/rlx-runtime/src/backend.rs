@@ -28,7 +28,7 @@ pub struct CompileOptions {
     /// [`rlx_opt::GELU_TANH_MAX_ABS_ERROR`]). On CUDA the tanh form fuses into the preceding
     /// GEMM's cuBLASLt epilogue, which exact GELU cannot.
     pub approximate_gelu: bool,
-    /// Quantized matmuls (Q4_0, Q4_1, Q8_0 weights) dot f32 activations with the
+    /// Quantized matmuls (every block format) dot f32 activations with the
     /// dequantized weights instead of quantizing the activations to 8 bits for integer dot
     /// products, the CPU's default on decode steps, as llama.cpp does. Keeps results within
     /// f32 rounding of the reference interpreter, for parity tests. A node can ask for this

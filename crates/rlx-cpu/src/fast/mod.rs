@@ -39,9 +39,9 @@ pub struct CpuOptions {
     pub threads: Option<usize>,
     /// Quantized matmuls dot their f32 activations with the dequantized weights, as the
     /// interpreter does, instead of quantizing the activations to 8 bits for integer dot
-    /// products (the default for Q4_0, Q4_1 and Q8_0 weights on a few activation rows, as
-    /// llama.cpp does; each value of an activation block then moves by up to 1/254 of the
-    /// block's largest magnitude). For parity tests.
+    /// products (the default for every block format, Q4_0 to Q8_0 and the k-quants Q2_K to
+    /// Q6_K, on a few activation rows, as llama.cpp does; each value of an activation block
+    /// then moves by up to 1/254 of the block's largest magnitude). For parity tests.
     pub exact_quant: bool,
 }
 

@@ -2,10 +2,11 @@
 //!
 //! Weights stay packed; nothing dequantizes the whole matrix. Few activation rows (decode)
 //! take a *dot* path, one output row of `w` at a time:
-//! - the integer path ([`dot_i8`], the default for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-//!   Q5_K and Q6_K): the activation rows are quantized once per product to 8-bit blocks
-//!   ([`q8_act`]) and every weight block is dotted with them in integers, as llama.cpp does;
-//! - the exact path ([`dot_f32`]; every other format, and all of them when
+//! - the integer path ([`dot_i8`], the default for every block format: Q4_0, Q4_1, Q5_0,
+//!   Q5_1, Q8_0 and the k-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): the activation rows are
+//!   quantized once per product to 8-bit blocks ([`q8_act`]) and every weight block is
+//!   dotted with them in integers, as llama.cpp does;
+//! - the exact path ([`dot_f32`]; the plain float formats, and all of them when
 //!   [`crate::CpuOptions::exact_quant`] is set): the weight row is dequantized in registers
 //!   and dotted with the f32 activations.
 //!
@@ -287,12 +288,14 @@ mod tests {
     }
 
     /// The formats the integer path covers.
-    const INTEGER: [QuantFormat; 8] = [
+    const INTEGER: [QuantFormat; 10] = [
         QuantFormat::Q4_0,
         QuantFormat::Q4_1,
         QuantFormat::Q5_0,
         QuantFormat::Q5_1,
         QuantFormat::Q8_0,
+        QuantFormat::Q2K,
+        QuantFormat::Q3K,
         QuantFormat::Q4K,
         QuantFormat::Q5K,
         QuantFormat::Q6K,

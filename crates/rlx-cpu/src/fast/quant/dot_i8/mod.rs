@@ -2,15 +2,19 @@
 //! bits ([`super::q8_act`]), block by block in integers, a float multiply-add per 32 values.
 //!
 //! Every activation block of 32 values is `dx * a` with `sx = dx * sum(a)`. A weight
-//! block or sub-block of 32 values is `dw * q + mw` (or, for Q6_K, two halves of 16 with
-//! their own scales), so per 32 values the dot is `dw * dx * sum(q * a) + mw * sx`:
+//! block or sub-block of 32 values is `dw * q + mw` (or, for Q2_K, Q3_K and Q6_K, two
+//! halves of 16 with their own scales), so per 32 values the dot is
+//! `dw * dx * sum(q * a) + mw * sx`:
 //! - Q4_0 / Q5_0: `q` in 0..16 / 0..32, `mw = -8 dw` / `-16 dw`;
 //! - Q4_1 / Q5_1: `q` in 0..16 / 0..32, `mw` the block's minimum;
 //! - Q8_0: `q` signed, `mw = 0`;
 //! - Q4_K / Q5_K: per sub-block `dw = d * sc`, `mw = -dmin * m` (6-bit `sc`, `m`);
-//! - Q6_K: `q - 32` in -32..32, `dw = d * sc` (signed 8-bit `sc`) per 16 values; the `- 32`
-//!   is taken off the integer sums (`32 * sum(a)` per four values, once per activation
-//!   block for all rows).
+//! - Q6_K / Q3_K: `q - 32` in -32..32 / `q - 4` in -4..4, `dw = d * sc` (signed 8-bit /
+//!   6-bit `sc`) per 16 values; the `- 32` / `- 4` is taken off the integer sums
+//!   (`32 * sum(a)` / `4 * sum(a)` per four values, once per activation block for all rows);
+//! - Q2_K: `q` in 0..4, per 16 values `dw = d * sc`, `mw = -dmin * m` (4-bit `sc`, `m`);
+//!   the min terms take `dx * sum(a)` per 16 values, once per activation block for all
+//!   rows.
 //!
 //! `sum(q * a)` is exact in i32; the only difference from the f32 path is the activation's
 //! rounding to 8 bits (at most `dx / 2` a value), as in llama.cpp (whose k-quant dots round
@@ -39,6 +43,8 @@ pub(crate) fn supports(format: QuantFormat) -> bool {
             | QuantFormat::Q8_0
             | QuantFormat::Q4K
             | QuantFormat::Q5K
+            | QuantFormat::Q2K
+            | QuantFormat::Q3K
             | QuantFormat::Q6K
     )
 }

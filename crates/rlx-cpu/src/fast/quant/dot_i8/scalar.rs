@@ -2,7 +2,7 @@
 //! integer sums per block (or sub-block) as the vector kernels, and the same float terms.
 
 use super::{Q8Row, QK};
-use rlx_ir::quant::scale_min_k4;
+use rlx_ir::quant::{q3k_scale, scale_min_k4};
 use rlx_ir::QuantFormat;
 
 /// The f16 at byte `i` of `b`.
@@ -35,7 +35,7 @@ pub(super) fn dot(format: QuantFormat, w: &[u8], a: Q8Row<'_>) -> f32 {
                 q45(format, blk, qa, ds[0])
             }
             QuantFormat::Q4K | QuantFormat::Q5K => q45k(format == QuantFormat::Q5K, blk, qa, ds),
-            QuantFormat::Q6K => q6k(blk, qa, ds),
+            QuantFormat::Q2K | QuantFormat::Q3K | QuantFormat::Q6K => k16(format, blk, qa, ds),
             _ => unreachable!("dot_i8 does not cover {format}"),
         })
         .sum()
@@ -94,31 +94,49 @@ fn q45k(five: bool, blk: &[u8], qa: &[i8], ds: &[[f32; 2]]) -> f32 {
     acc
 }
 
-/// One Q6_K block of 256: values `q - 32` of 6 bits, a signed scale per 16.
-fn q6k(blk: &[u8], qa: &[i8], ds: &[[f32; 2]]) -> f32 {
-    let (ql, qh, sc, d) = (&blk[0..128], &blk[128..192], &blk[192..208], h(blk, 208));
+/// One Q2_K, Q3_K or Q6_K block of 256: unsigned values `q` less an offset, a scale per 16
+/// values. Q2_K: 2-bit `q`, 4-bit scale `sc` and min `m`, `w = d * sc * q - dmin * m`;
+/// Q3_K: 3-bit `q` (2 low bits, the high bit from `hmask`) less 4, signed 6-bit scales;
+/// Q6_K: 6-bit `q` (a nibble and 2 high bits) less 32, signed 8-bit scales. Block `b` of 32
+/// is values `32 p..32 p + 32` of half `n` (`b = 4 n + p`), with scales `2 b` and `2 b + 1`.
+fn k16(format: QuantFormat, blk: &[u8], qa: &[i8], ds: &[[f32; 2]]) -> f32 {
+    let (d, dmin, off) = match format {
+        QuantFormat::Q2K => (h(blk, 80), h(blk, 82), 0),
+        QuantFormat::Q3K => (h(blk, 108), 0.0, 4),
+        _ => (h(blk, 208), 0.0, 32),
+    };
+    // the scale and min of the 16 values `16 s..16 s + 16`
+    let scale_min = |s: usize| match format {
+        QuantFormat::Q2K => ((blk[s] & 15) as i32, (blk[s] >> 4) as i32),
+        QuantFormat::Q3K => (q3k_scale(&blk[96..108], s), 0),
+        _ => ((blk[192 + s] as i8) as i32, 0),
+    };
     let mut acc = 0f32;
     for (b, &[dx, _]) in ds.iter().enumerate() {
-        // block b is values 32 * p .. 32 * p + 32 of half n
         let (n, p) = (b / 4, b % 4);
-        let (ql, qh) = (&ql[64 * n + 32 * (p % 2)..], &qh[32 * n..]);
-        let mut q = [0u8; QK];
-        for (l, q) in q.iter_mut().enumerate() {
-            let low = if p < 2 { ql[l] & 15 } else { ql[l] >> 4 };
-            *q = low | ((qh[l] >> (2 * p)) & 3) << 4;
-        }
+        let q: [u8; QK] = std::array::from_fn(|l| match format {
+            QuantFormat::Q2K => (blk[16 + 32 * n + l] >> (2 * p)) & 3,
+            QuantFormat::Q3K => (blk[32 + 32 * n + l] >> (2 * p)) & 3 | ((blk[l] >> b) & 1) << 2,
+            _ => {
+                let ql = blk[64 * n + 32 * (p % 2) + l];
+                let low = if p < 2 { ql & 15 } else { ql >> 4 };
+                low | ((blk[128 + 32 * n + l] >> (2 * p)) & 3) << 4
+            }
+        });
         let a = &qa[b * QK..(b + 1) * QK];
-        let mut sum = 0i32;
+        let (mut sum, mut mins) = (0i32, 0i32);
         for g in 0..2 {
             let r = 16 * g..16 * g + 16;
+            let (sc, m) = scale_min(2 * b + g);
             let s: i32 = q[r.clone()]
                 .iter()
-                .zip(&a[r])
-                .map(|(&q, &a)| (q as i32 - 32) * a as i32)
+                .zip(&a[r.clone()])
+                .map(|(&q, &a)| (q as i32 - off) * a as i32)
                 .sum();
-            sum += (sc[8 * n + 2 * p + g] as i8) as i32 * s;
+            sum += sc * s;
+            mins += m * a[r].iter().map(|&a| a as i32).sum::<i32>();
         }
-        acc += d * dx * sum as f32;
+        acc += d * dx * sum as f32 - dmin * dx * mins as f32;
     }
     acc
 }

@@ -206,7 +206,7 @@ unsafe fn rows(
 unsafe fn run<D: Dot>(format: QuantFormat, args: Args<'_, '_>) -> bool {
     let (rb, a) = (args.1, args.2);
     macro_rules! kernel {
-        ($k:ident $(, $c:literal)*) => {
+        ($k:ident $(, $c:tt)*) => {
             rows(
                 args,
                 |w, o| $k::<D, $($c,)* ROWS>(w, rb, a, o),
@@ -214,7 +214,7 @@ unsafe fn run<D: Dot>(format: QuantFormat, args: Args<'_, '_>) -> bool {
             )
         };
     }
-    use x86_k::{dot_q45k, dot_q6k};
+    use x86_k::{dot_k16, dot_q45k, Q2K, Q3K, Q6K};
     match format {
         QuantFormat::Q4_0 => kernel!(dot_q45, false, false),
         QuantFormat::Q4_1 => kernel!(dot_q45, false, true),
@@ -223,7 +223,9 @@ unsafe fn run<D: Dot>(format: QuantFormat, args: Args<'_, '_>) -> bool {
         QuantFormat::Q8_0 => kernel!(dot_q8_0),
         QuantFormat::Q4K => kernel!(dot_q45k, false),
         QuantFormat::Q5K => kernel!(dot_q45k, true),
-        QuantFormat::Q6K => kernel!(dot_q6k),
+        QuantFormat::Q2K => kernel!(dot_k16, Q2K),
+        QuantFormat::Q3K => kernel!(dot_k16, Q3K),
+        QuantFormat::Q6K => kernel!(dot_k16, Q6K),
         _ => return false,
     }
     true

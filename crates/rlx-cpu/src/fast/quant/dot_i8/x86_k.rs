@@ -1,7 +1,9 @@
-//! The x86 kernels of the k-quants (Q4_K, Q5_K, Q6_K): blocks of 256 values, dotted 32 at a
-//! time against the activation's blocks of 32. Per block of 256 and row, the sub-block
-//! scales are decoded once into a vector and multiplied by the eight activation scales;
-//! per 32 values a row then costs one byte product, one conversion and one multiply-add.
+//! The x86 kernels of the k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): blocks of 256 values,
+//! dotted 32 at a time against the activation's blocks of 32. Per block of 256 (or half of
+//! it) and row, the sub-block scales are decoded once into a vector and multiplied by the
+//! activation scales; per 32 values a row then costs one byte product, one conversion and
+//! one multiply-add. [`dot_q45k`] covers the formats with a scale per 32 values, [`dot_k16`]
+//! those with one per 16 (through [`K16`], one implementation a format).
 
 use super::x86::{hsum, Dot};
 use super::Q8Row;
@@ -113,66 +115,201 @@ pub(super) unsafe fn dot_q45k<D: Dot, const FIVE: bool, const R: usize>(
     }
 }
 
-/// Q6_K rows dot `a`, `R` rows at a time; lengths checked by the caller. A block: 128 bytes
-/// of low nibbles, 64 bytes of 2-bit high parts, 16 signed scales (one per 16 values), f16
-/// `d`. Half `n` (128 values) has four blocks of 32: `p = 0, 1` the low nibbles of bytes
-/// `64n..64n+32`, `64n+32..64n+64`, `p = 2, 3` their high nibbles, the high parts bits
-/// `2p, 2p + 1` of bytes `128 + 32n..`.
+/// A k-quant with a scale per 16 values (Q2_K, Q3_K, Q6_K), as [`dot_k16`] reads a block:
+/// half `n` (128 values) has four blocks of 32, block `p` with scales `8n + 2p` and
+/// `8n + 2p + 1`; a value is `d * sc * (q - OFF)` (Q2_K: `- dmin * m` besides).
+pub(super) trait K16 {
+    /// Bytes per block.
+    const BB: usize;
+    /// The byte of the f16 `d` (Q2_K: followed by `dmin`).
+    const D: usize;
+    /// What every unsigned value `q` is less.
+    const OFF: i8;
+    /// Whether a min per 16 values comes with each scale (Q2_K).
+    const MIN: bool;
+    /// The eight scales of half `n` (and, with `MIN`, their mins) as f32.
+    unsafe fn scales(blk: *const u8, n: usize) -> (__m256, __m256);
+    /// The 32 unsigned values `q` of block `p` of half `n`, a byte each.
+    unsafe fn values(blk: *const u8, n: usize, p: usize) -> __m256i;
+}
+
+/// Q2_K: 16 bytes of scales (low nibble) and mins (high nibble), 64 bytes of 2-bit values
+/// (block `p` of half `n`: bits `2p, 2p + 1` of bytes `16 + 32n..`), f16 `d` and `dmin`.
+pub(super) struct Q2K;
+/// Q3_K: 32 bytes of high bits (block `b`'s: bit `b` of every byte), 64 bytes of 2-bit low
+/// parts (as Q2_K's), 12 bytes of 6-bit scales ([`rlx_ir::quant::q3k_scale`]), f16 `d`.
+pub(super) struct Q3K;
+/// Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit high parts, 16 signed scales, f16
+/// `d`. Block `p` of half `n`: `p = 0, 1` the low nibbles of bytes `64n..64n+32`,
+/// `64n+32..64n+64`, `p = 2, 3` their high nibbles, the high parts bits `2p, 2p + 1` of bytes
+/// `128 + 32n..`.
+pub(super) struct Q6K;
+
+/// The eight bytes of `v` as f32 lanes (unsigned).
 #[inline(always)]
-pub(super) unsafe fn dot_q6k<D: Dot, const R: usize>(
+unsafe fn u8x8(v: u64) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)))
+}
+
+/// Bits `2p, 2p + 1` of the 32 bytes at `p`.
+#[inline(always)]
+unsafe fn crumbs(ptr: *const u8, p: usize) -> __m256i {
+    let q = _mm256_loadu_si256(ptr as *const __m256i);
+    let q = _mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * p as i32));
+    _mm256_and_si256(q, _mm256_set1_epi8(3))
+}
+
+impl K16 for Q2K {
+    const BB: usize = 84;
+    const D: usize = 80;
+    const OFF: i8 = 0;
+    const MIN: bool = true;
+    #[inline(always)]
+    unsafe fn scales(blk: *const u8, n: usize) -> (__m256, __m256) {
+        const LOW: u64 = 0x0f0f_0f0f_0f0f_0f0f;
+        let v = (blk.add(8 * n) as *const u64).read_unaligned();
+        (u8x8(v & LOW), u8x8((v >> 4) & LOW))
+    }
+    #[inline(always)]
+    unsafe fn values(blk: *const u8, n: usize, p: usize) -> __m256i {
+        crumbs(blk.add(16 + 32 * n), p)
+    }
+}
+
+impl K16 for Q3K {
+    const BB: usize = 110;
+    const D: usize = 108;
+    const OFF: i8 = 4;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn scales(blk: *const u8, n: usize) -> (__m256, __m256) {
+        const K1: u32 = 0x0303_0303;
+        const K2: u32 = 0x0f0f_0f0f;
+        let u = |i: usize| (blk.add(96 + 4 * i) as *const u32).read_unaligned();
+        let (u0, u1, u2, s) = (u(0), u(1), u(2), 4 * n as u32);
+        // scale i < 8: the low nibble of byte i, else the high nibble of byte i - 8; the top
+        // two bits are bits 2 (i / 4), 2 (i / 4) + 1 of byte 8 + i % 4 (llama.cpp's unpacking)
+        let a = ((u0 >> s) & K2) | ((u2 >> s) & K1) << 4;
+        let b = ((u1 >> s) & K2) | ((u2 >> (s + 2)) & K1) << 4;
+        let sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((a as u64 | (b as u64) << 32) as i64));
+        let sc = _mm256_sub_epi32(sc, _mm256_set1_epi32(32));
+        (_mm256_cvtepi32_ps(sc), _mm256_setzero_ps())
+    }
+    #[inline(always)]
+    unsafe fn values(blk: *const u8, n: usize, p: usize) -> __m256i {
+        let low = crumbs(blk.add(32 + 32 * n), p);
+        // bit 4n + p of the high bits, to bit 2
+        let h = _mm256_loadu_si256(blk as *const __m256i);
+        let h = _mm256_srl_epi16(h, _mm_cvtsi32_si128((4 * n + p) as i32));
+        let h = _mm256_slli_epi16::<2>(_mm256_and_si256(h, _mm256_set1_epi8(1)));
+        _mm256_or_si256(low, h)
+    }
+}
+
+impl K16 for Q6K {
+    const BB: usize = 210;
+    const D: usize = 208;
+    const OFF: i8 = 32;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn scales(blk: *const u8, n: usize) -> (__m256, __m256) {
+        let sc = _mm_loadl_epi64(blk.add(192 + 8 * n) as *const __m128i);
+        (
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)),
+            _mm256_setzero_ps(),
+        )
+    }
+    #[inline(always)]
+    unsafe fn values(blk: *const u8, n: usize, p: usize) -> __m256i {
+        let low = _mm256_set1_epi8(0x0F);
+        let ql = _mm256_loadu_si256(blk.add(64 * n + 32 * (p % 2)) as *const __m256i);
+        let qh = _mm256_loadu_si256(blk.add(128 + 32 * n) as *const __m256i);
+        let lo = if p < 2 {
+            _mm256_and_si256(ql, low)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low)
+        };
+        // bits 2p, 2p + 1 of the high parts, to bits 4, 5
+        let hi = match p {
+            0 => _mm256_slli_epi16::<4>(qh),
+            1 => _mm256_slli_epi16::<2>(qh),
+            2 => qh,
+            _ => _mm256_srli_epi16::<2>(qh),
+        };
+        _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x30)))
+    }
+}
+
+/// Q2_K, Q3_K or Q6_K (`F`) rows dot `a`, `R` rows at a time; lengths checked by the
+/// caller. Per block of 32 and row: one byte product, less `OFF * sum(a)` per four values
+/// (one product per activation block for all rows), times the lanes' two scales. Q2_K's
+/// min terms take one multiply-add per half and row against the activation's sums per 16
+/// values, also computed once for all rows.
+#[inline(always)]
+pub(super) unsafe fn dot_k16<D: Dot, F: K16, const R: usize>(
     w: *const u8,
     row_bytes: usize,
     a: Q8Row<'_>,
     out: *mut f32,
 ) {
-    const BB: usize = 210;
     let (ap, dsp) = (a.qs.as_ptr(), a.ds.as_ptr());
-    let low = _mm256_set1_epi8(0x0F);
-    let top = _mm256_set1_epi8(0x30);
-    let m32 = _mm256_set1_epi8(32);
+    let zero = _mm256_setzero_si256();
+    let moff = _mm256_set1_epi8(F::OFF);
     let pairs = _mm256_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6);
     let mut acc = [_mm256_setzero_ps(); R];
     for sb in 0..a.ds.len() / 8 {
         for r in 0..R {
-            prefetch(w.wrapping_add((r + R) * row_bytes + sb * BB), BB);
+            prefetch(w.wrapping_add((r + R) * row_bytes + sb * F::BB), F::BB);
         }
         for n in 0..2 {
+            let xp = ap.add(sb * QK_K + n * 128);
             // dx of block p in lanes 2p and 2p + 1, the lanes of its two scales
             let ds = dsp.add(8 * sb + 4 * n) as *const f32;
             let dx = _mm256_permutevar8x32_ps(_mm256_loadu_ps(ds), pairs);
+            // Q2_K: dx * sum(a) over each 16 values, in the lanes of their scales
+            let sx = if F::MIN {
+                let ones = _mm256_set1_epi8(1);
+                let s = [0, 1, 2, 3]
+                    .map(|p| D::dot(zero, ones, _mm256_loadu_si256(xp.add(32 * p) as _)));
+                let h =
+                    _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+                // [p0 g0, p1 g0, p2 g0, p3 g0, p0 g1, ..] to the order 2p + g
+                let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+                let h = _mm256_permutevar8x32_epi32(h, order);
+                _mm256_mul_ps(_mm256_cvtepi32_ps(h), dx)
+            } else {
+                _mm256_setzero_ps()
+            };
             let mut sd = [_mm256_setzero_ps(); R];
-            for (r, sd) in sd.iter_mut().enumerate() {
-                let blk = w.add(r * row_bytes + sb * BB);
-                let d = (blk.add(208) as *const u16).read_unaligned() as i16;
-                let d = _mm256_cvtph_ps(_mm_set1_epi16(d));
-                let sc = _mm_loadl_epi64(blk.add(192 + 8 * n) as *const __m128i);
-                let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc));
-                *sd = _mm256_mul_ps(_mm256_mul_ps(sc, d), dx);
+            for (r, (sd, acc)) in sd.iter_mut().zip(acc.iter_mut()).enumerate() {
+                let blk = w.add(r * row_bytes + sb * F::BB);
+                let (sc, mn) = F::scales(blk, n);
+                if F::MIN {
+                    // `d` and `dmin`
+                    let dm = (blk.add(F::D) as *const i32).read_unaligned();
+                    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
+                    let d = _mm256_broadcastss_ps(dm);
+                    *sd = _mm256_mul_ps(_mm256_mul_ps(sc, d), dx);
+                    let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+                    *acc = _mm256_fnmadd_ps(_mm256_mul_ps(mn, dmin), sx, *acc);
+                } else {
+                    let d = (blk.add(F::D) as *const u16).read_unaligned() as i16;
+                    let d = _mm256_cvtph_ps(_mm_set1_epi16(d));
+                    *sd = _mm256_mul_ps(_mm256_mul_ps(sc, d), dx);
+                }
             }
             for p in 0..4 {
-                let x = _mm256_loadu_si256(ap.add(sb * QK_K + n * 128 + 32 * p) as *const __m256i);
-                // 32 * (sum of a over four values): the `- 32` of every weight
-                let x32 = D::dot(_mm256_setzero_si256(), m32, x);
+                let x = _mm256_loadu_si256(xp.add(32 * p) as *const __m256i);
+                // OFF * (sum of a over four values): the `- OFF` of every weight
+                let xoff = D::dot(zero, moff, x);
                 let (s0, s1) = (2 * p as i32, 2 * p as i32 + 1);
                 let lanes = _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1);
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let blk = w.add(r * row_bytes + sb * BB);
-                    let ql = _mm256_loadu_si256(blk.add(64 * n + 32 * (p % 2)) as *const __m256i);
-                    let qh = _mm256_loadu_si256(blk.add(128 + 32 * n) as *const __m256i);
-                    let lo = if p < 2 {
-                        _mm256_and_si256(ql, low)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low)
-                    };
-                    // bits 2p, 2p + 1 of the high parts, to bits 4, 5
-                    let hi = match p {
-                        0 => _mm256_slli_epi16::<4>(qh),
-                        1 => _mm256_slli_epi16::<2>(qh),
-                        2 => qh,
-                        _ => _mm256_srli_epi16::<2>(qh),
-                    };
-                    let q = _mm256_or_si256(lo, _mm256_and_si256(hi, top));
-                    let s = _mm256_sub_epi32(D::dot(_mm256_setzero_si256(), q, x), x32);
+                    let blk = w.add(r * row_bytes + sb * F::BB);
+                    let mut s = D::dot(zero, F::values(blk, n, p), x);
+                    if F::OFF != 0 {
+                        s = _mm256_sub_epi32(s, xoff);
+                    }
                     let scale = _mm256_permutevar8x32_ps(sd[r], lanes);
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *acc);
                 }
