@@ -772,15 +772,7 @@ impl CudaLlm {
         ];
         args.extend_from_slice(&e);
         let name = format!("gemvq_{}", format_suffix(w.format));
-        // a warp per 1,024 columns, 1 to 8 (`QWARPS`)
-        let warps = w.k.div_ceil(1024).clamp(1, 8) as u32;
-        self.go_shaped(
-            &name,
-            Some(w),
-            [w.n.div_ceil(4) as u32, 1],
-            32 * warps,
-            &args,
-        )
+        self.go_shaped(&name, Some(w), [w.n.div_ceil(4) as u32, 1], 128, &args)
     }
 
     /// Enqueues a product of `m` rows as a tensor-core GEMM: the rows converted to the

@@ -586,22 +586,20 @@ template <int FMT> D void q32(const u8* row, i64 i, int* q, float* a, float* b) 
 }
 
 // The split-k single-row product over int8 activations: as `gemv_split` (four output rows a
-// block, its warps splitting k), each lane taking 32 values at a time. The block has
-// k / 1024 warps (1 to QWARPS; the launch chooses), so every warp has work at k = 2,048 and
-// long rows (k = 14,336) need fewer rounds.
-#define QWARPS 8
+// block, SPLIT_WARPS warps splitting k), each lane taking 32 values at a time. (A warp per
+// 1,024 columns, up to 8, measured slower on an H100 at k = 4,096 and no faster at 14,336.)
 template <int FMT>
 D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
              const signed char* __restrict__ xq, const float4* __restrict__ xd, float* y,
              i64 out_mode, const QkvArgs& qa) {
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   const i64 row = 4 * (i64)blockIdx.x;
   const int nrows = (int)min((i64)4, n - row);
   const u8* wr[4];
   split_rows(w, row_bytes, row, nrows, wr);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 2
-  for (i64 i = (i64)(wid * 32 + lane) * 32; i < k; i += (i64)warps * 1024) {
+  for (i64 i = (i64)(wid * 32 + lane) * 32; i < k; i += SPLIT_WARPS * 1024) {
     const int4 x0 = *(const int4*)(xq + i), x1 = *(const int4*)(xq + i + 16);
     const int xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
     const float4 s = xd[i >> 5];
@@ -616,7 +614,7 @@ D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
       acc[j] += s.x * (a[0] * (float)d0 + a[1] * (float)d1) + b[0] * s.y + b[1] * s.z;
     }
   }
-  __shared__ float part[QWARPS][4];
+  __shared__ float part[SPLIT_WARPS][4];
 #pragma unroll
   for (int j = 0; j < 4; j++) acc[j] = warp_sum(acc[j]);
   if (lane == 0) {
@@ -628,13 +626,13 @@ D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
   const int p = threadIdx.x;
   if (2 * p >= nrows) return;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int r = 0; r < warps; r++)
+  for (int r = 0; r < SPLIT_WARPS; r++)
 #pragma unroll
     for (int j = 0; j < 4; j++) v[j] += part[r][j];
   emit_pair(y, 0, out_mode, qa, 0, row0 + row + 2 * p, v[2 * p], v[2 * p + 1], 2 * p + 1 < nrows);
 }
 #define GEMVQ_KERNEL(SUFFIX, FMT)                                                                 \
-  extern "C" __global__ void __launch_bounds__(32 * QWARPS) gemvq_##SUFFIX(                 \
+  extern "C" __global__ void __launch_bounds__(32 * SPLIT_WARPS) gemvq_##SUFFIX(                 \
       const u8* w, i64 row_bytes, i64 n, i64 k, i64 row0, const signed char* xq, const float4* xd, \
       float* y, i64 out_mode, const float* bias, const float* inv_freq, const int* pos,           \
       const int* slot, const int* table, void* cache, i64 qd, i64 kvd, i64 hd, i64 kvh, i64 bs,   \
@@ -790,20 +788,16 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
     float o[MAX_DL];
 #pragma unroll
     for (int t = 0; t < MAX_DL; t++) o[t] = 0.0f;
-    // all 32 positions of the warp, 16 rows' loads in flight (a lane past the last valid
-    // position reads row 0 of the pool, a valid address, and its value is dropped)
-    if (nv > 0) {
-#pragma unroll 16
-      for (int j = 0; j < 32; j++) {
-        const float pj = __shfl_sync(0xffffffffu, e, j);
-        const long long vj = __shfl_sync(0xffffffffu, (long long)vo, j);
+#pragma unroll 8
+    for (int j = 0; j < nv; j++) {
+      const float pj = __shfl_sync(0xffffffffu, e, j);
+      const long long vj = __shfl_sync(0xffffffffu, (long long)vo, j);
 #pragma unroll
-        for (int t = 0; t < MAX_DL; t++) {
-          const i64 d = (i64)lane * dpl + t;
-          if (t < dpl && d < hd) {
-            float vv = HALF ? h2f(((const unsigned short*)cache)[vj + d]) : ((const float*)cache)[vj + d];
-            o[t] = j < nv ? fmaf(pj, vv, o[t]) : o[t];
-          }
+      for (int t = 0; t < MAX_DL; t++) {
+        const i64 d = (i64)lane * dpl + t;
+        if (t < dpl && d < hd) {
+          float vv = HALF ? h2f(((const unsigned short*)cache)[vj + d]) : ((const float*)cache)[vj + d];
+          o[t] = fmaf(pj, vv, o[t]);
         }
       }
     }
