@@ -313,11 +313,15 @@ pub struct CudaLlm {
     pub setup_s: f64,
 }
 
-/// Blocks along the attention grid's x (splits of `SPLIT_LEN` positions): about 1,024
-/// blocks in all, each looping over the splits past it, so a long context does not launch
-/// thousands of blocks that find nothing to do at short lengths.
+/// About this many attention blocks a launch (rows x heads x splits taken together).
+const ATT_BLOCKS: usize = 1024;
+
+/// Blocks along the attention grid's x (splits of `SPLIT_LEN` positions): about
+/// [`ATT_BLOCKS`] in all, each folding the splits past it into one partial result, so a long
+/// context neither launches thousands of blocks that find nothing to do at short lengths nor
+/// needs a partial per split (the partials take at most `ATT_BLOCKS` or rows x heads slots).
 fn att_grid_x(splits: usize, rows_heads: usize) -> u32 {
-    (1024 / rows_heads.max(1)).clamp(1, splits.max(1)) as u32
+    (ATT_BLOCKS / rows_heads.max(1)).clamp(1, splits.max(1)) as u32
 }
 
 /// The stored formats of a model's projections and embedding.
@@ -474,7 +478,7 @@ impl CudaLlm {
             att: mem.alloc(cap * qd * f)?,
             ffn: mem.alloc(cap * 2 * c.ffn * f)?,
             logits: mem.alloc(max_sequences * c.vocab * f)?,
-            part: mem.alloc(cap * c.heads * splits * (c.head_dim + 2) * f)?,
+            part: mem.alloc(ATT_BLOCKS.max(cap * c.heads) * (c.head_dim + 2) * f)?,
             tickets: mem.alloc(cap * c.heads * 4)?,
             scales: mem.alloc(cap * 4)?,
             rows: mem.alloc(layout.bytes)?,
@@ -992,7 +996,6 @@ impl CudaLlm {
                     hd as u64,
                     BLOCK_ROWS as u64,
                     self.table.max_blocks as u64,
-                    self.splits as u64,
                     // Phi-3 longrope scales cos and sin, so q·k by the factor squared
                     bits(sh.rope_attn_scale.powi(2) / (hd as f64).sqrt()),
                 ],

@@ -718,7 +718,7 @@ template <int FMT> D void embed(const u8* table, i64 row_bytes, const int* token
 template <bool HALF>
 D void attention_split(const float* q, const void* cache, const int* table, const int* pos,
                        const int* slot, float* part, float* out, int* tickets, i64 heads, i64 kvh,
-                       i64 hd, i64 bs, i64 max_blocks, i64 splits, float scale) {
+                       i64 hd, i64 bs, i64 max_blocks, float scale) {
   __shared__ float sq[256];
   __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], so[ATT_WARPS][256];
   __shared__ int last;
@@ -743,13 +743,15 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
   GRID_WAIT();
   if ((i64)blockIdx.x * ATT_SPLIT >= len) return;
   const i64 used = (len + ATT_SPLIT - 1) / ATT_SPLIT;
+  // blocks with work: block b takes splits b, b + gridDim.x, ... and folds them into one
+  // running (max, sum, output) before the blocks merge
+  const i64 busy = min((i64)gridDim.x, used);
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   const i64 qd = heads * hd;
   for (i64 d = threadIdx.x; d < hd; d += blockDim.x) sq[d] = q[r * qd + h * hd + d] * scale;
   float* dst = out + r * qd + h * hd;
   const int dpl = (int)(hd >> 5);
-  // the grid holds at most `splits` blocks along x; a block takes splits blockIdx.x,
-  // blockIdx.x + gridDim.x, ... (long contexts without thousands of idle blocks)
+  float bm = -INFINITY, bl = 0.0f, bo[2] = {0.0f, 0.0f};  // this block's running merge
   for (i64 s = blockIdx.x; s < used; s += gridDim.x) {
     __syncthreads();  // sq written; the last split's shared values read
     const i64 start = s * ATT_SPLIT, end = min(len, start + ATT_SPLIT);
@@ -808,6 +810,8 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
       if (t < dpl && d < hd) so[wid][d] = o[t];
     }
     __syncthreads();
+    // this split's (max, sum) over its warps, folded into the block's running ones; thread
+    // t keeps output values t and t + 128 (hd <= 256)
     float M = -INFINITY;
     for (int w2 = 0; w2 < ATT_WARPS; w2++) M = fmaxf(M, sm[w2]);
     float f[ATT_WARPS], L = 0.0f;
@@ -815,51 +819,64 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
       f[w2] = sm[w2] == -INFINITY ? 0.0f : __expf(sm[w2] - M);
       L += sl[w2] * f[w2];
     }
-    if (used == 1) {
-      for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
+    const float nm = fmaxf(bm, M);
+    const float fb = bm == -INFINITY ? 0.0f : __expf(bm - nm), fs = __expf(M - nm);
+    bl = bl * fb + L * fs;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const i64 d = threadIdx.x + u * blockDim.x;
+      if (d < hd) {
         float acc = 0.0f;
         for (int w2 = 0; w2 < ATT_WARPS; w2++) acc += so[w2][d] * f[w2];
-        dst[d] = acc / L;
+        bo[u] = bo[u] * fb + acc * fs;
       }
-      return;
     }
-    float* mine = part + ((r * heads + h) * splits + s) * (hd + 2);
-    if (threadIdx.x == 0) { mine[0] = M; mine[1] = L; }
-    for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
-      float acc = 0.0f;
-      for (int w2 = 0; w2 < ATT_WARPS; w2++) acc += so[w2][d] * f[w2];
-      mine[2 + d] = acc;
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const int t = atomicAdd(tickets + r * heads + h, 1);
-      last = t == (int)used - 1;
-    }
-    __syncthreads();
-    if (!last) continue;
-    // the last split of (row, head) to finish merges them all
-    __threadfence();
-    const float* all = part + (r * heads + h) * splits * (hd + 2);
-    float GM = -INFINITY;
-    for (i64 u = 0; u < used; u++) GM = fmaxf(GM, __ldcg(all + u * (hd + 2)));
-    float GL = 0.0f;
-    for (i64 u = 0; u < used; u++) GL += __ldcg(all + u * (hd + 2) + 1) * __expf(__ldcg(all + u * (hd + 2)) - GM);
-    for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
-      float acc = 0.0f;
-      for (i64 u = 0; u < used; u++) acc += __ldcg(all + u * (hd + 2) + 2 + d) * __expf(__ldcg(all + u * (hd + 2)) - GM);
-      dst[d] = acc / GL;
-    }
-    if (threadIdx.x == 0) tickets[r * heads + h] = 0;
+    bm = nm;
   }
+  if (busy == 1) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const i64 d = threadIdx.x + u * blockDim.x;
+      if (d < hd) dst[d] = bo[u] / bl;
+    }
+    return;
+  }
+  float* mine = part + ((r * heads + h) * gridDim.x + blockIdx.x) * (hd + 2);
+  if (threadIdx.x == 0) { mine[0] = bm; mine[1] = bl; }
+#pragma unroll
+  for (int u = 0; u < 2; u++) {
+    const i64 d = threadIdx.x + u * blockDim.x;
+    if (d < hd) mine[2 + d] = bo[u];
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int t = atomicAdd(tickets + r * heads + h, 1);
+    last = t == (int)busy - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  // the last block of (row, head) to finish merges the busy blocks' partials
+  __threadfence();
+  const float* all = part + (r * heads + h) * gridDim.x * (hd + 2);
+  float GM = -INFINITY;
+  for (i64 u = 0; u < busy; u++) GM = fmaxf(GM, __ldcg(all + u * (hd + 2)));
+  float GL = 0.0f;
+  for (i64 u = 0; u < busy; u++) GL += __ldcg(all + u * (hd + 2) + 1) * __expf(__ldcg(all + u * (hd + 2)) - GM);
+  for (i64 d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.0f;
+    for (i64 u = 0; u < busy; u++) acc += __ldcg(all + u * (hd + 2) + 2 + d) * __expf(__ldcg(all + u * (hd + 2)) - GM);
+    dst[d] = acc / GL;
+  }
+  if (threadIdx.x == 0) tickets[r * heads + h] = 0;
 }
 #define ATT_KERNEL(NAME, HALF)                                                                     \
   extern "C" __global__ void __launch_bounds__(128) NAME(                                         \
       const float* q, const void* cache, const int* table, const int* pos, const int* slot,        \
       float* part, float* out, int* tickets, i64 heads, i64 kvh, i64 hd, i64 bs, i64 max_blocks,   \
-      i64 splits, double scale) {                                                                  \
+      double scale) {                                                                              \
     attention_split<HALF>(q, cache, table, pos, slot, part, out, tickets, heads, kvh, hd, bs,     \
-                          max_blocks, splits, (float)scale);                                       \
+                          max_blocks, (float)scale);                                               \
   }
 ATT_KERNEL(attention_f32, false)
 ATT_KERNEL(attention_f16, true)
