@@ -199,7 +199,7 @@ impl CudaProgram {
     /// in `outputs` to its device address; nothing goes through host memory but host
     /// inputs. Bound memory is read and written in place where it is 256-byte aligned (the
     /// kernels take its addresses: a CUDA graph is captured per set of addresses, the
-    /// [`BOUND_GRAPHS`] most recent kept); otherwise, or with
+    /// `BOUND_GRAPHS` (4) most recent kept); otherwise, or with
     /// [`CudaOptions::bind_direct`] off, device inputs are copied on the device into the
     /// program's input slots and outputs out of its arena. Returns once the outputs are
     /// written.
