@@ -1,6 +1,6 @@
 //! The Llama family (SmolLM2, TinyLlama, Llama 3 shapes; Mistral, Qwen2, Gemma and Phi-3,
 //! whose differences [`arch`] lists) from GGUF files or from Hugging Face folders (`config.json` + safetensors + `tokenizer.json`, see [`hf`]): config from the
-//! `llama.*` metadata, weights kept packed (every projection is an [`Op::QuantMatMul`] on
+//! `llama.*` metadata, weights kept packed (every projection is an [`rlx_ir::Op::QuantMatMul`] on
 //! the file's own blocks: quantized, f16, bf16 or f32), graph builders for prefill and
 //! decode, and a [`Generator`] that runs them with a KV cache allocated once per generation.
 //!
