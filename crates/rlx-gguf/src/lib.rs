@@ -10,7 +10,7 @@
 //!   `tokenizers` crate to give the ids HF gives: byte-level BPE (`gpt2`, with the GPT-2,
 //!   Llama 3, Qwen2 or SmolLM pre-tokenizer) or SentencePiece-style BPE with byte fallback
 //!   (`llama`); special tokens, BOS/EOS, and the chat template.
-//! - [`quantize`]: f32 values into any block format (GGML's reference rounding), and
+//! - [`quantize()`]: f32 values into any block format (GGML's reference rounding), and
 //!   [`GgufWriter`]: a GGUF v3 file written tensor by tensor (`rlx quantize` uses both).
 //!
 //! Malformed or truncated files give a [`GgufError`] naming what and where; nothing panics.

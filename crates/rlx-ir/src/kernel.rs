@@ -347,7 +347,7 @@ pub struct KernelProgram {
 
 impl KernelProgram {
     /// Whether a value of `dtype` and `shape` fits buffer `b` as compiled: None when it does,
-    /// else "compiled for f32[2,3], got f16[2, 3]" (for a binding's error).
+    /// else `"compiled for f32[2,3], got f16[2, 3]"` (for a binding's error).
     pub fn buffer_mismatch(&self, b: BufferId, dtype: DType, shape: &[usize]) -> Option<String> {
         let ty = &self.buffers[b].ty;
         let want = ty.shape.as_static().unwrap_or_default();

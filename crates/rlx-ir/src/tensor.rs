@@ -60,7 +60,7 @@ pub enum TensorData {
     U2(Buffer<u8>),
 }
 
-/// Runs `$body` with `$v` bound to the element [`Buffer`](crate::Buffer) of any
+/// Runs `$body` with `$v` bound to the element [`Buffer`] of any
 /// [`TensorData`] variant.
 #[macro_export]
 macro_rules! each_tensor_data {

@@ -8,6 +8,8 @@
 
 mod support;
 
+use rlx_gguf::QuantFormat;
+use rlx_models::llama::export::export_gguf;
 use rlx_models::llama::sample::{Family, RandomLlama};
 use rlx_models::llama::{FfnAct, Generator, Llama, Runner, Sampling, Stage};
 use serde_json::Value;
@@ -89,6 +91,11 @@ fn rope(x: &mut [f64], pos: usize, base: f64, factors: &[f64], attn: f64) {
 
 /// The logits at every position of `tokens`, in f64, from the folder's files alone.
 fn reference(dir: &Path, tokens: &[u32]) -> Vec<Vec<f64>> {
+    reference_with(dir, tokens, false)
+}
+
+/// [`reference`] with Phi-3 longrope's long factors (`long`) or its short ones.
+fn reference_with(dir: &Path, tokens: &[u32], long: bool) -> Vec<Vec<f64>> {
     let cfg: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     let ty = cfg["model_type"].as_str().unwrap();
@@ -104,10 +111,11 @@ fn reference(dir: &Path, tokens: &[u32]) -> Vec<Vec<f64>> {
         .map_or(hidden / heads, |d| d as usize);
     let eps = cfg["rms_norm_eps"].as_f64().unwrap();
     let base = cfg["rope_theta"].as_f64().unwrap();
-    // Phi-3 longrope (short factors: these sequences stay within the original context)
+    // Phi-3 longrope (short factors within the original context, long ones past it)
     let (factors, attn): (Vec<f64>, f64) = match cfg.get("rope_scaling") {
         Some(r) if r["type"] == "longrope" => {
-            let short = r["short_factor"].as_array().unwrap();
+            let key = if long { "long_factor" } else { "short_factor" };
+            let short = r[key].as_array().unwrap();
             let original = u("original_max_position_embeddings") as f64;
             let scale = u("max_position_embeddings") as f64 / original;
             (
@@ -388,6 +396,51 @@ fn phi3_longrope_matches_the_f64_reference() {
     assert_eq!(model.config.context, 4096, "capped at the original context");
     let want = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt();
     assert!((model.config.rope_attn_scale - want).abs() < 1e-12);
+    // asked for more than the original context: the long factors, as llama.cpp picks them
+    let mut long_model = Llama::open(&dir).unwrap();
+    long_model.extend_context(8192);
+    assert_eq!(long_model.config.context, 8192);
+    let prompt: Vec<u32> = (0..11).map(|i| 2 + (i * 37) % 250).collect();
+    let got = cpu_logits(&long_model, &prompt);
+    let err = rel_l2(&got, reference_with(&dir, &prompt, true).last().unwrap());
+    assert!(err < 1e-4, "long factors: logits rel L2 {err}");
+    let short = rel_l2(&got, reference(&dir, &prompt).last().unwrap());
+    assert!(short > 1e-3, "the long factors change the logits ({short})");
+    long_model.extend_context(1 << 20);
+    assert_eq!(
+        long_model.config.context, 131072,
+        "capped at the trained context"
+    );
+    // a context within the original keeps the short factors
+    let mut same = Llama::open(&dir).unwrap();
+    same.extend_context(100);
+    assert_eq!(same.config, model.config);
+    // written as GGUF (both factor sets, the original context and the attention factor in
+    // the metadata) and read back: the same settings, the same long-context logits
+    let gguf = dir.join("longrope.gguf");
+    export_gguf(&model, &dir, &gguf, QuantFormat::F32, 1, &mut |_| {}).unwrap();
+    let mut back = Llama::open(&gguf).unwrap();
+    assert_eq!(back.config.context, 4096);
+    // (stored as f32)
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * y);
+    let (bl, ml) = (
+        back.config.rope_long.as_ref().unwrap(),
+        model.config.rope_long.as_ref().unwrap(),
+    );
+    assert_eq!(bl.context, ml.context);
+    assert!(close(&bl.factors, &ml.factors), "long factors");
+    let (bs, ms) = (
+        back.config.rope_freq_factors.as_ref().unwrap(),
+        model.config.rope_freq_factors.as_ref().unwrap(),
+    );
+    assert!(bs.len() == ms.len() && close(bs, ms), "short factors");
+    assert!((back.config.rope_attn_scale - model.config.rope_attn_scale).abs() < 1e-6);
+    back.extend_context(8192);
+    let err = rel_l2(
+        &cpu_logits(&back, &prompt),
+        reference_with(&dir, &prompt, true).last().unwrap(),
+    );
+    assert!(err < 1e-4, "GGUF, long factors: logits rel L2 {err}");
     check_dir("phi3-longrope", &dir);
 }
 

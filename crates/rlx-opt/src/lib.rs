@@ -7,9 +7,9 @@
 //! ```
 //!
 //! - [`optimize`] runs the named graph passes of [`PASSES`], each verified in debug builds;
-//! - [`legalize`] fits a graph to a backend's capability function, decomposing what the
+//! - [`legalize()`] fits a graph to a backend's capability function, decomposing what the
 //!   backend lacks and reporting every node in a [`DispatchReport`];
-//! - [`lower`] fuses elementwise chains, reductions with their prologue and epilogue, and
+//! - [`lower()`] fuses elementwise chains, reductions with their prologue and epilogue, and
 //!   library ops with their elementwise epilogue into a [`rlx_ir::kernel::KernelProgram`].
 //!
 //! This crate runs nothing: constant folding takes the evaluator as an argument (the

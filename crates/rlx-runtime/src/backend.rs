@@ -93,7 +93,7 @@ pub trait Backend: Send + Sync {
     /// [`Backend::memory`]); its contents are unspecified until written.
     ///
     /// # Errors
-    /// The device has no buffer API ("not supported on <device>"), or out of memory (with
+    /// The device has no buffer API (`"not supported on <device>"`), or out of memory (with
     /// the sizes).
     fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<DeviceBuffer, RuntimeError> {
         let _ = (dtype, shape);

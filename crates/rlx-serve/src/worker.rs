@@ -124,7 +124,10 @@ pub fn spawn_llm(s: LlmSettings, metrics: Arc<Metrics>) -> Result<LlmWorker, Ser
         .spawn(move || {
             let setup = (|| -> Result<(Llama, Device), LlmError> {
                 let device = rlx_llm::llm_device(&s.device)?;
-                let model = Llama::open(&s.path).map_err(|e| LlmError::Model(e.to_string()))?;
+                let mut model = Llama::open(&s.path).map_err(|e| LlmError::Model(e.to_string()))?;
+                if let Some(n) = s.engine.context {
+                    model.extend_context(n);
+                }
                 Ok((model, device))
             })();
             let (model, device) = match setup {

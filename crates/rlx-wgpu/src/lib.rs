@@ -7,8 +7,8 @@
 //!   shapes; tiled GEMM with workgroup memory; reductions with workgroup trees;
 //! - [`memory`]: a block provider of large wgpu storage buffers under rlx-mem's
 //!   sub-allocator; tensors bind as aligned sub-ranges;
-//! - [`program`]: pipelines and bind groups built at compile time, one command encoder per
-//!   run;
+//! - `program` ([`WgpuProgram`]): pipelines and bind groups built at compile time, one
+//!   command encoder per run;
 //! - [`staging`]: the staging pool every upload and download goes through (a ring of
 //!   host-visible chunks on rlx-mem's staging ring, sized by [`WgpuOptions`]).
 //!

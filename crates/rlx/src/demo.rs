@@ -44,7 +44,7 @@ pub const PARAMS: [(&str, &[usize]); 8] = [
 ];
 
 /// Builds the CNN: conv(1→8)+relu, maxpool 2, conv(8→16)+relu, flatten, fc 256→64+relu,
-/// fc 64→10. Input `images` is f32[batch,1,8,8]; output `logits` is f32[batch,10].
+/// fc 64→10. Input `images` is `f32[batch,1,8,8]`; output `logits` is `f32[batch,10]`.
 pub fn build_graph() -> Result<Graph, IrError> {
     let mut g = Graph::new();
     let batch = Dim::sym("batch");
@@ -97,7 +97,7 @@ pub fn weights() -> Result<Vec<(String, Tensor)>, DemoError> {
         .collect()
 }
 
-/// The held-out set: images f32[360,1,8,8], labels i64[360], reference logits f32[360,10].
+/// The held-out set: images `f32[360,1,8,8]`, labels `i64[360]`, reference logits `f32[360,10]`.
 pub fn test_set() -> Result<(Tensor, Tensor, Tensor), DemoError> {
     let st = parse(TEST_SET)?;
     Ok((

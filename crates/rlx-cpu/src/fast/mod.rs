@@ -34,7 +34,7 @@ use std::time::Instant;
 /// Compile options of the fast path.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuOptions {
-    /// Threads; None uses the global pool ([`pool::global`]: `RLX_CPU_THREADS`, else
+    /// Threads; None uses the global pool (`pool::global`: `RLX_CPU_THREADS`, else
     /// `RAYON_NUM_THREADS`, else all cores).
     pub threads: Option<usize>,
     /// Quantized matmuls dot their f32 activations with the dequantized weights, as the

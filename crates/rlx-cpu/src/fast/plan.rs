@@ -28,7 +28,7 @@ pub struct MemoryPlan {
 pub const ALIGN: usize = 64;
 
 /// Packs the requests with `rlx-mem`'s static planner (largest or longest-lived first, each
-/// into the best gap), every offset aligned to [`ALIGN`].
+/// into the best gap), every offset aligned to `ALIGN` (64 bytes).
 pub fn plan_memory(reqs: &[Interval]) -> MemoryPlan {
     let requests: Vec<rlx_mem::PlanRequest> = reqs
         .iter()

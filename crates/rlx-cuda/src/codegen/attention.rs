@@ -9,7 +9,7 @@
 //! [`flash_mma`] is the same algorithm on tensor cores (`mma.sync` m16n8k16, f16/bf16 on
 //! sm_80+, head sizes multiples of 16 up to 128), which planning prefers where it applies;
 //! [`emit`] remains for f32, other head sizes and older GPUs, and [`gemm_softmax`] is the
-//! softmax of the GEMM form (`plan_gemm::attention`).
+//! softmax of the GEMM form (`plan::gemm::attention`).
 
 use super::dtype::{load, storage, store};
 use super::index::{contiguous, coords};

@@ -180,9 +180,9 @@ impl<'a> EpilogueCtx<'a> {
         self.apply_coords(&sp, at, value)
     }
 
-    /// [`EpilogueCtx::apply_at`] for the [`WIDE`] elements at `row`, columns `col ..` of the
-    /// result seen as a matrix of `n` columns (`col` a multiple of [`WIDE`]), whose library
-    /// values are `values`: each extra input read once as a [`WIDE`]-element vector (a whole
+    /// [`EpilogueCtx::apply_at`] for the `WIDE` (8) elements at `row`, columns `col ..` of the
+    /// result seen as a matrix of `n` columns (`col` a multiple of `WIDE`), whose library
+    /// values are `values`: each extra input read once as a `WIDE`-element vector (a whole
     /// tensor, or a row repeated over rows such as a bias) or as a single value. Returns the
     /// statements and each element's stored-form result; None when an input is read any
     /// other way, or its offset or dtype allows no vector (then apply element by element).

@@ -113,7 +113,7 @@ pub fn applies(gemm: &LibCtx, norm: &RowNorm, g: &MmaGemm, tile: &WgmmaTile) -> 
 
 /// Emits the GEMM + norm kernel for `g` in `tile`; `gemm` is the GEMM's context (operands,
 /// its epilogue), `norm` the norm's, `a_map` the elementwise epilogue of the kernel that
-/// produced A when the GEMM applies it to A as it loads it ([`gemm_wgmma::a_map`]; its
+/// produced A when the GEMM applies it to A as it loads it (`gemm_wgmma::a_map`; its
 /// extra inputs become the kernel's last arguments).
 ///
 /// # Errors

@@ -4,7 +4,7 @@
 //! Hopper's warpgroup MMA (`wgmma.mma_async`, operands read by the tensor cores straight from
 //! shared memory), so an epilogue cuBLASLt cannot fuse (exact GELU, SiLU, a cast) need not
 //! cost a second pass over the result. Offered as a [`crate::plan::Choice`] candidate next to
-//! the `mma.sync` kernel's tilings (results up to [`super::gemm_mma::max_output`] elements)
+//! the `mma.sync` kernel's tilings (results up to [`super::gemm_mma::MAX_OUTPUT`] elements)
 //! and chosen by timing at compile, never imposed.
 //!
 //! Measured on an H200 (2026-11-30, `RLX_CUDA_TUNE_LOG=1`, the encoder's FFN GEMM + bias +

@@ -2,7 +2,7 @@
 //!
 //! Elementwise kernels run one thread per output element in a grid-stride loop; contiguous
 //! (or row-broadcast) f16/bf16 chains move 16-byte vectors of 8 elements, two per thread
-//! ([`elementwise_wide`]), other f32/f16/bf16 chains 4-wide vectors. Reductions
+//! (`elementwise_wide`), other f32/f16/bf16 chains 4-wide vectors. Reductions
 //! pick a shape by size: a thread per output row when rows are short, a warp per row for
 //! medium rows, a block per row for long ones; partial results combine with warp shuffles
 //! (and shared memory across warps). The prologue runs per reduction point, the epilogue

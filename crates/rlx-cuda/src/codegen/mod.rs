@@ -73,7 +73,7 @@ pub struct Target {
     /// a GEMM may apply the elementwise epilogue of the GEMM that produced its A operand as
     /// A's tiles land in shared memory, so that epilogue's pass over memory goes (offered as
     /// a timed choice; off unless `RLX_CUDA_A_PROLOGUE=1`: on an H200 the exact GELU beside
-    /// the tensor cores made it slower than the steps it replaces, see `plan_norm`)
+    /// the tensor cores made it slower than the steps it replaces, see `plan::norm`)
     pub a_prologue: bool,
     /// the planner's switches for A/B runs ([`crate::settings::Tuning`])
     pub tuning: crate::settings::Tuning,

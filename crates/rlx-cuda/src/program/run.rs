@@ -1,134 +1,8 @@
-//! Running a compiled CUDA program: host runs (managed memory prefetched, inputs uploaded
-//! and outputs read back through the staging pool), bound runs (device memory read and
-//! written in place where aligned, copied otherwise), graph capture and replay per set of
-//! bound addresses, and step timing.
+//! Running a program: host and bound runs, weight and derived-buffer uploads, binding checks.
 
 use super::*;
 
 impl CudaProgram {
-    /// Times every step on its own (launched eagerly between two events, so launch gaps
-    /// are excluded), `iters` times; returns per step its label and median milliseconds.
-    /// Inputs and weights stay where the last [`CudaProgram::run`] put them.
-    ///
-    /// # Errors
-    /// A device failure.
-    pub fn profile_steps(&self, iters: usize) -> Result<Vec<(String, f64)>, CudaError> {
-        let _state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let _queue = self.device.queue();
-        self.device.bind()?;
-        let mut out = Vec::with_capacity(self.plan.steps.len());
-        for (i, step) in self.plan.steps.iter().enumerate() {
-            if self.route[i] == Route::Skip {
-                continue;
-            }
-            let mut times = Vec::with_capacity(iters.max(1));
-            for _ in 0..iters.max(1) {
-                let start = self.device.record()?;
-                self.enqueue_step(i, &[])?;
-                let end = self.device.record()?;
-                times.push(self.device.elapsed_ms(&start, &end)? as f64);
-            }
-            times.sort_by(f64::total_cmp);
-            let label = match (step, self.route[i]) {
-                (_, Route::Fused(c, t)) => {
-                    let k = &self.plan.choices[c].fused[t];
-                    format!("{} ({})", k.function, k.label)
-                }
-                (Step::Kernel(k), _) => format!("{} ({})", k.function, k.label),
-                (Step::Gemm(g), _) => {
-                    let batching = self.gemms[i].as_ref().map(|p| p.batching);
-                    format!(
-                        "gemm {} [m{} n{} k{} b{}x{}{}] {batching:?}",
-                        g.label,
-                        g.m,
-                        g.n,
-                        g.k,
-                        g.outer,
-                        g.batch,
-                        if g.trans_b { " B^T" } else { "" }
-                    )
-                }
-            };
-            out.push((label, times[times.len() / 2]));
-        }
-        Ok(out)
-    }
-
-    /// Runs the steps: replays the captured graph, capturing it first when allowed. With
-    /// buffers rebound to bound memory, the graph captured for those addresses (the
-    /// [`BOUND_GRAPHS`] most recent sets are kept).
-    fn launch_steps(&self, state: &mut RunState, rebind: Rebind<'_>) -> Result<(), CudaError> {
-        if !rebind.is_empty() {
-            return self.launch_rebound(state, rebind);
-        }
-        if state.graph.is_none() && state.graphs_ok {
-            self.device.begin_capture()?;
-            let enqueued = self.enqueue_steps(&[]);
-            let captured = self.device.end_capture();
-            match (enqueued, captured) {
-                (Ok(()), Ok(g)) => state.graph = Some(g),
-                _ => state.graphs_ok = false,
-            }
-        }
-        match &state.graph {
-            Some(g) => self.device.replay(g),
-            None => self.enqueue_steps(&[]),
-        }
-    }
-
-    /// [`CudaProgram::launch_steps`] for a non-empty rebinding.
-    fn launch_rebound(&self, state: &mut RunState, rebind: Rebind<'_>) -> Result<(), CudaError> {
-        if let Some(i) = state.bound.iter().position(|(k, _)| k.as_slice() == rebind) {
-            let entry = state.bound.remove(i);
-            state.bound.push(entry);
-            return match state.bound.last() {
-                Some((_, g)) => self.device.replay(g),
-                None => self.enqueue_steps(rebind),
-            };
-        }
-        if !state.graphs_ok {
-            return self.enqueue_steps(rebind);
-        }
-        self.device.begin_capture()?;
-        let enqueued = self.enqueue_steps(rebind);
-        let captured = self.device.end_capture();
-        match (enqueued, captured) {
-            (Ok(()), Ok(g)) => {
-                if state.bound.len() >= BOUND_GRAPHS {
-                    state.bound.remove(0);
-                }
-                state.bound.push((rebind.to_vec(), g));
-                match state.bound.last() {
-                    Some((_, g)) => self.device.replay(g),
-                    None => self.enqueue_steps(rebind),
-                }
-            }
-            _ => {
-                state.graphs_ok = false;
-                self.enqueue_steps(rebind)
-            }
-        }
-    }
-
-    /// Times `iters` runs of the steps alone with device events (inputs and weights stay
-    /// where the last [`CudaProgram::run`] put them), in milliseconds per run.
-    ///
-    /// # Errors
-    /// A device failure.
-    pub fn time_steps(&self, iters: usize) -> Result<Vec<f64>, CudaError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let _queue = self.device.queue();
-        self.device.bind()?;
-        let mut times = Vec::with_capacity(iters);
-        for _ in 0..iters {
-            let start = self.device.record()?;
-            self.launch_steps(&mut state, &[])?;
-            let end = self.device.record()?;
-            times.push(self.device.elapsed_ms(&start, &end)? as f64);
-        }
-        Ok(times)
-    }
-
     /// Runs with inputs by name and weights by name.
     ///
     /// # Errors
@@ -199,7 +73,7 @@ impl CudaProgram {
     /// in `outputs` to its device address; nothing goes through host memory but host
     /// inputs. Bound memory is read and written in place where it is 256-byte aligned (the
     /// kernels take its addresses: a CUDA graph is captured per set of addresses, the
-    /// [`BOUND_GRAPHS`] most recent kept); otherwise, or with
+    /// `BOUND_GRAPHS` (4) most recent kept); otherwise, or with
     /// [`CudaOptions::bind_direct`] off, device inputs are copied on the device into the
     /// program's input slots and outputs out of its arena. Returns once the outputs are
     /// written.

@@ -42,6 +42,18 @@ pub struct LlamaConfig {
     /// RoPE's attention factor (Phi-3 `longrope`): cos and sin are scaled by it, so q·k by
     /// its square; 1 for the others
     pub rope_attn_scale: f64,
+    /// Phi-3 `longrope`'s long factors, which [`crate::llama::Llama::extend_context`] puts in
+    /// place of the short ones for a context past the original (`context` above)
+    pub rope_long: Option<LongRope>,
+}
+
+/// The long RoPE factors of a `longrope` model and the context they serve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LongRope {
+    /// per-pair frequency divisors for contexts past the original one
+    pub factors: Vec<f64>,
+    /// the longest context they serve (`max_position_embeddings`)
+    pub context: usize,
 }
 
 impl LlamaConfig {
@@ -128,6 +140,7 @@ impl LlamaConfig {
             },
             embed_scale: 1.0,
             rope_attn_scale: 1.0,
+            rope_long: None,
         };
         // Phi-3's sliding window, as the Mistral path: the context stops there
         if f.get(&key("attention.sliding_window")).is_some() {

@@ -103,9 +103,30 @@ pub fn export_gguf(
         ),
     ];
     let u = |v: usize| MetaValue::U32(v as u32);
+    // RoPE factor tensors: Phi-3 longrope's two sets (the trained context, the original one
+    // and the attention factor in the metadata), or one set of divisors (Llama 3.1)
+    let rope: Vec<(&str, &Vec<f64>)> = match (&c.rope_long, &c.rope_freq_factors) {
+        (Some(long), Some(short)) => vec![
+            ("rope_factors_short.weight", short),
+            ("rope_factors_long.weight", &long.factors),
+        ],
+        (None, Some(f)) => vec![("rope_freqs.weight", f)],
+        _ => Vec::new(),
+    };
+    let context = c.rope_long.as_ref().map_or(c.context, |l| l.context);
+    if c.rope_long.is_some() {
+        meta.push((
+            format!("{arch}.rope.scaling.original_context_length"),
+            u(c.context),
+        ));
+        meta.push((
+            format!("{arch}.rope.scaling.attn_factor"),
+            MetaValue::F32(c.rope_attn_scale as f32),
+        ));
+    }
     for (key, value) in [
         ("vocab_size", u(c.vocab)),
-        ("context_length", u(c.context)),
+        ("context_length", u(context)),
         ("embedding_length", u(c.hidden)),
         ("block_count", u(c.layers)),
         ("feed_forward_length", u(c.ffn)),
@@ -153,12 +174,8 @@ pub fn export_gguf(
     }
     let mut decls = Vec::new();
     let mut fallbacks = Vec::new();
-    if let Some(factors) = &c.rope_freq_factors {
-        decls.push(decl(
-            "rope_freqs.weight",
-            vec![factors.len() as u64],
-            QuantFormat::F32,
-        ));
+    for (name, factors) in &rope {
+        decls.push(decl(name, vec![factors.len() as u64], QuantFormat::F32));
     }
     for (n, _) in &names {
         let t = model
@@ -183,7 +200,7 @@ pub fn export_gguf(
     }
     let tensors = decls.len();
     let mut w = GgufWriter::create(out, &meta, decls)?;
-    if let Some(factors) = &c.rope_freq_factors {
+    for (_, factors) in &rope {
         let b: Vec<u8> = factors
             .iter()
             .flat_map(|&v| (v as f32).to_le_bytes())

@@ -12,7 +12,7 @@
 //! head, `[2, head_dim/2]` becomes `[head_dim/2, 2]`), the permutation llama.cpp's converter
 //! applies. Attention scores are unchanged by permuting Q and K alike.
 
-use super::{model_err, Linear, Llama, LlamaConfig, LlamaError};
+use super::{model_err, Linear, Llama, LlamaConfig, LlamaError, LongRope};
 use crate::error::ModelError;
 use crate::weights::Weights;
 use rlx_gguf::{ChatTokenizer, QuantFormat};
@@ -185,6 +185,7 @@ impl LlamaConfig {
                 1.0
             },
             rope_attn_scale: 1.0,
+            rope_long: None,
         };
         // Mistral's and Phi-3's sliding window: attention beyond it would differ, so the
         // context stops there
@@ -264,7 +265,7 @@ fn longrope(s: &Value, top_original: Option<usize>, c: &mut LlamaConfig) -> Resu
         Ok(v)
     };
     let short = list("short_factor")?;
-    list("long_factor")?;
+    let long = list("long_factor")?;
     let original = s
         .get("original_max_position_embeddings")
         .and_then(Value::as_u64)
@@ -281,6 +282,10 @@ fn longrope(s: &Value, top_original: Option<usize>, c: &mut LlamaConfig) -> Resu
         None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
     };
     c.rope_freq_factors = Some(short);
+    c.rope_long = Some(LongRope {
+        factors: long,
+        context: c.context,
+    });
     c.context = c.context.min(original.max(1));
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The Llama family (SmolLM2, TinyLlama, Llama 3 shapes; Mistral, Qwen2, Gemma and Phi-3,
 //! whose differences [`arch`] lists) from GGUF files or from Hugging Face folders (`config.json` + safetensors + `tokenizer.json`, see [`hf`]): config from the
-//! `llama.*` metadata, weights kept packed (every projection is an [`Op::QuantMatMul`] on
+//! `llama.*` metadata, weights kept packed (every projection is an [`rlx_ir::Op::QuantMatMul`] on
 //! the file's own blocks: quantized, f16, bf16 or f32), graph builders for prefill and
 //! decode, and a [`Generator`] that runs them with a KV cache allocated once per generation.
 //!
@@ -34,7 +34,7 @@ mod sampler;
 
 pub use arch::FfnAct;
 use config::longrope_attention_factor;
-pub use config::{LlamaConfig, GGUF_ARCHS};
+pub use config::{LlamaConfig, LongRope, GGUF_ARCHS};
 pub use generate::{rope_tables, GenerationStats, Generator, Runner, Sequence};
 pub use sampler::{kept_tokens, sample, sample_with_history, Sampling};
 
@@ -173,6 +173,19 @@ impl Llama {
             config.rope_attn_scale = f
                 .get_f64(&format!("{arch}.rope.scaling.attn_factor"))
                 .unwrap_or_else(|_| longrope_attention_factor(config.context, original));
+            if f.tensor("rope_factors_long.weight").is_some() {
+                let (shape, v) = f.dequantize("rope_factors_long.weight")?;
+                if shape != [config.head_dim / 2] {
+                    return Err(model_err(format!(
+                        "rope_factors_long.weight has shape {shape:?}, expected [{}]",
+                        config.head_dim / 2
+                    )));
+                }
+                config.rope_long = Some(LongRope {
+                    factors: v.iter().map(|&x| x as f64).collect(),
+                    context: config.context,
+                });
+            }
             config.context = config.context.min(original.max(1));
         }
         let arch = f.get_str("general.architecture")?;
@@ -373,6 +386,22 @@ impl Llama {
     /// A weight by name (projections as packed `u8` bytes, norms as f32).
     pub fn param(&self, name: &str) -> Option<&Arc<Tensor>> {
         self.params.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    /// Lets the model run up to `context` rows per sequence where it was trained for more
+    /// than its default context: a Phi-3 `longrope` model then takes its long RoPE factors
+    /// in place of the short ones (as llama.cpp does for a context set past the original;
+    /// transformers switches when a sequence grows past it). Capped at the trained context;
+    /// a context within the default, or a model without long factors, changes nothing.
+    pub fn extend_context(&mut self, context: usize) {
+        let c = &mut self.config;
+        if context <= c.context {
+            return;
+        }
+        if let Some(long) = &c.rope_long {
+            c.rope_freq_factors = Some(long.factors.clone());
+            c.context = context.min(long.context).max(c.context);
+        }
     }
 
     /// The name of the LM head weight (`output.weight`, or the embedding when tied).

@@ -1,7 +1,7 @@
 //! `ai.onnx.ml` `LabelEncoder`: a lookup table from keys to values (a tokenizer's
 //! vocabulary, a class-name map). Strings and known inputs are looked up on the host at
 //! import; a numeric input known only at run time becomes a chain of `where(x == key)`
-//! selects, for tables of up to [`MAX_GRAPH_KEYS`] keys.
+//! selects, for tables of up to `MAX_GRAPH_KEYS` (64) keys.
 
 use crate::ctx::{invalid, unsupported, Ctx, Fail, Val, R};
 use crate::data::{to_strings, StringTensor};

@@ -221,7 +221,7 @@ pub fn lp_norm(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     Ok(vec![ctx.where_(&is_zero, &zero, &q)?])
 }
 
-/// `MeanVarianceNormalization`: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9).
+/// `MeanVarianceNormalization`: `(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)`.
 pub fn mvn(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = n.input(0)?;
     let r = ctx.rank(&x);

@@ -1,5 +1,5 @@
 //! Optional values, resolved at import: whether an optional holds a value is known as the
-//! model is read ([`Value::Opt`]), so `OptionalHasElement` folds to a constant and an `If`
+//! model is read (`Value::Opt`), so `OptionalHasElement` folds to a constant and an `If`
 //! on it takes one branch. Also `Identity` of values that are not tensors.
 
 use crate::ctx::{invalid, Ctx, R};

@@ -1,7 +1,7 @@
 //! `RoiAlign` over IR gathers and elementwise rows. The sample points of every ROI, output
 //! bin and sampling-grid position are computed elementwise from the ROIs (laid out as
 //! `[rois, C, out_h, grid_h, out_w, grid_w]`), each of the four bilinear taps is one flat
-//! gather at computed coordinates ([`Ctx::gather_at`]), and the weighted taps are averaged
+//! gather at computed coordinates (`Ctx::gather_at`), and the weighted taps are averaged
 //! (or max-combined) over the grid. With `sampling_ratio = 0` the grid of each ROI depends
 //! on its size (`ceil(roi_size / out_size)`), so the ROIs must be known at import: the grid
 //! is then the largest one and each ROI's unused grid positions are masked out.

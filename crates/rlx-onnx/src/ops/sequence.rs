@@ -1,5 +1,5 @@
 //! Sequence ops, resolved at import: a sequence is a list of the importer's tensors
-//! ([`Value::Seq`]) whose length is known as the model is read, so `SequenceAt` with a
+//! (`Value::Seq`) whose length is known as the model is read, so `SequenceAt` with a
 //! known position just picks a tensor and the graph stays a plain tensor graph. A position
 //! known only at run time is supported where the result's shape does not depend on it
 //! (`SequenceAt` over elements of one type: a gather from the stacked elements).

@@ -1,7 +1,7 @@
 //! `cse`: common subexpression elimination. Two nodes with the same op, attributes and
 //! inputs compute the same value; the later one is replaced by the earlier.
 //!
-//! Commutative binary ops ([`BinaryOp::is_commutative`]) compare with sorted inputs, so
+//! Commutative binary ops ([`rlx_ir::BinaryOp::is_commutative`]) compare with sorted inputs, so
 //! `a + b` and `b + a` merge. Constants merge when they are equal bit for bit (so `0.0` and
 //! `-0.0` stay apart) and hold at most [`CSE_MAX_CONSTANT_ELEMENTS`] elements.
 

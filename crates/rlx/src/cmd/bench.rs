@@ -252,7 +252,7 @@ fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult
         device
     };
     let t_load = Instant::now();
-    let model = Llama::open(Path::new(path))?;
+    let mut model = Llama::open(Path::new(path))?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let (n_prompt, n_gen, batch) = (
         args.prompt_tokens.max(1),
@@ -269,10 +269,13 @@ fn bench_llama(path: &str, args: &Args, device: rlx_driver::Device) -> CmdResult
         })
         .collect();
     let t_compile = Instant::now();
+    let context = n_prompt + n_gen + args.warmup + 1;
+    // a Phi-3 longrope model benched past its original context takes its long factors
+    model.extend_context(context);
     let settings = EngineSettings {
         threads: None,
         max_sequences: batch,
-        context: Some(n_prompt + n_gen + args.warmup + 1),
+        context: Some(context),
         exact_quant: args.compile.exact_quant,
     };
     let mut engine = Engine::new(&model, device, settings)?;

@@ -57,7 +57,8 @@ pub struct Args {
     /// comparisons with other runtimes).
     #[arg(long)]
     ignore_eos: bool,
-    /// Rows of KV cache per sequence (CUDA; default: the model's context).
+    /// Rows of KV cache per sequence (default: the model's context; a Phi-3 longrope model
+    /// asked for more takes its long RoPE factors, up to the context it was trained for).
     #[arg(long)]
     context: Option<usize>,
     /// Quantized products keep f32 activations instead of int8 ones (slower; the default
@@ -82,7 +83,11 @@ pub fn run(args: Args) -> CmdResult {
     let t0 = Instant::now();
     // GGUF file or folder, or a Hugging Face folder; the file mappings are dropped once
     // loaded: weights live (packed) in the model's params.
-    let model = Llama::open(path)?;
+    let mut model = Llama::open(path)?;
+    if let Some(n) = args.context {
+        // past the original context a Phi-3 longrope model takes its long RoPE factors
+        model.extend_context(n);
+    }
     let load_s = t0.elapsed().as_secs_f64();
     let mut texts: Vec<String> = Vec::new();
     for p in &args.prompts {

@@ -94,7 +94,7 @@ unsafe fn xgetbv0() -> u64 {
 #[repr(C, align(64))]
 struct PairRow([u16; 2 * T]);
 
-/// A weight `b[k x n]` packed for [`gemm`]: panels of 16 columns (an even number of them,
+/// A weight `b[k x n]` packed for [`gemm()`]: panels of 16 columns (an even number of them,
 /// zero-padded), each `kp / 2` pair rows, `kp` = `k` rounded up to 32 (zero-padded).
 pub(crate) struct AmxRhs {
     k: usize,
@@ -150,7 +150,7 @@ impl AmxRhs {
     }
 }
 
-/// Where [`gemm`] writes `c`: rounded to bf16 (the product's dtype), or the f32
+/// Where [`gemm()`] writes `c`: rounded to bf16 (the product's dtype), or the f32
 /// accumulators as they are (for an epilogue that widens the product first).
 pub(crate) enum Out<'a> {
     Bf16(&'a mut [bf16]),
@@ -198,10 +198,10 @@ pub(crate) fn gemm(m: usize, a: &[bf16], b: &AmxRhs, c: Out<'_>, threads: usize)
     }
 }
 
-/// [`gemm`] in f32 handed over block by block: each task computes whole rows (32 at a time,
+/// [`gemm()`] in f32 handed over block by block: each task computes whole rows (32 at a time,
 /// every column) into its own buffer and calls `finish(first_row, rows)` with them, so an
 /// epilogue runs on each block while it is in cache. Returns false, computing nothing,
-/// when the rows are too few to split that way over `threads` (then [`gemm`] splits by
+/// when the rows are too few to split that way over `threads` (then [`gemm()`] splits by
 /// columns instead).
 pub(crate) fn gemm_blocks(
     m: usize,

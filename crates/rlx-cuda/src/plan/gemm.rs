@@ -129,7 +129,7 @@ pub fn matmul(
 /// GEMM step `gemm` plus the epilogue step after it, in every tiling that applies: the
 /// `mma.sync` kernel ([`gemm_mma`]) and, on `sm_90a`, the Hopper one ([`gemm_wgmma`]).
 /// Skipped when the epilogue does not fuse into a library kernel, reads the result's own
-/// buffer through another input, or the result is larger than [`gemm_mma::max_output`]
+/// buffer through another input, or the result is larger than [`gemm_mma::MAX_OUTPUT`]
 /// elements (beyond, cuBLASLt plus the epilogue kernel wins: measured in both kernels' docs).
 fn fused_choice(
     program: &KernelProgram,

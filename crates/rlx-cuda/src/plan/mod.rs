@@ -6,10 +6,15 @@ use crate::codegen::attention::Layouts;
 use crate::codegen::store::{numel, LibCtx};
 use crate::codegen::{self, loops, ArgRef, EmittedKernel, Target};
 use crate::gemm::{match_gemm_epilogue, Activation, GemmSpec, Operand};
-use crate::plan_views::AttentionViews;
+use crate::plan::views::AttentionViews;
 use crate::CudaError;
 use rlx_ir::kernel::{BufferId, Kernel, KernelProgram, LibraryKernel, LoopKernel};
 use rlx_ir::{AttnMask, Op, TensorType};
+
+mod gemm;
+pub mod merge;
+mod norm;
+pub mod views;
 
 /// One thing a run does, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +33,7 @@ pub struct Plan {
     /// bytes of each scratch region (`ArgRef::Scratch(i)`)
     pub scratch: Vec<usize>,
     /// buffers built from params or constants (`ArgRef::Derived(i)`): merged GEMM weights
-    pub derived: Vec<crate::plan_merge::Derived>,
+    pub derived: Vec<crate::plan::merge::Derived>,
     /// fused kernels that may replace a run of steps, chosen by timing; two choices' step
     /// ranges are disjoint or one holds the other (decided in order, so the outer one is
     /// timed against whatever the inner one decided)
@@ -109,7 +114,7 @@ pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError>
     plan_with(program, target, true)
 }
 
-/// [`plan`] with sibling GEMMs merged (`merge`, see [`crate::plan_merge`];
+/// [`plan`] with sibling GEMMs merged (`merge`, see [`crate::plan::merge`];
 /// [`crate::CudaOptions::merge_gemms`]) or not.
 ///
 /// # Errors
@@ -117,13 +122,13 @@ pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError>
 pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Result<Plan, CudaError> {
     let mut plan = Plan::default();
     let mut problems = Vec::new();
-    let mut views = crate::plan_views::attention_views(program, target.tuning.elide);
+    let mut views = crate::plan::views::attention_views(program, target.tuning.elide);
     let merges = if merge {
-        crate::plan_merge::find(program, &views)
+        crate::plan::merge::find(program, &views)
     } else {
-        crate::plan_merge::Merges::default()
+        crate::plan::merge::Merges::default()
     };
-    let mut merged = crate::plan_merge::prepare(program, &merges, &mut views, &mut plan)
+    let mut merged = crate::plan::merge::prepare(program, &merges, &mut views, &mut plan)
         .into_iter()
         .map(Some)
         .collect::<Vec<_>>();
@@ -155,7 +160,7 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
             Err(e) => problems.push(format!("kernel `{}`: {e}", kernel.name())),
             Ok(()) if plan.steps.len() == before + 1 => {
                 if let Some((j, _)) = last.filter(|&(_, s)| s + 1 == before) {
-                    crate::plan_norm::offer(program, (j, i), &spans, target, &mut plan);
+                    crate::plan::norm::offer(program, (j, i), &spans, target, &mut plan);
                 }
             }
             Ok(()) => {}
@@ -266,8 +271,8 @@ fn plan_library(
         Op::Attention { mask, scale } => {
             return plan_attention(program, k, &ctx, *mask, *scale, views, plan).map_err(with);
         }
-        Op::MatMul => return crate::plan_gemm::matmul(program, k, &ctx, plan).map_err(with),
-        Op::Conv2d(p) => return crate::plan_gemm::conv2d(k, &ctx, p, plan).map_err(with),
+        Op::MatMul => return crate::plan::gemm::matmul(program, k, &ctx, plan).map_err(with),
+        Op::Conv2d(p) => return crate::plan::gemm::conv2d(k, &ctx, p, plan).map_err(with),
         Op::QuantMatMul { .. } => Err("no quantized matmul kernel (caps do not claim it)".into()),
         Op::MatMulInteger(_) => Err("no integer matmul kernel (caps do not claim it)".into()),
         Op::ConvInteger(_) => Err("no integer convolution kernel (caps do not claim it)".into()),
@@ -306,7 +311,7 @@ fn plan_attention(
 ) -> Result<(), String> {
     let layouts = views.map_or_else(
         || Layouts::packed(ctx),
-        |v| crate::plan_views::layouts(v, ctx),
+        |v| crate::plan::views::layouts(v, ctx),
     );
     let first = plan.steps.len();
     let gemm_forced = ctx.target.tuning.attn_gemm == Some(true);
@@ -315,7 +320,7 @@ fn plan_attention(
         let back = fresh_stream(program, plan, &reads).is_some_and(|b| walks_back(ctx.target, b));
         let kernel = codegen::attention::flash_mma(ctx, mask, scale, &layouts, back)?;
         plan.steps.push(Step::Kernel(kernel));
-    } else if !crate::plan_gemm::attention(k, ctx, mask, scale, &layouts, plan)? {
+    } else if !crate::plan::gemm::attention(k, ctx, mask, scale, &layouts, plan)? {
         let kernel = codegen::attention::emit(ctx, mask, scale, &layouts)?;
         plan.steps.push(Step::Kernel(kernel));
     }

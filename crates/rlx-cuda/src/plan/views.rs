@@ -1,5 +1,5 @@
 //! CUDA's side of the shared attention-views analysis (`rlx_ir::kernel_views`): the views'
-//! types with a relocation target (the output of a merged GEMM, `plan_merge`), and the
+//! types with a relocation target (the output of a merged GEMM, `plan::merge`), and the
 //! layouts attention generates code for. `RLX_CUDA_ELIDE=0` turns the peephole off.
 
 use crate::codegen::attention::{Layout, Layouts};

@@ -2,7 +2,7 @@
 //!
 //! Encoders project one hidden state three times (q, k, v): three matmuls with the same A,
 //! M and K, each with its own `[K, N]` weight and bias, each result read only by attention
-//! through a strided view (`plan_views` drops the head-split copies). Those run as ONE
+//! through a strided view (`plan::views` drops the head-split copies). Those run as ONE
 //! cuBLASLt GEMM: B is the weights concatenated along N (`[K, ΣN]`, a [`Derived`] buffer the
 //! program builds from the bound weights and rebuilds when one of them changes), the bias is
 //! concatenated the same way and stays fused in the epilogue, the result is one `[M, ΣN]`
@@ -15,8 +15,8 @@
 use crate::codegen::store::numel;
 use crate::codegen::ArgRef;
 use crate::gemm::{match_gemm_epilogue, Activation, GemmSpec};
+use crate::plan::views::{is_output, pure_copy, static_shape, Uses, Views};
 use crate::plan::{operand, root, scratch, Plan, Step};
-use crate::plan_views::{is_output, pure_copy, static_shape, Uses, Views};
 use rlx_ir::kernel::{BufferId, BufferKind, Kernel, KernelProgram, LibraryKernel};
 use rlx_ir::{DType, Op};
 use std::collections::HashMap;
