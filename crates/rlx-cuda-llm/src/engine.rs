@@ -137,6 +137,10 @@ pub struct LlmOptions {
     /// f16 (`dequant_*`) and run cuBLASLt (the default); off: the matrix-vector kernels, 8
     /// rows per weight read
     pub expand_blocks: bool,
+    /// the most bytes of f16 such a matrix expands to at once: larger ones expand and
+    /// multiply a chunk of output rows at a time, so the scratch stays small next to the
+    /// weights (an 8B model's head would take 1 GB whole); default 64 MiB
+    pub expand_bytes: usize,
     /// time every kernel launch between two events (decode steps then run without graphs,
     /// and launches no longer overlap): a diagnosis, read with [`CudaLlm::kernel_profile`]
     pub profile_kernels: bool,
@@ -165,6 +169,7 @@ impl Default for LlmOptions {
             split_k: 1,
             int8_activations: true,
             expand_blocks: true,
+            expand_bytes: 64 << 20,
             profile_kernels: false,
         }
     }
@@ -300,8 +305,8 @@ pub struct CudaLlm {
     graphs: HashMap<usize, Graph>,
     /// cuBLASLt, when the library loads and the model has GEMM-able weights
     blas: Option<Blas>,
-    /// prepared GEMMs by (n, k, m, format)
-    gemms: RefCell<HashMap<(usize, usize, usize, QuantFormat), PreparedGemm>>,
+    /// prepared GEMMs by (n, k, m, format, row stride of the result)
+    gemms: RefCell<HashMap<GemmKey, PreparedGemm>>,
     /// events around each launch when `profile_kernels` is on
     timings: RefCell<Vec<(String, Event, Event)>>,
     seqs: Vec<Option<Seq>>,
@@ -322,6 +327,17 @@ const ATT_BLOCKS: usize = 1024;
 /// needs a partial per split (the partials take at most `ATT_BLOCKS` or rows x heads slots).
 fn att_grid_x(splits: usize, rows_heads: usize) -> u32 {
     (ATT_BLOCKS / rows_heads.max(1)).clamp(1, splits.max(1)) as u32
+}
+
+/// A prepared GEMM's shape: (n, k, m, format, row stride of the result).
+type GemmKey = (usize, usize, usize, QuantFormat, usize);
+
+/// Output rows of a block-format matrix expanded at once: what fits `bytes` of f16
+/// ([`LlmOptions::expand_bytes`]), a multiple of 256 rows (aligned chunks of the result),
+/// at least 256, at most the matrix.
+fn expand_rows(n: usize, k: usize, bytes: usize) -> usize {
+    let fit = (bytes / (2 * k.max(1))) / 256 * 256;
+    fit.max(256).min(n)
 }
 
 /// The stored formats of a model's projections and embedding.
@@ -425,13 +441,14 @@ impl CudaLlm {
             fns.insert(name, f);
         }
         let weights = upload(&dev, &mem, model)?;
-        // GEMMs over block-format weights expand each matrix to f16 first: room for the
-        // largest, taken before the KV cache sizes itself to the free memory
+        // GEMMs over block-format weights expand each matrix to f16 first, in chunks of
+        // output rows (`expand_bytes`): room for the largest chunk, taken before the KV cache
+        // sizes itself to the free memory
         let deq_bytes = if options.gemm_rows > 0 && options.expand_blocks {
             weights
                 .matrices()
                 .filter(|m| gemm_type(m.format).is_none())
-                .map(|m| m.n * m.k * 2)
+                .map(|m| expand_rows(m.n, m.k, options.expand_bytes) * m.k * 2)
                 .max()
                 .unwrap_or(0)
         } else {
@@ -651,11 +668,9 @@ impl CudaLlm {
         norm: Option<&DeviceBuffer>,
     ) -> Result<(), LlmError> {
         let gemm_able = gemm_type(w.format).is_some()
-            || self
-                .s
-                .deq
-                .as_ref()
-                .is_some_and(|d| d.bytes() >= w.n * w.k * 2);
+            || self.s.deq.as_ref().is_some_and(|d| {
+                d.bytes() >= expand_rows(w.n, w.k, self.options.expand_bytes) * w.k * 2
+            });
         if m >= self.options.gemm_rows && self.blas.is_some() && gemm_able {
             return self.gemm(w, row0, x, m, in_mode, y, y_stride, out_mode, qkv, norm);
         }
@@ -800,27 +815,16 @@ impl CudaLlm {
             return Err(LlmError::Invalid("no GEMM for this product".into()));
         };
         let (n, k) = (w.n, w.k);
-        // a block format is expanded to f16 first (`dequant_*`), then multiplied as f16
-        let (b, (dtype, t)) = match (gemm_type(w.format), &self.s.deq) {
-            (Some(g), _) => (w.buf.ptr(), g),
-            (None, Some(deq)) => {
-                let chunks = n * k / 8;
-                let blocks = chunks.div_ceil(256).min(4096) as u32;
-                self.go(
-                    &format!("dequant_{}", format_suffix(w.format)),
-                    [blocks, 1],
-                    256,
-                    &[
-                        w.buf.ptr(),
-                        w.row_bytes() as u64,
-                        n as u64,
-                        k as u64,
-                        deq.ptr(),
-                    ],
-                )?;
-                (deq.ptr(), (DType::F16, 1))
-            }
+        // a block format is expanded to f16 (`dequant_*`) and multiplied as f16, a chunk of
+        // output rows at a time; the others multiply the stored matrix whole
+        let (dtype, t) = match (gemm_type(w.format), &self.s.deq) {
+            (Some(g), _) => g,
+            (None, Some(_)) => (DType::F16, 1),
             (None, None) => return Err(LlmError::Invalid("no GEMM for this product".into())),
+        };
+        let chunk = match gemm_type(w.format) {
+            Some(_) => n,
+            None => expand_rows(n, k, self.options.expand_bytes),
         };
         let blocks = (k.div_ceil(256) as u32).min(16);
         self.go(
@@ -838,46 +842,69 @@ impl CudaLlm {
                 t,
             ],
         )?;
-        let key = (n, k, m, w.format);
-        let mut gemms = self.gemms.borrow_mut();
-        if let std::collections::hash_map::Entry::Vacant(slot) = gemms.entry(key) {
-            let op = |row_stride| Operand {
-                arg: ArgRef::Scratch(0),
-                offset: 0,
-                batch_stride: 0,
-                outer_stride: 0,
-                row_stride,
+        let elt = if t == 0 { 4 } else { 2 };
+        for n0 in (0..n).step_by(chunk) {
+            let nc = chunk.min(n - n0);
+            let b = match (gemm_type(w.format), &self.s.deq) {
+                (None, Some(deq)) => {
+                    let blocks = (nc * k / 8).div_ceil(256).min(4096) as u32;
+                    self.go(
+                        &format!("dequant_{}", format_suffix(w.format)),
+                        [blocks, 1],
+                        256,
+                        &[
+                            w.buf.ptr() + (n0 * w.row_bytes()) as u64,
+                            w.row_bytes() as u64,
+                            nc as u64,
+                            k as u64,
+                            deq.ptr(),
+                        ],
+                    )?;
+                    deq.ptr()
+                }
+                _ => w.buf.ptr(),
             };
-            let spec = GemmSpec {
-                label: format!("llm {m}x{n}x{k}"),
-                dtype,
-                m,
-                n,
-                k,
-                batch: 1,
-                outer: 1,
-                a: op(None),
-                b: op(None),
-                c: op(None),
+            // the chunk's columns of the m x n result (rows n apart)
+            let key = (nc, k, m, w.format, n);
+            let mut gemms = self.gemms.borrow_mut();
+            if let std::collections::hash_map::Entry::Vacant(slot) = gemms.entry(key) {
+                let op = |row_stride| Operand {
+                    arg: ArgRef::Scratch(0),
+                    offset: 0,
+                    batch_stride: 0,
+                    outer_stride: 0,
+                    row_stride,
+                };
+                let spec = GemmSpec {
+                    label: format!("llm {m}x{nc}x{k}"),
+                    dtype,
+                    m,
+                    n: nc,
+                    k,
+                    batch: 1,
+                    outer: 1,
+                    a: op(None),
+                    b: op(None),
+                    c: op((nc != n).then_some(n)),
+                    bias: None,
+                    activation: Activation::None,
+                    residual: None,
+                    trans_b: true,
+                    alpha: 1.0,
+                };
+                slot.insert(blas.prepare(&spec, false, false)?);
+            }
+            let g = &gemms[&key];
+            let p = GemmPointers {
+                a: xin.ptr(),
+                b,
+                c: yout.ptr() + (n0 * elt) as u64,
                 bias: None,
-                activation: Activation::None,
                 residual: None,
-                trans_b: true,
-                alpha: 1.0,
+                arrays: None,
             };
-            slot.insert(blas.prepare(&spec, false, false)?);
+            blas.run(g, &p, self.dev.stream())?;
         }
-        let g = &gemms[&key];
-        let p = GemmPointers {
-            a: xin.ptr(),
-            b,
-            c: yout.ptr(),
-            bias: None,
-            residual: None,
-            arrays: None,
-        };
-        blas.run(g, &p, self.dev.stream())?;
-        drop(gemms);
         let blocks = (n.div_ceil(512) as u32).min(64);
         let mut args = vec![
             yout.ptr(),

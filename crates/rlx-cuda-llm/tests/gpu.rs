@@ -496,11 +496,16 @@ fn int8_activations_match_f32_activations_on_gguf_models() {
         let want = cpu_logits(&model, &long);
         // (the last row's logits on f32 activations: the one-row head product would run on
         // int8 ones)
+        // (and again expanded 256 rows at a time: several chunks a matrix)
         let options = LlmOptions {
             max_sequences: 1,
             expand_blocks: true,
             int8_activations: false,
             ..Default::default()
+        };
+        let chunked = LlmOptions {
+            expand_bytes: 1,
+            ..options.clone()
         };
         let got = CudaLlm::new(&model, options)
             .unwrap()
@@ -509,6 +514,15 @@ fn int8_activations_match_f32_activations_on_gguf_models() {
         let e = rel_l2(&got, &want);
         println!("{format:?}: rel L2 vs CPU of a 12-row prefill through f16 GEMMs: {e:.2e}");
         assert!(e < 1e-2, "{format:?} expanded GEMM prefill: rel L2 {e}");
+        let again = CudaLlm::new(&model, chunked)
+            .unwrap()
+            .logits(&long)
+            .unwrap();
+        let e = rel_l2(&again, &got);
+        assert!(
+            e < 1e-6,
+            "{format:?} expanded in 256-row chunks: rel L2 {e} to whole"
+        );
     }
     std::fs::remove_dir_all(&dir).ok();
 }
