@@ -309,6 +309,8 @@ pub struct CudaLlm {
     gemms: RefCell<HashMap<GemmKey, PreparedGemm>>,
     /// events around each launch when `profile_kernels` is on
     timings: RefCell<Vec<(String, Event, Event)>>,
+    /// the attention kernel just wrote the o projection's int8 input (its `quant_x` skipped)
+    att_quantized: std::cell::Cell<bool>,
     seqs: Vec<Option<Seq>>,
     /// the sequence slots whose rows the device holds, in order, when its tokens and
     /// positions are those of the next step (a plain step moved them on itself)
@@ -555,6 +557,7 @@ impl CudaLlm {
             graphs: HashMap::new(),
             blas,
             gemms: RefCell::new(HashMap::new()),
+            att_quantized: std::cell::Cell::new(false),
             timings: RefCell::new(Vec::new()),
             seqs: (0..max_sequences).map(|_| None).collect(),
             staged: None,
@@ -761,22 +764,25 @@ impl CudaLlm {
         let Some((xq, xd)) = &self.s.xq else {
             return Err(LlmError::Invalid("no int8 activation scratch".into()));
         };
-        self.go_shaped(
-            "quant_x",
-            Some(w),
-            [w.k.div_ceil(256) as u32, 1],
-            256,
-            &[
-                x,
-                1,
-                w.k as u64,
-                in_mode,
-                norm.map_or(0, DeviceBuffer::ptr),
-                bits(self.shape.eps),
-                xq.ptr(),
-                xd.ptr(),
-            ],
-        )?;
+        // (the o projection's row may come quantized from the attention kernel)
+        if !self.att_quantized.replace(false) {
+            self.go_shaped(
+                "quant_x",
+                Some(w),
+                [w.k.div_ceil(256) as u32, 1],
+                256,
+                &[
+                    x,
+                    1,
+                    w.k as u64,
+                    in_mode,
+                    norm.map_or(0, DeviceBuffer::ptr),
+                    bits(self.shape.eps),
+                    xq.ptr(),
+                    xd.ptr(),
+                ],
+            )?;
+        }
         let e = self.epilogue_args(qkv);
         let mut args = vec![
             w.buf.ptr(),
@@ -1005,6 +1011,11 @@ impl CudaLlm {
                 self.gemv(&p.matrix, p.row0, x, m, 0, q, qd, 2, Some((li, bias)), norm)?;
             }
             let cache = self.kv_pool.ptr() + (li * self.layer_bytes) as u64;
+            // one row whose o projection runs on int8 activations: attention writes them
+            let (xq, xd) = match &self.s.xq {
+                Some((xq, xd)) if m == 1 && self.int8_ready(&layer.o) => (xq.ptr(), xd.ptr()),
+                _ => (0, 0),
+            };
             self.go(
                 att_kernel,
                 [att_grid_x(self.splits, sh.heads * m), (sh.heads * m) as u32],
@@ -1025,8 +1036,11 @@ impl CudaLlm {
                     self.table.max_blocks as u64,
                     // Phi-3 longrope scales cos and sin, so q·k by the factor squared
                     bits(sh.rope_attn_scale.powi(2) / (hd as f64).sqrt()),
+                    xq,
+                    xd,
                 ],
             )?;
+            self.att_quantized.set(xq != 0);
             let att = self.s.att.ptr();
             self.gemv(&layer.o, 0, att, m, 0, x, sh.hidden, 1, None, None)?;
             self.row_scales(x, m)?;

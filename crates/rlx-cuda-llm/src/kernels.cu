@@ -715,10 +715,23 @@ template <int FMT> D void embed(const u8* table, i64 row_bytes, const int* token
 #define ATT_WARPS 4
 #define ATT_SPLIT 128
 #define MAX_DL 8  // head_dim / 32 values per lane (head_dim a multiple of 32, at most 256)
+// One value of an attention output row also written as `quant_x` writes its int8 form: the
+// calling warp holds the 32 values of one group (`col` a multiple of 32 at lane 0), so the
+// group's scale, integers and sums of each 16 come from the warp alone. Every lane calls it.
+D void quant_group(float v, i64 col, signed char* xq_row, float4* xd_row) {
+  const float d = warp_max(fabsf(v)) / 127.0f;
+  xq_row[col] = (signed char)(d > 0.0f ? __float2int_rn(v / d) : 0);
+  float s = v;
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float s_hi = __shfl_sync(0xffffffffu, s, 16);
+  if ((threadIdx.x & 31) == 0) xd_row[col / 32] = make_float4(d, s, s_hi, 0.0f);
+}
+
 template <bool HALF>
 D void attention_split(const float* q, const void* cache, const int* table, const int* pos,
                        const int* slot, float* part, float* out, int* tickets, i64 heads, i64 kvh,
-                       i64 hd, i64 bs, i64 max_blocks, float scale) {
+                       i64 hd, i64 bs, i64 max_blocks, float scale, signed char* xq, float4* xd) {
   __shared__ float sq[256];
   __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], so[ATT_WARPS][256];
   __shared__ int last;
@@ -833,11 +846,16 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
     }
     bm = nm;
   }
+  // (xq: the o projection's int8 input row too, its `quant_x` skipped; one row, m = 1)
   if (busy == 1) {
 #pragma unroll
     for (int u = 0; u < 2; u++) {
       const i64 d = threadIdx.x + u * blockDim.x;
-      if (d < hd) dst[d] = bo[u] / bl;
+      if (d < hd) {  // whole warps: hd is a multiple of 32
+        const float v = bo[u] / bl;
+        dst[d] = v;
+        if (xq) quant_group(v, h * hd + d, xq + r * qd, xd + r * (qd / 32));
+      }
     }
     return;
   }
@@ -867,6 +885,7 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
     float acc = 0.0f;
     for (i64 u = 0; u < busy; u++) acc += __ldcg(all + u * (hd + 2) + 2 + d) * __expf(__ldcg(all + u * (hd + 2)) - GM);
     dst[d] = acc / GL;
+    if (xq) quant_group(acc / GL, h * hd + d, xq + r * qd, xd + r * (qd / 32));
   }
   if (threadIdx.x == 0) tickets[r * heads + h] = 0;
 }
@@ -874,9 +893,9 @@ D void attention_split(const float* q, const void* cache, const int* table, cons
   extern "C" __global__ void __launch_bounds__(128) NAME(                                         \
       const float* q, const void* cache, const int* table, const int* pos, const int* slot,        \
       float* part, float* out, int* tickets, i64 heads, i64 kvh, i64 hd, i64 bs, i64 max_blocks,   \
-      double scale) {                                                                              \
+      double scale, signed char* xq, float4* xd) {                                                 \
     attention_split<HALF>(q, cache, table, pos, slot, part, out, tickets, heads, kvh, hd, bs,     \
-                          max_blocks, (float)scale);                                               \
+                          max_blocks, (float)scale, xq, xd);                                       \
   }
 ATT_KERNEL(attention_f32, false)
 ATT_KERNEL(attention_f16, true)
