@@ -259,24 +259,68 @@ pub mod avx2 {
     pub fn mul_add_gelu(x: &[f32], y: &[f32], z: &[f32], d: &mut [f32]) {
         let n = d.len();
         assert!(x.len() >= n && y.len() >= n && z.len() >= n);
+        // SAFETY: `gelu_stream` reads lanes below n only, and every slice holds n.
+        let at = |i: usize| unsafe {
+            _mm256_fmadd_ps(
+                _mm256_loadu_ps(x.as_ptr().add(i)),
+                _mm256_loadu_ps(y.as_ptr().add(i)),
+                _mm256_loadu_ps(z.as_ptr().add(i)),
+            )
+        };
+        let tail = |i: usize| {
+            let mut buf = [[0f32; 8]; 3];
+            buf[0][..n - i].copy_from_slice(&x[i..n]);
+            buf[1][..n - i].copy_from_slice(&y[i..n]);
+            buf[2][..n - i].copy_from_slice(&z[i..n]);
+            // SAFETY: the buffers hold 8 lanes each.
+            unsafe {
+                _mm256_fmadd_ps(
+                    _mm256_loadu_ps(buf[0].as_ptr()),
+                    _mm256_loadu_ps(buf[1].as_ptr()),
+                    _mm256_loadu_ps(buf[2].as_ptr()),
+                )
+            }
+        };
+        gelu_stream(x, d, at, tail)
+    }
+
+    /// `d = gelu(x)` over equal-length slices.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn gelu_slice(x: &[f32], d: &mut [f32]) {
+        let n = d.len();
+        assert!(x.len() >= n);
+        // SAFETY: `gelu_stream` reads lanes below n only, and `x` holds n.
+        let at = |i: usize| unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) };
+        let tail = |i: usize| {
+            let mut buf = [0f32; 8];
+            buf[..n - i].copy_from_slice(&x[i..n]);
+            // SAFETY: the buffer holds 8 lanes.
+            unsafe { _mm256_loadu_ps(buf.as_ptr()) }
+        };
+        gelu_stream(x, d, at, tail)
+    }
+
+    /// `d[i..i + 8] = gelu(at(i))` over `d`, four vectors per step; `tail(i)` gives the
+    /// arguments of the last partial vector (lanes past `d.len()` unused). `x` is the
+    /// streamed input, prefetched ahead.
+    #[inline(always)]
+    fn gelu_stream(
+        x: &[f32],
+        d: &mut [f32],
+        at: impl Fn(usize) -> __m256,
+        tail: impl Fn(usize) -> __m256,
+    ) {
+        let n = d.len();
         let mut i = 0;
         // Four independent vectors per step: the erf chain is long and latency-bound.
         while i + 32 <= n {
             // streamed from memory: keep loads in flight while the erf chain computes
             // (a prefetch never faults, so the address may run past the end)
-            _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH + 16) as *const i8);
-            // SAFETY: i + 32 <= n and every slice holds at least n elements.
+            // SAFETY (all intrinsics below): the callers enable AVX2 and FMA; i + 32 <= n.
             unsafe {
-                let v: [__m256; 4] = std::array::from_fn(|k| {
-                    let o = i + 8 * k;
-                    _mm256_fmadd_ps(
-                        _mm256_loadu_ps(x.as_ptr().add(o)),
-                        _mm256_loadu_ps(y.as_ptr().add(o)),
-                        _mm256_loadu_ps(z.as_ptr().add(o)),
-                    )
-                });
-                let g = gelu4(v);
+                _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH + 16) as *const i8);
+                let g = gelu4(std::array::from_fn(|k| at(i + 8 * k)));
                 for (k, g) in g.into_iter().enumerate() {
                     _mm256_storeu_ps(d.as_mut_ptr().add(i + 8 * k), g);
                 }
@@ -284,32 +328,15 @@ pub mod avx2 {
             i += 32;
         }
         while i + 8 <= n {
-            // SAFETY: i + 8 <= n and every slice holds at least n elements.
-            unsafe {
-                let v = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(x.as_ptr().add(i)),
-                    _mm256_loadu_ps(y.as_ptr().add(i)),
-                    _mm256_loadu_ps(z.as_ptr().add(i)),
-                );
-                _mm256_storeu_ps(d.as_mut_ptr().add(i), gelu(v));
-            }
+            // SAFETY: i + 8 <= n.
+            unsafe { _mm256_storeu_ps(d.as_mut_ptr().add(i), gelu(at(i))) };
             i += 8;
         }
         if i < n {
-            let mut buf = [[0f32; 8]; 4];
-            buf[0][..n - i].copy_from_slice(&x[i..n]);
-            buf[1][..n - i].copy_from_slice(&y[i..n]);
-            buf[2][..n - i].copy_from_slice(&z[i..n]);
-            // SAFETY: the buffers hold 8 lanes each.
-            unsafe {
-                let v = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(buf[0].as_ptr()),
-                    _mm256_loadu_ps(buf[1].as_ptr()),
-                    _mm256_loadu_ps(buf[2].as_ptr()),
-                );
-                _mm256_storeu_ps(buf[3].as_mut_ptr(), gelu(v));
-            }
-            d[i..].copy_from_slice(&buf[3][..n - i]);
+            let mut buf = [0f32; 8];
+            // SAFETY: the buffer holds 8 lanes.
+            unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), gelu(tail(i))) };
+            d[i..].copy_from_slice(&buf[..n - i]);
         }
     }
 }
@@ -380,5 +407,35 @@ mod tests {
         // SAFETY: as above.
         unsafe { super::avx2::mul_add_gelu(&nan, &nan, &nan, &mut out) };
         assert!(out.iter().all(|v| v.is_nan()));
+    }
+
+    /// `gelu_slice` against the f64 GELU on random arguments, over lengths that end in
+    /// each of its paths (four vectors, one vector, a partial one), and a NaN.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_gelu_slice() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut rng = rlx_ir::SplitMix64(11);
+        for n in [1, 5, 8, 13, 32, 45, 1000] {
+            let mut x: Vec<f32> = (0..n).map(|_| rng.next_f64() as f32 * 14.0 - 8.0).collect();
+            x[n / 2] = f32::NAN;
+            let mut d = vec![0.0f32; n];
+            // SAFETY: the features were detected above.
+            unsafe { super::avx2::gelu_slice(&x, &mut d) };
+            for (&x, &g) in x.iter().zip(&d) {
+                if x.is_nan() {
+                    assert!(g.is_nan());
+                    continue;
+                }
+                let want = scalar::gelu(x as f64);
+                let err = (g as f64 - want).abs();
+                assert!(
+                    err < 1e-6 && (x < -1.0 || err / want.abs().max(1e-30) < 1e-6),
+                    "{x}"
+                );
+            }
+        }
     }
 }
