@@ -382,8 +382,14 @@ fn unary_f32<const FMA: bool>(op: UnaryOp, x: &[f32], d: &mut [f32]) {
         UnaryOp::Relu => map1(x, d, |x| x.max(0.0)),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `FMA` is true only inside `eval_f32_avx2` and `eval_f32_avx512`, after
-        // feature detection (both imply AVX2 and FMA).
-        UnaryOp::Gelu if FMA => unsafe { math::avx2::gelu_slice(x, d) },
+        // feature detection (both imply AVX2 and FMA); `avx512` checks AVX-512F.
+        UnaryOp::Gelu if FMA => unsafe {
+            if crate::fast::library::packed_gemm::avx512() {
+                math::avx512::gelu_slice(x, d)
+            } else {
+                math::avx2::gelu_slice(x, d)
+            }
+        },
         UnaryOp::Gelu => map1(x, d, math::gelu::<FMA>),
         UnaryOp::GeluTanh => map1(x, d, math::gelu_tanh::<FMA>),
         UnaryOp::Silu => map1(x, d, |x| x * math::sigmoid::<FMA>(x)),
