@@ -186,7 +186,11 @@ class LanguageModel:
 
 def devices() -> List[Dict[str, Any]]: ...
 def load(
-    path: _Path, device: str = "auto"
+    path: _Path,
+    device: str = "auto",
+    *,
+    context: Optional[int] = None,
+    exact_quant: bool = False,
 ) -> Union[InferenceSession, EmbeddingModel, LanguageModel]: ...
 def embed(
     texts: Union[str, Sequence[str]],

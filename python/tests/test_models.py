@@ -65,6 +65,13 @@ def test_generate_streams_the_same_text():
     again = model.generate(prompt, 12, stream=False, temperature=0.8, top_k=40, top_p=0.9, seed=7)
     assert sampled == again  # seeded
     assert model.generate(prompt, 0, stream=False) == ""
+    # f32 activations in the quantized products (`exact_quant`), a shorter context
+    exact = rlx.load(gguf, device="cpu", context=64, exact_quant=True)
+    assert "Paris" in exact.generate(prompt, 12, stream=False)
+    with pytest.raises(rlx.InvalidArgument, match="context"):
+        exact.generate("x " * 80, 4, stream=False)
+    with pytest.raises(rlx.InvalidArgument, match="language models"):
+        rlx.load(model_path("minilm"), device="cpu", context=8)
 
 
 def test_generate_hf_folder_and_errors():

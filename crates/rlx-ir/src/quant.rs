@@ -231,23 +231,32 @@ impl QuantFormat {
                 }
             }
             QuantFormat::Q2K => {
-                // scales[16] (low nibble scale, high nibble min), qs[64], d, dmin
+                // scales[16] (low nibble scale, high nibble min), qs[64], d, dmin; value
+                // i = 128 half + 32 j + l is bits 2j of qs[32 half + l], scale i / 16
                 let (sc, qs, d, dmin) = (&src[0..16], &src[16..80], h(80), h(82));
-                for (i, y) in dst.iter_mut().enumerate() {
-                    let (half, j, l) = (i / 128, (i % 128) / 32, i % 32);
-                    let q = (qs[32 * half + l] >> (2 * j)) & 3;
-                    let s = sc[i / 16];
-                    *y = d * (s & 0xF) as f32 * q as f32 - dmin * (s >> 4) as f32;
+                for (g, y) in dst.chunks_exact_mut(16).enumerate() {
+                    let (half, j, l0) = (g / 8, (g % 8) / 2, 16 * (g % 2));
+                    let (a, b) = (d * (sc[g] & 0xF) as f32, dmin * (sc[g] >> 4) as f32);
+                    let q = &qs[32 * half + l0..32 * half + l0 + 16];
+                    for (y, &q) in y.iter_mut().zip(q) {
+                        *y = a * ((q >> (2 * j)) & 3) as f32 - b;
+                    }
                 }
             }
             QuantFormat::Q3K => {
-                // hmask[32], qs[64], scales[12] (16 6-bit values), d
+                // hmask[32], qs[64], scales[12] (16 6-bit values), d; value i as Q2_K's,
+                // minus 4 where bit i / 32 of hmask[l] is clear
                 let (hm, qs, sc, d) = (&src[0..32], &src[32..96], &src[96..108], h(108));
-                for (i, y) in dst.iter_mut().enumerate() {
-                    let (half, j, l) = (i / 128, (i % 128) / 32, i % 32);
-                    let low = (qs[32 * half + l] >> (2 * j)) & 3;
-                    let high = if hm[l] & (1 << (i / 32)) != 0 { 0 } else { 4 };
-                    *y = d * q3k_scale(sc, i / 16) as f32 * (low as i32 - high) as f32;
+                for (g, y) in dst.chunks_exact_mut(16).enumerate() {
+                    let (half, j, l0) = (g / 8, (g % 8) / 2, 16 * (g % 2));
+                    let a = d * q3k_scale(sc, g) as f32;
+                    let bit = 1u8 << (g / 2);
+                    let q = &qs[32 * half + l0..32 * half + l0 + 16];
+                    let m = &hm[l0..l0 + 16];
+                    for ((y, &q), &m) in y.iter_mut().zip(q).zip(m) {
+                        let high = if m & bit != 0 { 0 } else { 4 };
+                        *y = a * (((q >> (2 * j)) & 3) as i32 - high) as f32;
+                    }
                 }
             }
         }
@@ -319,6 +328,56 @@ pub fn q3k_scale(sc: &[u8], s: usize) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Q2_K and Q3_K value by value, as llama.cpp's reference loops index them: value
+    /// i = 128 half + 32 j + l takes bits 2j of qs[32 half + l] and scale i / 16.
+    fn k_low_bits_reference(format: QuantFormat, src: &[u8]) -> Vec<f32> {
+        let h = |i: usize| f16::from_le_bytes([src[i], src[i + 1]]).to_f32();
+        (0..256)
+            .map(|i| {
+                let (half, j, l) = (i / 128, (i % 128) / 32, i % 32);
+                if format == QuantFormat::Q2K {
+                    let q = (src[16 + 32 * half + l] >> (2 * j)) & 3;
+                    let s = src[i / 16];
+                    h(80) * (s & 0xF) as f32 * q as f32 - h(82) * (s >> 4) as f32
+                } else {
+                    let low = (src[32 + 32 * half + l] >> (2 * j)) & 3;
+                    let high = if src[l] & (1 << (i / 32)) != 0 { 0 } else { 4 };
+                    h(108) * q3k_scale(&src[96..108], i / 16) as f32 * (low as i32 - high) as f32
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn two_and_three_bit_k_quants_match_the_per_value_reference() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for format in [QuantFormat::Q2K, QuantFormat::Q3K] {
+            for _ in 0..64 {
+                let mut block: Vec<u8> = (0..format.block_bytes())
+                    .map(|_| {
+                        state = state
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        (state >> 33) as u8
+                    })
+                    .collect();
+                // finite scales: d (and dmin) as f16 values in [0.01, 1)
+                let at = if format == QuantFormat::Q2K { 80 } else { 108 };
+                let v = f16b(0.01 + (block[0] as f32) / 260.0);
+                block[at..at + 2].copy_from_slice(&v);
+                if format == QuantFormat::Q2K {
+                    let m = f16b(0.02 + (block[1] as f32) / 300.0);
+                    block[82..84].copy_from_slice(&m);
+                }
+                let mut got = vec![0f32; 256];
+                format.dequantize_block(&block, &mut got);
+                let want = k_low_bits_reference(format, &block);
+                assert!(want.iter().any(|&v| v != 0.0), "{format}: a non-zero block");
+                assert_eq!(got, want, "{format}");
+            }
+        }
+    }
 
     fn f16b(v: f32) -> [u8; 2] {
         f16::from_f32(v).to_le_bytes()

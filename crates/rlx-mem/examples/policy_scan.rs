@@ -1,9 +1,13 @@
 //! Replays every generated trace ([`rlx_mem::TraceSpec::presets`]) and the trace files given
 //! through the expandable segment over the counting provider, one table row per trace.
 //!
-//! `policy_scan [--proportional] [--seeds N] [TRACE...]` (`--proportional`: the previous online
-//! policy; `--seeds N`: instead, each preset with seeds 0..N, one line per preset of
-//! `peak:fragmentation/provider allocations`).
+//! `policy_scan [--proportional] [--seeds N [--peak-min K | --peak-granule]] [TRACE...]`
+//! (`--proportional`: the previous online policy; `--seeds N`: instead, each preset with seeds
+//! 0..N, one line per preset of `peak:fragmentation/provider allocations`, then its maxima and
+//! how many runs miss 1.05 fragmentation or 100 provider allocations). Two oracles that know
+//! each trace's peak, for comparison with the online policy: `--peak-min K`, the online policy
+//! with its smallest piece raised to the peak / K (a power of two), and `--peak-granule`, one
+//! fixed piece of the peak / 100 (`rlx_mem::GranuleRule::Peak`).
 
 use std::path::Path;
 
@@ -12,6 +16,14 @@ use rlx_mem::{
     ReplayOptions, TraceSpec,
 };
 
+/// Which oracle, if any, replaces the policy in `--seeds` mode.
+#[derive(Clone, Copy)]
+enum Oracle {
+    None,
+    PeakMin(usize),
+    PeakGranule,
+}
+
 fn main() {
     let mut traces: Vec<_> = TraceSpec::presets()
         .iter()
@@ -19,10 +31,22 @@ fn main() {
         .collect();
     let mut policy = GranulePolicy::online();
     let mut seeds = None;
+    let mut oracle = Oracle::None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--proportional" {
             policy = GranulePolicy::proportional();
+            continue;
+        }
+        if arg == "--peak-min" {
+            oracle = args
+                .next()
+                .and_then(|k| k.parse::<usize>().ok())
+                .map_or(Oracle::None, |k| Oracle::PeakMin(k.max(1)));
+            continue;
+        }
+        if arg == "--peak-granule" {
+            oracle = Oracle::PeakGranule;
             continue;
         }
         if arg == "--seeds" {
@@ -43,16 +67,46 @@ fn main() {
     };
     println!("policy: {policy}");
     if let Some(seeds) = seeds {
+        let mut misses = 0;
         for spec in TraceSpec::presets() {
             let mut line = spec.name.clone();
+            let (mut worst_frag, mut worst_allocs) = (0f64, 0u64);
             for seed in 0..seeds {
                 let trace = TraceSpec {
                     seed,
                     ..spec.clone()
                 }
                 .generate();
+                let peak = trace.peak_live_bytes;
+                let rule = match (oracle, policy) {
+                    (Oracle::None, _) => GranuleRule::Policy(policy),
+                    (Oracle::PeakGranule, _) => GranuleRule::Peak,
+                    (
+                        Oracle::PeakMin(k),
+                        GranulePolicy::Spanning {
+                            divisor,
+                            min_bytes,
+                            max_bytes,
+                            peak_divisor,
+                        },
+                    ) => GranuleRule::Policy(GranulePolicy::Spanning {
+                        divisor,
+                        min_bytes: min_bytes.max(1 << (peak / k).max(1).ilog2()),
+                        max_bytes,
+                        peak_divisor,
+                    }),
+                    // The oracle of the peak-based granule where the policy has no minimum piece.
+                    (Oracle::PeakMin(_), _) => GranuleRule::Peak,
+                };
+                let opts = ReplayOptions {
+                    granule_rule: rule,
+                    ..opts.clone()
+                };
                 match replay_trace(&trace, &opts) {
                     Ok(r) => {
+                        worst_frag = worst_frag.max(r.fragmentation);
+                        worst_allocs = worst_allocs.max(r.provider_allocs);
+                        misses += usize::from(r.fragmentation > 1.05 || r.provider_allocs > 100);
                         line += &format!(
                             " {}:{:.3}/{}",
                             human_bytes(r.peak_live_bytes).replace(' ', ""),
@@ -63,8 +117,9 @@ fn main() {
                     Err(err) => line += &format!(" error: {err}"),
                 }
             }
-            println!("{line}");
+            println!("{line} | max {worst_frag:.3}/{worst_allocs}");
         }
+        println!("runs over 1.05 fragmentation or 100 provider allocations: {misses}");
         return;
     }
     println!(

@@ -1,10 +1,14 @@
 //! The online piece policy on generated traces of every scale: each replayed through an
 //! expandable segment over a simulated device (2 MiB granules, no real memory) stays at or
-//! under 1.05 fragmentation and 100 provider allocations, and gives every byte back.
+//! under 1.05 fragmentation and 100 provider allocations, and gives every byte back. Across
+//! seeds 0–7 of every preset the fragmentation bound holds everywhere and the allocation bound on
+//! the 0.5B and 8B shapes; mixed batches and the 13B shape still take up to 171 / 214 provider
+//! allocations on some seeds (an ignored test checks that bound; `bench/mem.md` has the figures),
+//! while a piece size taken from each trace's peak meets both on all 32.
 
 use rlx_mem::{
-    AllocatorConfig, BlockProvider, ExpandableConfig, GranulePolicy, SubAllocator, TestProvider,
-    Trace, TraceEvent, TraceSpec,
+    default_granule, AllocatorConfig, BlockProvider, ExpandableConfig, GranulePolicy, SubAllocator,
+    TestProvider, Trace, TraceEvent, TraceSpec,
 };
 
 /// CUDA's VMM granularity.
@@ -135,4 +139,86 @@ fn proportional_policy_misses_where_the_fitted_one_holds() {
         GranulePolicy::proportional(),
     );
     assert!(large.provider_allocs > 100);
+}
+
+/// Seeds checked per preset.
+const SEEDS: u64 = 8;
+
+/// Replays seeds `0..SEEDS` of every preset with the policy `policy(peak)` returns and counts the
+/// runs over each bound, printing every run; returns (fragmentation misses, allocation misses)
+/// (allocations only for the presets whose names, without `gen:`, satisfy `counted`).
+fn scan(
+    policy: impl Fn(usize) -> GranulePolicy,
+    counted: impl Fn(&str) -> bool,
+) -> (Vec<String>, Vec<String>) {
+    let (mut frag, mut allocs) = (Vec::new(), Vec::new());
+    for spec in TraceSpec::presets() {
+        for seed in 0..SEEDS {
+            let trace = TraceSpec {
+                seed,
+                ..spec.clone()
+            }
+            .generate();
+            let got = replay(&trace, policy(trace.peak_live_bytes));
+            let run = format!(
+                "{} seed {seed}: {:.3} / {}",
+                spec.name, got.fragmentation, got.provider_allocs
+            );
+            println!("{run}");
+            if got.fragmentation > 1.05 {
+                frag.push(run.clone());
+            }
+            if got.provider_allocs > 100 && counted(spec.name.trim_start_matches("gen:")) {
+                allocs.push(run);
+            }
+        }
+    }
+    (frag, allocs)
+}
+
+/// The online policy on seeds 0–7 of every preset: fragmentation ≤ 1.05 on all 32 runs, and
+/// ≤ 100 provider allocations on the 0.5B and 8B shapes.
+#[test]
+fn online_policy_across_seeds() {
+    let (frag, allocs) = scan(
+        |_| GranulePolicy::online(),
+        |name| name == "0.5b-long-decode" || name == "8b",
+    );
+    assert!(frag.is_empty(), "over 1.05 fragmentation: {frag:?}");
+    assert!(
+        allocs.is_empty(),
+        "over 100 provider allocations: {allocs:?}"
+    );
+}
+
+/// The allocation bound on every seed of every preset: not met yet (issue 26 item 8). Without
+/// knowing the peak, the policy grows by pieces of at most a twentieth of what it holds (larger
+/// ones overshoot the small model's peak), so a trace whose peak creeps up from a few MiB to
+/// several GiB pays about 20 creations per doubling, plus alignment climbs through the small
+/// pieces of its early growth. `cargo test -p rlx-mem --test policy_traces -- --ignored`.
+#[test]
+#[ignore = "mixed batches and the 13B shape take up to 171 / 214 provider allocations on some seeds"]
+fn online_policy_across_seeds_within_100_allocations() {
+    let (_, allocs) = scan(|_| GranulePolicy::online(), |_| true);
+    assert!(
+        allocs.is_empty(),
+        "over 100 provider allocations: {allocs:?}"
+    );
+}
+
+/// What the online policy lacks is the scale: one piece size of the trace's peak / 100 (the
+/// peak-based granule, an oracle) meets both bounds on all 32 runs.
+#[test]
+fn peak_granule_meets_both_bounds_on_every_seed() {
+    let (frag, allocs) = scan(
+        |peak| GranulePolicy::Fixed {
+            bytes: default_granule(peak),
+        },
+        |_| true,
+    );
+    assert!(frag.is_empty(), "over 1.05 fragmentation: {frag:?}");
+    assert!(
+        allocs.is_empty(),
+        "over 100 provider allocations: {allocs:?}"
+    );
 }

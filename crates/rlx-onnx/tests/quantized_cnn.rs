@@ -192,3 +192,95 @@ fn wrong_operands_are_errors_that_name_them() {
     let ok = q(f32_init("ys", &[], &[0.5]), &[0; 16]);
     assert!(ok.is_empty(), "{ok}");
 }
+
+/// A 3-D `QLinearConv` (u8 input, i8 weights with per-channel scales, i32 bias, pads of 1)
+/// against the integer convolution done here: exact sums, the scale `x_scale * w_scale /
+/// y_scale` applied in f32, rounded half to even, plus y's zero point, saturated to u8.
+#[test]
+fn qlinear_conv_3d_matches_the_integer_reference() {
+    let (c, m, d, h, w, k) = (2usize, 3usize, 4usize, 5usize, 5usize, 3usize);
+    let mut rng = rlx_ir::SplitMix64(7);
+    let mut byte = || (rng.next_u64() % 256) as u8;
+    let x: Vec<u8> = (0..c * d * h * w).map(|_| byte()).collect();
+    let wq: Vec<u8> = (0..m * c * k * k * k).map(|_| byte()).collect();
+    let bias: Vec<i32> = vec![1200, -3400, 77];
+    let (xs, xz, ys, yz) = (0.02f32, 128u8, 0.9f32, 100u8);
+    let ws = [0.011f32, 0.017, 0.023];
+    let bias_bytes: Vec<u8> = bias.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let inits = vec![
+        byte_init(
+            "w",
+            3,
+            &[m as i64, c as i64, k as i64, k as i64, k as i64],
+            &wq,
+        ),
+        f32_init("xs", &[], &[xs]),
+        byte_init("xz", 2, &[], &[xz]),
+        f32_init("ws", &[m as i64], &ws),
+        byte_init("wz", 3, &[], &[0]),
+        f32_init("ys", &[], &[ys]),
+        byte_init("yz", 2, &[], &[yz]),
+        byte_init("b", 6, &[m as i64], &bias_bytes),
+    ];
+    let mut qc = node(
+        "QLinearConv",
+        "qc3",
+        &["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+        &["y"],
+    );
+    qc.attribute.push(rlx_onnx::proto::AttributeProto {
+        name: Some("pads".into()),
+        r#type: Some(rlx_onnx::proto::attribute_proto::AttributeType::Ints as i32),
+        ints: vec![1; 6],
+        ..Default::default()
+    });
+    let dims = [1, m as i64, d as i64, h as i64, w as i64];
+    let g = model(
+        vec![qc],
+        vec![value("x", 2, &[1, c as i64, d as i64, h as i64, w as i64])],
+        vec![value("y", 2, &dims)],
+        inits,
+    );
+    let imported = rlx_onnx::load_bytes(bytes(&g), None, "qconv3d.onnx", &Default::default())
+        .unwrap_or_else(|e| panic!("import: {e}"));
+    let session = Session::new(rlx_driver::Device::Cpu).unwrap();
+    for (n, t) in imported.params {
+        session.set_param(&n, t);
+    }
+    let compiled = session
+        .compile(&imported.graph, CompileOptions::default())
+        .unwrap();
+    let data = rlx_ir::TensorData::from_le_bytes(rlx_ir::DType::U8, &x).unwrap();
+    let input = Tensor::new(vec![1, c, d, h, w], data).unwrap();
+    let out = compiled.run(&[("x".to_string(), input)].into()).unwrap();
+    let got = out.into_iter().next().unwrap().1;
+    assert_eq!(got.dtype(), rlx_ir::DType::U8);
+    let got: Vec<u8> = got.to_f64_vec().iter().map(|&v| v as u8).collect();
+    let mut want = Vec::new();
+    for o in 0..m {
+        let scale = xs * ws[o] / ys;
+        for (z, yy, xx) in
+            (0..d).flat_map(|z| (0..h).flat_map(move |y| (0..w).map(move |x| (z, y, x))))
+        {
+            let mut acc = bias[o] as i64;
+            for ci in 0..c {
+                for (a, b, e) in
+                    (0..k).flat_map(|a| (0..k).flat_map(move |b| (0..k).map(move |e| (a, b, e))))
+                {
+                    let (pz, py, px) = (z + a, yy + b, xx + e);
+                    if pz < 1 || py < 1 || px < 1 || pz > d || py > h || px > w {
+                        continue;
+                    }
+                    let xv = x[((ci * d + pz - 1) * h + py - 1) * w + px - 1] as i64 - xz as i64;
+                    let wv = wq[(((o * c + ci) * k + a) * k + b) * k + e] as i8 as i64;
+                    acc += xv * wv;
+                }
+            }
+            let q = (acc as f32 * scale).round_ties_even() + yz as f32;
+            want.push(q.clamp(0.0, 255.0) as u8);
+        }
+    }
+    assert_eq!(got.len(), want.len());
+    let off = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    assert_eq!(off, 0, "{off} of {} values differ", want.len());
+}

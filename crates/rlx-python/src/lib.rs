@@ -19,6 +19,7 @@ use embed::EmbeddingModel;
 use llm::{LanguageModel, TextIterator};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
+use rlx_llm::EngineSettings;
 use session::{InferenceSession, NodeArg};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -54,6 +55,7 @@ fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
 }
 
 /// What a model path holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Onnx,
     Embedding,
@@ -77,18 +79,42 @@ fn kind_of(path: &str) -> PyResult<Kind> {
 
 /// Loads a model by what the path holds: an `.onnx` file gives an `InferenceSession`, a
 /// BERT-family folder an `EmbeddingModel`, a GGUF file or Llama-family folder a
-/// `LanguageModel`. `hf:<owner>/<name>` downloads a folder first.
+/// `LanguageModel`. `hf:<owner>/<name>` downloads a folder first. Language models only:
+/// `context` (rows per sequence; a Phi-3 longrope model asked for more than its original
+/// context takes its long RoPE factors) and `exact_quant` (f32 activations in products over
+/// quantized weights instead of int8 ones).
 #[pyfunction]
-#[pyo3(signature = (path, device="auto"))]
-fn load(py: Python<'_>, path: &Bound<'_, PyAny>, device: &str) -> PyResult<Py<PyAny>> {
+#[pyo3(signature = (path, device="auto", *, context=None, exact_quant=false))]
+fn load(
+    py: Python<'_>,
+    path: &Bound<'_, PyAny>,
+    device: &str,
+    context: Option<usize>,
+    exact_quant: bool,
+) -> PyResult<Py<PyAny>> {
     let spec: PathBuf = path.extract()?;
     let spec = spec.to_string_lossy().into_owned();
     let s = spec.clone();
-    Ok(match py.detach(move || kind_of(&s))? {
+    let kind = py.detach(move || kind_of(&s))?;
+    if kind != Kind::Language && (context.is_some() || exact_quant) {
+        return Err(error::invalid(format!(
+            "`context` and `exact_quant` apply to language models; {spec} is not one"
+        )));
+    }
+    Ok(match kind {
         Kind::Onnx => Py::new(py, InferenceSession::open(path, device, "f32", None)?)?.into_any(),
         Kind::Embedding => Py::new(py, EmbeddingModel::open(py, &spec, device)?)?.into_any(),
         Kind::Language => {
-            Py::new(py, LanguageModel::open(py, PathBuf::from(spec), device)?)?.into_any()
+            let settings = EngineSettings {
+                context,
+                exact_quant,
+                ..EngineSettings::default()
+            };
+            Py::new(
+                py,
+                LanguageModel::open(py, PathBuf::from(spec), device, settings)?,
+            )?
+            .into_any()
         }
     })
 }
@@ -194,7 +220,10 @@ fn generate(
     let path: PathBuf = model.extract()?;
     let key = path.to_string_lossy().into_owned();
     let m = cached(&LAST_LLM, &key, device, || {
-        Py::new(py, LanguageModel::open(py, path, device)?)
+        Py::new(
+            py,
+            LanguageModel::open(py, path, device, EngineSettings::default())?,
+        )
     })?;
     generate(m.get())
 }

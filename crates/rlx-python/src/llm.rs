@@ -37,14 +37,19 @@ impl LanguageModel {
     ///
     /// # Errors
     /// The model does not load, or the device is unavailable or cannot run it.
-    pub fn open(py: Python<'_>, path: PathBuf, device: &str) -> PyResult<LanguageModel> {
+    pub fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        device: &str,
+        settings: EngineSettings,
+    ) -> PyResult<LanguageModel> {
         let device = llm_device(device).map_err(error::llm)?;
         let (jobs, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), LlmError>>();
         let label = path.display().to_string();
         std::thread::Builder::new()
             .name("rlx-generate".into())
-            .spawn(move || serve(path, device, rx, ready_tx))
+            .spawn(move || serve(path, device, settings, rx, ready_tx))
             .map_err(|e| error::RunError::new_err(format!("starting the model's thread: {e}")))?;
         let ready = py.detach(move || ready_rx.recv());
         match ready {
@@ -118,15 +123,25 @@ pub struct Request {
 
 /// The model's thread: loads, answers `ready`, then runs jobs one after another until the
 /// `LanguageModel` (and every iterator's sender) is gone.
-fn serve(path: PathBuf, device: Device, jobs: Receiver<Job>, ready: Sender<Result<(), LlmError>>) {
-    let model = match Llama::open(&path) {
+fn serve(
+    path: PathBuf,
+    device: Device,
+    settings: EngineSettings,
+    jobs: Receiver<Job>,
+    ready: Sender<Result<(), LlmError>>,
+) {
+    let mut model = match Llama::open(&path) {
         Ok(m) => m,
         Err(e) => {
             let _ = ready.send(Err(e.into()));
             return;
         }
     };
-    let mut engine = match Engine::new(&model, device, EngineSettings::default()) {
+    if let Some(n) = settings.context {
+        // past the original context a Phi-3 longrope model takes its long RoPE factors
+        model.extend_context(n);
+    }
+    let mut engine = match Engine::new(&model, device, settings) {
         Ok(e) => e,
         Err(e) => {
             let _ = ready.send(Err(e));

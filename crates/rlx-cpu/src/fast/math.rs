@@ -259,24 +259,68 @@ pub mod avx2 {
     pub fn mul_add_gelu(x: &[f32], y: &[f32], z: &[f32], d: &mut [f32]) {
         let n = d.len();
         assert!(x.len() >= n && y.len() >= n && z.len() >= n);
+        // SAFETY: `gelu_stream` reads lanes below n only, and every slice holds n.
+        let at = |i: usize| unsafe {
+            _mm256_fmadd_ps(
+                _mm256_loadu_ps(x.as_ptr().add(i)),
+                _mm256_loadu_ps(y.as_ptr().add(i)),
+                _mm256_loadu_ps(z.as_ptr().add(i)),
+            )
+        };
+        let tail = |i: usize| {
+            let mut buf = [[0f32; 8]; 3];
+            buf[0][..n - i].copy_from_slice(&x[i..n]);
+            buf[1][..n - i].copy_from_slice(&y[i..n]);
+            buf[2][..n - i].copy_from_slice(&z[i..n]);
+            // SAFETY: the buffers hold 8 lanes each.
+            unsafe {
+                _mm256_fmadd_ps(
+                    _mm256_loadu_ps(buf[0].as_ptr()),
+                    _mm256_loadu_ps(buf[1].as_ptr()),
+                    _mm256_loadu_ps(buf[2].as_ptr()),
+                )
+            }
+        };
+        gelu_stream(x, d, at, tail)
+    }
+
+    /// `d = gelu(x)` over equal-length slices.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn gelu_slice(x: &[f32], d: &mut [f32]) {
+        let n = d.len();
+        assert!(x.len() >= n);
+        // SAFETY: `gelu_stream` reads lanes below n only, and `x` holds n.
+        let at = |i: usize| unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) };
+        let tail = |i: usize| {
+            let mut buf = [0f32; 8];
+            buf[..n - i].copy_from_slice(&x[i..n]);
+            // SAFETY: the buffer holds 8 lanes.
+            unsafe { _mm256_loadu_ps(buf.as_ptr()) }
+        };
+        gelu_stream(x, d, at, tail)
+    }
+
+    /// `d[i..i + 8] = gelu(at(i))` over `d`, four vectors per step; `tail(i)` gives the
+    /// arguments of the last partial vector (lanes past `d.len()` unused). `x` is the
+    /// streamed input, prefetched ahead.
+    #[inline(always)]
+    fn gelu_stream(
+        x: &[f32],
+        d: &mut [f32],
+        at: impl Fn(usize) -> __m256,
+        tail: impl Fn(usize) -> __m256,
+    ) {
+        let n = d.len();
         let mut i = 0;
         // Four independent vectors per step: the erf chain is long and latency-bound.
         while i + 32 <= n {
             // streamed from memory: keep loads in flight while the erf chain computes
             // (a prefetch never faults, so the address may run past the end)
-            _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH + 16) as *const i8);
-            // SAFETY: i + 32 <= n and every slice holds at least n elements.
+            // SAFETY (all intrinsics below): the callers enable AVX2 and FMA; i + 32 <= n.
             unsafe {
-                let v: [__m256; 4] = std::array::from_fn(|k| {
-                    let o = i + 8 * k;
-                    _mm256_fmadd_ps(
-                        _mm256_loadu_ps(x.as_ptr().add(o)),
-                        _mm256_loadu_ps(y.as_ptr().add(o)),
-                        _mm256_loadu_ps(z.as_ptr().add(o)),
-                    )
-                });
-                let g = gelu4(v);
+                _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().wrapping_add(i + PREFETCH + 16) as *const i8);
+                let g = gelu4(std::array::from_fn(|k| at(i + 8 * k)));
                 for (k, g) in g.into_iter().enumerate() {
                     _mm256_storeu_ps(d.as_mut_ptr().add(i + 8 * k), g);
                 }
@@ -284,32 +328,102 @@ pub mod avx2 {
             i += 32;
         }
         while i + 8 <= n {
-            // SAFETY: i + 8 <= n and every slice holds at least n elements.
-            unsafe {
-                let v = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(x.as_ptr().add(i)),
-                    _mm256_loadu_ps(y.as_ptr().add(i)),
-                    _mm256_loadu_ps(z.as_ptr().add(i)),
-                );
-                _mm256_storeu_ps(d.as_mut_ptr().add(i), gelu(v));
-            }
+            // SAFETY: i + 8 <= n.
+            unsafe { _mm256_storeu_ps(d.as_mut_ptr().add(i), gelu(at(i))) };
             i += 8;
         }
         if i < n {
-            let mut buf = [[0f32; 8]; 4];
-            buf[0][..n - i].copy_from_slice(&x[i..n]);
-            buf[1][..n - i].copy_from_slice(&y[i..n]);
-            buf[2][..n - i].copy_from_slice(&z[i..n]);
-            // SAFETY: the buffers hold 8 lanes each.
-            unsafe {
-                let v = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(buf[0].as_ptr()),
-                    _mm256_loadu_ps(buf[1].as_ptr()),
-                    _mm256_loadu_ps(buf[2].as_ptr()),
-                );
-                _mm256_storeu_ps(buf[3].as_mut_ptr(), gelu(v));
+            let mut buf = [0f32; 8];
+            // SAFETY: the buffer holds 8 lanes.
+            unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), gelu(tail(i))) };
+            d[i..].copy_from_slice(&buf[..n - i]);
+        }
+    }
+}
+
+/// The 16-lane GELU: [`avx2::gelu_slice`]'s rational erf on 512-bit registers.
+#[cfg(target_arch = "x86_64")]
+pub mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// The erf numerator's coefficients (in `u^2`, highest first).
+    const P: [f32; 7] = [
+        -2.726_142_3e-10,
+        2.770_681_4e-8,
+        -2.101_024e-6,
+        -5.692_506_4e-5,
+        -7.349_906_3e-4,
+        -2.954_600_1e-3,
+        -1.609_603_3e-2,
+    ];
+    /// The erf denominator's coefficients (in `u^2`, highest first).
+    const Q: [f32; 5] = [
+        -1.456_607_2e-5,
+        -2.133_740_6e-4,
+        -1.682_827e-3,
+        -7.373_329e-3,
+        -1.426_473_9e-2,
+    ];
+
+    /// GELU of `K` vectors of 16 lanes, interleaved (the erf chain is latency-bound); the
+    /// division by a reciprocal estimate and two Newton steps (full f32 precision).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn gelu<const K: usize>(x: [__m512; K]) -> [__m512; K] {
+        let s = _mm512_set1_ps;
+        let u = x.map(|x| {
+            let u = _mm512_mul_ps(x, s(std::f32::consts::FRAC_1_SQRT_2));
+            _mm512_max_ps(_mm512_min_ps(u, s(4.0)), s(-4.0))
+        });
+        let u2 = u.map(|u| _mm512_mul_ps(u, u));
+        let mut p = [s(P[0]); K];
+        for c in &P[1..] {
+            for k in 0..K {
+                p[k] = _mm512_fmadd_ps(p[k], u2[k], s(*c));
             }
-            d[i..].copy_from_slice(&buf[3][..n - i]);
+        }
+        let mut q = [s(Q[0]); K];
+        for c in &Q[1..] {
+            for k in 0..K {
+                q[k] = _mm512_fmadd_ps(q[k], u2[k], s(*c));
+            }
+        }
+        std::array::from_fn(|k| {
+            let r = _mm512_rcp14_ps(q[k]);
+            let r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(q[k], r, s(1.0)), r);
+            let r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(q[k], r, s(1.0)), r);
+            let erf = _mm512_mul_ps(_mm512_mul_ps(p[k], u[k]), r);
+            let hx = _mm512_mul_ps(x[k], s(0.5));
+            _mm512_mul_ps(hx, _mm512_add_ps(erf, s(1.0)))
+        })
+    }
+
+    /// `d = gelu(x)` over equal-length slices.
+    #[target_feature(enable = "avx512f")]
+    pub fn gelu_slice(x: &[f32], d: &mut [f32]) {
+        let n = d.len();
+        assert!(x.len() >= n);
+        let mut i = 0;
+        while i + 64 <= n {
+            // SAFETY: i + 64 <= n, and both slices hold n values.
+            unsafe {
+                let v = gelu::<4>(std::array::from_fn(|k| {
+                    _mm512_loadu_ps(x.as_ptr().add(i + 16 * k))
+                }));
+                for (k, v) in v.into_iter().enumerate() {
+                    _mm512_storeu_ps(d.as_mut_ptr().add(i + 16 * k), v);
+                }
+            }
+            i += 64;
+        }
+        while i < n {
+            let m: __mmask16 = if n - i >= 16 { !0 } else { (1 << (n - i)) - 1 };
+            // SAFETY: the mask covers lanes below n only.
+            unsafe {
+                let [v] = gelu::<1>([_mm512_maskz_loadu_ps(m, x.as_ptr().add(i))]);
+                _mm512_mask_storeu_ps(d.as_mut_ptr().add(i), m, v);
+            }
+            i += 16;
         }
     }
 }
@@ -380,5 +494,44 @@ mod tests {
         // SAFETY: as above.
         unsafe { super::avx2::mul_add_gelu(&nan, &nan, &nan, &mut out) };
         assert!(out.iter().all(|v| v.is_nan()));
+    }
+
+    /// The AVX2 `gelu_slice` against the f64 GELU on random arguments, over lengths that
+    /// end in each of its paths (four vectors, one vector, a partial one), and a NaN; the
+    /// AVX-512 one against the AVX2 one.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_gelu_slice() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut rng = rlx_ir::SplitMix64(11);
+        for n in [1, 5, 8, 13, 32, 45, 1000] {
+            let mut x: Vec<f32> = (0..n).map(|_| rng.next_f64() as f32 * 14.0 - 8.0).collect();
+            x[n / 2] = f32::NAN;
+            let mut d = vec![0.0f32; n];
+            // SAFETY: the features were detected above.
+            unsafe { super::avx2::gelu_slice(&x, &mut d) };
+            let mut d512 = vec![0.0f32; n];
+            if std::is_x86_feature_detected!("avx512f") {
+                // SAFETY: as above.
+                unsafe { super::avx512::gelu_slice(&x, &mut d512) };
+                for (&a, &b) in d.iter().zip(&d512) {
+                    assert!((a - b).abs() <= 1e-6 * a.abs().max(1e-3) || a.is_nan() && b.is_nan());
+                }
+            }
+            for (&x, &g) in x.iter().zip(&d) {
+                if x.is_nan() {
+                    assert!(g.is_nan());
+                    continue;
+                }
+                let want = scalar::gelu(x as f64);
+                let err = (g as f64 - want).abs();
+                assert!(
+                    err < 1e-6 && (x < -1.0 || err / want.abs().max(1e-30) < 1e-6),
+                    "{x}"
+                );
+            }
+        }
     }
 }

@@ -1,12 +1,12 @@
 //! The integer convolutions, `ConvInteger` and `QLinearConv`, onto the IR's one integer
-//! convolution ([`Op::ConvInteger`], requantized for `QLinearConv`); 3-D `ConvInteger`
-//! is widened to an exact f64 convolution instead.
+//! convolution ([`Op::ConvInteger`], requantized for `QLinearConv`); 3-D ones are widened
+//! to an exact f64 convolution instead (`QLinearConv` then requantized as ONNX Runtime does).
 
 use crate::ctx::{invalid, unsupported, Ctx, Val, R};
 use crate::node::NodeIn;
 use crate::ops::conv::{as_2d, conv_window};
-use crate::ops::quant::centered;
-use rlx_ir::{DType, IntConv, Op};
+use crate::ops::quant::{centered, saturate_round};
+use rlx_ir::{DType, IntConv, Op, UnaryOp};
 
 /// A zero point as the op takes it: one value (`[]`), or with `per_channel` one per output
 /// channel (`[m]`); absent, a zero of `dtype`.
@@ -87,6 +87,54 @@ fn conv_integer_3d(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val) -> R<Vec<Val>> {
     Ok(vec![ctx.cast(&y[0], DType::I32)?])
 }
 
+/// 3-D `QLinearConv` (`rest`: x and w zero points, the combined scale `[]` or `[m]`, y's
+/// zero point, the bias): the exact convolution of the centred operands in f64, plus the
+/// bias, times the scale in f32, rounded half to even, plus y's zero point, saturated.
+fn qlinear_conv_3d(
+    ctx: &mut Ctx,
+    n: &NodeIn,
+    x: &Val,
+    w: &Val,
+    m: usize,
+    rest: &[Val],
+) -> R<Vec<Val>> {
+    if n.opt(5)
+        .is_some_and(|z| ctx.shape(&z).is_ok_and(|s| s.iter().product::<usize>() > 1))
+    {
+        unsupported!("per-channel weight zero points in a 3-D QLinearConv");
+    }
+    let x = centered(ctx, x, n.opt(2))?;
+    let w = centered(ctx, w, n.opt(5))?;
+    let xf = ctx.cast(&x, DType::F64)?;
+    let wf = ctx.cast(&w, DType::F64)?;
+    let Some(mut acc) = crate::ops::conv3d::conv3d(ctx, n, &xf, &wf, None)?
+        .into_iter()
+        .next()
+    else {
+        invalid!("no output");
+    };
+    let per_channel = |ctx: &mut Ctx, v: &Val| -> R<Val> {
+        if ctx.rank(v) == 1 {
+            ctx.reshape(v, &[1, m, 1, 1, 1])
+        } else {
+            Ok(v.clone())
+        }
+    };
+    if let Some(b) = rest.get(4) {
+        let b = ctx.cast(b, DType::F64)?;
+        let b = per_channel(ctx, &b)?;
+        acc = ctx.add(&acc, &b)?;
+    }
+    let acc = ctx.cast(&acc, DType::F32)?;
+    let scale = per_channel(ctx, &rest[2])?;
+    let y = ctx.mul(&acc, &scale)?;
+    let y = ctx.unary(UnaryOp::Round, &y)?;
+    let to = ctx.dtype(&rest[3]);
+    let yz = ctx.cast(&rest[3], DType::F32)?;
+    let y = ctx.add(&y, &yz)?;
+    Ok(vec![saturate_round(ctx, &y, to)?])
+}
+
 /// `QLinearConv`: the integer convolution plus the i32 bias, requantized with
 /// `x_scale * w_scale / y_scale` (in f32, one value or one per output channel) to
 /// `y_zero_point`'s dtype (`x`'s when absent).
@@ -94,9 +142,7 @@ pub fn qlinear_conv(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let (x, w) = (n.input(0)?, n.input(3)?);
     let m = operands(ctx, &x, &w)?;
     let (dx, dw) = (ctx.dtype(&x), ctx.dtype(&w));
-    let Some(conv) = conv_window(ctx, n, &x, &w)? else {
-        unsupported!("3-D QLinearConv");
-    };
+    let conv = conv_window(ctx, n, &x, &w)?;
     let xz = zero_point(ctx, n.opt(2), dx, 1, "x_zero_point")?;
     let wz = zero_point(ctx, n.opt(5), dw, m, "w_zero_point")?;
     let yz = match n.opt(7) {
@@ -133,6 +179,9 @@ pub fn qlinear_conv(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         }
         rest.push(b);
     }
+    let Some(conv) = conv else {
+        return qlinear_conv_3d(ctx, n, &x, &w, m, &rest);
+    };
     let p = IntConv {
         conv,
         requantize: true,

@@ -78,6 +78,29 @@ impl Isa {
     }
 }
 
+/// Where a VNNI tile goes: raw sums into a tile of [`TILE_COLS`] columns, or finished
+/// straight into the output rows.
+pub(crate) enum Dst<'a> {
+    /// raw sums, row stride [`TILE_COLS`]
+    Tile(&'a mut [i32]),
+    /// `(raw + corr - zb * row_sum)`, times `scale` when it is not null
+    Out(&'a TileOut),
+}
+
+/// The finishing terms and output of one tile, every pointer at the tile's first row or
+/// column: `out[r * ldo + c] = (raw + corr[c] - zb[c] * row_sums[r]) (* scale[c])`, for
+/// the first `nc` columns (i32 results when `scale` is null, else f32).
+pub(crate) struct TileOut {
+    pub(crate) corr: *const i32,
+    pub(crate) zb: *const i32,
+    pub(crate) scale: *const f32,
+    pub(crate) row_sums: *const i32,
+    /// i32 or f32 elements
+    pub(crate) out: *mut u32,
+    pub(crate) ldo: usize,
+    pub(crate) nc: usize,
+}
+
 /// Where the results go: i32 sums, or f32 scaled ones (one scale, or one per column).
 pub(crate) enum Out<'a> {
     I32(&'a mut [i32]),
@@ -121,6 +144,11 @@ pub(crate) fn gemm(
         ),
         Out::F32(o, s) => (OutPtr(std::ptr::null_mut()), OutPtr(o.as_mut_ptr()), s),
     };
+    // the fused VNNI tiles take one scale per column
+    let scale_cols: Vec<f32> = match scale.len() {
+        1 => vec![scale[0]; n],
+        _ => scale.to_vec(),
+    };
     let row_blocks = m.div_ceil(ROW_BLOCK);
     let col_blocks = n.div_ceil(COL_BLOCK);
     let task = |t: usize| {
@@ -133,7 +161,32 @@ pub(crate) fn gemm(
             let mut i0 = rows.start;
             while i0 < rows.end {
                 let mr = isa.mr().min(rows.end - i0);
-                raw_tile(isa, a, b, i0, mr, j0, nc, &mut tile);
+                if isa == Isa::Avx512Vnni {
+                    let base = i0 * n + j0;
+                    let o = TileOut {
+                        corr: corr[j0..].as_ptr(),
+                        zb: zb[j0..].as_ptr(),
+                        scale: match scale.is_empty() {
+                            true => std::ptr::null(),
+                            false => scale_cols[j0..].as_ptr(),
+                        },
+                        row_sums: a.row_sums[i0..i0 + mr].as_ptr(),
+                        out: match scale.is_empty() {
+                            true => ptr_i.ptr().wrapping_add(base).cast(),
+                            false => ptr_f.ptr().wrapping_add(base).cast(),
+                        },
+                        ldo: n,
+                        nc,
+                    };
+                    // SAFETY: rows i0..i0 + mr, columns j0..j0 + nc lie in the m x n output
+                    // and belong to this task's block alone; the terms cover those columns
+                    // and rows.
+                    unsafe { raw_tile(isa, a, b, i0, mr, j0, nc, Dst::Out(&o)) };
+                    i0 += mr;
+                    continue;
+                }
+                // SAFETY: a tile destination is a slice.
+                unsafe { raw_tile(isa, a, b, i0, mr, j0, nc, Dst::Tile(&mut tile[..])) };
                 let cols = j0..j0 + nc;
                 for r in 0..mr {
                     let i = i0 + r;
@@ -248,9 +301,14 @@ fn finish_plain(raw: &[i32], t: &Terms<'_>, row: Row<'_>) {
 }
 
 /// Raw sums `sum(a * b)` of rows `i0..i0 + mr` by columns `j0..j0 + nc` (`j0` a panel
-/// start, `nc <= TILE_COLS`) into `tile` (row stride [`TILE_COLS`]).
+/// start, `nc <= TILE_COLS`) into `dst`: a tile (row stride [`TILE_COLS`]), or for
+/// [`Isa::Avx512Vnni`] alone, finished into the output ([`Dst::Out`]).
+///
+/// # Safety
+/// A [`Dst::Out`]'s pointers cover rows `i0..i0 + mr` and columns `j0..j0 + nc` of the
+/// output and its terms, and nothing else writes those output elements meanwhile.
 #[allow(clippy::too_many_arguments)]
-fn raw_tile(
+unsafe fn raw_tile(
     isa: Isa,
     a: &PackedA,
     b: &PackedB,
@@ -258,7 +316,7 @@ fn raw_tile(
     mr: usize,
     j0: usize,
     nc: usize,
-    tile: &mut [i32; MAX_MR * TILE_COLS],
+    dst: Dst<'_>,
 ) {
     let k4 = b.k4;
     let ps = b.panel_stride();
@@ -274,21 +332,24 @@ fn raw_tile(
     let ap = a.data[i0 * a.stride..].as_ptr();
     let bp = b.data[panel * ps..].as_ptr();
     #[cfg(target_arch = "x86_64")]
-    match isa {
-        Isa::Avx512Vnni => {
-            // SAFETY: `Isa::best` found AVX-512 VNNI; the bounds were checked above.
-            unsafe { vnni512(ap, a.stride, bp, ps, k4, mr, np, tile) };
-            return;
+    if isa == Isa::Avx512Vnni {
+        // SAFETY: `Isa::best` found AVX-512 VNNI; the bounds were checked above (a
+        // `Dst::Out`'s by the caller).
+        unsafe { vnni512(ap, a.stride, bp, ps, k4, mr, np, dst) };
+        return;
+    }
+    let Dst::Tile(tile) = dst else {
+        unreachable!("finished tiles are for AVX-512 VNNI")
+    };
+    assert!(tile.len() >= mr * TILE_COLS, "int_gemm tile size");
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        for p in 0..np {
+            let t = &mut tile[p * NR..];
+            // SAFETY: `Isa::best` found AVX2; the bounds were checked above.
+            unsafe { avx2(ap, a.stride, bp.add(p * ps), k4, mr, t) };
         }
-        Isa::Avx2 => {
-            for p in 0..np {
-                let t = &mut tile[p * NR..];
-                // SAFETY: `Isa::best` found AVX2; the bounds were checked above.
-                unsafe { avx2(ap, a.stride, bp.add(p * ps), k4, mr, t) };
-            }
-            return;
-        }
-        Isa::Scalar => {}
+        return;
     }
     let _ = (ap, bp);
     for r in 0..mr {
@@ -310,7 +371,7 @@ fn raw_tile(
 /// Dispatches [`x86::tile_vnni512`] on the row and panel counts.
 ///
 /// # Safety
-/// As [`x86::tile_vnni512`], with `mr <= MAX_MR` and `np` 1 or 2.
+/// As [`x86::tile_vnni512`], with `mr <= MAX_MR` and `np` 1 or 2 (`dst` sized for them).
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn vnni512(
@@ -321,19 +382,19 @@ unsafe fn vnni512(
     k4: usize,
     mr: usize,
     np: usize,
-    tile: &mut [i32],
+    dst: Dst<'_>,
 ) {
     macro_rules! rows {
         ($np:literal) => {
             match mr {
-                1 => x86::tile_vnni512::<1, $np>(a, lda, b, ps, k4, tile),
-                2 => x86::tile_vnni512::<2, $np>(a, lda, b, ps, k4, tile),
-                3 => x86::tile_vnni512::<3, $np>(a, lda, b, ps, k4, tile),
-                4 => x86::tile_vnni512::<4, $np>(a, lda, b, ps, k4, tile),
-                5 => x86::tile_vnni512::<5, $np>(a, lda, b, ps, k4, tile),
-                6 => x86::tile_vnni512::<6, $np>(a, lda, b, ps, k4, tile),
-                7 => x86::tile_vnni512::<7, $np>(a, lda, b, ps, k4, tile),
-                _ => x86::tile_vnni512::<8, $np>(a, lda, b, ps, k4, tile),
+                1 => x86::tile_vnni512::<1, $np>(a, lda, b, ps, k4, dst),
+                2 => x86::tile_vnni512::<2, $np>(a, lda, b, ps, k4, dst),
+                3 => x86::tile_vnni512::<3, $np>(a, lda, b, ps, k4, dst),
+                4 => x86::tile_vnni512::<4, $np>(a, lda, b, ps, k4, dst),
+                5 => x86::tile_vnni512::<5, $np>(a, lda, b, ps, k4, dst),
+                6 => x86::tile_vnni512::<6, $np>(a, lda, b, ps, k4, dst),
+                7 => x86::tile_vnni512::<7, $np>(a, lda, b, ps, k4, dst),
+                _ => x86::tile_vnni512::<8, $np>(a, lda, b, ps, k4, dst),
             }
         };
     }

@@ -160,8 +160,8 @@ fn quantize_row(x: &[f32], scale: f32, zero: i32, signed: bool, out: &mut [u8]) 
     let shift = if signed { 128 } else { 0 };
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
+    if crate::fast::library::packed_gemm::fma() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
         done = unsafe { quantize_avx2(x, scale, zero, lo, hi, shift, out) };
     }
     for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
@@ -169,10 +169,10 @@ fn quantize_row(x: &[f32], scale: f32, zero: i32, signed: bool, out: &mut [u8]) 
     }
 }
 
-/// [`quantize_row`] 32 values at a time (the same division, rounding to nearest even and
+/// [`quantize_row`] 32 values at a time (the same quotient, rounding to nearest even and
 /// clamp as [`quantize`], NaN to `lo` as there); returns how many values it wrote.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn quantize_avx2(
     x: &[f32],
     scale: f32,
@@ -185,6 +185,12 @@ unsafe fn quantize_avx2(
     use std::arch::x86_64::*;
     let n = x.len().min(out.len()) / 32 * 32;
     let s = _mm256_set1_ps(scale);
+    // x / scale as x * (1 / scale) and one exact-residual correction (Markstein): the
+    // correctly rounded quotient, as the division gives, at a fraction of its cost, for a
+    // scale whose reciprocal is a normal number
+    let recip = 1.0 / scale;
+    let fast = scale.is_normal() && recip.is_normal();
+    let r = _mm256_set1_ps(recip);
     let low = _mm256_set1_ps((lo - zero) as f32);
     let high = _mm256_set1_ps((hi - zero) as f32);
     let add = _mm256_set1_epi32(zero + shift);
@@ -192,7 +198,12 @@ unsafe fn quantize_avx2(
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for i in (0..n).step_by(32) {
         let q = [0, 8, 16, 24].map(|o| {
-            let v = _mm256_div_ps(_mm256_loadu_ps(x.as_ptr().add(i + o)), s);
+            let x = _mm256_loadu_ps(x.as_ptr().add(i + o));
+            let v = if fast {
+                quotient(x, s, r)
+            } else {
+                _mm256_div_ps(x, s)
+            };
             let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
             // max(NaN, low) is low, as f32::max gives
             let r = _mm256_min_ps(_mm256_max_ps(r, low), high);
@@ -206,8 +217,26 @@ unsafe fn quantize_avx2(
     n
 }
 
+/// `x / s` correctly rounded from `r = 1 / s` (correctly rounded, normal, as `s`): the
+/// product `q = x * r` and the correction `q + (x - q * s) * r`, the residual exact by FMA.
+/// An infinite or NaN product stays as it is (the residual would turn it into NaN).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn quotient(
+    x: std::arch::x86_64::__m256,
+    s: std::arch::x86_64::__m256,
+    r: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let q = _mm256_mul_ps(x, r);
+    let corrected = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, s, x), r, q);
+    // q - q is 0 for a finite q, NaN otherwise
+    let finite = _mm256_cmp_ps::<_CMP_ORD_Q>(_mm256_sub_ps(q, q), _mm256_setzero_ps());
+    _mm256_blendv_ps(q, corrected, finite)
+}
+
 /// `DynamicQuantizeLinear`'s scale and zero point of `x`
-/// (`rlx_ir::int_matmul::dynamic_params`), its range found eight lanes at a time.
+/// (`rlx_ir::int_matmul::dynamic_params`), its range found 32 values at a time.
 pub(crate) fn dynamic_params(x: &[f32]) -> (f32, i32) {
     let mut done = 0;
     let (mut mn, mut mx) = (0f32, 0f32);
@@ -224,22 +253,27 @@ pub(crate) fn dynamic_params(x: &[f32]) -> (f32, i32) {
 }
 
 /// The minimum and maximum of `x`'s first values (and 0), NaNs ignored as `f32::min` does,
-/// and how many values that was.
+/// and how many values that was: four independent pairs of running vectors, so the loop
+/// runs at the loads' pace rather than the min/max latency.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn range_avx2(x: &[f32]) -> (f32, f32, usize) {
     use std::arch::x86_64::*;
-    let n = x.len() / 8 * 8;
-    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for i in (0..n).step_by(8) {
-        let v = _mm256_loadu_ps(x.as_ptr().add(i));
-        // a NaN in the first operand gives the second: the running value
-        lo = _mm256_min_ps(v, lo);
-        hi = _mm256_max_ps(v, hi);
+    let n = x.len() / 32 * 32;
+    let (mut lo, mut hi) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+    for i in (0..n).step_by(32) {
+        for j in 0..4 {
+            let v = _mm256_loadu_ps(x.as_ptr().add(i + 8 * j));
+            // a NaN in the first operand gives the second: the running value
+            lo[j] = _mm256_min_ps(v, lo[j]);
+            hi[j] = _mm256_max_ps(v, hi[j]);
+        }
     }
-    let (mut l, mut h) = ([0f32; 8], [0f32; 8]);
-    _mm256_storeu_ps(l.as_mut_ptr(), lo);
-    _mm256_storeu_ps(h.as_mut_ptr(), hi);
+    let (mut l, mut h) = ([0f32; 32], [0f32; 32]);
+    for j in 0..4 {
+        _mm256_storeu_ps(l.as_mut_ptr().add(8 * j), lo[j]);
+        _mm256_storeu_ps(h.as_mut_ptr().add(8 * j), hi[j]);
+    }
     let mn = l.iter().fold(0f32, |a, &b| a.min(b));
     let mx = h.iter().fold(0f32, |a, &b| a.max(b));
     (mn, mx, n)
@@ -272,6 +306,71 @@ mod tests {
             }
             let sum0: i32 = (0..k).map(|l| i32::from(p.data_at(l, 0))).sum();
             assert_eq!(p.col_sums[0], sum0);
+        }
+    }
+
+    /// [`dynamic_params`] against the reference's plain fold, on random values of every
+    /// length around the vector widths (NaNs among them, which both ignore).
+    #[test]
+    fn dynamic_params_match_the_reference() {
+        let mut rng = rlx_ir::SplitMix64(7);
+        for len in [1, 7, 8, 31, 32, 33, 95, 96, 100, 1000] {
+            for shift in [-3.0f32, 0.0, 2.5] {
+                let mut x: Vec<f32> = (0..len)
+                    .map(|_| (rng.below(1 << 20) as f32 / (1 << 19) as f32 - 1.0) * 4.0 + shift)
+                    .collect();
+                if len > 40 {
+                    x[37] = f32::NAN;
+                }
+                let want = rlx_ir::int_matmul::dynamic_params(&x);
+                assert_eq!(dynamic_params(&x), want, "len {len} shift {shift}");
+            }
+        }
+    }
+
+    /// The AVX2 quantization (reciprocal and correction) against the scalar division on
+    /// random values, many of them within a few ulp of a rounding tie, and on the
+    /// infinities and NaN.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn quantized_rows_match_the_division() {
+        if !crate::fast::library::packed_gemm::fma() {
+            return;
+        }
+        let mut rng = rlx_ir::SplitMix64(3);
+        let mut unit = || rng.next_f64() as f32;
+        for round in 0..400 {
+            let scale = (unit() * 0.1 + 1e-4) * if round % 3 == 0 { 1e-3 } else { 1.0 };
+            let zero = (unit() * 255.0) as i32;
+            let mut x: Vec<f32> = (0..4096)
+                .map(|i| {
+                    let k = (unit() * 300.0 - 150.0).round();
+                    match i % 3 {
+                        // a tie, and its neighbours a few ulp away
+                        0 => (k + 0.5) * scale,
+                        1 => {
+                            let t = (k + 0.5) * scale;
+                            let ulps = (unit() * 8.0) as i32 - 4;
+                            f32::from_bits((t.to_bits() as i32 + ulps) as u32)
+                        }
+                        _ => (unit() * 2.0 - 1.0) * 200.0 * scale,
+                    }
+                })
+                .collect();
+            x[..4].copy_from_slice(&[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0]);
+            for signed in [false, true] {
+                let mut got = vec![0u8; x.len()];
+                quantize_row(&x, scale, zero, signed, &mut got);
+                let (lo, hi, shift) = if signed {
+                    (-128, 127, 128)
+                } else {
+                    (0, 255, 0)
+                };
+                for (&v, &g) in x.iter().zip(&got) {
+                    let want = (quantize(v, scale, zero, lo, hi) + shift) as u8;
+                    assert_eq!(g, want, "{v} / {scale} + {zero}");
+                }
+            }
         }
     }
 

@@ -7,14 +7,15 @@
 //! widens both operands to i16 halves (even and odd bytes) and sums them with `vpmaddwd`:
 //! exact, at twice the instructions.
 
-use super::TILE_COLS;
+use super::{Dst, TileOut, TILE_COLS};
 use std::arch::x86_64::*;
 
-/// `MR` rows by `NP` panels of 16 columns with AVX-512 VNNI.
+/// `MR` rows by `NP` panels of 16 columns with AVX-512 VNNI, into `dst`.
 ///
 /// # Safety
 /// The CPU has AVX-512F/BW/VNNI; `a` holds `MR` rows of `lda >= 4 * k4` bytes; `b` holds
-/// `NP` panels `ps` bytes apart, each `64 * k4` bytes.
+/// `NP` panels `ps` bytes apart, each `64 * k4` bytes; a [`Dst::Out`] has `nc` in
+/// `16 * (NP - 1) + 1..=16 * NP` and its pointers cover `MR` rows of `nc` columns.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) unsafe fn tile_vnni512<const MR: usize, const NP: usize>(
     a: *const u8,
@@ -22,7 +23,7 @@ pub(super) unsafe fn tile_vnni512<const MR: usize, const NP: usize>(
     b: *const i8,
     ps: usize,
     k4: usize,
-    out: &mut [i32],
+    dst: Dst<'_>,
 ) {
     let mut acc = [[_mm512_setzero_si512(); NP]; MR];
     for g in 0..k4 {
@@ -37,9 +38,40 @@ pub(super) unsafe fn tile_vnni512<const MR: usize, const NP: usize>(
             }
         }
     }
-    for (r, row) in acc.iter().enumerate() {
-        for (p, c) in row.iter().enumerate() {
-            _mm512_storeu_si512(out.as_mut_ptr().add(r * TILE_COLS + p * 16).cast(), *c);
+    match dst {
+        Dst::Tile(out) => {
+            for (r, row) in acc.iter().enumerate() {
+                for (p, c) in row.iter().enumerate() {
+                    _mm512_storeu_si512(out.as_mut_ptr().add(r * TILE_COLS + p * 16).cast(), *c);
+                }
+            }
+        }
+        Dst::Out(o) => finish_vnni512(&acc, o),
+    }
+}
+
+/// Writes the accumulators of a tile with their zero-point terms (and scale) to `o`'s rows,
+/// the last panel masked to `o.nc` columns.
+#[inline(always)]
+unsafe fn finish_vnni512<const MR: usize, const NP: usize>(acc: &[[__m512i; NP]; MR], o: &TileOut) {
+    for p in 0..NP {
+        let cols = o.nc - p * 16;
+        let m: __mmask16 = if cols >= 16 { !0 } else { (1 << cols) - 1 };
+        let corr = _mm512_maskz_loadu_epi32(m, o.corr.add(p * 16));
+        let zb = _mm512_maskz_loadu_epi32(m, o.zb.add(p * 16));
+        let scale = (!o.scale.is_null()).then(|| _mm512_maskz_loadu_ps(m, o.scale.add(p * 16)));
+        for (r, row) in acc.iter().enumerate() {
+            let rs = _mm512_set1_epi32(o.row_sums.add(r).read());
+            let v = _mm512_add_epi32(row[p], corr);
+            let v = _mm512_sub_epi32(v, _mm512_mullo_epi32(zb, rs));
+            let dst = o.out.add(r * o.ldo + p * 16);
+            match scale {
+                Some(s) => {
+                    let f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
+                    _mm512_mask_storeu_ps(dst.cast(), m, f)
+                }
+                None => _mm512_mask_storeu_epi32(dst.cast(), m, v),
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Batched matmul through the `gemm` crate, and the gemm wrapper other kernels share.
 
+use super::packed_gemm::{self, PackedRhs};
 use crate::fast::memory::OutPtr;
 use crate::fast::pool;
 
@@ -95,6 +96,10 @@ pub(crate) fn gemm<T: Copy + Default + Send + Sync + 'static>(
     }
 }
 
+/// Fewest rows of a batch of [`MatMulPlan::run_f32`] for which packing its right operand
+/// pays (as attention's per-head products).
+const PACKED_ROWS: usize = 32;
+
 /// A compiled batched matmul `[.., m, k] x [.., k, n]`.
 #[derive(Debug, Clone)]
 pub(crate) struct MatMulPlan {
@@ -138,6 +143,30 @@ impl MatMulPlan {
             fold,
             par_batches,
             threads,
+        }
+    }
+
+    /// Runs an f32 product: batches of at least [`PACKED_ROWS`] rows against their own
+    /// right operand (attention's per-head products) on the packed AVX2/AVX-512 tiles, each
+    /// right operand packed per run; the rest as [`MatMulPlan::run`].
+    pub fn run_f32(&self, a: &[f32], b: &[f32], c: &mut [f32]) {
+        let (m, n, k) = (self.m, self.n, self.k);
+        if self.fold || m < PACKED_ROWS || n == 0 || k == 0 || !packed_gemm::supported() {
+            return self.run(a, b, c, 1.0);
+        }
+        let one = |rhs: &mut PackedRhs, i: usize, ci: &mut [f32], threads: usize| {
+            rhs.repack(&b[self.b_off[i]..], k, n, n, 1);
+            packed_gemm::gemm_packed(m, &a[self.a_off[i]..][..m * k], rhs, ci, threads);
+        };
+        if self.par_batches {
+            pool::for_each_chunk_mut_init(c, m * n, PackedRhs::empty, |rhs, i, ci| {
+                one(rhs, i, ci, 1)
+            });
+        } else {
+            let mut rhs = PackedRhs::empty();
+            for (i, ci) in c.chunks_mut(m * n).enumerate() {
+                one(&mut rhs, i, ci, self.threads);
+            }
         }
     }
 

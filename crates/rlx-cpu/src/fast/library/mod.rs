@@ -591,7 +591,7 @@ impl LibExec {
         let f = |i: usize| ins[i].f32().expect("compiled for f32 operands");
         let scratch_f32 = |i: usize| region(i).f32().expect("f32 scratch");
         match &self.imp {
-            Impl::MatMulF32(p) => p.run(f(0), f(1), dst.f32().unwrap(), 1.0),
+            Impl::MatMulF32(p) => p.run_f32(f(0), f(1), dst.f32().unwrap()),
             Impl::MatMulF64(p) => match (ins[0], ins[1], dst) {
                 (Data::F64(a), Data::F64(b), DataMut::F64(c)) => p.run(a, b, c, 1.0),
                 _ => unreachable!("compiled for f64 operands"),

@@ -37,13 +37,63 @@ pub(crate) fn max(x: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
-/// Softmax or log-softmax of one contiguous row.
+/// Softmax or log-softmax of one contiguous row, compiled for the widest vectors the CPU
+/// has (as [`super::attention`]'s softmax).
 pub(crate) fn softmax_row(x: &[f32], out: &mut [f32], log: bool) {
-    let m = max(x);
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = math::exp::<false>(v - m);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::packed_gemm::{avx512, fma};
+        if avx512() {
+            // SAFETY: `avx512` checked AVX-512F, AVX2 and FMA.
+            return unsafe { softmax_row_avx512(x, out, log) };
+        }
+        if fma() {
+            // SAFETY: `fma` checked AVX2 and FMA.
+            return unsafe { softmax_row_fma(x, out, log) };
+        }
     }
-    let s = sum(out);
+    softmax_row_with::<false>(x, out, log)
+}
+
+/// [`softmax_row`] 16 lanes wide.
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA are present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn softmax_row_avx512(x: &[f32], out: &mut [f32], log: bool) {
+    softmax_row_with::<true>(x, out, log)
+}
+
+/// [`softmax_row`] 8 lanes wide.
+///
+/// # Safety
+/// AVX2 and FMA are present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_row_fma(x: &[f32], out: &mut [f32], log: bool) {
+    softmax_row_with::<true>(x, out, log)
+}
+
+/// [`softmax_row`]'s passes: the max, then exp (of arguments <= 0) and its sum together
+/// with sixteen partial sums so the loop vectorises, then the normalisation.
+#[inline(always)]
+fn softmax_row_with<const FMA: bool>(x: &[f32], out: &mut [f32], log: bool) {
+    let m = max(x);
+    let mut acc = [0.0f32; 16];
+    let mut total = 0.0f32;
+    let n = x.len().min(out.len()) / 16 * 16;
+    for (o, x) in out[..n].chunks_exact_mut(16).zip(x[..n].chunks_exact(16)) {
+        for ((a, o), &v) in acc.iter_mut().zip(o).zip(x) {
+            *o = math::exp_nonpositive::<FMA>(v - m);
+            *a += *o;
+        }
+    }
+    for (o, &v) in out[n..].iter_mut().zip(&x[n..]) {
+        *o = math::exp_nonpositive::<FMA>(v - m);
+        total += *o;
+    }
+    let s = acc.iter().sum::<f32>() + total;
     if log {
         let ls = m + s.ln();
         for (o, &v) in out.iter_mut().zip(x) {

@@ -400,18 +400,25 @@ fn epilogue<T: Elem, L: LaneMath>(
     let mut alias: [(usize, &[f32]); MAX_ALIAS] = [(usize::MAX, &[]); MAX_ALIAS];
     let mut n_alias = 0;
     if L::F32 {
+        let inplace: &[f32] = match inplace.get(..n) {
+            // SAFETY: L is f32 (`L::F32`); the copy is only read from here on.
+            Some(ip) => unsafe { std::slice::from_raw_parts(ip.as_ptr().cast(), n) },
+            None => &[],
+        };
         let direct = e.direct_loads.iter().zip(bcast.chunks(LANES));
         for (&(reg, k), lanes) in direct.take(MAX_ALIAS) {
-            if let Src::Buf(Data::F32(s)) = srcs[k] {
-                alias[n_alias] = match e.out.layouts[k] {
-                    Layout::Broadcast => (reg, &lanes[..n]),
-                    _ => {
-                        let o = (offset(k) + start as isize) as usize;
-                        (reg, &s[o..o + n])
-                    }
-                };
-                n_alias += 1;
-            }
+            let a = match (srcs[k], e.out.layouts[k]) {
+                (Src::Buf(Data::F32(_)), Layout::Broadcast) => (reg, &lanes[..n]),
+                (Src::Buf(Data::F32(s)), _) => {
+                    let o = (offset(k) + start as isize) as usize;
+                    (reg, &s[o..o + n])
+                }
+                // the op result, copied out of the output above: read from that copy
+                (Src::InPlace, Layout::Contiguous) if inplace.len() == n => (reg, inplace),
+                _ => continue,
+            };
+            alias[n_alias] = a;
+            n_alias += 1;
         }
     }
     let alias = &alias[..n_alias];

@@ -200,6 +200,11 @@ pub(crate) fn eval_f32(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
+        if crate::fast::library::packed_gemm::avx512() {
+            // SAFETY: `avx512` checked the features the clone was compiled for.
+            unsafe { eval_f32_avx512(insts, regs, n, load, reduced, direct) };
+            return;
+        }
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports the features the clone was compiled for.
             unsafe { eval_f32_avx2(insts, regs, n, load, reduced, direct) };
@@ -207,6 +212,20 @@ pub(crate) fn eval_f32(
         }
     }
     eval_f32_body::<false>(insts, regs, n, load, reduced, direct)
+}
+
+/// The same body compiled with AVX-512F (and FMA), so the per-op loops use 16-wide vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn eval_f32_avx512(
+    insts: &[Inst],
+    regs: &mut [f32],
+    n: usize,
+    load: &mut Loader<'_, f32>,
+    reduced: &[f32],
+    direct: Direct<'_, '_>,
+) {
+    eval_f32_body::<true>(insts, regs, n, load, reduced, direct)
 }
 
 /// The same body compiled with AVX2 and FMA enabled, so the per-op loops use 8-wide vectors.
@@ -332,7 +351,8 @@ fn mul_add_f32<const FMA: bool>(
 ) {
     #[cfg(target_arch = "x86_64")]
     if FMA && op == Some(UnaryOp::Gelu) {
-        // SAFETY: `FMA` is true only inside `eval_f32_avx2`, after feature detection.
+        // SAFETY: `FMA` is true only inside `eval_f32_avx2` and `eval_f32_avx512`, after
+        // feature detection (both imply AVX2 and FMA).
         unsafe { math::avx2::mul_add_gelu(x, y, z, d) };
         return;
     }
@@ -360,6 +380,16 @@ fn unary_f32<const FMA: bool>(op: UnaryOp, x: &[f32], d: &mut [f32]) {
         UnaryOp::Tanh => map1(x, d, math::tanh::<FMA>),
         UnaryOp::Sigmoid => map1(x, d, math::sigmoid::<FMA>),
         UnaryOp::Relu => map1(x, d, |x| x.max(0.0)),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `FMA` is true only inside `eval_f32_avx2` and `eval_f32_avx512`, after
+        // feature detection (both imply AVX2 and FMA); `avx512` checks AVX-512F.
+        UnaryOp::Gelu if FMA => unsafe {
+            if crate::fast::library::packed_gemm::avx512() {
+                math::avx512::gelu_slice(x, d)
+            } else {
+                math::avx2::gelu_slice(x, d)
+            }
+        },
         UnaryOp::Gelu => map1(x, d, math::gelu::<FMA>),
         UnaryOp::GeluTanh => map1(x, d, math::gelu_tanh::<FMA>),
         UnaryOp::Silu => map1(x, d, |x| x * math::sigmoid::<FMA>(x)),
