@@ -19,14 +19,7 @@ fn random_weight(format: QuantFormat, n: usize, k: usize) -> Vec<u8> {
     let mut w: Vec<u8> = (0..format.bytes_for(n * k).unwrap())
         .map(|_| (rng.next_u64() >> 13) as u8)
         .collect();
-    let scales: &[usize] = match format {
-        QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q5_0 => &[0],
-        QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
-        QuantFormat::Q6K => &[208],
-        QuantFormat::Q2K => &[80, 82],
-        QuantFormat::Q3K => &[108],
-        _ => &[],
-    };
+    let scales = format.f16_fields();
     for blk in w.chunks_exact_mut(format.block_bytes()) {
         for &s in scales {
             let v = (rng.next_u64() % 1000) as f32 / 1e4;

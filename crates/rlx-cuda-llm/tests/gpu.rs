@@ -80,13 +80,7 @@ fn random_rows(format: QuantFormat, n: usize, k: usize, rng: &mut SplitMix64) ->
     }
     let bytes = format.bytes_for(n * k).unwrap();
     let mut b: Vec<u8> = (0..bytes).map(|_| (rng.next_u64() & 0xff) as u8).collect();
-    let scales: &[usize] = match format {
-        QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q5_0 => &[0],
-        QuantFormat::Q6K => &[208],
-        QuantFormat::Q2K => &[80, 82],
-        QuantFormat::Q3K => &[108],
-        _ => &[0, 2],
-    };
+    let scales = format.f16_fields();
     for block in b.chunks_exact_mut(format.block_bytes()) {
         for &at in scales {
             let s = half::f16::from_f32((rng.next_f64() * 0.02 + 0.001) as f32);

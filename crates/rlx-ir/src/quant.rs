@@ -113,6 +113,20 @@ impl QuantFormat {
         }
     }
 
+    /// Byte offsets of a block's f16 fields (its scale, and min where it has one); empty for
+    /// the plain float formats. Tests and benchmarks that fill blocks with random bytes
+    /// overwrite these with small finite values.
+    pub fn f16_fields(self) -> &'static [usize] {
+        match self {
+            QuantFormat::F32 | QuantFormat::F16 | QuantFormat::BF16 => &[],
+            QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q5_0 => &[0],
+            QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
+            QuantFormat::Q6K => &[208],
+            QuantFormat::Q2K => &[80, 82],
+            QuantFormat::Q3K => &[108],
+        }
+    }
+
     /// Bytes of `numel` values, or `None` when `numel` is not a whole number of blocks.
     pub fn bytes_for(self, numel: usize) -> Option<usize> {
         if !numel.is_multiple_of(self.block()) {
@@ -363,12 +377,9 @@ mod tests {
                     })
                     .collect();
                 // finite scales: d (and dmin) as f16 values in [0.01, 1)
-                let at = if format == QuantFormat::Q2K { 80 } else { 108 };
-                let v = f16b(0.01 + (block[0] as f32) / 260.0);
-                block[at..at + 2].copy_from_slice(&v);
-                if format == QuantFormat::Q2K {
-                    let m = f16b(0.02 + (block[1] as f32) / 300.0);
-                    block[82..84].copy_from_slice(&m);
+                for (i, &at) in format.f16_fields().iter().enumerate() {
+                    let v = f16b(0.01 + (block[i] as f32) / 260.0);
+                    block[at..at + 2].copy_from_slice(&v);
                 }
                 let mut got = vec![0f32; 256];
                 format.dequantize_block(&block, &mut got);

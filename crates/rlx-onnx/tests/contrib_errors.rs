@@ -5,10 +5,7 @@
 
 mod support;
 
-use rlx_onnx::proto::{
-    attribute_proto::AttributeType, AttributeProto, ModelProto, NodeProto, OperatorSetIdProto,
-    TensorProto,
-};
+use rlx_onnx::proto::{AttributeProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use rlx_onnx::{load_bytes, ImportOptions, OnnxError};
 use support::*;
 
@@ -43,15 +40,6 @@ fn u8_init(name: &str, dims: &[i64], v: &[u8]) -> TensorProto {
         dims: dims.to_vec(),
         data_type: Some(2),
         raw_data: Some(v.to_vec().into()),
-        ..Default::default()
-    }
-}
-
-fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
         ..Default::default()
     }
 }

@@ -87,15 +87,6 @@ fn boolean_indexing() -> rlx_onnx::proto::ModelProto {
     )
 }
 
-fn ints_attr(name: &str, v: &[i64]) -> rlx_onnx::proto::AttributeProto {
-    rlx_onnx::proto::AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(rlx_onnx::proto::attribute_proto::AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
 #[test]
 fn boolean_indexing_runs_in_two_stages_cached_per_count() {
     let m = session(&boolean_indexing());

@@ -228,12 +228,7 @@ fn qlinear_conv_3d_matches_the_integer_reference() {
         &["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
         &["y"],
     );
-    qc.attribute.push(rlx_onnx::proto::AttributeProto {
-        name: Some("pads".into()),
-        r#type: Some(rlx_onnx::proto::attribute_proto::AttributeType::Ints as i32),
-        ints: vec![1; 6],
-        ..Default::default()
-    });
+    qc.attribute.push(ints_attr("pads", &[1; 6]));
     let dims = [1, m as i64, d as i64, h as i64, w as i64];
     let g = model(
         vec![qc],

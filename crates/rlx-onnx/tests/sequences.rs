@@ -40,24 +40,6 @@ fn strings_attr(name: &str, v: &[&str]) -> AttributeProto {
     }
 }
 
-fn string_attr(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::String as i32),
-        s: Some(v.as_bytes().to_vec().into()),
-        ..Default::default()
-    }
-}
-
-fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
 /// A sequence-of-f32-tensors value info.
 fn seq_value(name: &str) -> ValueInfoProto {
     let elem = TypeProto {

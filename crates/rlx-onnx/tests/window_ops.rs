@@ -7,7 +7,7 @@
 mod support;
 
 use rlx_ir::Tensor;
-use rlx_onnx::proto::{attribute_proto::AttributeType, AttributeProto, ModelProto, NodeProto};
+use rlx_onnx::proto::{AttributeProto, ModelProto, NodeProto};
 use rlx_onnx::{load_bytes, ImportOptions};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,33 +28,6 @@ impl Rng {
         (0..n)
             .map(|_| (lo + (hi - lo) * self.next()) as f32 as f64)
             .collect()
-    }
-}
-
-fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn float_attr(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Float as i32),
-        f: Some(v),
-        ..Default::default()
-    }
-}
-
-fn string_attr(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::String as i32),
-        s: Some(v.as_bytes().to_vec().into()),
-        ..Default::default()
     }
 }
 

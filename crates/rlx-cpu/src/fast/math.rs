@@ -96,25 +96,40 @@ pub fn sigmoid<const FMA: bool>(x: f32) -> f32 {
     1.0 / (1.0 + exp::<FMA>(-x))
 }
 
+/// [`erf`]'s numerator coefficients (in `x^2`, highest first; times `x` after).
+const ERF_P: [f32; 7] = [
+    -2.726_142_3e-10,
+    2.770_681_4e-8,
+    -2.101_024e-6,
+    -5.692_506_4e-5,
+    -7.349_906_3e-4,
+    -2.954_600_1e-3,
+    -1.609_603_3e-2,
+];
+/// [`erf`]'s denominator coefficients (in `x^2`, highest first).
+const ERF_Q: [f32; 5] = [
+    -1.456_607_2e-5,
+    -2.133_740_6e-4,
+    -1.682_827e-3,
+    -7.373_329e-3,
+    -1.426_473_9e-2,
+];
+
 /// erf: a rational approximation (Eigen's) with about 1e-7 absolute error, saturating to
-/// +-1 beyond |x| = 4.
+/// +-1 beyond |x| = 4. The vector forms below evaluate the same coefficients.
 #[inline(always)]
 pub fn erf<const FMA: bool>(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
-    let mut p = -2.726_142_3e-10f32;
-    p = madd::<FMA>(p, x2, 2.770_681_4e-8);
-    p = madd::<FMA>(p, x2, -2.101_024e-6);
-    p = madd::<FMA>(p, x2, -5.692_506_4e-5);
-    p = madd::<FMA>(p, x2, -7.349_906_3e-4);
-    p = madd::<FMA>(p, x2, -2.954_600_1e-3);
-    p = madd::<FMA>(p, x2, -1.609_603_3e-2);
+    let mut p = ERF_P[0];
+    for &c in &ERF_P[1..] {
+        p = madd::<FMA>(p, x2, c);
+    }
     p *= x;
-    let mut q = -1.456_607_2e-5f32;
-    q = madd::<FMA>(q, x2, -2.133_740_6e-4);
-    q = madd::<FMA>(q, x2, -1.682_827e-3);
-    q = madd::<FMA>(q, x2, -7.373_329e-3);
-    q = madd::<FMA>(q, x2, -1.426_473_9e-2);
+    let mut q = ERF_Q[0];
+    for &c in &ERF_Q[1..] {
+        q = madd::<FMA>(q, x2, c);
+    }
     p / q
 }
 
@@ -167,6 +182,7 @@ pub(crate) fn round_to_bf16_avx512(dst: &mut [half::bf16], src: &[f32]) {
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2 {
+    use super::{ERF_P, ERF_Q};
     use std::arch::x86_64::*;
 
     /// GELU of 8 lanes: the same rational erf as [`super::erf`], with the division replaced
@@ -178,25 +194,13 @@ pub mod avx2 {
         let u = _mm256_mul_ps(x, s(std::f32::consts::FRAC_1_SQRT_2));
         let u = _mm256_max_ps(_mm256_min_ps(u, s(4.0)), s(-4.0));
         let u2 = _mm256_mul_ps(u, u);
-        let mut p = s(-2.726_142_3e-10);
-        for c in [
-            2.770_681_4e-8,
-            -2.101_024e-6,
-            -5.692_506_4e-5,
-            -7.349_906_3e-4,
-            -2.954_600_1e-3,
-            -1.609_603_3e-2,
-        ] {
+        let mut p = s(ERF_P[0]);
+        for &c in &ERF_P[1..] {
             p = _mm256_fmadd_ps(p, u2, s(c));
         }
         p = _mm256_mul_ps(p, u);
-        let mut q = s(-1.456_607_2e-5);
-        for c in [
-            -2.133_740_6e-4,
-            -1.682_827e-3,
-            -7.373_329e-3,
-            -1.426_473_9e-2,
-        ] {
+        let mut q = s(ERF_Q[0]);
+        for &c in &ERF_Q[1..] {
             q = _mm256_fmadd_ps(q, u2, s(c));
         }
         let r = _mm256_rcp_ps(q);
@@ -217,26 +221,14 @@ pub mod avx2 {
         let u = map(&|x| _mm256_mul_ps(x, s(std::f32::consts::FRAC_1_SQRT_2)), x);
         let u = map(&|u| _mm256_max_ps(_mm256_min_ps(u, s(4.0)), s(-4.0)), u);
         let u2 = map(&|u| _mm256_mul_ps(u, u), u);
-        let mut p = [s(-2.726_142_3e-10); 4];
-        let mut q = [s(-1.456_607_2e-5); 4];
-        for c in [
-            2.770_681_4e-8,
-            -2.101_024e-6,
-            -5.692_506_4e-5,
-            -7.349_906_3e-4,
-            -2.954_600_1e-3,
-            -1.609_603_3e-2,
-        ] {
+        let mut p = [s(ERF_P[0]); 4];
+        let mut q = [s(ERF_Q[0]); 4];
+        for &c in &ERF_P[1..] {
             for k in 0..4 {
                 p[k] = _mm256_fmadd_ps(p[k], u2[k], s(c));
             }
         }
-        for c in [
-            -2.133_740_6e-4,
-            -1.682_827e-3,
-            -7.373_329e-3,
-            -1.426_473_9e-2,
-        ] {
+        for &c in &ERF_Q[1..] {
             for k in 0..4 {
                 q[k] = _mm256_fmadd_ps(q[k], u2[k], s(c));
             }
@@ -346,24 +338,7 @@ pub mod avx2 {
 pub mod avx512 {
     use std::arch::x86_64::*;
 
-    /// The erf numerator's coefficients (in `u^2`, highest first).
-    const P: [f32; 7] = [
-        -2.726_142_3e-10,
-        2.770_681_4e-8,
-        -2.101_024e-6,
-        -5.692_506_4e-5,
-        -7.349_906_3e-4,
-        -2.954_600_1e-3,
-        -1.609_603_3e-2,
-    ];
-    /// The erf denominator's coefficients (in `u^2`, highest first).
-    const Q: [f32; 5] = [
-        -1.456_607_2e-5,
-        -2.133_740_6e-4,
-        -1.682_827e-3,
-        -7.373_329e-3,
-        -1.426_473_9e-2,
-    ];
+    use super::{ERF_P as P, ERF_Q as Q};
 
     /// GELU of `K` vectors of 16 lanes, interleaved (the erf chain is latency-bound); the
     /// division by a reciprocal estimate and two Newton steps (full f32 precision).

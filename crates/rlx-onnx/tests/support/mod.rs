@@ -56,6 +56,36 @@ pub fn int_attr(name: &str, v: i64) -> AttributeProto {
     }
 }
 
+/// An ints attribute.
+pub fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// A float attribute.
+pub fn float_attr(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(v),
+        ..Default::default()
+    }
+}
+
+/// A string attribute.
+pub fn string_attr(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(v.as_bytes().to_vec().into()),
+        ..Default::default()
+    }
+}
+
 /// An f32 initializer with raw data.
 pub fn f32_init(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
     TensorProto {

@@ -194,14 +194,7 @@ mod tests {
         let mut w: Vec<u8> = (0..bytes).map(|_| (rng.next_u64() >> 13) as u8).collect();
         // keep the f16 scales small and finite
         let bb = format.block_bytes();
-        let scale_at: &[usize] = match format {
-            QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q5_0 => &[0],
-            QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
-            QuantFormat::Q6K => &[208],
-            QuantFormat::Q2K => &[80, 82],
-            QuantFormat::Q3K => &[108],
-            _ => &[],
-        };
+        let scale_at = format.f16_fields();
         for blk in w.chunks_exact_mut(bb) {
             for &s in scale_at {
                 let v = (rng.next_u64() % 1000) as f32 / 1000.0 - 0.5;
