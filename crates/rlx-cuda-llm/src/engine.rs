@@ -442,6 +442,17 @@ impl CudaLlm {
             let f = module.function(&name, 0)?;
             fns.insert(name, f);
         }
+        // the scale of what follows (the weights, then a KV cache of up to the free memory),
+        // so an expandable segment grows by pieces of that scale from the first upload
+        let kv_want = options.context.unwrap_or(c.context).min(c.context).max(1)
+            * options.max_sequences.max(1)
+            * c.layers
+            * 2
+            * c.kv_heads
+            * c.head_dim
+            * 2;
+        let free = dev.mem_info().0.saturating_sub(model.weight_bytes);
+        mem.expect_peak(model.weight_bytes + kv_want.min(free));
         let weights = upload(&dev, &mem, model)?;
         // GEMMs over block-format weights expand each matrix to f16 first, in chunks of
         // output rows (`expand_bytes`): room for the largest chunk, taken before the KV cache

@@ -12,8 +12,8 @@ use crate::settings::{MemoryKind, MemorySettings};
 use crate::CudaError;
 use cudarc::driver::{result, sys};
 use rlx_mem::{
-    Allocation, AllocatorConfig, Block, BlockProvider, MemError, PhysicalGranule, ProviderStats,
-    Stats, SubAllocator, VirtualRange,
+    Allocation, AllocatorConfig, Block, BlockProvider, ExpandableConfig, GranulePolicy, MemError,
+    PhysicalGranule, ProviderStats, Stats, SubAllocator, VirtualRange,
 };
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -264,12 +264,19 @@ impl DeviceMemory {
         }
         let device = CudaDevice::get()?;
         device.bind()?;
-        let config = AllocatorConfig {
+        let mut config = AllocatorConfig {
             grow_in_place: false,
             ..AllocatorConfig::default()
         };
+        if kind == MemoryKind::Device {
+            // one expandable segment, grown piece by piece (block mode where VMM is missing)
+            config.expandable = Some(ExpandableConfig {
+                granules: GranulePolicy::online(),
+                ..ExpandableConfig::default()
+            });
+        }
         let (provider, residency): (Box<dyn BlockProvider>, _) = match kind {
-            MemoryKind::Device => (Box::new(CudaProvider::new()), None),
+            MemoryKind::Device | MemoryKind::Blocks => (Box::new(CudaProvider::new()), None),
             MemoryKind::Managed(options) => {
                 let budget = resolve_budget(options.device_budget, device.facts.memory_bytes);
                 let p = ManagedProvider::new(device.raw(), options, budget)?;
@@ -285,6 +292,26 @@ impl DeviceMemory {
         });
         pools.push((kind, mem.clone()));
         Ok(mem)
+    }
+
+    /// Whether this pool grows expandable VMM segments (the device kind where the driver has
+    /// the VMM API) rather than allocating blocks.
+    pub fn is_expandable(&self) -> bool {
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_expandable()
+    }
+
+    /// A scale hint: about `bytes` will be in use at once (a model's weights and KV cache,
+    /// known before they are uploaded), so an expandable segment creates pieces of about
+    /// `bytes` / 100 from the start rather than climbing to them (see rlx-mem's
+    /// `SubAllocator::expect_peak`). Nothing in block mode.
+    pub fn expect_peak(&self, bytes: usize) {
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .expect_peak(bytes);
     }
 
     /// The kind of memory this pool hands out.

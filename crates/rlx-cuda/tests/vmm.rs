@@ -117,3 +117,40 @@ fn expandable_suballocator_on_the_device() {
     assert!(s.peak_bytes_reserved >= s.peak_bytes_in_use);
     pool.trim();
 }
+
+/// The process-wide device pool grows an expandable VMM segment (the default where the driver
+/// has VMM), `RLX_CUDA_MEMORY=blocks`' kind does not; data survives, and after a scale hint the
+/// pool reaches a large working set in few physical pieces.
+#[test]
+fn device_pool_is_expandable_and_takes_a_scale_hint() {
+    use rlx_cuda::memory::DeviceMemory;
+    use rlx_cuda::settings::MemoryKind;
+    if !device_ready("device_pool_is_expandable_and_takes_a_scale_hint") {
+        return;
+    }
+    let vmm = CudaProvider::new().granule_size().is_some();
+    let mem = DeviceMemory::of(MemoryKind::Device).expect("device pool");
+    assert_eq!(mem.is_expandable(), vmm, "expandable exactly where VMM is");
+    let blocks = DeviceMemory::of(MemoryKind::Blocks).expect("block pool");
+    assert!(!blocks.is_expandable());
+    // 2 GiB in 64 buffers of 32 MiB after a 2 GiB hint: pieces of >= 16 MiB
+    let before = mem.stats();
+    mem.expect_peak(2 << 30);
+    let bufs: Vec<_> = (0..64)
+        .map(|_| mem.alloc(32 << 20).expect("alloc 32 MiB"))
+        .collect();
+    for (i, b) in bufs.iter().enumerate() {
+        write(b.ptr() as usize, 1 << 12, i as u8);
+    }
+    for (i, b) in bufs.iter().enumerate() {
+        check(b.ptr() as usize, 1 << 12, i as u8);
+    }
+    let after = mem.stats();
+    let created = (after.provider_allocs + after.physical_creates)
+        - (before.provider_allocs + before.physical_creates);
+    println!("64 × 32 MiB: {created} provider allocations (expandable: {vmm})");
+    if vmm {
+        assert!(created <= 130, "{created} pieces for 2 GiB after the hint");
+    }
+    drop(bufs);
+}

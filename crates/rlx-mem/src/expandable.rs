@@ -146,6 +146,46 @@ impl GranulePolicy {
         }
     }
 
+    /// The policy once the caller expects about `peak` bytes in use at once (a scale hint:
+    /// weights, KV cache and planned arenas, known before they are allocated). The online
+    /// policies then create pieces of at least `peak` / [`EXPECTED_PIECES`] (rounded down to a
+    /// power of two, at most their largest piece) from the first one: the pieces a growing
+    /// segment would otherwise climb through are skipped, and the last one still idles at most
+    /// about 1/[`EXPECTED_PIECES`] of the peak. `Provider` and `Fixed` are returned unchanged.
+    pub fn expecting(self, peak: usize) -> Self {
+        let floor = |min_bytes: usize, max_bytes: usize| {
+            let share = peak / EXPECTED_PIECES;
+            if share == 0 {
+                return min_bytes;
+            }
+            let pow2 = 1usize << floor_log2(share);
+            pow2.min(max_bytes).max(min_bytes)
+        };
+        match self {
+            GranulePolicy::Proportional {
+                divisor,
+                min_bytes,
+                max_bytes,
+            } => GranulePolicy::Proportional {
+                divisor,
+                min_bytes: floor(min_bytes, max_bytes),
+                max_bytes,
+            },
+            GranulePolicy::Spanning {
+                divisor,
+                min_bytes,
+                max_bytes,
+                peak_divisor,
+            } => GranulePolicy::Spanning {
+                divisor,
+                min_bytes: floor(min_bytes, max_bytes),
+                max_bytes,
+                peak_divisor,
+            },
+            other => other,
+        }
+    }
+
     /// Bytes of the next piece created when `held` bytes are held, for a provider granule of
     /// `unit` bytes (a power of two).
     pub fn piece_size(&self, held: usize, unit: usize) -> usize {
@@ -210,6 +250,11 @@ impl std::fmt::Display for GranulePolicy {
         }
     }
 }
+
+/// Pieces a scale hint sizes the smallest piece for ([`GranulePolicy::expecting`]): a peak
+/// reached in about this many pieces keeps both the creations and the idle tail of the last
+/// piece within bounds (≤ 100 provider allocations, ≤ 1.05 fragmentation).
+pub const EXPECTED_PIECES: usize = 100;
 
 /// `floor(log2(n))`, 0 for 0.
 fn floor_log2(n: usize) -> usize {
@@ -413,6 +458,10 @@ pub(crate) struct VmCounters {
 #[derive(Debug)]
 pub(crate) struct Expandable {
     config: ExpandableConfig,
+    /// The policy configured, before any scale hint.
+    base_policy: GranulePolicy,
+    /// The largest peak hinted ([`Expandable::expect_peak`]), 0 for none.
+    expected: usize,
     unit: usize,
     shift: u32,
     segments: Vec<Option<Segment>>,
@@ -464,6 +513,8 @@ impl Expandable {
     pub fn new(config: ExpandableConfig, unit: usize) -> Self {
         debug_assert!(unit.is_power_of_two());
         Expandable {
+            base_policy: config.granules,
+            expected: 0,
             config,
             unit,
             shift: unit.trailing_zeros(),
@@ -487,6 +538,13 @@ impl Expandable {
     /// The piece-size policy in effect.
     pub fn policy(&self) -> GranulePolicy {
         self.config.granules
+    }
+
+    /// Applies a scale hint: the policy from now on is [`GranulePolicy::expecting`] the
+    /// largest peak hinted so far.
+    pub fn expect_peak(&mut self, peak: usize) {
+        self.expected = self.expected.max(peak);
+        self.config.granules = self.base_policy.expecting(self.expected);
     }
 
     /// Pieces created so far, by size in bytes (ascending), sizes never created left out.

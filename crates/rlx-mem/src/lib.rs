@@ -41,7 +41,7 @@ pub mod weights;
 pub use align::align_up;
 pub use arena::LinearArena;
 pub use error::MemError;
-pub use expandable::{ExpandableConfig, GranulePolicy};
+pub use expandable::{ExpandableConfig, GranulePolicy, EXPECTED_PIECES};
 pub use planner::{plan, verify_plan, MemPlan, PlanRequest};
 pub use pool::{Allocation, AllocatorConfig, SubAllocator};
 pub use provider::{

@@ -157,6 +157,16 @@ impl SubAllocator {
         self.vm.as_ref().map(Expandable::policy)
     }
 
+    /// A scale hint: about `peak` bytes will be in use at once (weights, caches, planned
+    /// arenas). In expandable mode, pieces are created at least `peak` /
+    /// [`crate::EXPECTED_PIECES`] large from now on (the largest hint counts); nothing in
+    /// block mode.
+    pub fn expect_peak(&mut self, peak: usize) {
+        if let Some(vm) = self.vm.as_mut() {
+            vm.expect_peak(peak);
+        }
+    }
+
     /// Expandable mode: physical pieces created so far, as (bytes, count) by ascending size.
     pub fn granules_created(&self) -> Vec<(usize, u64)> {
         self.vm

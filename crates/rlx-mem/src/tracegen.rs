@@ -171,6 +171,18 @@ impl TraceSpec {
             .find(|spec| spec.name.strip_prefix("gen:") == Some(name))
     }
 
+    /// The KV cache a runtime configured for this request mix reserves up front: every layer's
+    /// keys and values for the largest batch at the longest prompt plus its decode steps. What
+    /// a serving engine knows before the first request (its context and sequence limits), and
+    /// the scale hint the trace tests give the online policy
+    /// ([`crate::SubAllocator::expect_peak`]).
+    pub fn kv_capacity_bytes(&self) -> usize {
+        let m = self.model;
+        let tokens = self.prompt.1 + self.decode_steps * self.tokens_per_step.max(1);
+        let batch = self.batches.iter().copied().max().unwrap_or(1).max(1);
+        m.layers * 2 * batch * tokens * m.kv * m.elem
+    }
+
     /// Generates the trace; every allocation is freed by its end.
     pub fn generate(&self) -> Trace {
         let mut gen = Gen {

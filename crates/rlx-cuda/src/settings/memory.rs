@@ -10,9 +10,13 @@ use std::sync::OnceLock;
 /// Where device memory comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum MemoryKind {
-    /// `cuMemAlloc` blocks: device memory only, fails when the device is full (the default)
+    /// Device memory only, failing when the device is full (the default): expandable segments
+    /// (a virtual reservation whose physical pieces are mapped as they are needed, `cuMemCreate`
+    /// + `cuMemMap`) where the driver has the VMM API, `cuMemAlloc` blocks where it has not
     #[default]
     Device,
+    /// `cuMemAlloc` blocks even where the driver has the VMM API (the fallback, for comparison)
+    Blocks,
     /// `cuMemAllocManaged` blocks: pages migrate between host and device, so models larger
     /// than the device still run (slower past the budget)
     Managed(ManagedOptions),
@@ -84,7 +88,7 @@ pub const MEMORY_KNOBS: [Knob; 6] = [
     Knob {
         name: "RLX_CUDA_MEMORY",
         default: "device",
-        help: "device memory provider: device (cuMemAlloc) or managed (cuMemAllocManaged, for models larger than the device)",
+        help: "device memory provider: device (expandable VMM segments, cuMemAlloc blocks where the driver lacks VMM), blocks (cuMemAlloc blocks always) or managed (cuMemAllocManaged, for models larger than the device)",
     },
     Knob {
         name: "RLX_CUDA_MANAGED_BUDGET",
@@ -157,13 +161,16 @@ impl MemorySettings {
         };
         let memory = match lookup("RLX_CUDA_MEMORY").as_deref() {
             None | Some("device") => MemoryKind::Device,
+            Some("blocks") => MemoryKind::Blocks,
             Some("managed") => MemoryKind::Managed(ManagedOptions {
                 device_budget: budget,
                 prefetch,
                 advise,
             }),
             Some(v) => {
-                errors.push(format!("RLX_CUDA_MEMORY={v:?}: expected device or managed"));
+                errors.push(format!(
+                    "RLX_CUDA_MEMORY={v:?}: expected device, blocks or managed"
+                ));
                 MemoryKind::Device
             }
         };
