@@ -20,6 +20,10 @@ out=${OUT:-/tmp/llm-out}; mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export RLX_CUDA_CACHE=/tmp/rlx-cuda-cache
 g=.gpu; work=/tmp/llm; mkdir -p $work
+# stage-llm.sh ships the binaries compressed
+for z in $g/rlx.gz $g/decode_split.gz $g/tests/*.gz $g/cuda-tests/*.gz; do
+  [ -f "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz}"
+done
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
 for part in "$@"; do
   echo "== $part"

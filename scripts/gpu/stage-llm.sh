@@ -27,4 +27,6 @@ cp scripts/zoo/zoo.py .gpu/; cp -r crates/rlx/tests/zoo .gpu/zoo
 cp models/smollm2-hf/tokenizer.json .gpu/tokenizer.json
 cp models/minilm/tokenizer.json .gpu/bert-tokenizer.json
 strip .gpu/tests/* .gpu/rlx .gpu/decode_split 2>/dev/null || true
+# compressed, so the carried tree stays under the device tool's 64 MiB (run-llm.sh unpacks them)
+gzip -9 .gpu/tests/* .gpu/rlx .gpu/decode_split
 du -sh .gpu; ls -la .gpu .gpu/tests
