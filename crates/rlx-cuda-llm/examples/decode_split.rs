@@ -1,7 +1,6 @@
 //! Diagnosis, not a headline: batch-1 decode speed of a model folder or GGUF file with the
 //! split-k single-row products (`LlmOptions::split_k`) off (0), on for k >= 1024 and on for
-//! every product (1, the default), with 4 or 8 output rows a split-k block
-//! (`LlmOptions::split_rows`), and (block formats) with int8 activations
+//! every product (1, the default), and (block formats) with int8 activations
 //! (`LlmOptions::int8_activations`) against f32 ones (the default), in one process, twice.
 //!
 //! `cargo run --release -p rlx-cuda-llm --example decode_split -- MODEL [TOKENS]`
@@ -24,20 +23,12 @@ fn main() {
         }
     };
     let prompt: Vec<u32> = (1..17).collect();
-    // (split_k, split_rows, int8 activations)
-    let settings = [
-        (0, 4, false),
-        (1024, 4, false),
-        (1, 4, false),
-        (1, 8, false),
-        (1, 4, true),
-    ];
-    for (split_k, split_rows, int8) in settings.into_iter().chain(settings) {
+    let settings = [(0, false), (1024, false), (1, false), (1, true)];
+    for (split_k, int8) in settings.into_iter().chain(settings) {
         let options = LlmOptions {
             max_sequences: 1,
             context: Some(prompt.len() + tokens + 1),
             split_k,
-            split_rows,
             int8_activations: int8,
             ..Default::default()
         };
@@ -51,22 +42,21 @@ fn main() {
             Ok(1.0 / steps[steps.len() / 2])
         };
         match run() {
-            Ok(tps) => println!(
-                "split_k {split_k:5} rows {split_rows} int8 {int8:5}: decode {tps:8.1} tok/s (median step)"
-            ),
-            Err(e) => println!("split_k {split_k:5} rows {split_rows} int8 {int8:5}: error: {e}"),
+            Ok(tps) => {
+                println!("split_k {split_k:5} int8 {int8:5}: decode {tps:8.1} tok/s (median step)")
+            }
+            Err(e) => println!("split_k {split_k:5} int8 {int8:5}: error: {e}"),
         }
     }
     // where a decode step's time goes: every kernel timed between two events (no graphs,
     // no launch overlap, so the sum exceeds a graph step)
     // (products named with their n x k), with f32 and with int8 activations
-    let profile = |int8: bool, split_rows: usize| -> Result<(), rlx_cuda_llm::LlmError> {
+    let profile = |int8: bool| -> Result<(), rlx_cuda_llm::LlmError> {
         let options = LlmOptions {
             max_sequences: 1,
             context: Some(prompt.len() + tokens + 1),
             profile_kernels: true,
             int8_activations: int8,
-            split_rows,
             ..Default::default()
         };
         let mut llm = CudaLlm::new(&model, options)?;
@@ -78,7 +68,7 @@ fn main() {
         let k = llm.kernel_profile()?;
         let total: f64 = k.iter().map(|k| k.ms).sum();
         println!(
-            "kernel profile (int8 {int8}, split rows {split_rows}) over {steps} steps: {:.1} us a step",
+            "kernel profile (int8 {int8}) over {steps} steps: {:.1} us a step",
             total * 1e3 / steps as f64
         );
         for k in k.iter().take(24) {
@@ -92,8 +82,8 @@ fn main() {
         }
         Ok(())
     };
-    for (int8, rows) in [(false, 4), (false, 8), (true, 4)] {
-        if let Err(e) = profile(int8, rows) {
+    for int8 in [false, true] {
+        if let Err(e) = profile(int8) {
             println!("kernel profile (int8 {int8}): error: {e}");
         }
     }

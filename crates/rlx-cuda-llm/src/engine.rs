@@ -87,7 +87,6 @@ pub fn kernel_names(formats: &[QuantFormat]) -> Vec<String> {
             names.push(format!("gemv{mr}_{}", format_suffix(f)));
         }
         names.push(format!("gemvs_{}", format_suffix(f)));
-        names.push(format!("gemvs8_{}", format_suffix(f)));
         names.push(format!("dequant_{}", format_suffix(f)));
         names.push(format!("embed_{}", format_suffix(f)));
         if int_dot(f) {
@@ -129,9 +128,6 @@ pub struct LlmOptions {
     /// the columns over a block's warps (`gemvs_*`); 0: never. The default, 1, splits every
     /// one (`examples/decode_split.rs` compares the settings)
     pub split_k: usize,
-    /// output rows a split-k block computes: 4 (the default) or 8 (twice the weight loads in
-    /// flight a thread, half the blocks; `gemvs8_*`)
-    pub split_rows: usize,
     /// single-row products over block-format weights quantize their input row to int8 (a
     /// scale per 32 values) and multiply the weights' integers with `dp4a` (`gemvq_*`), as
     /// llama.cpp does (the default; logits within ~3% rel L2 of the f32 product on random
@@ -171,7 +167,6 @@ impl Default for LlmOptions {
             graphs: true,
             gemm_rows: 9,
             split_k: 1,
-            split_rows: 4,
             int8_activations: true,
             expand_blocks: true,
             expand_bytes: 64 << 20,
@@ -707,13 +702,9 @@ impl CudaLlm {
             _ => 8,
         };
         let (name, grid) = if split {
-            let (kernel, rows) = match self.options.split_rows {
-                8 => ("gemvs8", 8),
-                _ => ("gemvs", 4),
-            };
             (
-                format!("{kernel}_{}", format_suffix(w.format)),
-                [w.n.div_ceil(rows) as u32, 1],
+                format!("gemvs_{}", format_suffix(w.format)),
+                [w.n.div_ceil(4) as u32, 1],
             )
         } else {
             (

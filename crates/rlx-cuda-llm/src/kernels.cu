@@ -335,9 +335,8 @@ D void gemv(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
 // n = hidden products still fill the GPU with loads in flight. The RMSNorm of the input is
 // folded in after the sums: sum(w * x * nw) * inv, with inv from the same pass's sum of x^2.
 #define SPLIT_WARPS 4
-// The R weight rows a split-k block reads (the last repeated past n): started towards L2
+// The four weight rows a split-k block reads (the last repeated past n): started towards L2
 // before waiting on the kernel before (they do not depend on it), then waited for.
-template <int R>
 D void split_rows(const u8* w, i64 row_bytes, i64 row, int nrows, const u8** wr) {
   const u8* p0 = w + row * row_bytes;
   const i64 pre = min(row_bytes * nrows, (i64)32768);
@@ -345,27 +344,23 @@ D void split_rows(const u8* w, i64 row_bytes, i64 row, int nrows, const u8** wr)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p0 + off));
   GRID_WAIT();
 #pragma unroll
-  for (int j = 0; j < R; j++) wr[j] = w + (row + min(j, nrows - 1)) * row_bytes;
+  for (int j = 0; j < 4; j++) wr[j] = w + (row + min(j, nrows - 1)) * row_bytes;
 }
-// R adjacent output rows a block (R = 4, or 8 for more loads in flight a thread and half the
-// blocks).
-template <int FMT, int R>
+template <int FMT>
 D void gemv_split(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
                   const float* __restrict__ x, i64 in_mode, float* y, i64 out_mode,
                   const QkvArgs& qa, const float* __restrict__ norm_w, float eps) {
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  const i64 row = R * (i64)blockIdx.x;
-  const int nrows = (int)min((i64)R, n - row);
-  const u8* wr[R];
-  split_rows<R>(w, row_bytes, row, nrows, wr);
-  float acc[R], ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < R; j++) acc[j] = 0.0f;
+  const i64 row = 4 * (i64)blockIdx.x;
+  const int nrows = (int)min((i64)4, n - row);
+  const u8* wr[4];
+  split_rows(w, row_bytes, row, nrows, wr);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
 #pragma unroll 2
   for (i64 i = (i64)(wid * 32 + lane) * 8; i < k; i += SPLIT_WARPS * 256) {
-    float a[R][8], xv[8];
+    float a[4][8], xv[8];
 #pragma unroll
-    for (int j = 0; j < R; j++) deq8<FMT>(wr[j], i, a[j]);
+    for (int j = 0; j < 4; j++) deq8<FMT>(wr[j], i, a[j]);
     load_x8(x, (int)in_mode, k, i, xv);
     if (norm_w) {
       float4 p = *(const float4*)(norm_w + i), q = *(const float4*)(norm_w + i + 4);
@@ -374,38 +369,37 @@ D void gemv_split(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row
       for (int t = 0; t < 8; t++) { ss = fmaf(xv[t], xv[t], ss); xv[t] *= nw[t]; }
     }
 #pragma unroll
-    for (int j = 0; j < R; j++) {
+    for (int j = 0; j < 4; j++) {
       float s = 0.0f;
 #pragma unroll
       for (int t = 0; t < 8; t++) s = fmaf(a[j][t], xv[t], s);
       acc[j] += s;
     }
   }
-  __shared__ float part[SPLIT_WARPS][R + 1];
+  __shared__ float part[SPLIT_WARPS][5];
 #pragma unroll
-  for (int j = 0; j < R; j++) acc[j] = warp_sum(acc[j]);
+  for (int j = 0; j < 4; j++) acc[j] = warp_sum(acc[j]);
   ss = warp_sum(ss);
   if (lane == 0) {
 #pragma unroll
-    for (int j = 0; j < R; j++) part[wid][j] = acc[j];
-    part[wid][R] = ss;
+    for (int j = 0; j < 4; j++) part[wid][j] = acc[j];
+    part[wid][4] = ss;
   }
   __syncthreads();
-  if (threadIdx.x >= R / 2) return;
+  if (threadIdx.x >= 2) return;
   // thread p emits the pair (row + 2p, row + 2p + 1)
   const int p = threadIdx.x;
   if (2 * p >= nrows) return;
-  float v0 = 0.0f, v1 = 0.0f, vs = 0.0f;
-  for (int q = 0; q < SPLIT_WARPS; q++) {
-    v0 += part[q][2 * p];
-    v1 += part[q][2 * p + 1];
-    vs += part[q][R];
-  }
-  const float inv = norm_w ? rsqrtf(vs / (float)k + eps) : 1.0f;
-  emit_pair(y, 0, out_mode, qa, 0, row0 + row + 2 * p, v0 * inv, v1 * inv, 2 * p + 1 < nrows);
+  float v[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (int q = 0; q < SPLIT_WARPS; q++)
+#pragma unroll
+    for (int j = 0; j < 5; j++) v[j] += part[q][j];
+  const float inv = norm_w ? rsqrtf(v[4] / (float)k + eps) : 1.0f;
+  emit_pair(y, 0, out_mode, qa, 0, row0 + row + 2 * p, v[2 * p] * inv, v[2 * p + 1] * inv,
+            2 * p + 1 < nrows);
 }
 
-#define GEMV_SPLIT_KERNEL(NAME, FMT, R)                                                         \
+#define GEMV_SPLIT_KERNEL(NAME, FMT)                                                            \
   extern "C" __global__ void __launch_bounds__(32 * SPLIT_WARPS) NAME(                         \
       const u8* w, i64 row_bytes, i64 n, i64 k, i64 row0, const float* x, i64 m, i64 in_mode,  \
       float* y, i64 y_stride, i64 out_mode, const float* bias, const float* inv_freq,           \
@@ -413,7 +407,7 @@ D void gemv_split(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row
       i64 kvh, i64 bs, i64 max_blocks, i64 kv_half, const float* norm_w, double eps,            \
       const float* scales) {                                                                     \
     QkvArgs qa = {bias, inv_freq, pos, slot, table, cache, qd, kvd, hd, kvh, bs, max_blocks, kv_half}; \
-    gemv_split<FMT, R>(w, row_bytes, n, k, row0, x, in_mode, y, out_mode, qa, norm_w, (float)eps); \
+    gemv_split<FMT>(w, row_bytes, n, k, row0, x, in_mode, y, out_mode, qa, norm_w, (float)eps);  \
   }
 // Single-row products against int8 activations (the lever llama.cpp pulls): `quant_x` turns
 // the input row (its RMSNorm and gated form applied) into int8 values with one scale per 32
@@ -602,7 +596,7 @@ D void gemvq(const u8* __restrict__ w, i64 row_bytes, i64 n, i64 k, i64 row0,
   const i64 row = 4 * (i64)blockIdx.x;
   const int nrows = (int)min((i64)4, n - row);
   const u8* wr[4];
-  split_rows<4>(w, row_bytes, row, nrows, wr);
+  split_rows(w, row_bytes, row, nrows, wr);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 2
   for (i64 i = (i64)(wid * 32 + lane) * 32; i < k; i += SPLIT_WARPS * 1024) {
@@ -674,8 +668,7 @@ template <int FMT> D void dequant_f16(const u8* w, i64 row_bytes, i64 n, i64 k, 
 // the formats a model stores (see `kernel_source`), so only those are compiled.
 #define GEMV_FORMAT(SUFFIX, FMT) \
   GEMV_KERNEL(gemv1_##SUFFIX, FMT, 1) GEMV_KERNEL(gemv4_##SUFFIX, FMT, 4) GEMV_KERNEL(gemv8_##SUFFIX, FMT, 8) \
-  GEMV_SPLIT_KERNEL(gemvs_##SUFFIX, FMT, 4) GEMV_SPLIT_KERNEL(gemvs8_##SUFFIX, FMT, 8) \
-  DEQUANT_KERNEL(dequant_##SUFFIX, FMT)
+  GEMV_SPLIT_KERNEL(gemvs_##SUFFIX, FMT) DEQUANT_KERNEL(dequant_##SUFFIX, FMT)
 
 // The RMSNorm factor 1 / sqrt(mean(x^2) + eps) of each of m rows of k values (one block a
 // row), for the products of several rows, which then read it instead of each warp summing.

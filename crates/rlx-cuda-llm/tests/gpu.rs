@@ -194,8 +194,7 @@ fn gemv_kernels_match_dequantized_weights() {
                     }
                 }
             };
-            // one row also runs the split-k products (`gemvs_*`: four rows a block,
-            // `gemvs8_*`: eight)
+            // one row also runs the split-k product (`gemvs_*`: four rows a block)
             let mut kernels = vec![(
                 format!("gemv{mr}_{}", format_suffix(format)),
                 [n.div_ceil(8) as u32, m.div_ceil(mr) as u32],
@@ -204,10 +203,6 @@ fn gemv_kernels_match_dequantized_weights() {
                 kernels.push((
                     format!("gemvs_{}", format_suffix(format)),
                     [n.div_ceil(4) as u32, 1],
-                ));
-                kernels.push((
-                    format!("gemvs8_{}", format_suffix(format)),
-                    [n.div_ceil(8) as u32, 1],
                 ));
             }
             for (name, grid) in kernels {
