@@ -72,13 +72,7 @@ pub struct WgpuProgram {
     pub stats: CompileStats,
 }
 
-fn bytes_of(program: &KernelProgram, b: usize) -> usize {
-    let t = &program.buffers[b].ty;
-    t.shape
-        .as_static()
-        .map_or(0, |s| s.iter().product::<usize>())
-        * t.dtype.size_bytes()
-}
+use crate::arena::bytes_of;
 
 fn dev_err(call: &str, e: impl std::fmt::Display) -> WgpuError {
     WgpuError::Device {
@@ -282,66 +276,23 @@ impl WgpuProgram {
         }
         stats.pipeline_ms = start.elapsed().as_secs_f64() * 1e3;
         // Memory: one arena for temporaries and scratch, planned by lifetime.
-        let n_buf = program.buffers.len();
-        let n_steps = plan.steps.len();
-        let align = ctx.align();
-        let mut life: Vec<Option<(usize, usize)>> = vec![None; n_buf + plan.scratch.len()];
-        for (s, step) in plan.steps.iter().enumerate() {
-            for b in &step.bindings {
-                let slot = match b.arg {
-                    ArgRef::Buffer(x) => root(&program, x),
-                    ArgRef::Scratch(i) => n_buf + i,
-                };
-                let l = life[slot].get_or_insert((s, s));
-                l.1 = s;
-            }
-        }
-        for (_, b) in &program.outputs {
-            let r = root(&program, *b);
-            let l = life[r].get_or_insert((n_steps, n_steps));
-            l.1 = n_steps;
-        }
-        let mut requests = Vec::new();
-        let mut owners = Vec::new();
-        for (slot, l) in life.iter().enumerate() {
-            let temp = slot >= n_buf || matches!(program.buffers[slot].kind, BufferKind::Temp);
-            if let (Some((first, last)), true) = (l, temp) {
-                let size = if slot >= n_buf {
-                    plan.scratch[slot - n_buf]
-                } else {
-                    bytes_of(&program, slot)
-                };
-                requests.push(rlx_mem::PlanRequest {
-                    size: size.max(4).next_multiple_of(4),
-                    align,
-                    first: *first,
-                    last: *last,
-                    inplace_of: None,
-                });
-                owners.push(slot);
-            }
-        }
-        let mem_plan = rlx_mem::plan(&requests)
-            .map_err(|e| WgpuError::Invalid(format!("memory plan: {e}")))?;
-        stats.arena_bytes = mem_plan.arena_bytes;
-        if mem_plan.arena_bytes as u64 > limits.max_buffer_size {
+        let layout = crate::arena::arena_layout(&program, &plan, ctx.align())?;
+        stats.arena_bytes = layout.bytes;
+        if layout.bytes as u64 > limits.max_buffer_size {
             return Err(WgpuError::Limit {
                 device: label.clone(),
-                what: format!("the planned arena of {} bytes", mem_plan.arena_bytes),
+                what: format!("the planned arena of {} bytes", layout.bytes),
                 limit: format!("max_buffer_size = {}", limits.max_buffer_size),
                 hint: "use a smaller batch".into(),
             });
         }
-        let arena = mem.alloc(mem_plan.arena_bytes)?;
-        let mut homes: Vec<Option<Home>> = (0..n_buf).map(|_| None).collect();
-        let mut scratch_offsets = vec![0u64; plan.scratch.len()];
-        for (slot, off) in owners.iter().zip(&mem_plan.offsets) {
-            if *slot >= n_buf {
-                scratch_offsets[slot - n_buf] = *off as u64;
-            } else {
-                homes[*slot] = Some(Home::Arena(*off as u64));
-            }
-        }
+        let arena = mem.alloc(layout.bytes)?;
+        let scratch_offsets: Vec<u64> = layout.scratch.iter().map(|&o| o as u64).collect();
+        let mut homes: Vec<Option<Home>> = layout
+            .buffers
+            .iter()
+            .map(|off| off.map(|o| Home::Arena(o as u64)))
+            .collect();
         let (mut inputs, mut constants, mut params) = (Vec::new(), Vec::new(), Vec::new());
         for (b, buf) in program.buffers.iter().enumerate() {
             if buf.alias_of.is_some() {

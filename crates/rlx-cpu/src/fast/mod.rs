@@ -7,6 +7,8 @@
 //! time ([`plan::plan_memory`]). Temporaries that are program outputs get their own
 //! allocation per run instead, which becomes the returned tensor without a copy.
 
+#[cfg(test)]
+mod arena_tests;
 pub(crate) mod int_gemm;
 pub(crate) mod library;
 pub(crate) mod loops;

@@ -121,56 +121,15 @@ impl CudaProgram {
         let n_steps = plan.steps.len();
         let touches = plan.touches();
         let n_buf = program.buffers.len();
-        let mut life: Vec<Option<(usize, usize)>> = vec![None; n_buf + plan.scratch.len()];
-        for (s, refs) in touches.iter().enumerate() {
-            for r in refs {
-                let slot = match *r {
-                    ArgRef::Buffer(b) => root(&program, b),
-                    ArgRef::Scratch(i) => n_buf + i,
-                    ArgRef::Derived(_) => continue,
-                };
-                let l = life[slot].get_or_insert((s, s));
-                l.1 = s;
-            }
-        }
-        for (_, b) in &program.outputs {
-            if let Some(l) = life[root(&program, *b)].as_mut() {
-                l.1 = n_steps;
-            }
-        }
-        let mut requests = Vec::new();
-        let mut owners = Vec::new();
-        for (slot, l) in life.iter().enumerate() {
-            let temp = slot >= n_buf || matches!(program.buffers[slot].kind, BufferKind::Temp);
-            if let (Some((first, last)), true) = (l, temp) {
-                let size = if slot >= n_buf {
-                    plan.scratch[slot - n_buf]
-                } else {
-                    bytes_of(&program, slot)
-                };
-                requests.push(rlx_mem::PlanRequest {
-                    size: size.max(1),
-                    align: ALIGN,
-                    first: *first,
-                    last: *last,
-                    inplace_of: None,
-                });
-                owners.push(slot);
-            }
-        }
-        let mem_plan = rlx_mem::plan(&requests)
-            .map_err(|e| CudaError::Invalid(format!("memory plan: {e}")))?;
-        stats.arena_bytes = mem_plan.arena_bytes;
-        let arena = mem.alloc(mem_plan.arena_bytes)?;
-        let mut homes: Vec<Option<Home>> = (0..n_buf).map(|_| None).collect();
-        let mut scratch_offsets = vec![0; plan.scratch.len()];
-        for (slot, off) in owners.iter().zip(&mem_plan.offsets) {
-            if *slot >= n_buf {
-                scratch_offsets[slot - n_buf] = *off;
-            } else {
-                homes[*slot] = Some(Home::Arena(*off));
-            }
-        }
+        let layout = crate::plan::arena::arena_layout(&program, &plan)?;
+        stats.arena_bytes = layout.bytes;
+        let arena = mem.alloc(layout.bytes)?;
+        let scratch_offsets = layout.scratch;
+        let mut homes: Vec<Option<Home>> = layout
+            .buffers
+            .iter()
+            .map(|off| off.map(Home::Arena))
+            .collect();
         // Params read only through derived buffers (merged GEMM weights) need no slot.
         let mut read: Vec<bool> = vec![false; n_buf];
         for r in touches.iter().flatten() {
