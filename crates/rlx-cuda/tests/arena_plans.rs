@@ -5,8 +5,9 @@
 mod support;
 
 use rlx_cuda::codegen::Target;
-use rlx_cuda::plan::arena::arena_layout;
+use rlx_cuda::plan::arena::buffer_plan;
 use rlx_cuda::plan::plan_with;
+use rlx_opt::buffers::Home;
 use std::fmt::Write;
 use support::lower_for_cuda;
 
@@ -30,14 +31,19 @@ fn arena_layouts_match_the_snapshot() {
                     continue;
                 }
             };
-            let layout = arena_layout(&program, &plan).unwrap();
-            writeln!(text, "== {name} (merge {merge}): arena {}", layout.bytes).unwrap();
-            for (b, off) in layout.buffers.iter().enumerate() {
-                if let Some(off) = off {
+            let buffers = buffer_plan(&program, &plan).unwrap();
+            writeln!(
+                text,
+                "== {name} (merge {merge}): arena {}",
+                buffers.arena_bytes
+            )
+            .unwrap();
+            for (b, home) in buffers.homes.iter().enumerate() {
+                if let (Home::Arena(off), true) = (home, buffers.roots[b] == b) {
                     writeln!(text, "b{b} @{off}").unwrap();
                 }
             }
-            for (i, off) in layout.scratch.iter().enumerate() {
+            for (i, off) in buffers.scratch.iter().enumerate() {
                 writeln!(text, "s{i} @{off}").unwrap();
             }
         }

@@ -1,93 +1,48 @@
-//! Where a plan's temporaries and scratch regions live: one arena, each region placed by
-//! its lifetime over the plan's shaders. Pure, so tests check layouts without a device.
+//! wgpu's buffer plan: `rlx_opt::buffers` over the plan's shaders, with wgpu's arena rules.
+//! Pure, so tests check layouts without a device.
 
 use crate::codegen::ArgRef;
-use crate::plan::{root, Plan};
+use crate::plan::Plan;
 use crate::WgpuError;
-use rlx_ir::kernel::{BufferKind, KernelProgram};
+use rlx_ir::kernel::KernelProgram;
+use rlx_opt::buffers::{plan_buffers, ArenaTarget, BufferPlan, OutputHome, Region};
 
-/// Byte offsets in a program's arena.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ArenaLayout {
-    /// per program buffer: its offset when it is a temporary root that some shader binds or
-    /// a program output
-    pub buffers: Vec<Option<usize>>,
-    /// per scratch region of the plan
-    pub scratch: Vec<usize>,
-    /// bytes of the arena
-    pub bytes: usize,
+/// wgpu's arena for an adapter whose storage bindings start at multiples of `align`:
+/// bindings are whole 4-byte words and never empty, and outputs stay in the arena until
+/// the run copies them out.
+pub fn arena_target(align: usize) -> ArenaTarget {
+    ArenaTarget {
+        align,
+        min_bytes: 4,
+        granule: 4,
+        outputs: OutputHome::Arena,
+    }
 }
 
-pub(crate) fn bytes_of(program: &KernelProgram, b: usize) -> usize {
-    let t = &program.buffers[b].ty;
-    t.shape
-        .as_static()
-        .map_or(0, |s| s.iter().product::<usize>())
-        * t.dtype.size_bytes()
-}
-
-/// Plans the arena of `plan` with every offset a multiple of `align` (the adapter's storage
-/// offset alignment): temporaries and scratch regions, each live from the first to the last
-/// shader binding it (program outputs until the run ends).
+/// Plans where every buffer of `program` lives when `plan` runs, with arena offsets that
+/// are multiples of `align` (the adapter's storage offset alignment): temporaries and
+/// scratch regions, each live from the first to the last shader binding it.
 ///
 /// # Errors
 /// [`WgpuError::Invalid`] when the memory planner rejects the requests.
-pub fn arena_layout(
+pub fn buffer_plan(
     program: &KernelProgram,
     plan: &Plan,
     align: usize,
-) -> Result<ArenaLayout, WgpuError> {
-    let n_buf = program.buffers.len();
-    let n_steps = plan.steps.len();
-    let mut life: Vec<Option<(usize, usize)>> = vec![None; n_buf + plan.scratch.len()];
-    for (s, step) in plan.steps.iter().enumerate() {
-        for b in &step.bindings {
-            let slot = match b.arg {
-                ArgRef::Buffer(x) => root(program, x),
-                ArgRef::Scratch(i) => n_buf + i,
-            };
-            let l = life[slot].get_or_insert((s, s));
-            l.1 = s;
-        }
-    }
-    for (_, b) in &program.outputs {
-        let r = root(program, *b);
-        let l = life[r].get_or_insert((n_steps, n_steps));
-        l.1 = n_steps;
-    }
-    let mut requests = Vec::new();
-    let mut owners = Vec::new();
-    for (slot, l) in life.iter().enumerate() {
-        let temp = slot >= n_buf || matches!(program.buffers[slot].kind, BufferKind::Temp);
-        if let (Some((first, last)), true) = (l, temp) {
-            let size = if slot >= n_buf {
-                plan.scratch[slot - n_buf]
-            } else {
-                bytes_of(program, slot)
-            };
-            requests.push(rlx_mem::PlanRequest {
-                size: size.max(4).next_multiple_of(4),
-                align,
-                first: *first,
-                last: *last,
-                inplace_of: None,
-            });
-            owners.push(slot);
-        }
-    }
-    let mem_plan =
-        rlx_mem::plan(&requests).map_err(|e| WgpuError::Invalid(format!("memory plan: {e}")))?;
-    let mut layout = ArenaLayout {
-        buffers: vec![None; n_buf],
-        scratch: vec![0; plan.scratch.len()],
-        bytes: mem_plan.arena_bytes,
-    };
-    for (slot, off) in owners.iter().zip(&mem_plan.offsets) {
-        if *slot >= n_buf {
-            layout.scratch[slot - n_buf] = *off;
-        } else {
-            layout.buffers[*slot] = Some(*off);
-        }
-    }
-    Ok(layout)
+) -> Result<BufferPlan, WgpuError> {
+    let steps: Vec<Vec<Region>> = plan
+        .steps
+        .iter()
+        .map(|step| {
+            step.bindings
+                .iter()
+                .map(|b| match b.arg {
+                    ArgRef::Buffer(x) => Region::Buffer(x),
+                    ArgRef::Scratch(i) => Region::Scratch(i),
+                })
+                .collect()
+        })
+        .collect();
+    plan_buffers(program, &steps, &plan.scratch, &arena_target(align))
+        .map_err(|e| WgpuError::Invalid(format!("memory plan: {e}")))
 }

@@ -7,12 +7,14 @@
 
 use crate::codegen::{ArgRef, Target};
 use crate::memory::{memory, DeviceBuffer, DeviceMemory};
-use crate::plan::{plan, root, Plan};
+use crate::plan::{plan, Plan};
 use crate::probe::{context, Context, Flavor};
 use crate::weights::{WeightCache, WeightSlot};
 use crate::{WgpuError, WgpuOptions};
 use rlx_ir::kernel::{BufferKind, KernelProgram};
+use rlx_ir::kernel_views::root;
 use rlx_ir::DType;
+use rlx_opt::buffers::{buffer_bytes, Home as BufferHome};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -71,8 +73,6 @@ pub struct WgpuProgram {
     /// compile facts
     pub stats: CompileStats,
 }
-
-use crate::arena::bytes_of;
 
 fn dev_err(call: &str, e: impl std::fmt::Display) -> WgpuError {
     WgpuError::Device {
@@ -229,7 +229,7 @@ impl WgpuProgram {
         }
         let buf_size = |r: ArgRef| -> usize {
             match r {
-                ArgRef::Buffer(b) => bytes_of(&program, root(&program, b)),
+                ArgRef::Buffer(b) => buffer_bytes(&program, root(&program, b)),
                 ArgRef::Scratch(i) => plan.scratch[i],
             }
         };
@@ -276,29 +276,32 @@ impl WgpuProgram {
         }
         stats.pipeline_ms = start.elapsed().as_secs_f64() * 1e3;
         // Memory: one arena for temporaries and scratch, planned by lifetime.
-        let layout = crate::arena::arena_layout(&program, &plan, ctx.align())?;
-        stats.arena_bytes = layout.bytes;
-        if layout.bytes as u64 > limits.max_buffer_size {
+        let buffers = crate::arena::buffer_plan(&program, &plan, ctx.align())?;
+        stats.arena_bytes = buffers.arena_bytes;
+        if buffers.arena_bytes as u64 > limits.max_buffer_size {
             return Err(WgpuError::Limit {
                 device: label.clone(),
-                what: format!("the planned arena of {} bytes", layout.bytes),
+                what: format!("the planned arena of {} bytes", buffers.arena_bytes),
                 limit: format!("max_buffer_size = {}", limits.max_buffer_size),
                 hint: "use a smaller batch".into(),
             });
         }
-        let arena = mem.alloc(layout.bytes)?;
-        let scratch_offsets: Vec<u64> = layout.scratch.iter().map(|&o| o as u64).collect();
-        let mut homes: Vec<Option<Home>> = layout
-            .buffers
-            .iter()
-            .map(|off| off.map(|o| Home::Arena(o as u64)))
+        let arena = mem.alloc(buffers.arena_bytes)?;
+        let scratch_offsets: Vec<u64> = buffers.scratch.iter().map(|&o| o as u64).collect();
+        let mut homes: Vec<Option<Home>> = (0..program.buffers.len())
+            .map(|b| match buffers.homes[b] {
+                BufferHome::Arena(offset) if buffers.roots[b] == b => {
+                    Some(Home::Arena(offset as u64))
+                }
+                _ => None,
+            })
             .collect();
         let (mut inputs, mut constants, mut params) = (Vec::new(), Vec::new(), Vec::new());
         for (b, buf) in program.buffers.iter().enumerate() {
             if buf.alias_of.is_some() {
                 continue;
             }
-            let bytes = bytes_of(&program, b);
+            let bytes = buffer_bytes(&program, b);
             match &buf.kind {
                 BufferKind::Input(name) => {
                     homes[b] = Some(Home::Input(inputs.len()));
@@ -383,7 +386,7 @@ impl WgpuProgram {
         let outputs: Vec<(String, usize, usize)> = program
             .outputs
             .iter()
-            .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
+            .map(|(n, b)| (n.clone(), *b, buffer_bytes(&program, *b)))
             .collect();
         let output_locs = outputs
             .iter()

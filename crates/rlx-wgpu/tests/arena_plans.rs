@@ -5,7 +5,8 @@
 
 use rlx_ir::kernel::KernelProgram;
 use rlx_ir::{Graph, Tensor};
-use rlx_wgpu::arena::arena_layout;
+use rlx_opt::buffers::Home;
+use rlx_wgpu::arena::buffer_plan;
 use rlx_wgpu::codegen::Target;
 use rlx_wgpu::plan::plan;
 use std::fmt::Write;
@@ -34,14 +35,14 @@ fn arena_layouts_match_the_snapshot() {
                 continue;
             }
         };
-        let layout = arena_layout(&program, &steps, 256).unwrap();
-        writeln!(text, "== {name}: arena {}", layout.bytes).unwrap();
-        for (b, off) in layout.buffers.iter().enumerate() {
-            if let Some(off) = off {
+        let buffers = buffer_plan(&program, &steps, 256).unwrap();
+        writeln!(text, "== {name}: arena {}", buffers.arena_bytes).unwrap();
+        for (b, home) in buffers.homes.iter().enumerate() {
+            if let (Home::Arena(off), true) = (home, buffers.roots[b] == b) {
                 writeln!(text, "b{b} @{off}").unwrap();
             }
         }
-        for (i, off) in layout.scratch.iter().enumerate() {
+        for (i, off) in buffers.scratch.iter().enumerate() {
             writeln!(text, "s{i} @{off}").unwrap();
         }
     }

@@ -119,32 +119,22 @@ impl CudaProgram {
             .sum();
         // Memory: one arena for temporaries and scratch, planned by lifetime.
         let n_steps = plan.steps.len();
-        let touches = plan.touches();
-        let n_buf = program.buffers.len();
-        let layout = crate::plan::arena::arena_layout(&program, &plan)?;
-        stats.arena_bytes = layout.bytes;
-        let arena = mem.alloc(layout.bytes)?;
-        let scratch_offsets = layout.scratch;
-        let mut homes: Vec<Option<Home>> = layout
-            .buffers
-            .iter()
-            .map(|off| off.map(Home::Arena))
+        let buffers = crate::plan::arena::buffer_plan(&program, &plan)?;
+        stats.arena_bytes = buffers.arena_bytes;
+        let arena = mem.alloc(buffers.arena_bytes)?;
+        let scratch_offsets = buffers.scratch.clone();
+        let mut homes: Vec<Option<Home>> = (0..program.buffers.len())
+            .map(|b| match buffers.homes[b] {
+                BufferHome::Arena(offset) if buffers.roots[b] == b => Some(Home::Arena(offset)),
+                _ => None,
+            })
             .collect();
         // Params read only through derived buffers (merged GEMM weights) need no slot.
-        let mut read: Vec<bool> = vec![false; n_buf];
-        for r in touches.iter().flatten() {
-            if let ArgRef::Buffer(b) = *r {
-                read[root(&program, b)] = true;
-            }
-        }
-        for (_, b) in &program.outputs {
-            read[root(&program, *b)] = true;
-        }
         let derived_only: std::collections::HashSet<usize> = plan
             .derived
             .iter()
-            .flat_map(|d| d.sources.iter().map(|s| root(&program, s.0)))
-            .filter(|&b| !read[b])
+            .flat_map(|d| d.sources.iter().map(|s| buffers.roots[s.0]))
+            .filter(|&b| buffers.lifetimes[b].is_none())
             .collect();
         // the stream is this compile's from its first upload through tuning
         let _queue = queue_owner.queue();
@@ -153,7 +143,7 @@ impl CudaProgram {
             if buf.alias_of.is_some() || derived_only.contains(&b) {
                 continue;
             }
-            let bytes = bytes_of(&program, b);
+            let bytes = buffer_bytes(&program, b);
             match &buf.kind {
                 BufferKind::Input(name) => {
                     homes[b] = Some(Home::Input(inputs.len()));
@@ -211,7 +201,7 @@ impl CudaProgram {
         let outputs: Vec<(String, usize, usize)> = program
             .outputs
             .iter()
-            .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
+            .map(|(n, b)| (n.clone(), *b, buffer_bytes(&program, *b)))
             .collect();
         let state = RunState {
             graph: None,
