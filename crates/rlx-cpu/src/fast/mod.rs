@@ -399,7 +399,7 @@ fn attention_views(program: &KernelProgram, info: &ProgramInfo) -> Views {
 
 /// Where storage lives, decided at compile time.
 struct Layout {
-    /// per root buffer
+    /// per buffer (a view's entry is its root's)
     locs: Vec<Loc>,
     /// dtype and element count of each owned output
     owned: Vec<(DType, usize)>,
