@@ -337,8 +337,9 @@ impl Gen {
     }
 }
 
-/// The graphs every backend's arena-plan snapshot covers (`tests/arena_plans.rs` in
-/// `rlx-cpu`, `rlx-cuda` and `rlx-wgpu`): random graphs of seeds 0 to 39, a two-layer
+/// The graphs every backend's arena-plan snapshot covers (`src/fast/arena_tests.rs` in
+/// `rlx-cpu`, `tests/arena_plans.rs` in `rlx-cuda` and `rlx-wgpu`, each against its crate's
+/// `tests/snapshots/arena_plans.txt`): random graphs of seeds 0 to 39, a two-layer
 /// encoder in f32 and f16 (merged q/k/v projections, head-split attention) and BERT's
 /// head-split attention alone, by name.
 pub fn plan_corpus() -> Vec<(String, Graph)> {
