@@ -1,7 +1,8 @@
 //! The arena layout of every graph of `random_graph::plan_corpus`, compiled on one thread,
 //! against `tests/snapshots/arena_plans.txt`: a change to buffer planning shows up as a
 //! diff of homes, offsets and arena sizes (`RLX_BLESS=1` rewrites it). Kernel scratch sizes
-//! depend on the CPU's GEMM path, so the snapshot holds for CPUs with AVX2 and FMA.
+//! depend on the CPU's GEMM path, so the snapshot holds for CPUs with AVX2 and FMA (and
+//! the default settings).
 
 use super::memory::Loc;
 use super::{CpuOptions, CpuProgram};
@@ -10,11 +11,15 @@ use std::fmt::Write;
 
 #[test]
 fn arena_layouts_match_the_snapshot() {
+    let test = "arena_layouts_match_the_snapshot";
     if !super::library::packed_gemm::supported() {
-        rlx_driver::testing::skip(
-            "arena_layouts_match_the_snapshot",
-            "the snapshot's scratch sizes are those of the packed GEMM (AVX2 and FMA)",
-        );
+        let reason = "the snapshot's scratch sizes are those of the packed GEMM (AVX2 and FMA)";
+        rlx_driver::testing::skip(test, reason);
+        return;
+    }
+    if !crate::settings::ELIDE.switch() {
+        let reason = "the snapshot's lifetimes are those with attention's copies elided";
+        rlx_driver::testing::skip(test, reason);
         return;
     }
     let options = CpuOptions {
