@@ -23,7 +23,6 @@ pub mod settings;
 pub mod testing;
 
 pub use error::CpuError;
-pub use fast::plan::{plan_memory, Interval, MemoryPlan};
 pub use fast::{CpuOptions, CpuProgram, KernelTiming, ProfiledRun};
 pub use interp::{eval_op, run_graph, run_loop_kernel, run_program_reference};
 

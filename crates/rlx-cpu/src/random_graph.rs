@@ -336,3 +336,33 @@ impl Gen {
         }
     }
 }
+
+/// The graphs every backend's arena-plan snapshot covers (`src/fast/arena_tests.rs` in
+/// `rlx-cpu`, `tests/arena_plans.rs` in `rlx-cuda` and `rlx-wgpu`, each against its crate's
+/// `tests/snapshots/arena_plans.txt`): random graphs of seeds 0 to 39, a two-layer
+/// encoder in f32 and f16 (merged q/k/v projections, head-split attention) and BERT's
+/// head-split attention alone, by name.
+pub fn plan_corpus() -> Vec<(String, Graph)> {
+    let mut corpus: Vec<(String, Graph)> = (0..40)
+        .map(|seed| (format!("random {seed}"), random_graph(seed).graph))
+        .collect();
+    let shape = rlx_ir::sample::EncoderShape {
+        hidden: 64,
+        layers: 2,
+        heads: 4,
+        ffn: 128,
+        seq: 16,
+    };
+    for dtype in [DType::F32, DType::F16] {
+        let model = rlx_ir::sample::encoder(shape, 2, dtype);
+        corpus.push((format!("encoder {dtype}"), model.graph));
+    }
+    let (batch, seq, heads, dim) = (2, 16, 4, 16);
+    let mut g = Graph::new();
+    let qkv = g.input("qkv", DType::F32, Shape::of(&[batch, seq, 3 * heads * dim]));
+    let y = rlx_ir::sample::head_split_attention(&mut g, qkv, batch, seq, heads, dim, None, false)
+        .expect("head-split shapes");
+    g.output("out", y);
+    corpus.push(("head-split attention".into(), g));
+    corpus
+}

@@ -221,3 +221,29 @@ pub fn compare_with_reference(
     });
     Ok(worst)
 }
+
+/// Compares `actual` with the snapshot file at `path`, panicking with the first line that
+/// differs; with `RLX_BLESS=1` it writes `actual` there instead (review the diff).
+pub fn check_snapshot(path: &std::path::Path, actual: &str) {
+    if std::env::var("RLX_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(path, actual).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        return;
+    }
+    let expected = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e} (RLX_BLESS=1 writes it)", path.display()));
+    if expected == actual {
+        return;
+    }
+    let (mut want, mut got) = (expected.lines(), actual.lines());
+    for line in 1.. {
+        match (want.next(), got.next()) {
+            (Some(w), Some(g)) if w == g => continue,
+            (w, g) => panic!(
+                "{} differs at line {line}:\n  expected: {}\n  actual:   {}\n(RLX_BLESS=1 rewrites the snapshot)",
+                path.display(),
+                w.unwrap_or("<end>"),
+                g.unwrap_or("<end>")
+            ),
+        }
+    }
+}

@@ -15,10 +15,14 @@ use crate::kernel::{BufferId, BufferKind, Expr, Kernel, KernelProgram, LoopKerne
 use crate::Op;
 use std::collections::HashMap;
 
-/// The buffer `b` aliases (through reshapes), or `b` itself.
+/// The buffer `b` aliases (through reshapes), or `b` itself. A malformed chain that loops
+/// stops after as many hops as there are buffers (the CPU's program check reports it).
 pub fn root(program: &KernelProgram, mut b: BufferId) -> BufferId {
-    while let Some(a) = program.buffers[b].alias_of {
-        b = a;
+    for _ in 0..program.buffers.len() {
+        match program.buffers.get(b).and_then(|x| x.alias_of) {
+            Some(a) => b = a,
+            None => break,
+        }
     }
     b
 }

@@ -10,7 +10,9 @@
 //! - [`legalize()`] fits a graph to a backend's capability function, decomposing what the
 //!   backend lacks and reporting every node in a [`DispatchReport`];
 //! - [`lower()`] fuses elementwise chains, reductions with their prologue and epilogue, and
-//!   library ops with their elementwise epilogue into a [`rlx_ir::kernel::KernelProgram`].
+//!   library ops with their elementwise epilogue into a [`rlx_ir::kernel::KernelProgram`];
+//! - [`buffers::plan_buffers`] decides, for a backend's steps over that program, where every
+//!   buffer lives and lays out the one arena of temporaries and scratch.
 //!
 //! This crate runs nothing: constant folding takes the evaluator as an argument (the
 //! runtime passes the CPU validation interpreter), and backends describe themselves by a
@@ -18,6 +20,7 @@
 
 #![warn(missing_docs)]
 
+pub mod buffers;
 mod error;
 mod legalize;
 mod lower;

@@ -28,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+pub mod arena;
 pub mod caps;
 pub mod codegen;
 mod error;

@@ -18,19 +18,6 @@ pub struct Plan {
     pub scratch: Vec<usize>,
 }
 
-/// The root buffer of an alias chain.
-pub fn root(program: &KernelProgram, mut b: BufferId) -> BufferId {
-    let mut hops = 0;
-    while let Some(a) = program.buffers.get(b).and_then(|x| x.alias_of) {
-        b = a;
-        hops += 1;
-        if hops > program.buffers.len() {
-            break;
-        }
-    }
-    b
-}
-
 /// Plans every kernel; all kernels that cannot be lowered are reported together.
 ///
 /// # Errors

@@ -7,12 +7,14 @@
 
 use crate::codegen::{ArgRef, Target};
 use crate::memory::{memory, DeviceBuffer, DeviceMemory};
-use crate::plan::{plan, root, Plan};
+use crate::plan::{plan, Plan};
 use crate::probe::{context, Context, Flavor};
 use crate::weights::{WeightCache, WeightSlot};
 use crate::{WgpuError, WgpuOptions};
 use rlx_ir::kernel::{BufferKind, KernelProgram};
+use rlx_ir::kernel_views::root;
 use rlx_ir::DType;
+use rlx_opt::buffers::{buffer_bytes, Home as BufferHome};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -70,14 +72,6 @@ pub struct WgpuProgram {
     running: Mutex<RunState>,
     /// compile facts
     pub stats: CompileStats,
-}
-
-fn bytes_of(program: &KernelProgram, b: usize) -> usize {
-    let t = &program.buffers[b].ty;
-    t.shape
-        .as_static()
-        .map_or(0, |s| s.iter().product::<usize>())
-        * t.dtype.size_bytes()
 }
 
 fn dev_err(call: &str, e: impl std::fmt::Display) -> WgpuError {
@@ -235,7 +229,7 @@ impl WgpuProgram {
         }
         let buf_size = |r: ArgRef| -> usize {
             match r {
-                ArgRef::Buffer(b) => bytes_of(&program, root(&program, b)),
+                ArgRef::Buffer(b) => buffer_bytes(&program, root(&program, b)),
                 ArgRef::Scratch(i) => plan.scratch[i],
             }
         };
@@ -282,72 +276,32 @@ impl WgpuProgram {
         }
         stats.pipeline_ms = start.elapsed().as_secs_f64() * 1e3;
         // Memory: one arena for temporaries and scratch, planned by lifetime.
-        let n_buf = program.buffers.len();
-        let n_steps = plan.steps.len();
-        let align = ctx.align();
-        let mut life: Vec<Option<(usize, usize)>> = vec![None; n_buf + plan.scratch.len()];
-        for (s, step) in plan.steps.iter().enumerate() {
-            for b in &step.bindings {
-                let slot = match b.arg {
-                    ArgRef::Buffer(x) => root(&program, x),
-                    ArgRef::Scratch(i) => n_buf + i,
-                };
-                let l = life[slot].get_or_insert((s, s));
-                l.1 = s;
-            }
-        }
-        for (_, b) in &program.outputs {
-            let r = root(&program, *b);
-            let l = life[r].get_or_insert((n_steps, n_steps));
-            l.1 = n_steps;
-        }
-        let mut requests = Vec::new();
-        let mut owners = Vec::new();
-        for (slot, l) in life.iter().enumerate() {
-            let temp = slot >= n_buf || matches!(program.buffers[slot].kind, BufferKind::Temp);
-            if let (Some((first, last)), true) = (l, temp) {
-                let size = if slot >= n_buf {
-                    plan.scratch[slot - n_buf]
-                } else {
-                    bytes_of(&program, slot)
-                };
-                requests.push(rlx_mem::PlanRequest {
-                    size: size.max(4).next_multiple_of(4),
-                    align,
-                    first: *first,
-                    last: *last,
-                    inplace_of: None,
-                });
-                owners.push(slot);
-            }
-        }
-        let mem_plan = rlx_mem::plan(&requests)
-            .map_err(|e| WgpuError::Invalid(format!("memory plan: {e}")))?;
-        stats.arena_bytes = mem_plan.arena_bytes;
-        if mem_plan.arena_bytes as u64 > limits.max_buffer_size {
+        let buffers = crate::arena::buffer_plan(&program, &plan, ctx.align())?;
+        stats.arena_bytes = buffers.arena_bytes;
+        if buffers.arena_bytes as u64 > limits.max_buffer_size {
             return Err(WgpuError::Limit {
                 device: label.clone(),
-                what: format!("the planned arena of {} bytes", mem_plan.arena_bytes),
+                what: format!("the planned arena of {} bytes", buffers.arena_bytes),
                 limit: format!("max_buffer_size = {}", limits.max_buffer_size),
                 hint: "use a smaller batch".into(),
             });
         }
-        let arena = mem.alloc(mem_plan.arena_bytes)?;
-        let mut homes: Vec<Option<Home>> = (0..n_buf).map(|_| None).collect();
-        let mut scratch_offsets = vec![0u64; plan.scratch.len()];
-        for (slot, off) in owners.iter().zip(&mem_plan.offsets) {
-            if *slot >= n_buf {
-                scratch_offsets[slot - n_buf] = *off as u64;
-            } else {
-                homes[*slot] = Some(Home::Arena(*off as u64));
-            }
-        }
+        let arena = mem.alloc(buffers.arena_bytes)?;
+        let scratch_offsets: Vec<u64> = buffers.scratch.iter().map(|&o| o as u64).collect();
+        let mut homes: Vec<Option<Home>> = (0..program.buffers.len())
+            .map(|b| match buffers.homes[b] {
+                BufferHome::Arena(offset) if buffers.roots[b] == b => {
+                    Some(Home::Arena(offset as u64))
+                }
+                _ => None,
+            })
+            .collect();
         let (mut inputs, mut constants, mut params) = (Vec::new(), Vec::new(), Vec::new());
         for (b, buf) in program.buffers.iter().enumerate() {
             if buf.alias_of.is_some() {
                 continue;
             }
-            let bytes = bytes_of(&program, b);
+            let bytes = buffer_bytes(&program, b);
             match &buf.kind {
                 BufferKind::Input(name) => {
                     homes[b] = Some(Home::Input(inputs.len()));
@@ -432,7 +386,7 @@ impl WgpuProgram {
         let outputs: Vec<(String, usize, usize)> = program
             .outputs
             .iter()
-            .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
+            .map(|(n, b)| (n.clone(), *b, buffer_bytes(&program, *b)))
             .collect();
         let output_locs = outputs
             .iter()

@@ -4,16 +4,18 @@
 //! Compilation checks the program, compiles every kernel (loop kernels to lane bytecode,
 //! library kernels to specialised implementations) and plans memory: every temporary and
 //! every kernel's scratch lives in one arena per run context, at offsets fixed at compile
-//! time ([`plan::plan_memory`]). Temporaries that are program outputs get their own
-//! allocation per run instead, which becomes the returned tensor without a copy.
+//! time (`rlx_opt::buffers`, the planner every backend shares). Temporaries that are
+//! program outputs get their own allocation per run instead, which becomes the returned
+//! tensor without a copy.
 
+#[cfg(test)]
+mod arena_tests;
 pub(crate) mod int_gemm;
 pub(crate) mod library;
 pub(crate) mod loops;
 mod lower;
 pub(crate) mod math;
 pub(crate) mod memory;
-pub mod plan;
 pub(crate) mod pool;
 pub(crate) mod quant;
 
@@ -23,10 +25,10 @@ use library::LibExec;
 use loops::exec::Src;
 use loops::LoopExec;
 use memory::{finish_owned, zeroed, Arena, Loc, RunMemory};
-use plan::{plan_memory, Interval};
 use rlx_ir::kernel::{BufferId, BufferKind, Kernel, KernelProgram};
 use rlx_ir::kernel_views::Views;
 use rlx_ir::{DType, Tensor, TensorData};
+use rlx_opt::buffers::{plan_buffers, ArenaTarget, Home, OutputHome, Region};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -184,7 +186,7 @@ impl CpuProgram {
             owned,
             scratch_offsets,
             arena_bytes,
-        } = layout(&program, &info, &touches, &dtypes, &numels, &scratch);
+        } = layout(&program, &touches, &dtypes, &numels, &scratch)?;
         let steps = execs
             .into_iter()
             .zip(scratch_offsets)
@@ -397,7 +399,7 @@ fn attention_views(program: &KernelProgram, info: &ProgramInfo) -> Views {
 
 /// Where storage lives, decided at compile time.
 struct Layout {
-    /// per root buffer
+    /// per buffer (a view's entry is its root's)
     locs: Vec<Loc>,
     /// dtype and element count of each owned output
     owned: Vec<(DType, usize)>,
@@ -406,82 +408,49 @@ struct Layout {
     arena_bytes: usize,
 }
 
-/// Decides where every root buffer lives and plans the arena: temps that are program
-/// outputs are owned per run; other temps and each kernel's scratch go in the arena, live
-/// from their first write to their last read.
+/// The CPU's arena: 64-byte offsets and sizes (a cache line, enough for every SIMD load);
+/// outputs outside it, each in its own allocation that becomes the returned tensor.
+const ARENA: ArenaTarget = ArenaTarget {
+    align: 64,
+    min_bytes: 0,
+    granule: 64,
+    outputs: OutputHome::Owned,
+};
+
+/// Decides where every root buffer lives and plans the arena with `rlx_opt::buffers`: temps
+/// that are program outputs are owned per run; other temps and each kernel's scratch go in
+/// the arena, live from the first to the last kernel touching them.
 fn layout(
     p: &KernelProgram,
-    info: &ProgramInfo,
     touches: &[(Vec<BufferId>, Option<BufferId>)],
     dtypes: &[DType],
     numels: &[usize],
     scratch: &[usize],
-) -> Layout {
-    let nb = p.buffers.len();
-    let mut first = vec![usize::MAX; nb];
-    let mut last = vec![0usize; nb];
-    for (ki, (reads, output)) in touches.iter().enumerate() {
-        if let Some(o) = output {
-            let w = info.roots[*o];
-            first[w] = first[w].min(ki);
-            last[w] = last[w].max(ki);
-        }
-        for &r in reads {
-            let r = info.roots[r];
-            last[r] = last[r].max(ki);
-        }
-    }
-    let mut is_output = vec![false; nb];
-    for (_, b) in &p.outputs {
-        is_output[info.roots[*b]] = true;
-    }
-    let mut locs: Vec<Loc> = p
-        .buffers
+) -> Result<Layout, CpuError> {
+    let steps: Vec<Vec<Region>> = touches
         .iter()
-        .map(|b| match b.kind {
-            BufferKind::Temp => Loc::Unused,
-            _ => Loc::Leaf,
+        .enumerate()
+        .map(|(ki, (reads, output))| {
+            let buffers = reads.iter().chain(output).map(|&b| Region::Buffer(b));
+            buffers.chain([Region::Scratch(ki)]).collect()
         })
         .collect();
-    let mut owned = Vec::new();
-    let mut reqs = Vec::new();
-    let mut req_of = Vec::new();
-    for r in 0..nb {
-        if info.roots[r] != r || p.buffers[r].kind != BufferKind::Temp {
-            continue;
-        }
-        if is_output[r] {
-            locs[r] = Loc::Owned(owned.len());
-            owned.push((dtypes[r], numels[r]));
-        } else if first[r] != usize::MAX {
-            req_of.push(Some(r));
-            reqs.push(Interval {
-                bytes: numels[r] * dtypes[r].size_bytes(),
-                first: first[r],
-                last: last[r],
-            });
-        }
-    }
-    for (ki, &bytes) in scratch.iter().enumerate() {
-        req_of.push(None);
-        reqs.push(Interval {
-            bytes,
-            first: ki,
-            last: ki,
-        });
-    }
-    let plan = plan_memory(&reqs);
-    let mut scratch_offsets = Vec::with_capacity(scratch.len());
-    for (i, who) in req_of.iter().enumerate() {
-        match who {
-            Some(r) => locs[*r] = Loc::Arena(plan.offsets[i]),
-            None => scratch_offsets.push(plan.offsets[i]),
-        }
-    }
-    Layout {
+    let plan = plan_buffers(p, &steps, scratch, &ARENA)
+        .map_err(|e| CpuError::Invalid(format!("memory plan: {e}")))?;
+    let locs = plan
+        .homes
+        .iter()
+        .map(|home| match *home {
+            Home::Input | Home::Weight | Home::Constant => Loc::Leaf,
+            Home::Arena(offset) => Loc::Arena(offset),
+            Home::Owned(i) => Loc::Owned(i),
+            Home::Unused => Loc::Unused,
+        })
+        .collect();
+    Ok(Layout {
         locs,
-        owned,
-        scratch_offsets,
-        arena_bytes: plan.total_bytes,
-    }
+        owned: plan.owned.iter().map(|&r| (dtypes[r], numels[r])).collect(),
+        scratch_offsets: plan.scratch,
+        arena_bytes: plan.arena_bytes,
+    })
 }

@@ -11,6 +11,7 @@ use crate::CudaError;
 use rlx_ir::kernel::{BufferId, Kernel, KernelProgram, LibraryKernel, LoopKernel};
 use rlx_ir::{AttnMask, Op, TensorType};
 
+pub mod arena;
 mod gemm;
 pub mod merge;
 mod norm;

@@ -119,73 +119,22 @@ impl CudaProgram {
             .sum();
         // Memory: one arena for temporaries and scratch, planned by lifetime.
         let n_steps = plan.steps.len();
-        let touches = plan.touches();
-        let n_buf = program.buffers.len();
-        let mut life: Vec<Option<(usize, usize)>> = vec![None; n_buf + plan.scratch.len()];
-        for (s, refs) in touches.iter().enumerate() {
-            for r in refs {
-                let slot = match *r {
-                    ArgRef::Buffer(b) => root(&program, b),
-                    ArgRef::Scratch(i) => n_buf + i,
-                    ArgRef::Derived(_) => continue,
-                };
-                let l = life[slot].get_or_insert((s, s));
-                l.1 = s;
-            }
-        }
-        for (_, b) in &program.outputs {
-            if let Some(l) = life[root(&program, *b)].as_mut() {
-                l.1 = n_steps;
-            }
-        }
-        let mut requests = Vec::new();
-        let mut owners = Vec::new();
-        for (slot, l) in life.iter().enumerate() {
-            let temp = slot >= n_buf || matches!(program.buffers[slot].kind, BufferKind::Temp);
-            if let (Some((first, last)), true) = (l, temp) {
-                let size = if slot >= n_buf {
-                    plan.scratch[slot - n_buf]
-                } else {
-                    bytes_of(&program, slot)
-                };
-                requests.push(rlx_mem::PlanRequest {
-                    size: size.max(1),
-                    align: ALIGN,
-                    first: *first,
-                    last: *last,
-                    inplace_of: None,
-                });
-                owners.push(slot);
-            }
-        }
-        let mem_plan = rlx_mem::plan(&requests)
-            .map_err(|e| CudaError::Invalid(format!("memory plan: {e}")))?;
-        stats.arena_bytes = mem_plan.arena_bytes;
-        let arena = mem.alloc(mem_plan.arena_bytes)?;
-        let mut homes: Vec<Option<Home>> = (0..n_buf).map(|_| None).collect();
-        let mut scratch_offsets = vec![0; plan.scratch.len()];
-        for (slot, off) in owners.iter().zip(&mem_plan.offsets) {
-            if *slot >= n_buf {
-                scratch_offsets[slot - n_buf] = *off;
-            } else {
-                homes[*slot] = Some(Home::Arena(*off));
-            }
-        }
+        let buffers = crate::plan::arena::buffer_plan(&program, &plan)?;
+        stats.arena_bytes = buffers.arena_bytes;
+        let arena = mem.alloc(buffers.arena_bytes)?;
+        let scratch_offsets = buffers.scratch.clone();
+        let mut homes: Vec<Option<Home>> = (0..program.buffers.len())
+            .map(|b| match buffers.homes[b] {
+                BufferHome::Arena(offset) if buffers.roots[b] == b => Some(Home::Arena(offset)),
+                _ => None,
+            })
+            .collect();
         // Params read only through derived buffers (merged GEMM weights) need no slot.
-        let mut read: Vec<bool> = vec![false; n_buf];
-        for r in touches.iter().flatten() {
-            if let ArgRef::Buffer(b) = *r {
-                read[root(&program, b)] = true;
-            }
-        }
-        for (_, b) in &program.outputs {
-            read[root(&program, *b)] = true;
-        }
         let derived_only: std::collections::HashSet<usize> = plan
             .derived
             .iter()
-            .flat_map(|d| d.sources.iter().map(|s| root(&program, s.0)))
-            .filter(|&b| !read[b])
+            .flat_map(|d| d.sources.iter().map(|s| buffers.roots[s.0]))
+            .filter(|&b| buffers.lifetimes[b].is_none())
             .collect();
         // the stream is this compile's from its first upload through tuning
         let _queue = queue_owner.queue();
@@ -194,7 +143,7 @@ impl CudaProgram {
             if buf.alias_of.is_some() || derived_only.contains(&b) {
                 continue;
             }
-            let bytes = bytes_of(&program, b);
+            let bytes = buffer_bytes(&program, b);
             match &buf.kind {
                 BufferKind::Input(name) => {
                     homes[b] = Some(Home::Input(inputs.len()));
@@ -252,7 +201,7 @@ impl CudaProgram {
         let outputs: Vec<(String, usize, usize)> = program
             .outputs
             .iter()
-            .map(|(n, b)| (n.clone(), *b, bytes_of(&program, *b)))
+            .map(|(n, b)| (n.clone(), *b, buffer_bytes(&program, *b)))
             .collect();
         let state = RunState {
             graph: None,

@@ -21,6 +21,7 @@ use crate::weights::{tensor_bytes, WeightCache, WeightSlot};
 use crate::CudaError;
 use rlx_ir::kernel::{BufferKind, KernelProgram};
 use rlx_ir::{DType, Tensor, TensorData};
+use rlx_opt::buffers::{buffer_bytes, Home as BufferHome};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -142,14 +143,6 @@ pub struct CudaProgram {
     prefetch: residency::PrefetchPlan,
     /// compile facts
     pub stats: CompileStats,
-}
-
-fn bytes_of(program: &KernelProgram, b: usize) -> usize {
-    let t = &program.buffers[b].ty;
-    t.shape
-        .as_static()
-        .map_or(0, |s| s.iter().product::<usize>())
-        * t.dtype.size_bytes()
 }
 
 impl CudaProgram {

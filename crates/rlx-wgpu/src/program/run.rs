@@ -134,7 +134,7 @@ impl WgpuProgram {
                     shape,
                 } => {
                     check_typed(&self.program, *b, *dtype, shape, "input", name)?;
-                    let bytes = bytes_of(&self.program, *b) as u64;
+                    let bytes = buffer_bytes(&self.program, *b) as u64;
                     crate::transfer::encode_copy(
                         &self.ctx.device,
                         &mut encoder,
