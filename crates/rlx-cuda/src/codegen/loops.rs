@@ -16,7 +16,7 @@ use super::reduce::{combine, finish as finish_reduce, identity};
 use super::vector::{elem_bytes, Wide};
 use super::{finish, grid_for, params, ArgRef, EmittedKernel, Launch, Target};
 use rlx_ir::kernel::LoopKernel;
-use rlx_ir::render::{coords, emit_nodes, offset, Operand};
+use rlx_ir::render::{coords, emit_nodes, loop_spaces, offset, Operand};
 use rlx_ir::DType;
 
 const BLOCK: u32 = 256;
@@ -57,37 +57,17 @@ pub fn emit(
     back: bool,
 ) -> Result<EmittedKernel, String> {
     k.verify()?;
-    let n_out = k.shape.len();
     let n = k.numel();
     let r = k.reduce_numel();
-    // Output dims and reduction dims merge separately; the output is contiguous.
-    let out_strides: Vec<Vec<isize>> = k
+    let (outer, inner) = loop_spaces(k);
+    let mut dims = k.shape.clone();
+    dims.extend(&k.reduce_shape);
+    let views: Vec<(usize, &[usize], &[isize])> = k
         .inputs
         .iter()
-        .map(|i| i.view.strides[..n_out].to_vec())
-        .chain(std::iter::once(super::index::contiguous(&k.shape)))
+        .map(|i| (i.view.offset, dims.as_slice(), i.view.strides.as_slice()))
         .collect();
-    let outer = IndexSpace::merge(&k.shape, &out_strides);
-    let inner_strides: Vec<Vec<isize>> = k
-        .inputs
-        .iter()
-        .map(|i| i.view.strides[n_out..].to_vec())
-        .collect();
-    let inner = IndexSpace::merge(&k.reduce_shape, &inner_strides);
-    let views: Vec<(usize, Vec<usize>, Vec<isize>)> = k
-        .inputs
-        .iter()
-        .map(|i| {
-            let mut d = k.shape.clone();
-            d.extend(&k.reduce_shape);
-            (i.view.offset, d, i.view.strides.clone())
-        })
-        .collect();
-    let view_refs: Vec<(usize, &[usize], &[isize])> = views
-        .iter()
-        .map(|(o, d, s)| (*o, d.as_slice(), s.as_slice()))
-        .collect();
-    let ity = index_type(n.saturating_mul(r.max(1)), &view_refs);
+    let ity = index_type(n.saturating_mul(r.max(1)), &views);
     let in_params: Vec<(&str, String)> = k
         .inputs
         .iter()

@@ -3,7 +3,7 @@
 //! literals in the generated code, so divisions are by constants.
 
 use super::Dialect;
-use crate::kernel::row_major;
+use crate::kernel::{row_major, IndexSpace, LoopKernel};
 
 /// Statements splitting `linear` into coordinates `{prefix}0, {prefix}1, ...` of type `ty`
 /// over `dims` (row-major; the last coordinate varies fastest).
@@ -41,6 +41,29 @@ pub fn offset(base: &str, prefix: &str, strides: &[isize]) -> String {
         }
     }
     s
+}
+
+/// A loop kernel's two index spaces, each merged where every view allows: the output
+/// dims (over each input's output strides and the contiguous output's own, the output
+/// being the last view) and the reduction dims (over each input's reduction strides).
+/// Output and reduction dims never merge with each other: they are walked by different
+/// loops.
+pub fn loop_spaces(k: &LoopKernel) -> (IndexSpace, IndexSpace) {
+    let n_out = k.shape.len();
+    let out_strides: Vec<Vec<isize>> = k
+        .inputs
+        .iter()
+        .map(|i| i.view.strides[..n_out].to_vec())
+        .chain(std::iter::once(row_major(&k.shape)))
+        .collect();
+    let outer = IndexSpace::merge(&k.shape, &out_strides);
+    let inner_strides: Vec<Vec<isize>> = k
+        .inputs
+        .iter()
+        .map(|i| i.view.strides[n_out..].to_vec())
+        .collect();
+    let inner = IndexSpace::merge(&k.reduce_shape, &inner_strides);
+    (outer, inner)
 }
 
 /// Elements of a tensor of `dims` (1 for a scalar).

@@ -4,7 +4,8 @@
 //!
 //! Shared here: the walk over a loop kernel's expression DAG ([`emit_nodes`]: one
 //! declaration per needed node, operands named by their index, errors naming the node),
-//! the index arithmetic of loop nests ([`coords`]: a linear index split into coordinates;
+//! the index arithmetic of loop nests ([`loop_spaces`]: a kernel's output and reduction
+//! spaces, merged; [`coords`]: a linear index split into coordinates;
 //! [`offset`]: a strided offset from coordinates; [`max_offset`]: the largest offset a view
 //! reaches; [`broadcast_strides`]; [`numel`]), and, in [`crate::kernel`], which epilogues fuse
 //! ([`crate::kernel::LoopKernel::fusable_epilogue`]), index-space merging and element
@@ -18,7 +19,7 @@ mod index;
 mod nodes;
 
 pub use dialect::Dialect;
-pub use index::{broadcast_strides, coords, max_offset, numel, offset};
+pub use index::{broadcast_strides, coords, loop_spaces, max_offset, numel, offset};
 pub use nodes::{emit_nodes, Operand};
 
 #[cfg(test)]

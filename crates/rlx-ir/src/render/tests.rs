@@ -212,3 +212,27 @@ fn fusable_epilogues_read_the_library_result_elementwise() {
     });
     assert!(!k.fusable_epilogue());
 }
+
+#[test]
+fn loop_spaces_merge_output_and_reduction_dims_apart() {
+    // out[a, b] = sum over c of x[a, b, c], x contiguous over [2, 3, 4]
+    let mut k = kernel();
+    k.shape = vec![2, 3];
+    k.reduce_shape = vec![4];
+    k.inputs = vec![input(0, DType::F32, vec![12, 4, 1])];
+    k.body = vec![
+        node(Expr::Load(0), DType::F32),
+        node(Expr::Reduced, DType::F32),
+    ];
+    k.reduce = Some(KernelReduce {
+        op: ReduceOp::Sum,
+        value: 0,
+        dtype: DType::F32,
+    });
+    k.result = 1;
+    let (outer, inner) = loop_spaces(&k);
+    assert_eq!(outer.dims, vec![6]);
+    assert_eq!(outer.strides, vec![vec![4], vec![1]]);
+    assert_eq!(inner.dims, vec![4]);
+    assert_eq!(inner.strides, vec![vec![1]]);
+}

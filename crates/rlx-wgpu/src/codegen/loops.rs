@@ -12,12 +12,9 @@
 use super::dialect::Wgsl;
 use super::rows::{lanes_for, Frame};
 use super::scalar::{self, compute};
-use super::{
-    contiguous, grid_loop, groups_for, main_sig, offset, ArgRef, Emitted, IndexSpace, Kb, Target,
-    WG,
-};
+use super::{grid_loop, groups_for, main_sig, offset, ArgRef, Emitted, IndexSpace, Kb, Target, WG};
 use rlx_ir::kernel::LoopKernel;
-use rlx_ir::render::{coords, emit_nodes, max_offset, Operand};
+use rlx_ir::render::{coords, emit_nodes, loop_spaces, max_offset, Operand};
 use rlx_ir::DType;
 
 /// A library kernel's fused elementwise epilogue: input 0 is the library value, the others
@@ -83,7 +80,6 @@ pub fn emit(
     target: &Target,
 ) -> Result<Emitted, String> {
     k.verify()?;
-    let n_out = k.shape.len();
     let n = k.numel();
     let r = k.reduce_numel();
     super::check_i32(&k.name, n.saturating_mul(r.max(1)))?;
@@ -93,19 +89,7 @@ pub fn emit(
         let span = max_offset(inp.view.offset, &dims, &inp.view.strides);
         super::check_i32(&k.name, span)?;
     }
-    let out_strides: Vec<Vec<isize>> = k
-        .inputs
-        .iter()
-        .map(|i| i.view.strides[..n_out].to_vec())
-        .chain(std::iter::once(contiguous(&k.shape)))
-        .collect();
-    let outer = IndexSpace::merge(&k.shape, &out_strides);
-    let inner_strides: Vec<Vec<isize>> = k
-        .inputs
-        .iter()
-        .map(|i| i.view.strides[n_out..].to_vec())
-        .collect();
-    let inner = IndexSpace::merge(&k.reduce_shape, &inner_strides);
+    let (outer, inner) = loop_spaces(k);
     if vec4_ok(k, &outer, target) {
         return elementwise_vec4(k, &outer, out, args, target);
     }
