@@ -6,7 +6,7 @@ use super::dtype::{storage, store};
 use super::index::{contiguous, IndexSpace};
 use super::vector::Wide;
 use super::ArgRef;
-use rlx_ir::render::{coords, emit_nodes, offset, Operand};
+use rlx_ir::render::{coords, emit_nodes, epilogue_nodes, epilogue_space, offset, Operand};
 
 /// Elements [`EpilogueCtx::apply_wide`] handles at once: one 16-byte vector of 16-bit floats.
 pub const WIDE: usize = 8;
@@ -100,7 +100,7 @@ impl<'a> EpilogueCtx<'a> {
     /// # Errors
     /// A node the rules do not accept.
     pub fn apply(&self, linear: &str, value: &str, ity: &str) -> Result<(String, String), String> {
-        let sp = self.space();
+        let sp = epilogue_space(self.kernel);
         let at = coords(&CudaC, linear, "q", &sp.dims, ity);
         self.apply_coords(&sp, at, value)
     }
@@ -118,7 +118,7 @@ impl<'a> EpilogueCtx<'a> {
         value: &str,
         ity: &str,
     ) -> Result<(String, String), String> {
-        let sp = self.space();
+        let sp = epilogue_space(self.kernel);
         let at = match sp.dims.split_last() {
             Some((&last, lead)) if last == n => {
                 let mut at = coords(&CudaC, row, "q", lead, ity);
@@ -152,7 +152,7 @@ impl<'a> EpilogueCtx<'a> {
         ity: &str,
     ) -> Option<Result<(String, Vec<String>), String>> {
         let k = self.kernel;
-        let sp = self.space();
+        let sp = epilogue_space(self.kernel);
         // the index space as rows of n columns, or one run of elements
         let two = match sp.dims.as_slice() {
             [_, last] if *last == n => true,
@@ -199,15 +199,6 @@ impl<'a> EpilogueCtx<'a> {
         Some(Ok((body, outs)))
     }
 
-    /// The epilogue's index space: its dims merged where every input's strides allow.
-    fn space(&self) -> IndexSpace {
-        let k = self.kernel;
-        let mut dims = k.shape.clone();
-        dims.extend(&k.reduce_shape);
-        let strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides.clone()).collect();
-        IndexSpace::merge(&dims, &strides)
-    }
-
     /// The statements of [`EpilogueCtx::apply`] once the coordinates `q0..` are defined by
     /// `at`.
     fn apply_coords(
@@ -218,15 +209,11 @@ impl<'a> EpilogueCtx<'a> {
     ) -> Result<(String, String), String> {
         let k = self.kernel;
         let mut s = format!("{{\n{at}");
-        let mut elem = |i: usize| {
-            if i == 0 {
-                Operand::Value(value.to_string())
-            } else {
-                let off = offset(&k.inputs[i].view.offset.to_string(), "q", &sp.strides[i]);
-                Operand::Stored(format!("{}{i}[{off}]", self.prefix))
-            }
+        let mut read = |i: usize, strides: &[isize]| {
+            let off = offset(&k.inputs[i].view.offset.to_string(), "q", strides);
+            Operand::Stored(format!("{}{i}[{off}]", self.prefix))
         };
-        s += &emit_nodes(&CudaC, k, &k.needed(&[k.result]), "p", &mut elem, None)?;
+        s += &epilogue_nodes(&CudaC, k, sp, value, &mut read)?;
         s += &format!(
             "rlx_epi_out = {};\n}}\n",
             store(k.out_dtype(), &format!("p{}", k.result))

@@ -236,3 +236,29 @@ fn loop_spaces_merge_output_and_reduction_dims_apart() {
     assert_eq!(inner.dims, vec![4]);
     assert_eq!(inner.strides, vec![vec![1]]);
 }
+
+#[test]
+fn epilogue_nodes_take_the_library_value_and_read_the_rest_at_their_strides() {
+    // out = value + bias[col] over [2, 3]: input 0 the library result, input 1 a row
+    let mut k = kernel();
+    k.inputs[1] = input(1, DType::F32, vec![0, 1]);
+    k.body = vec![
+        node(Expr::Load(0), DType::F32),
+        node(Expr::Load(1), DType::F32),
+        node(Expr::Binary(BinaryOp::Add, 0, 1), DType::F32),
+    ];
+    k.result = 2;
+    assert!(k.fusable_epilogue());
+    let space = epilogue_space(&k);
+    assert_eq!(space.dims, vec![2, 3]);
+    let mut read = |i: usize, strides: &[isize]| {
+        Operand::Stored(format!("in{i}[{}]", offset("0", "q", strides)))
+    };
+    let text = epilogue_nodes(&Toy, &k, &space, "acc", &mut read).unwrap();
+    assert_eq!(
+        text,
+        "let p0: real = acc;\n\
+         let p1: real = load<f32>(in1[0 + q1]);\n\
+         let p2: real = add(p0, p1);\n"
+    );
+}

@@ -14,7 +14,9 @@ use super::rows::{lanes_for, Frame};
 use super::scalar::{self, compute};
 use super::{grid_loop, groups_for, main_sig, offset, ArgRef, Emitted, IndexSpace, Kb, Target, WG};
 use rlx_ir::kernel::LoopKernel;
-use rlx_ir::render::{coords, emit_nodes, loop_spaces, max_offset, Operand};
+use rlx_ir::render::{
+    coords, emit_nodes, epilogue_nodes, epilogue_space, loop_spaces, max_offset, Operand,
+};
 use rlx_ir::DType;
 
 /// A library kernel's fused elementwise epilogue: input 0 is the library value, the others
@@ -49,20 +51,15 @@ impl<'a> Epilogue<'a> {
         value: &str,
     ) -> Result<String, String> {
         let k = self.kernel;
-        let strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides.clone()).collect();
-        let sp = IndexSpace::merge(&k.shape, &strides);
+        let sp = epilogue_space(k);
         let mut s = format!("{{\n{}", coords(&Wgsl, linear, "q", &sp.dims, "i32"));
-        let mut elem = |i: usize| {
-            if i == 0 {
-                Operand::Value(value.to_string())
-            } else {
-                let inp = &k.inputs[i];
-                let b = kb.read(ArgRef::Buffer(inp.buffer), inp.dtype);
-                let off = offset(&inp.view.offset.to_string(), "q", &sp.strides[i]);
-                Operand::Value(kb.load(inp.dtype, &b, &off))
-            }
+        let mut read = |i: usize, strides: &[isize]| {
+            let inp = &k.inputs[i];
+            let b = kb.read(ArgRef::Buffer(inp.buffer), inp.dtype);
+            let off = offset(&inp.view.offset.to_string(), "q", strides);
+            Operand::Value(kb.load(inp.dtype, &b, &off))
         };
-        s += &emit_nodes(&Wgsl, k, &k.needed(&[k.result]), "p", &mut elem, None)?;
+        s += &epilogue_nodes(&Wgsl, k, &sp, value, &mut read)?;
         s += &kb.store(k.out_dtype(), out, linear, &format!("p{}", k.result));
         Ok(s + "}\n")
     }
