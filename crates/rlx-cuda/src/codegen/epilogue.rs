@@ -6,12 +6,12 @@ use super::dtype::{storage, store};
 use super::index::{contiguous, IndexSpace};
 use super::vector::Wide;
 use super::ArgRef;
+use rlx_ir::kernel::LoopKernel;
 use rlx_ir::render::{coords, emit_nodes, epilogue_nodes, epilogue_space, offset, Operand};
+use rlx_ir::DType;
 
 /// Elements [`EpilogueCtx::apply_wide`] handles at once: one 16-byte vector of 16-bit floats.
 pub const WIDE: usize = 8;
-use rlx_ir::kernel::LoopKernel;
-use rlx_ir::DType;
 
 /// A library kernel's fused elementwise epilogue, applied to each result element inside the
 /// library kernel itself. Input 0 is the library value; the others are read through their
