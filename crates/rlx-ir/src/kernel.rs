@@ -126,6 +126,18 @@ impl LoopKernel {
         self.body[self.result].dtype
     }
 
+    /// True when this kernel can run as a library kernel's fused epilogue, applied to each
+    /// result element inside the library kernel: it is elementwise, and input 0 reads the
+    /// library result itself (contiguous, from offset 0), so each element needs only its own
+    /// library value.
+    pub fn fusable_epilogue(&self) -> bool {
+        let Some(first) = self.inputs.first() else {
+            return false;
+        };
+        let identity = first.view.offset == 0 && first.view.strides == row_major(&self.shape);
+        identity && self.reduce.is_none() && self.reduce_numel() == 1
+    }
+
     /// Marks the body nodes that `roots` depend on (the roots included), so an emitter
     /// writes only what an output needs.
     pub fn needed(&self, roots: &[ExprId]) -> Vec<bool> {

@@ -21,6 +21,7 @@ pub mod kernel_views;
 pub mod narrow;
 mod op;
 pub mod quant;
+pub mod render;
 pub mod sample;
 pub mod scalar;
 mod shape;

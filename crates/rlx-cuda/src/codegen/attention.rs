@@ -11,10 +11,12 @@
 //! [`emit`] remains for f32, other head sizes and older GPUs, and [`gemm_softmax`] is the
 //! softmax of the GEMM form (`plan::gemm::attention`).
 
+use super::dialect::CudaC;
 use super::dtype::{load, storage, store};
-use super::index::{contiguous, coords};
+use super::index::contiguous;
 use super::store::{numel, LibCtx};
 use super::{finish, ArgRef, EmittedKernel, Launch};
+use rlx_ir::render::{broadcast_strides, coords};
 use rlx_ir::{AttnMask, DType};
 
 /// Keys per tile: one per lane.
@@ -28,17 +30,11 @@ pub const MAX_HEAD: usize = 256;
 /// Strides of operand `shape` (same rank as `out_batch` + 2, or lower for masks: aligned
 /// right) over the output batch dims, 0 where it broadcasts.
 fn batch_strides(shape: &[usize], out_batch: &[usize]) -> Vec<isize> {
-    let own = contiguous(shape);
-    let lead = (out_batch.len() + 2).saturating_sub(shape.len());
-    (0..out_batch.len())
-        .map(|d| {
-            if d < lead || shape[d - lead] == 1 {
-                0
-            } else {
-                own[d - lead]
-            }
-        })
-        .collect()
+    let mut out = out_batch.to_vec();
+    out.extend([1, 1]);
+    let mut strides = broadcast_strides(shape, &out);
+    strides.truncate(out_batch.len());
+    strides
 }
 
 /// Where attention reads an operand or writes its result: a buffer, the element offset of
@@ -192,7 +188,7 @@ pub fn emit(
         }
         s + ";\n"
     };
-    let mut batch_offsets = coords("bi", "bc", out_batch, ity)
+    let mut batch_offsets = coords(&CudaC, "bi", "bc", out_batch, ity)
         + &layouts.q.batch_offset("qo", ity)
         + &layouts.k.batch_offset("ko", ity)
         + &layouts.v.batch_offset("vo", ity)
@@ -499,7 +495,7 @@ pub fn flash_mma(
     .all(|(l, rows, cols)| l.extent(out_batch, *rows, *cols) < (1 << 31));
     let ity = if narrow { "int" } else { "long long" };
 
-    let mut batch_code = coords("bi", "bc", out_batch, ity)
+    let mut batch_code = coords(&CudaC, "bi", "bc", out_batch, ity)
         + &layouts.q.batch_offset("qo", ity)
         + &layouts.k.batch_offset("ko", ity)
         + &layouts.v.batch_offset("vo", ity)
@@ -884,7 +880,7 @@ pub fn gemm_softmax(ctx: &LibCtx, mask: AttnMask, scores: ArgRef) -> EmittedKern
         AttnMask::Additive => {
             let (mdt, ms) = &ctx.inputs[3];
             let mstrides = batch_strides(ms, out_batch);
-            let mut setup = coords("bi", "bc", out_batch, ity);
+            let mut setup = coords(&CudaC, "bi", "bc", out_batch, ity);
             setup += &format!("const {ity} mo = 0");
             for (d, x) in mstrides.iter().enumerate() {
                 if *x != 0 {

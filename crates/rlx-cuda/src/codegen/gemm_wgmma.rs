@@ -33,7 +33,7 @@
 //! through a row norm instead.
 
 use super::dtype::load;
-use super::expr::WIDE;
+use super::epilogue::WIDE;
 use super::gemm_mma::{tile_store, MmaGemm};
 use super::store::LibCtx;
 use super::vector::Wide;

@@ -9,13 +9,14 @@
 //! once per output element on the lane that stores it. Dims that every view walks
 //! contiguously are merged first, which is the contiguous fast path.
 
+use super::dialect::CudaC;
 use super::dtype::{compute, storage, store};
-use super::expr::emit_nodes;
-use super::index::{coords, index_type, offset, IndexSpace};
+use super::index::{index_type, IndexSpace};
 use super::reduce::{combine, finish as finish_reduce, identity};
 use super::vector::{elem_bytes, Wide};
 use super::{finish, grid_for, params, ArgRef, EmittedKernel, Launch, Target};
 use rlx_ir::kernel::LoopKernel;
+use rlx_ir::render::{coords, emit_nodes, loop_spaces, offset, Operand};
 use rlx_ir::DType;
 
 const BLOCK: u32 = 256;
@@ -56,37 +57,17 @@ pub fn emit(
     back: bool,
 ) -> Result<EmittedKernel, String> {
     k.verify()?;
-    let n_out = k.shape.len();
     let n = k.numel();
     let r = k.reduce_numel();
-    // Output dims and reduction dims merge separately; the output is contiguous.
-    let out_strides: Vec<Vec<isize>> = k
+    let (outer, inner) = loop_spaces(k);
+    let mut dims = k.shape.clone();
+    dims.extend(&k.reduce_shape);
+    let views: Vec<(usize, &[usize], &[isize])> = k
         .inputs
         .iter()
-        .map(|i| i.view.strides[..n_out].to_vec())
-        .chain(std::iter::once(super::index::contiguous(&k.shape)))
+        .map(|i| (i.view.offset, dims.as_slice(), i.view.strides.as_slice()))
         .collect();
-    let outer = IndexSpace::merge(&k.shape, &out_strides);
-    let inner_strides: Vec<Vec<isize>> = k
-        .inputs
-        .iter()
-        .map(|i| i.view.strides[n_out..].to_vec())
-        .collect();
-    let inner = IndexSpace::merge(&k.reduce_shape, &inner_strides);
-    let views: Vec<(usize, Vec<usize>, Vec<isize>)> = k
-        .inputs
-        .iter()
-        .map(|i| {
-            let mut d = k.shape.clone();
-            d.extend(&k.reduce_shape);
-            (i.view.offset, d, i.view.strides.clone())
-        })
-        .collect();
-    let view_refs: Vec<(usize, &[usize], &[isize])> = views
-        .iter()
-        .map(|(o, d, s)| (*o, d.as_slice(), s.as_slice()))
-        .collect();
-    let ity = index_type(n.saturating_mul(r.max(1)), &view_refs);
+    let ity = index_type(n.saturating_mul(r.max(1)), &views);
     let in_params: Vec<(&str, String)> = k
         .inputs
         .iter()
@@ -173,13 +154,13 @@ fn elementwise(
     back: bool,
 ) -> Result<String, String> {
     let n = k.numel();
-    let elem = |i: usize| (format!("in{i}[b{i}]"), false);
-    let body = emit_nodes(k, &k.needed(&[k.result]), "e", &elem, None)?;
+    let mut elem = |i: usize| Operand::Stored(format!("in{i}[b{i}]"));
+    let body = emit_nodes(&CudaC, k, &k.needed(&[k.result]), "e", &mut elem, None)?;
     Ok(format!(
         "extern \"C\" __global__ void __launch_bounds__({BLOCK}) RLX_FN({ps}) {{\n\
          {}{}{}{}out[idx] = {};\n}}\n}}\n",
         index_loop(ity, n, back),
-        coords("idx", "o", &outer.dims, ity),
+        coords(&CudaC, "idx", "o", &outer.dims, ity),
         base_offsets(k, outer, ity),
         body,
         store(k.out_dtype(), &format!("e{}", k.result)),
@@ -286,14 +267,14 @@ fn elementwise_vec4(
     let mut body = String::new();
     let lanes = ["x", "y", "z", "w"];
     for (l, c) in lanes.iter().enumerate() {
-        let elem = |i: usize| {
+        let mut elem = |i: usize| {
             if reads[i] == VecRead::Scalar {
-                (format!("in{i}[{}]", k.inputs[i].view.offset), false)
+                Operand::Stored(format!("in{i}[{}]", k.inputs[i].view.offset))
             } else {
-                (format!("v{i}.{c}"), false)
+                Operand::Stored(format!("v{i}.{c}"))
             }
         };
-        body += &emit_nodes(k, &need, &format!("e{l}_"), &elem, None)?;
+        body += &emit_nodes(&CudaC, k, &need, &format!("e{l}_"), &mut elem, None)?;
     }
     let r = k.result;
     let out_dt = k.out_dtype();
@@ -384,15 +365,15 @@ fn elementwise_wide(
         }
         let mut outs = Vec::new();
         for l in 0..WIDE {
-            let elem = |i: usize| {
+            let mut elem = |i: usize| {
                 if reads[i] == VecRead::Scalar {
-                    (format!("in{i}[{}]", k.inputs[i].view.offset), false)
+                    Operand::Stored(format!("in{i}[{}]", k.inputs[i].view.offset))
                 } else {
                     let w = Wide::new(k.inputs[i].dtype, WIDE).expect("checked above");
-                    (w.elem(&format!("a{u}_{i}"), l), false)
+                    Operand::Stored(w.elem(&format!("a{u}_{i}"), l))
                 }
             };
-            body += &emit_nodes(k, &need, &format!("e{u}_{l}_"), &elem, None)?;
+            body += &emit_nodes(&CudaC, k, &need, &format!("e{u}_{l}_"), &mut elem, None)?;
             outs.push(store(out_dt, &format!("e{u}_{l}_{}", k.result)));
         }
         let st = ow.store("out", &format!("v{u} * {WIDE}"), &outs);
@@ -446,16 +427,16 @@ fn reduction(
     let acc_ty = compute(red.dtype);
     let pro = k.needed(&[red.value]);
     let epi_need = k.needed(&[k.result]);
-    let pro_elem = |i: usize| {
-        (
-            format!("in{i}[b{i} + {}]", offset("0", "r", &inner.strides[i])),
-            false,
-        )
+    let mut pro_elem = |i: usize| {
+        Operand::Stored(format!(
+            "in{i}[b{i} + {}]",
+            offset("0", "r", &inner.strides[i])
+        ))
     };
-    let prologue = emit_nodes(k, &pro, "e", &pro_elem, None)?;
+    let prologue = emit_nodes(&CudaC, k, &pro, "e", &mut pro_elem, None)?;
     // Epilogue: masked nodes plus the prologue-free values they need (at reduction point 0).
-    let epi_elem = |i: usize| (format!("in{i}[b{i}]"), false);
-    let epilogue = emit_nodes(k, &epi_need, "f", &epi_elem, Some("rlx_red"))?;
+    let mut epi_elem = |i: usize| Operand::Stored(format!("in{i}[b{i}]"));
+    let epilogue = emit_nodes(&CudaC, k, &epi_need, "f", &mut epi_elem, Some("rlx_red"))?;
     let ident = identity(red.op, red.dtype);
     let comb = combine(red.op, red.dtype, "acc", "v");
     let comb_shfl = combine(red.op, red.dtype, "acc", "rlx_shfl_xor(acc, s)");
@@ -513,8 +494,8 @@ fn reduction(
          {coords_r}{prologue}const {acc_ty} v = {value};\nacc = {comb};\n}}\n\
          {combine_lanes}\
          if ({writer}) {{\nconst {acc_ty} rlx_red = {done};\n{epilogue}out[row] = {stored};\n}}\n}}\n}}\n",
-        coords_o = coords("row", "o", &outer.dims, ity),
+        coords_o = coords(&CudaC, "row", "o", &outer.dims, ity),
         bases = base_offsets(k, outer, ity),
-        coords_r = coords("ri", "r", &inner.dims, ity),
+        coords_r = coords(&CudaC, "ri", "r", &inner.dims, ity),
     ))
 }

@@ -7,8 +7,10 @@
 //! identical kernels (the same layer repeated) compile once. A program's source is the
 //! prelude plus each distinct function.
 //!
-//! Files follow the op families they lower: scalar rules in `unary`, `binary`, `reduce`,
-//! `dtype`; fused loop nests in `loops` (with `expr` and `index`); library kernels in
+//! Kernel bodies go through the shared walker of [`rlx_ir::render`] with CUDA C as its
+//! [`Dialect`](rlx_ir::render::Dialect) (`dialect`). Files follow the op families they
+//! lower: scalar rules in `unary`, `binary`, `reduce`, `dtype`; fused loop nests in `loops`
+//! (with `index`) and fused epilogues of library kernels in `epilogue`; library kernels in
 //! `softmax`, `norm`, `gather`, `movement`, `pool`, `argreduce`, `attention`, `conv`; wide
 //! (up to 16-byte) vector moves of f32/f16/bf16 in `vector`.
 
@@ -16,8 +18,9 @@ pub mod argreduce;
 pub mod attention;
 pub mod binary;
 pub mod conv;
+pub mod dialect;
 pub mod dtype;
-mod expr;
+mod epilogue;
 pub mod gather;
 pub mod gemm_mma;
 pub mod gemm_norm;
@@ -34,7 +37,8 @@ pub mod store;
 pub mod unary;
 pub mod vector;
 
-pub use expr::EpilogueCtx;
+pub use dialect::CudaC;
+pub use epilogue::EpilogueCtx;
 pub use index::IndexSpace;
 
 use rlx_ir::kernel::BufferId;

@@ -1,10 +1,12 @@
 //! Data movement that loop kernels cannot express: concat (a piecewise choice of input per
 //! element) and pad (constant, reflect or edge fill). One thread per output element.
 
+use super::dialect::CudaC;
 use super::dtype::{literal, load};
-use super::index::{contiguous, coords};
+use super::index::contiguous;
 use super::store::{numel, LibCtx};
 use super::{finish, grid_for, EmittedKernel, Launch};
+use rlx_ir::render::coords;
 use rlx_ir::PadMode;
 
 /// Emits concat along `axis`.
@@ -68,7 +70,7 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
         "long long"
     };
     let in_strides = contiguous(shape);
-    let mut body = coords("idx", "c", out, ity);
+    let mut body = coords(&CudaC, "idx", "c", out, ity);
     body += &format!("{ity} src = 0;\nbool inside = true;\n");
     for (d, &(before, _)) in pads.iter().enumerate() {
         let len = shape[d] as isize;

@@ -9,12 +9,14 @@
 //! of up to 16 bytes and held in registers, both passes of the statistics over the
 //! registers in f32, group reductions with warp shuffles, and vector stores.
 
+use super::dialect::CudaC;
 use super::dtype::{compute, literal, load, storage, store as store_value};
 use super::group::RowGroup;
-use super::index::{contiguous, coords, offset, IndexSpace};
+use super::index::{contiguous, IndexSpace};
 use super::store::{numel, LibCtx};
 use super::vector::{elem_bytes, widest, Wide};
 use super::{finish, grid_for, EmittedKernel, Launch, Target};
+use rlx_ir::render::{coords, offset};
 use rlx_ir::DType;
 
 /// Strides of a parameter of shape `p` broadcast to the normalized shape `norm`.
@@ -60,7 +62,7 @@ pub fn emit(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<EmittedK
     let param_off: Vec<String> = (1..=n_params)
         .map(|p| offset("0", "c", &sp.strides[p]))
         .collect();
-    let coord_text = coords("j", "c", &sp.dims, ity);
+    let coord_text = coords(&CudaC, "j", "c", &sp.dims, ity);
     let g = RowGroup::pick(rows, len, ctx.target);
     let (start, step) = g.rows();
     let x = load(*dtype, "in0[base + j]");

@@ -136,7 +136,4 @@ impl<'a> LibCtx<'a> {
     }
 }
 
-/// Product of dims.
-pub fn numel(dims: &[usize]) -> usize {
-    dims.iter().product()
-}
+pub use rlx_ir::render::numel;

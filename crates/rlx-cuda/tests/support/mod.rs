@@ -93,6 +93,7 @@ pub fn compile_check(test: &str, kernels: &[EmittedKernel]) -> bool {
 }
 
 pub mod cases;
+pub mod corpus;
 
 use rlx_ir::kernel::KernelProgram;
 use rlx_ir::{Graph, Tensor};

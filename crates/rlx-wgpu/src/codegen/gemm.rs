@@ -9,8 +9,10 @@
 //! operand folds the batch into rows. The fused elementwise epilogue runs on each element
 //! before its store.
 
+use super::dialect::Wgsl;
 use super::library::{numel, LibCtx};
-use super::{broadcast_strides, check_i32, coords, Emitted, Kb, Target};
+use super::{broadcast_strides, check_i32, Emitted, Kb, Target};
+use rlx_ir::render::coords;
 use rlx_ir::DType;
 
 /// One tile configuration.
@@ -134,7 +136,7 @@ pub fn matmul(ctx: &LibCtx) -> Result<Emitted, String> {
     let Tile { bm, bn, bk, tm, tn } = tile;
     let threads = tile.threads();
     let (cols, rows) = (bn / tn, bm / tm);
-    let mut offs = coords("bz", "bc", ob);
+    let mut offs = coords(&Wgsl, "bz", "bc", ob, "i32");
     offs += &batch_offset("a_off", a, ob, if fold { 0 } else { m0 * k });
     offs += &batch_offset("b_off", b, ob, k * n);
     let (km, mm, nm) = (k.max(1) - 1, m - 1, n - 1);
@@ -315,7 +317,7 @@ fn simple(
     let outb = ctx.bind_out(&mut kb);
     let ab = ctx.bind_in(&mut kb, 0);
     let bb = ctx.bind_in(&mut kb, 1);
-    let mut offs = coords("bz", "bc", ob);
+    let mut offs = coords(&Wgsl, "bz", "bc", ob, "i32");
     offs += &batch_offset("a_off", a, ob, if fold { 0 } else { m0 * k });
     offs += &batch_offset("b_off", b, ob, k * n);
     let st = ctx.store(&mut kb, &outb, "idx", "acc")?;

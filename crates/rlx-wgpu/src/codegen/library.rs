@@ -2,14 +2,16 @@
 //! reductions, convolution (direct) and attention (online softmax). Each stores its result
 //! through the fused elementwise epilogue when there is one.
 
+use super::dialect::Wgsl;
 use super::loops::Epilogue;
 use super::rows::{lanes_for, Frame};
 use super::scalar::{compute, literal};
 use super::{
-    broadcast_strides, check_i32, contiguous, coords, grid_loop, groups_for, main_sig, offset,
-    ArgRef, Emitted, IndexSpace, Kb, Target, WG,
+    broadcast_strides, check_i32, contiguous, grid_loop, groups_for, main_sig, offset, ArgRef,
+    Emitted, IndexSpace, Kb, Target, WG,
 };
 use rlx_ir::kernel::LibraryKernel;
+use rlx_ir::render::coords;
 use rlx_ir::{ArgOp, AttnMask, Conv2dParams, DType, PadMode, Pool2dParams, PoolKind, ReduceOp};
 
 /// Everything a library-kernel emitter needs.
@@ -28,10 +30,7 @@ pub struct LibCtx<'a> {
     pub target: &'a Target,
 }
 
-/// Product of dims.
-pub fn numel(dims: &[usize]) -> usize {
-    dims.iter().product()
-}
+pub use rlx_ir::render::numel;
 
 impl LibCtx<'_> {
     /// The dtype stored to `out`.
@@ -180,7 +179,7 @@ pub fn norm(ctx: &LibCtx, axis: usize, eps: f64, layer: bool) -> Result<Emitted,
          if (live) {{ for (var j: i32 = lane; j < {len}; j += lanes) {{\n{cj}let xv = {xj};\nlet v = {value};\n{st}}} }}\n{tail}",
         head = frame.head(),
         sum = frame.combine("tv", ReduceOp::Sum, DType::F32),
-        cj = coords("j", "c", &sp.dims),
+        cj = coords(&Wgsl, "j", "c", &sp.dims, "i32"),
         tail = frame.tail(),
     );
     Ok(kb.finish(&ctx.kernel.name, text, [frame.groups, 1, 1]))
@@ -269,7 +268,7 @@ pub fn pad(ctx: &LibCtx, pads: &[(usize, usize)], mode: PadMode) -> Result<Emitt
     let x = ctx.bind_in(&mut kb, 0);
     let (groups, head) = ew_frame(n, ctx.target);
     let strides = contiguous(shape);
-    let mut body = coords("idx", "c", out_shape);
+    let mut body = coords(&Wgsl, "idx", "c", out_shape, "i32");
     body += "var inside = true;\nvar src: i32 = 0;\n";
     for (d, &(before, _)) in pads.iter().enumerate().take(shape.len()) {
         let len = shape[d] as i64;
@@ -549,8 +548,10 @@ pub fn attention(ctx: &LibCtx, mask: AttnMask, scale: Option<f64>) -> Result<Emi
         }
         s + ";\n"
     };
-    let mut batch_offsets =
-        coords("bi", "bc", out_batch) + &offs("qo", q) + &offs("ko", k) + &offs("vo", v);
+    let mut batch_offsets = coords(&Wgsl, "bi", "bc", out_batch, "i32")
+        + &offs("qo", q)
+        + &offs("ko", k)
+        + &offs("vo", v);
     let mask_term = match mask {
         AttnMask::None => String::new(),
         AttnMask::Causal => format!(

@@ -9,57 +9,15 @@
 //! point, the epilogue once per output element. Dims every view walks contiguously are
 //! merged first.
 
+use super::dialect::Wgsl;
 use super::rows::{lanes_for, Frame};
-use super::scalar::{self, cast, compute, literal};
-use super::{
-    contiguous, coords, grid_loop, groups_for, main_sig, offset, ArgRef, Emitted, IndexSpace, Kb,
-    Target, WG,
+use super::scalar::{self, compute};
+use super::{grid_loop, groups_for, main_sig, offset, ArgRef, Emitted, IndexSpace, Kb, Target, WG};
+use rlx_ir::kernel::LoopKernel;
+use rlx_ir::render::{
+    coords, emit_nodes, epilogue_nodes, epilogue_space, loop_spaces, max_offset, Operand,
 };
-use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::DType;
-
-/// Statements `let {prefix}{i}: T = ...;` for every node in `which`. `elem(k)` gives the
-/// compute value of input `k`; `reduced` names the finished reduction.
-///
-/// # Errors
-/// A node whose op does not accept its dtype, naming the node.
-pub fn emit_nodes(
-    k: &LoopKernel,
-    which: &[bool],
-    prefix: &str,
-    elem: &mut dyn FnMut(usize) -> String,
-    reduced: Option<&str>,
-) -> Result<String, String> {
-    let mut s = String::new();
-    let name = |i: usize| format!("{prefix}{i}");
-    for (i, n) in k.body.iter().enumerate() {
-        if !which[i] {
-            continue;
-        }
-        if !scalar::storable(n.dtype) {
-            return Err(format!(
-                "e{i}: {} is not supported by WGSL kernels",
-                n.dtype
-            ));
-        }
-        let dt = |a: usize| k.body[a].dtype;
-        let rhs = match &n.expr {
-            Expr::Load(inp) => elem(*inp),
-            Expr::Const(c) => literal(n.dtype, *c),
-            Expr::Unary(op, a) => scalar::unary(*op, dt(*a), &name(*a))
-                .ok_or_else(|| format!("e{i}: {} does not accept {}", op.name(), dt(*a)))?,
-            Expr::Binary(op, a, b) => scalar::binary(*op, dt(*a), &name(*a), &name(*b))
-                .ok_or_else(|| format!("e{i}: {} does not accept {}", op.name(), dt(*a)))?,
-            Expr::Where(c, a, b) => format!("select({}, {}, {})", name(*b), name(*a), name(*c)),
-            Expr::Cast(a) => cast(dt(*a), n.dtype, &name(*a)),
-            Expr::Reduced => reduced
-                .ok_or_else(|| format!("e{i}: reads a reduction outside an epilogue"))?
-                .to_string(),
-        };
-        s += &format!("let {}: {} = {rhs};\n", name(i), compute(n.dtype));
-    }
-    Ok(s)
-}
 
 /// A library kernel's fused elementwise epilogue: input 0 is the library value, the others
 /// are read through their views at the element's coordinates.
@@ -72,10 +30,7 @@ impl<'a> Epilogue<'a> {
     /// Wraps an epilogue when it can be fused: elementwise, and input 0 read as the
     /// contiguous result itself.
     pub fn fusable(kernel: &'a LoopKernel) -> Option<Epilogue<'a>> {
-        let first = kernel.inputs.first()?;
-        let identity = first.view.offset == 0 && first.view.strides == contiguous(&kernel.shape);
-        let elementwise = kernel.reduce.is_none() && kernel.reduce_numel() == 1;
-        (identity && elementwise).then_some(Epilogue { kernel })
+        kernel.fusable_epilogue().then_some(Epilogue { kernel })
     }
 
     /// The dtype stored to the output.
@@ -96,20 +51,15 @@ impl<'a> Epilogue<'a> {
         value: &str,
     ) -> Result<String, String> {
         let k = self.kernel;
-        let strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides.clone()).collect();
-        let sp = IndexSpace::merge(&k.shape, &strides);
-        let mut s = format!("{{\n{}", coords(linear, "q", &sp.dims));
-        let mut elem = |i: usize| {
-            if i == 0 {
-                value.to_string()
-            } else {
-                let inp = &k.inputs[i];
-                let b = kb.read(ArgRef::Buffer(inp.buffer), inp.dtype);
-                let off = offset(&inp.view.offset.to_string(), "q", &sp.strides[i]);
-                kb.load(inp.dtype, &b, &off)
-            }
+        let sp = epilogue_space(k);
+        let mut s = format!("{{\n{}", coords(&Wgsl, linear, "q", &sp.dims, "i32"));
+        let mut read = |i: usize, strides: &[isize]| {
+            let inp = &k.inputs[i];
+            let b = kb.read(ArgRef::Buffer(inp.buffer), inp.dtype);
+            let off = offset(&inp.view.offset.to_string(), "q", strides);
+            Operand::Value(kb.load(inp.dtype, &b, &off))
         };
-        s += &emit_nodes(k, &k.needed(&[k.result]), "p", &mut elem, None)?;
+        s += &epilogue_nodes(&Wgsl, k, &sp, value, &mut read)?;
         s += &kb.store(k.out_dtype(), out, linear, &format!("p{}", k.result));
         Ok(s + "}\n")
     }
@@ -127,33 +77,16 @@ pub fn emit(
     target: &Target,
 ) -> Result<Emitted, String> {
     k.verify()?;
-    let n_out = k.shape.len();
     let n = k.numel();
     let r = k.reduce_numel();
     super::check_i32(&k.name, n.saturating_mul(r.max(1)))?;
+    let mut dims = k.shape.clone();
+    dims.extend(&k.reduce_shape);
     for inp in &k.inputs {
-        let span: usize = k
-            .shape
-            .iter()
-            .chain(&k.reduce_shape)
-            .zip(&inp.view.strides)
-            .map(|(&d, &s)| d.saturating_sub(1).saturating_mul(s.unsigned_abs()))
-            .fold(inp.view.offset, usize::saturating_add);
+        let span = max_offset(inp.view.offset, &dims, &inp.view.strides);
         super::check_i32(&k.name, span)?;
     }
-    let out_strides: Vec<Vec<isize>> = k
-        .inputs
-        .iter()
-        .map(|i| i.view.strides[..n_out].to_vec())
-        .chain(std::iter::once(contiguous(&k.shape)))
-        .collect();
-    let outer = IndexSpace::merge(&k.shape, &out_strides);
-    let inner_strides: Vec<Vec<isize>> = k
-        .inputs
-        .iter()
-        .map(|i| i.view.strides[n_out..].to_vec())
-        .collect();
-    let inner = IndexSpace::merge(&k.reduce_shape, &inner_strides);
+    let (outer, inner) = loop_spaces(k);
     if vec4_ok(k, &outer, target) {
         return elementwise_vec4(k, &outer, out, args, target);
     }
@@ -193,14 +126,15 @@ fn elementwise(
     target: &Target,
 ) -> Result<Emitted, String> {
     let n = k.numel();
-    let mut elem = |i: usize| kb.load(k.inputs[i].dtype, &ins[i], &format!("base{i}"));
-    let body = emit_nodes(k, &k.needed(&[k.result]), "e", &mut elem, None)?;
+    let mut elem =
+        |i: usize| Operand::Value(kb.load(k.inputs[i].dtype, &ins[i], &format!("base{i}")));
+    let body = emit_nodes(&Wgsl, k, &k.needed(&[k.result]), "e", &mut elem, None)?;
     let groups = groups_for(n, WG, target);
     let text = format!(
         "{}{}{}{}{}{}}}\n}}\n",
         main_sig(WG),
         grid_loop("idx", n, groups, WG, "lid"),
-        coords("idx", "o", &outer.dims),
+        coords(&Wgsl, "idx", "o", &outer.dims, "i32"),
         bases(k, outer),
         body,
         kb.store(k.out_dtype(), out_b, "idx", &format!("e{}", k.result)),
@@ -270,12 +204,12 @@ fn elementwise_vec4(
     for (l, c) in ["x", "y", "z", "w"].iter().enumerate() {
         let mut elem = |i: usize| {
             if vector[i] {
-                format!("v{i}.{c}")
+                Operand::Value(format!("v{i}.{c}"))
             } else {
-                format!("v{i}")
+                Operand::Value(format!("v{i}"))
             }
         };
-        body += &emit_nodes(k, &need, &format!("e{l}_"), &mut elem, None)?;
+        body += &emit_nodes(&Wgsl, k, &need, &format!("e{l}_"), &mut elem, None)?;
     }
     let r = k.result;
     let result = if k.out_dtype() == DType::F16 {
@@ -289,7 +223,7 @@ fn elementwise_vec4(
         "{}{}let idx = v4 * 4;\n{}{}{loads}{body}{out_b}[v4] = {result};\n}}\n}}\n",
         main_sig(WG),
         grid_loop("v4", n4, groups, WG, "lid"),
-        coords("idx", "o", &outer.dims),
+        coords(&Wgsl, "idx", "o", &outer.dims, "i32"),
         bases(k, outer),
     );
     Ok(kb.finish(&k.name, text, [groups, 1, 1]))
@@ -311,15 +245,17 @@ fn reduction(
     let (n, r) = (k.numel(), k.reduce_numel());
     let acc_ty = compute(red.dtype);
     let mut pro_elem = |i: usize| {
-        kb.load(
+        Operand::Value(kb.load(
             k.inputs[i].dtype,
             &ins[i],
             &format!("(base{i} + {})", offset("0", "r", &inner.strides[i])),
-        )
+        ))
     };
-    let prologue = emit_nodes(k, &k.needed(&[red.value]), "e", &mut pro_elem, None)?;
-    let mut epi_elem = |i: usize| kb.load(k.inputs[i].dtype, &ins[i], &format!("base{i}"));
+    let prologue = emit_nodes(&Wgsl, k, &k.needed(&[red.value]), "e", &mut pro_elem, None)?;
+    let mut epi_elem =
+        |i: usize| Operand::Value(kb.load(k.inputs[i].dtype, &ins[i], &format!("base{i}")));
     let epilogue = emit_nodes(
+        &Wgsl,
         k,
         &k.needed(&[k.result]),
         "f",
@@ -330,8 +266,8 @@ fn reduction(
     let fold = scalar::combine(red.op, red.dtype, "acc", &format!("e{}", red.value));
     let stored = kb.store(k.out_dtype(), out_b, "row", &format!("f{}", k.result));
     let t = lanes_for(r, red.dtype);
-    let coords_o = coords("row", "o", &outer.dims);
-    let coords_r = coords("ri", "r", &inner.dims);
+    let coords_o = coords(&Wgsl, "row", "o", &outer.dims, "i32");
+    let coords_r = coords(&Wgsl, "ri", "r", &inner.dims, "i32");
     let bases = bases(k, outer);
     let (text, groups) = if t == 1 {
         let groups = groups_for(n, WG, target);

@@ -3,12 +3,14 @@
 //! Every kernel of a [`rlx_ir::kernel::KernelProgram`] becomes one [`Emitted`] compute
 //! shader specialized to its static shapes (dims, strides and offsets are literals), with
 //! the storage bindings it reads and writes and its dispatch size. Identical shaders (the
-//! same layer repeated) share one pipeline. Files follow the op families: scalar rules in
-//! `scalar`, fused loop nests in `loops`, how row-parallel kernels combine a row's partial
+//! same layer repeated) share one pipeline. Kernel bodies go through the shared walker of
+//! [`rlx_ir::render`] with WGSL as its [`Dialect`](rlx_ir::render::Dialect) (`dialect`).
+//! Files follow the op families: scalar rules in `scalar`, fused loop nests in `loops`, how row-parallel kernels combine a row's partial
 //! results (workgroup trees or subgroup operations) in `rows`, GEMM in `gemm`, the other
 //! library kernels in `library`. The [`Target`] says which optional forms (native f16,
 //! subgroups, vec4) a shader may use.
 
+pub mod dialect;
 pub mod gemm;
 pub mod library;
 pub mod loops;
@@ -310,60 +312,9 @@ pub fn check_i32(what: &str, n: usize) -> Result<(), String> {
 
 pub use rlx_ir::kernel::{row_major as contiguous, IndexSpace};
 
-/// Statements splitting `linear` into `let {prefix}{d}` coordinates over `dims`.
-pub fn coords(linear: &str, prefix: &str, dims: &[usize]) -> String {
-    match dims.len() {
-        0 => String::new(),
-        1 => format!("let {prefix}0: i32 = {linear};\n"),
-        n => {
-            let mut s = format!("var {prefix}_r: i32 = {linear};\n");
-            for d in (1..n).rev() {
-                s += &format!(
-                    "let {prefix}{d}: i32 = {prefix}_r % {}; {prefix}_r = {prefix}_r / {};\n",
-                    dims[d], dims[d]
-                );
-            }
-            s += &format!("let {prefix}0: i32 = {prefix}_r;\n");
-            s
-        }
-    }
-}
-
-/// `base + Σ {prefix}{d} * strides[d]` with zero terms dropped.
+/// [`rlx_ir::render::offset`] in parentheses: `(base + Σ {prefix}{d} * strides[d])`.
 pub fn offset(base: &str, prefix: &str, strides: &[isize]) -> String {
-    let mut s = format!("({base}");
-    for (d, &st) in strides.iter().enumerate() {
-        match st {
-            0 => {}
-            1 => s += &format!(" + {prefix}{d}"),
-            _ => s += &format!(" + {prefix}{d} * {st}"),
-        }
-    }
-    s + ")"
+    format!("({})", rlx_ir::render::offset(base, prefix, strides))
 }
 
-/// Strides of an operand of shape `shape` (aligned right) broadcast over `out` dims, 0
-/// where it broadcasts.
-pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<isize> {
-    let own = contiguous(shape);
-    let lead = out.len().saturating_sub(shape.len());
-    (0..out.len())
-        .map(|d| {
-            if d < lead || shape[d - lead] == 1 {
-                0
-            } else {
-                own[d - lead]
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn broadcast_strides_zero_the_expanded_dims() {
-        assert_eq!(broadcast_strides(&[1, 3], &[2, 2, 3]), vec![0, 0, 1]);
-    }
-}
+pub use rlx_ir::render::broadcast_strides;

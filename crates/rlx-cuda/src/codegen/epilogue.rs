@@ -1,64 +1,17 @@
-//! Emission of a loop kernel's expression DAG as C statements, and fused epilogues for
-//! library kernels.
+//! Fused elementwise epilogues of library kernels: the epilogue kernel's expression DAG
+//! applied to each result element inside the library kernel.
 
-use super::dtype::{cast, compute, literal, load, storage, store};
-use super::index::{contiguous, coords, offset, IndexSpace};
+use super::dialect::CudaC;
+use super::dtype::{storage, store};
+use super::index::{contiguous, IndexSpace};
 use super::vector::Wide;
-use super::{binary::binary, unary::unary, ArgRef};
+use super::ArgRef;
+use rlx_ir::kernel::LoopKernel;
+use rlx_ir::render::{coords, emit_nodes, epilogue_nodes, epilogue_space, offset, Operand};
+use rlx_ir::DType;
 
 /// Elements [`EpilogueCtx::apply_wide`] handles at once: one 16-byte vector of 16-bit floats.
 pub const WIDE: usize = 8;
-use rlx_ir::kernel::{Expr, LoopKernel};
-use rlx_ir::DType;
-
-/// Statements `const T {prefix}{i} = ...;` for every node in `which`. `elem(k)` gives the
-/// stored element of input `k` (e.g. `in0[o0]`) or, for a fused epilogue, a ready compute
-/// value; `reduced` names the finished reduction.
-///
-/// # Errors
-/// A node whose op does not accept its dtype, naming the node.
-pub fn emit_nodes(
-    k: &LoopKernel,
-    which: &[bool],
-    prefix: &str,
-    elem: &dyn Fn(usize) -> (String, bool),
-    reduced: Option<&str>,
-) -> Result<String, String> {
-    let mut s = String::new();
-    let name = |i: usize| format!("{prefix}{i}");
-    for (i, n) in k.body.iter().enumerate() {
-        if !which[i] {
-            continue;
-        }
-        let ty = compute(n.dtype);
-        let operand_dtype = |a: usize| k.body[a].dtype;
-        let rhs = match &n.expr {
-            Expr::Load(inp) => {
-                let (text, ready) = elem(*inp);
-                if ready {
-                    text
-                } else {
-                    load(n.dtype, &text)
-                }
-            }
-            Expr::Const(c) => literal(n.dtype, *c),
-            Expr::Unary(op, a) => unary(*op, operand_dtype(*a), &name(*a)).ok_or_else(|| {
-                format!("e{i}: {} does not accept {}", op.name(), operand_dtype(*a))
-            })?,
-            Expr::Binary(op, a, b) => binary(*op, operand_dtype(*a), &name(*a), &name(*b))
-                .ok_or_else(|| {
-                    format!("e{i}: {} does not accept {}", op.name(), operand_dtype(*a))
-                })?,
-            Expr::Where(c, a, b) => format!("({} ? {} : {})", name(*c), name(*a), name(*b)),
-            Expr::Cast(a) => cast(operand_dtype(*a), n.dtype, &name(*a)),
-            Expr::Reduced => reduced
-                .ok_or_else(|| format!("e{i}: reads a reduction outside an epilogue"))?
-                .to_string(),
-        };
-        s += &format!("const {ty} {} = {rhs};\n", name(i));
-    }
-    Ok(s)
-}
 
 /// A library kernel's fused elementwise epilogue, applied to each result element inside the
 /// library kernel itself. Input 0 is the library value; the others are read through their
@@ -76,10 +29,7 @@ impl<'a> EpilogueCtx<'a> {
     /// Wraps an epilogue when it can be fused: elementwise, and input 0 read as the
     /// contiguous result itself (so each element only needs its own library value).
     pub fn fusable(kernel: &'a LoopKernel) -> Option<EpilogueCtx<'a>> {
-        let first = kernel.inputs.first()?;
-        let identity = first.view.offset == 0 && first.view.strides == contiguous(&kernel.shape);
-        let elementwise = kernel.reduce.is_none() && kernel.reduce_numel() == 1;
-        (identity && elementwise).then_some(EpilogueCtx {
+        kernel.fusable_epilogue().then_some(EpilogueCtx {
             kernel,
             prefix: "ep",
         })
@@ -150,8 +100,8 @@ impl<'a> EpilogueCtx<'a> {
     /// # Errors
     /// A node the rules do not accept.
     pub fn apply(&self, linear: &str, value: &str, ity: &str) -> Result<(String, String), String> {
-        let sp = self.space();
-        let at = coords(linear, "q", &sp.dims, ity);
+        let sp = epilogue_space(self.kernel);
+        let at = coords(&CudaC, linear, "q", &sp.dims, ity);
         self.apply_coords(&sp, at, value)
     }
 
@@ -168,14 +118,20 @@ impl<'a> EpilogueCtx<'a> {
         value: &str,
         ity: &str,
     ) -> Result<(String, String), String> {
-        let sp = self.space();
+        let sp = epilogue_space(self.kernel);
         let at = match sp.dims.split_last() {
             Some((&last, lead)) if last == n => {
-                let mut at = coords(row, "q", lead, ity);
+                let mut at = coords(&CudaC, row, "q", lead, ity);
                 at += &format!("const {ity} q{} = {col};\n", lead.len());
                 at
             }
-            _ => coords(&format!("(({ity}){row} * {n} + {col})"), "q", &sp.dims, ity),
+            _ => coords(
+                &CudaC,
+                &format!("(({ity}){row} * {n} + {col})"),
+                "q",
+                &sp.dims,
+                ity,
+            ),
         };
         self.apply_coords(&sp, at, value)
     }
@@ -196,7 +152,7 @@ impl<'a> EpilogueCtx<'a> {
         ity: &str,
     ) -> Option<Result<(String, Vec<String>), String>> {
         let k = self.kernel;
-        let sp = self.space();
+        let sp = epilogue_space(self.kernel);
         // the index space as rows of n columns, or one run of elements
         let two = match sp.dims.as_slice() {
             [_, last] if *last == n => true,
@@ -228,31 +184,19 @@ impl<'a> EpilogueCtx<'a> {
         let mut body = loads;
         let mut outs = Vec::with_capacity(WIDE);
         for (l, value) in values.iter().enumerate().take(WIDE) {
-            let elem = |i: usize| match &vectors[i] {
-                _ if i == 0 => (value.clone(), true),
-                Some((w, var)) => (w.elem(var, l), false),
-                None => (
-                    format!("{}{i}[{}]", self.prefix, k.inputs[i].view.offset),
-                    false,
-                ),
+            let mut elem = |i: usize| match &vectors[i] {
+                _ if i == 0 => Operand::Value(value.clone()),
+                Some((w, var)) => Operand::Stored(w.elem(var, l)),
+                None => Operand::Stored(format!("{}{i}[{}]", self.prefix, k.inputs[i].view.offset)),
             };
             let prefix = format!("{}e{l}_", self.prefix);
-            match emit_nodes(k, &need, &prefix, &elem, None) {
+            match emit_nodes(&CudaC, k, &need, &prefix, &mut elem, None) {
                 Ok(text) => body += &text,
                 Err(e) => return Some(Err(e)),
             }
             outs.push(store(k.out_dtype(), &format!("{prefix}{}", k.result)));
         }
         Some(Ok((body, outs)))
-    }
-
-    /// The epilogue's index space: its dims merged where every input's strides allow.
-    fn space(&self) -> IndexSpace {
-        let k = self.kernel;
-        let mut dims = k.shape.clone();
-        dims.extend(&k.reduce_shape);
-        let strides: Vec<Vec<isize>> = k.inputs.iter().map(|i| i.view.strides.clone()).collect();
-        IndexSpace::merge(&dims, &strides)
     }
 
     /// The statements of [`EpilogueCtx::apply`] once the coordinates `q0..` are defined by
@@ -265,15 +209,11 @@ impl<'a> EpilogueCtx<'a> {
     ) -> Result<(String, String), String> {
         let k = self.kernel;
         let mut s = format!("{{\n{at}");
-        let elem = |i: usize| {
-            if i == 0 {
-                (value.to_string(), true)
-            } else {
-                let off = offset(&k.inputs[i].view.offset.to_string(), "q", &sp.strides[i]);
-                (format!("{}{i}[{off}]", self.prefix), false)
-            }
+        let mut read = |i: usize, strides: &[isize]| {
+            let off = offset(&k.inputs[i].view.offset.to_string(), "q", strides);
+            Operand::Stored(format!("{}{i}[{off}]", self.prefix))
         };
-        s += &emit_nodes(k, &k.needed(&[k.result]), "p", &elem, None)?;
+        s += &epilogue_nodes(&CudaC, k, sp, value, &mut read)?;
         s += &format!(
             "rlx_epi_out = {};\n}}\n",
             store(k.out_dtype(), &format!("p{}", k.result))
