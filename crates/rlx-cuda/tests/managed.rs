@@ -53,13 +53,24 @@ fn options(memory: MemoryKind) -> CudaOptions {
 
 /// Compiles `case` with `memory` and runs it twice (the second run replays the graph).
 fn run(case: &Case, memory: MemoryKind) -> Vec<(String, Tensor)> {
+    run_then(case, memory, || ()).0
+}
+
+/// [`run`], and `inspect`'s answer taken while the program still holds its memory (once it
+/// is dropped, the pool may hand emptied blocks back to the driver).
+fn run_then<T>(
+    case: &Case,
+    memory: MemoryKind,
+    inspect: impl FnOnce() -> T,
+) -> (Vec<(String, Tensor)>, T) {
     let program = lower_for_cuda(&case.graph).expect("lower");
     let compiled = CudaProgram::compile(program, &WeightCache::new(), &options(memory))
         .unwrap_or_else(|e| panic!("{} in {memory:?}: compile: {e}", case.name));
     let first = compiled.run(&case.inputs, &case.params).expect("run 1");
     let second = compiled.run(&case.inputs, &case.params).expect("run 2");
     assert_same(&case.name, "run 2 against run 1", &first, &second);
-    second
+    let seen = inspect();
+    (second, seen)
 }
 
 fn assert_same(name: &str, what: &str, a: &[(String, Tensor)], b: &[(String, Tensor)]) {
@@ -141,9 +152,10 @@ fn a_model_past_the_device_budget_runs_and_matches() {
     }
     for budget in [None, Some(80 * MIB), Some(MIB)] {
         let kind = managed(budget);
-        let got = run(&case, kind);
+        let (got, r) = run_then(&case, kind, || {
+            DeviceMemory::of(kind).unwrap().residency().unwrap().stats()
+        });
         assert_same(&case.name, &format!("budget {budget:?}"), &got, &want);
-        let r = DeviceMemory::of(kind).unwrap().residency().unwrap().stats();
         println!("budget {budget:?}: {r:?}");
         assert!(r.device_bytes <= r.budget, "{r:?}");
         if budget.is_some() {

@@ -121,6 +121,14 @@ impl CudaProgram {
         let n_steps = plan.steps.len();
         let buffers = crate::plan::arena::buffer_plan(&program, &plan)?;
         stats.arena_bytes = buffers.arena_bytes;
+        // the scale of this program's memory (arena, inputs, weights, constants), so an
+        // expandable segment creates pieces of that scale from the first allocation
+        let owned: usize = (0..program.buffers.len())
+            .filter(|&b| program.buffers[b].alias_of.is_none())
+            .filter(|&b| !matches!(program.buffers[b].kind, BufferKind::Temp))
+            .map(|b| buffer_bytes(&program, b))
+            .sum();
+        mem.expect_peak(buffers.arena_bytes + owned);
         let arena = mem.alloc(buffers.arena_bytes)?;
         let scratch_offsets = buffers.scratch.clone();
         let mut homes: Vec<Option<Home>> = (0..program.buffers.len())
