@@ -1,7 +1,9 @@
 //! The crate's error type. Every variant names what was wrong and where: the input, param,
-//! buffer, node or kernel, with op, dtypes and shapes.
+//! buffer, node or kernel, with op, dtypes and shapes. The variants mirror
+//! [`InterpError`]'s one for one, so an interpreter failure reads the same through the fast
+//! path.
 
-use rlx_ir::Tensor;
+use rlx_interp::InterpError;
 
 /// What went wrong while evaluating or compiling on the CPU.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -79,14 +81,50 @@ impl CpuError {
     }
 }
 
-/// Formats operand types as `f32[2,3], i64[4]` for error messages.
-pub(crate) fn fmt_types(inputs: &[&Tensor]) -> String {
-    if inputs.is_empty() {
-        return "none".into();
+impl From<InterpError> for CpuError {
+    fn from(e: InterpError) -> CpuError {
+        match e {
+            InterpError::Missing { kind, name } => CpuError::Missing { kind, name },
+            InterpError::Mismatch {
+                kind,
+                name,
+                expected,
+                got,
+            } => CpuError::Mismatch {
+                kind,
+                name,
+                expected,
+                got,
+            },
+            InterpError::Op {
+                op,
+                inputs,
+                message,
+            } => CpuError::Op {
+                op,
+                inputs,
+                message,
+            },
+            InterpError::IndexOutOfRange {
+                op,
+                index,
+                axis,
+                size,
+            } => CpuError::IndexOutOfRange {
+                op,
+                index,
+                axis,
+                size,
+            },
+            InterpError::Node { node, source } => CpuError::Node {
+                node,
+                source: Box::new((*source).into()),
+            },
+            InterpError::Kernel { kernel, source } => CpuError::Kernel {
+                kernel,
+                source: Box::new((*source).into()),
+            },
+            InterpError::Invalid(m) => CpuError::Invalid(m),
+        }
     }
-    inputs
-        .iter()
-        .map(|t| format!("{}{:?}", t.dtype(), t.shape()).replace(' ', ""))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

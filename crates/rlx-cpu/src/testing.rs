@@ -75,7 +75,7 @@ pub fn contiguous_view(shape: &[usize]) -> View {
 pub fn broadcast_view(in_shape: &[usize], out_shape: &[usize]) -> View {
     View {
         offset: 0,
-        strides: crate::interp::index::broadcast_strides(in_shape, out_shape)
+        strides: rlx_interp::index::broadcast_strides(in_shape, out_shape)
             .into_iter()
             .map(|s| s as isize)
             .collect(),
@@ -161,7 +161,7 @@ impl ProgramBuilder {
             .iter()
             .map(|&b| &self.program.buffers[b].ty)
             .collect();
-        let (dtype, shape) = crate::check::library_result(&op, &tys)?;
+        let (dtype, shape) = rlx_interp::check::library_result(&op, &tys)?;
         let out = match &epilogue {
             Some(e) => self.temp(e.out_dtype(), &e.shape.clone()),
             None => self.temp(dtype, &shape),

@@ -172,7 +172,7 @@ fn bad_bindings_are_named_errors() {
     inputs.clear();
     let e = run_program_reference(p.program(), &inputs, &good).unwrap_err();
     assert_eq!(
-        e,
+        CpuError::from(e),
         CpuError::Missing {
             kind: "input",
             name: "a".into()

@@ -3,7 +3,7 @@
 //! Values known at import time stay host tensors ([`Val::Const`]) so that shape computations
 //! fold as the model is read; a value becomes a graph node only when a run-time op consumes
 //! it. Constant folding uses the validation interpreter's reference semantics
-//! ([`rlx_cpu::eval_op`]), so folded and run-time results agree bit for bit.
+//! ([`rlx_interp::eval_op`]), so folded and run-time results agree bit for bit.
 
 use rlx_ir::{infer, DType, Dim, Graph, Node, NodeId, Op, Shape, Tensor, TensorType};
 use std::collections::HashMap;
@@ -276,7 +276,7 @@ impl Ctx {
                     ins.push(self.node_const_with(i, freeze)?);
                 }
                 let refs: Vec<&Tensor> = ins.iter().map(|t| &**t).collect();
-                Arc::new(rlx_cpu::eval_op(op, &refs).ok()?)
+                Arc::new(rlx_interp::eval_op(op, &refs).ok()?)
             }
         };
         self.node_values.insert(id, t.clone());
@@ -344,7 +344,7 @@ impl Ctx {
                     Val::Node(_) => unreachable!("checked all_const"),
                 })
                 .collect();
-            match rlx_cpu::eval_op(&op, &ts) {
+            match rlx_interp::eval_op(&op, &ts) {
                 Ok(t) => return Ok(Val::konst(t)),
                 Err(e) => invalid!("{e}"),
             }

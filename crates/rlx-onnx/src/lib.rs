@@ -21,9 +21,10 @@
 //! - With the `runtime` feature, [`runtime::dynamic`] puts a [`ParsedModel`] behind an
 //!   `rlx_runtime::DynamicGraph`, compiled once per shape signature of its inputs.
 //!
-//! Importers build a graph and never touch a device; the only other crate used is the CPU
-//! validation interpreter, for the reference semantics of constant folding (and, with the
-//! `runtime` feature, the runtime's `DynamicGraph`, which compiles what the importer builds).
+//! Importers build a graph and never touch a device; the only other crate used is the
+//! device-free validation interpreter (`rlx-interp`), for the reference semantics of constant
+//! folding (and, with the `runtime` feature, the runtime's `DynamicGraph`, which compiles what
+//! the importer builds).
 
 pub mod contrib;
 mod ctx;

@@ -30,7 +30,7 @@ fn a_valid_model_imports_and_computes() {
         .into_iter()
         .map(|(n, t)| (n, Arc::new(t)))
         .collect();
-    let out = rlx_cpu::run_graph(&m.graph, &HashMap::from([("x".into(), x)]), &params).unwrap();
+    let out = rlx_interp::run_graph(&m.graph, &HashMap::from([("x".into(), x)]), &params).unwrap();
     assert_eq!(out[0].1.as_f32().unwrap(), &[1.0, 0.0, 0.0, 0.0, 2.0, 0.5]);
 }
 

@@ -43,7 +43,7 @@ fn a_bound_dim_lets_cumsum_import_and_compute() {
     assert_eq!(imported.graph.ty(x_id).shape.to_string(), "[2,3]");
     let xs = [0.5f32, -1.25, 2.0, 3.0, 0.125, -4.0];
     let x = rlx_ir::Tensor::from_f32(&[2, 3], xs.to_vec()).unwrap();
-    let out = rlx_cpu::run_graph(
+    let out = rlx_interp::run_graph(
         &imported.graph,
         &HashMap::from([("x".to_string(), x)]),
         &HashMap::new(),

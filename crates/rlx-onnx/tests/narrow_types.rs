@@ -21,7 +21,7 @@ fn run(m: &rlx_onnx::proto::ModelProto, x: Option<Tensor>) -> Tensor {
         .map(|(n, t)| (n, Arc::new(t)))
         .collect();
     let inputs: HashMap<String, Tensor> = x.into_iter().map(|t| ("x".to_string(), t)).collect();
-    let out = rlx_cpu::run_graph(&m.graph, &inputs, &params).unwrap();
+    let out = rlx_interp::run_graph(&m.graph, &inputs, &params).unwrap();
     out.into_iter().next().unwrap().1
 }
 

@@ -51,7 +51,7 @@ fn run(m: &ModelProto, inputs: Vec<(&str, Tensor)>) -> Vec<Tensor> {
         .into_iter()
         .map(|(n, t)| (n.to_string(), t))
         .collect();
-    let out = rlx_cpu::run_graph(&m.graph, &inputs, &params).unwrap();
+    let out = rlx_interp::run_graph(&m.graph, &inputs, &params).unwrap();
     out.into_iter().map(|(_, t)| t).collect()
 }
 

@@ -15,8 +15,8 @@
 //!   buffer lives and lays out the one arena of temporaries and scratch.
 //!
 //! This crate runs nothing: constant folding takes the evaluator as an argument (the
-//! runtime passes the CPU validation interpreter), and backends describe themselves by a
-//! capability function.
+//! runtime passes the device-free validation interpreter, `rlx-interp`, for every device),
+//! and backends describe themselves by a capability function.
 
 #![warn(missing_docs)]
 
@@ -36,7 +36,7 @@ pub use passes::cse::{cse, CSE_MAX_CONSTANT_ELEMENTS};
 pub use passes::dce::dce;
 pub use passes::fold::{elementwise_eval, fold, Evaluator, FOLD_MAX_ELEMENTS};
 pub use passes::simplify::simplify;
-pub use passes::{optimize, optimize_with, PASSES};
+pub use passes::{optimize, optimize_until, optimize_with, PASSES};
 
 #[cfg(test)]
 mod test_util;

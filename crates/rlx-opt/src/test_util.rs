@@ -1,5 +1,5 @@
-//! Helpers for unit tests: random inputs, the CPU validation interpreter as reference, and
-//! relative-L2 comparison.
+//! Helpers for unit tests: random inputs, the validation interpreter (`rlx-interp`) as
+//! reference, and relative-L2 comparison.
 
 use rlx_ir::kernel::KernelProgram;
 use rlx_ir::{Graph, Op, Tensor};
@@ -35,19 +35,19 @@ pub fn random_bindings(
 
 /// The interpreter as a constant-folding evaluator.
 pub fn cpu_eval(op: &Op, inputs: &[&Tensor]) -> Option<Tensor> {
-    rlx_cpu::eval_op(op, inputs).ok()
+    rlx_interp::eval_op(op, inputs).ok()
 }
 
 /// Runs a graph on the interpreter.
 pub fn run(g: &Graph, seed: u64) -> Vec<(String, Tensor)> {
     let (i, p) = random_bindings(g, seed);
-    rlx_cpu::run_graph(g, &i, &p).unwrap_or_else(|e| panic!("run_graph: {e}\n{g}"))
+    rlx_interp::run_graph(g, &i, &p).unwrap_or_else(|e| panic!("run_graph: {e}\n{g}"))
 }
 
 /// Runs a kernel program on the interpreter with the bindings `g` would get.
 pub fn run_program(p: &KernelProgram, g: &Graph, seed: u64) -> Vec<(String, Tensor)> {
     let (i, pa) = random_bindings(g, seed);
-    rlx_cpu::run_program_reference(p, &i, &pa)
+    rlx_interp::run_program_reference(p, &i, &pa)
         .unwrap_or_else(|e| panic!("run_program_reference: {e}\n{p}"))
 }
 

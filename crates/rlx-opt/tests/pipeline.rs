@@ -7,7 +7,8 @@ mod test_util;
 
 use rlx_ir::{BinaryOp, DType, Graph, Op, ReduceOp, Tensor, TensorType, UnaryOp};
 use rlx_opt::{
-    dump_kernels, legalize, lower, lower_stats, optimize, optimize_with, How, OptError, PASSES,
+    dump_kernels, legalize, lower, lower_stats, optimize, optimize_until, optimize_with, How,
+    OptError, PASSES,
 };
 use test_util::{assert_close, cpu_eval, run, run_program};
 
@@ -111,12 +112,37 @@ fn pass_names_are_checked_and_named_in_errors() {
     );
     let only_dce = optimize_with(&g, &cpu_eval, &["dce"]).unwrap();
     assert_eq!(only_dce, g);
+    let err = optimize_until(&g, &cpu_eval, "inline").unwrap_err();
+    assert!(matches!(err, OptError::UnknownPass { .. }), "{err}");
+    assert!(
+        err.to_string().contains("fold, cse, simplify, dce"),
+        "{err}"
+    );
     let mut bad = Graph::new();
     let x = bad.input("x", DType::F32, [2]);
     bad.output("y", x);
     bad.output("y", x);
     let err = optimize(&bad, &cpu_eval).unwrap_err();
     assert!(err.to_string().starts_with("pass `input`: "), "{err}");
+}
+
+#[test]
+fn optimize_until_stops_after_the_named_pass() {
+    let g = block();
+    let after_cse = optimize_until(&g, &cpu_eval, "cse").unwrap();
+    assert_eq!(
+        after_cse,
+        optimize_with(&g, &cpu_eval, &["fold", "cse"]).unwrap()
+    );
+    assert_ne!(
+        after_cse,
+        optimize(&g, &cpu_eval).unwrap(),
+        "simplify not run yet"
+    );
+    assert_eq!(
+        optimize_until(&g, &cpu_eval, "dce").unwrap(),
+        optimize(&g, &cpu_eval).unwrap()
+    );
 }
 
 #[test]

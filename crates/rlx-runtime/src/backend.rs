@@ -73,9 +73,10 @@ pub trait Backend: Send + Sync {
     }
 
     /// Evaluates an op on host tensors with reference semantics, for constant folding.
-    /// Only a backend with a reference interpreter (the CPU) answers.
-    fn const_eval(&self, _op: &Op, _inputs: &[&Tensor]) -> Option<Tensor> {
-        None
+    /// Default: the validation interpreter (`rlx-interp`), so every device folds the same
+    /// constants to the same values; `None` where the interpreter rejects the operands.
+    fn const_eval(&self, op: &Op, inputs: &[&Tensor]) -> Option<Tensor> {
+        rlx_interp::eval_op(op, inputs).ok()
     }
 
     /// Compiles a verified, optimized, legalized graph whose shapes are all static.

@@ -1,10 +1,11 @@
 //! `Session` compiles graphs for one device; `CompiledGraph` runs them.
 //!
 //! The pipeline reads top to bottom in [`Session::compile`] and [`CompiledGraph::variant`]:
-//! verify → bind known symbols → optimize (named passes) → legalize for the device (dispatch
-//! report) → backend compile (lowering, fusion, memory plan, codegen). Graphs with symbols
-//! still unbound compile once per distinct binding seen at run time (the most recently used
-//! few kept).
+//! verify → bind known symbols → rewrites the options ask for (tanh GELU, mixed precision) →
+//! optimize (named passes; [`Session::graph_after`] stops after one) → legalize for the
+//! device (dispatch report) → backend compile (lowering, fusion, memory plan, codegen).
+//! Graphs with symbols still unbound compile once per distinct binding seen at run time (the
+//! most recently used few kept).
 
 use crate::registry::backend_for;
 use crate::{
@@ -181,6 +182,30 @@ impl Session {
             compiled.variant(&BTreeMap::new())?;
         }
         Ok(compiled)
+    }
+
+    /// The graph as [`Session::compile`]'s pipeline leaves it right after the pass named
+    /// `pass` (one of [`rlx_opt::PASSES`]): verified, bound with `options.bindings`,
+    /// rewritten as `options` asks, and optimized up to that pass; nothing after it runs
+    /// (no legalization, no backend compile). What `rlx dump --after` prints.
+    ///
+    /// # Errors
+    /// An unknown pass name (listing the known ones), a malformed graph or a failing pass.
+    pub fn graph_after(
+        &self,
+        graph: &Graph,
+        options: &CompileOptions,
+        pass: &str,
+    ) -> Result<Graph, RuntimeError> {
+        graph.verify()?;
+        let graph = if options.bindings.is_empty() {
+            graph.clone()
+        } else {
+            graph.bind(&options.bindings)?
+        };
+        let graph = rewrite(&*self.backend, options, graph)?;
+        let fold = |op: &Op, ins: &[&Tensor]| self.backend.const_eval(op, ins);
+        Ok(rlx_opt::optimize_until(&graph, &fold, pass)?)
     }
 }
 
@@ -541,18 +566,7 @@ impl CompiledGraph {
         } else {
             self.graph.bind(&map)?
         };
-        let bound = if self.options.approximate_gelu {
-            rlx_opt::approximate_gelu(&bound)?.0
-        } else {
-            bound
-        };
-        let bound = match self.options.precision {
-            Some(low) => {
-                let takes = |op: &Op, weight: bool| self.backend.low_precision_product(op, weight);
-                rlx_opt::autocast_where(&bound, low, &takes)?.0
-            }
-            None => bound,
-        };
+        let bound = rewrite(&*self.backend, &self.options, bound)?;
         let backend = self.backend.clone();
         let fold = |op: &Op, ins: &[&Tensor]| backend.const_eval(op, ins);
         let optimized = rlx_opt::optimize(&bound, &fold)?;
@@ -585,6 +599,27 @@ impl CompiledGraph {
         }
         Ok(variant)
     }
+}
+
+/// The rewrites `options` ask for before the optimization passes: exact GELU as its tanh
+/// form, then mixed precision (as the backend takes it).
+fn rewrite(
+    backend: &dyn Backend,
+    options: &CompileOptions,
+    graph: Graph,
+) -> Result<Graph, RuntimeError> {
+    let graph = if options.approximate_gelu {
+        rlx_opt::approximate_gelu(&graph)?.0
+    } else {
+        graph
+    };
+    Ok(match options.precision {
+        Some(low) => {
+            let takes = |op: &Op, weight: bool| backend.low_precision_product(op, weight);
+            rlx_opt::autocast_where(&graph, low, &takes)?.0
+        }
+        None => graph,
+    })
 }
 
 /// Symbol sizes bound so far, each with the input that bound it.

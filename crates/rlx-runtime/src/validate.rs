@@ -1,5 +1,5 @@
-//! The validation layer: a compiled graph's every node checked against the CPU reference
-//! interpreter, on any device.
+//! The validation layer: a compiled graph's every node checked against the reference
+//! interpreter (`rlx-interp`, built in whatever backends are), on any device.
 //!
 //! The graph the backend compiled (after passes and legalization) is compiled once more
 //! with every node's value as an output (a *probe*: fusion may still group nodes, but each
@@ -222,14 +222,8 @@ pub(crate) fn validate(
     })
 }
 
-#[cfg(feature = "cpu")]
 fn reference(op: &Op, ins: &[&Tensor]) -> Result<Tensor, String> {
-    rlx_cpu::interp::eval_op(op, ins).map_err(|e| e.to_string())
-}
-
-#[cfg(not(feature = "cpu"))]
-fn reference(_op: &Op, _ins: &[&Tensor]) -> Result<Tensor, String> {
-    Err("the CPU interpreter is not built in (rlx-runtime's `cpu` feature)".into())
+    rlx_interp::eval_op(op, ins).map_err(|e| e.to_string())
 }
 
 /// Relative error of `got` against `want` (L2 for floats; the fraction of differing elements

@@ -289,3 +289,42 @@ fn approximate_gelu_is_opt_in_and_stays_within_its_bound() {
         "worst {worst}"
     );
 }
+
+#[test]
+fn graph_after_stops_at_the_named_pass() {
+    let session = Session::new(Device::Cpu).unwrap();
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2]);
+    let one = g.scalar(DType::F32, 1.0);
+    let two = g.add(one, one).unwrap();
+    let y = g.mul(x, two).unwrap();
+    let unused = g.relu(x).unwrap();
+    g.set_name(unused, "unused");
+    g.output("y", y);
+    let options = CompileOptions::default();
+    let after_fold = session.graph_after(&g, &options, "fold").unwrap();
+    assert!(
+        after_fold
+            .nodes()
+            .iter()
+            .all(|n| n.op != Op::Binary(rlx_ir::BinaryOp::Add)),
+        "{after_fold}"
+    );
+    assert!(
+        after_fold.nodes().iter().any(|n| n.name == "unused"),
+        "dce has not run yet: {after_fold}"
+    );
+    let after_dce = session.graph_after(&g, &options, "dce").unwrap();
+    assert!(
+        after_dce.nodes().iter().all(|n| n.name != "unused"),
+        "{after_dce}"
+    );
+    let err = session
+        .graph_after(&g, &options, "nope")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("nope") && err.contains("fold, cse, simplify, dce"),
+        "{err}"
+    );
+}

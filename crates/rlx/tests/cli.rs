@@ -135,6 +135,28 @@ fn report_and_dump_stages() {
 }
 
 #[test]
+fn dump_after_a_named_pass() {
+    let o = rlx(&["dump", "--after", "fold"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(s.contains("conv2d") && s.contains("input"), "{s}");
+    let o = rlx(&["dump", "--after", "dce", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("conv2d"), "{}", stdout(&o));
+    let o = rlx(&["dump", "--after", "nope"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        ["nope", "fold", "cse", "simplify", "dce"]
+            .iter()
+            .all(|name| e.contains(name)),
+        "{e}"
+    );
+    let o = rlx(&["dump", "--after", "fold", "--stage", "kernels"]);
+    assert!(!o.status.success(), "--after and --stage conflict");
+}
+
+#[test]
 fn errors_and_exit_codes() {
     let o = rlx(&["run", "--device", "quantum"]);
     assert_eq!(o.status.code(), Some(1));

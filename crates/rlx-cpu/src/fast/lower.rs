@@ -2,7 +2,7 @@
 //! slices, expands, reshapes) rewritten as loop kernels, so they take the compiled lane
 //! path instead of the interpreter.
 
-use crate::interp::index::{broadcast_strides, strides};
+use rlx_interp::index::{broadcast_strides, strides};
 use rlx_ir::kernel::{Expr, ExprNode, KernelInput, KernelReduce, LoopKernel, View};
 use rlx_ir::{slice_range, DType, Op};
 

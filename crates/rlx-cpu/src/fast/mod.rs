@@ -19,12 +19,12 @@ pub(crate) mod memory;
 pub(crate) mod pool;
 pub(crate) mod quant;
 
-use crate::check::{bind_leaves, check_program, ProgramInfo};
 use crate::CpuError;
 use library::LibExec;
 use loops::exec::Src;
 use loops::LoopExec;
 use memory::{finish_owned, zeroed, Arena, Loc, RunMemory};
+use rlx_interp::check::{bind_leaves, check_program, ProgramInfo};
 use rlx_ir::kernel::{BufferId, BufferKind, Kernel, KernelProgram};
 use rlx_ir::kernel_views::Views;
 use rlx_ir::{DType, Tensor, TensorData};

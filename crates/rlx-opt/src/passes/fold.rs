@@ -1,8 +1,9 @@
 //! `fold`: constant folding. A node whose inputs are all constants is evaluated once at
 //! compile time and replaced by a constant.
 //!
-//! The evaluator is supplied by the caller (the runtime passes the CPU validation
-//! interpreter), so folding uses exactly the reference semantics of the backend tests.
+//! The evaluator is supplied by the caller (the runtime passes the validation interpreter,
+//! `rlx-interp`, on every device), so folding uses exactly the reference semantics of the
+//! backend tests.
 //! [`elementwise_eval`] is a small evaluator for elementwise ops built on the scalar tables
 //! of `rlx-ir`, for callers without an interpreter.
 

@@ -58,6 +58,21 @@ pub fn optimize_with(
     Ok(g)
 }
 
+/// Runs the passes of [`PASSES`] in order up to and including `last`, and stops there (for
+/// `rlx dump --after`).
+///
+/// # Errors
+/// [`OptError::UnknownPass`] for a name not in [`PASSES`]; otherwise as [`optimize`].
+pub fn optimize_until(graph: &Graph, eval: Evaluator<'_>, last: &str) -> Result<Graph, OptError> {
+    let Some(n) = PASSES.iter().position(|p| *p == last) else {
+        return Err(OptError::UnknownPass {
+            name: last.to_string(),
+            known: PASSES.join(", "),
+        });
+    };
+    optimize_with(graph, eval, &PASSES[..=n])
+}
+
 /// Runs one pass and, in debug builds, verifies its result.
 fn run_pass(name: &'static str, g: &Graph, eval: Evaluator<'_>) -> Result<Graph, OptError> {
     let result: Result<Graph, IrError> = match name {

@@ -48,10 +48,6 @@ impl Backend for CpuBackend {
         !matches!(op, Op::Input { .. } | Op::Param { .. })
     }
 
-    fn const_eval(&self, op: &Op, inputs: &[&Tensor]) -> Option<Tensor> {
-        rlx_cpu::eval_op(op, inputs).ok()
-    }
-
     /// Matmuls by a weight only: they run on AMX tiles (bf16) where the CPU has them;
     /// attention, conv2d and products of two activations compute in f32 whatever their
     /// operands, so casting those would only round.

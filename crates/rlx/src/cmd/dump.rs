@@ -1,4 +1,5 @@
-//! `rlx dump`: print a compile stage (`graph`, `optimized`, `kernels`).
+//! `rlx dump`: print a compile stage (`graph`, `optimized`, `kernels`), or the graph right
+//! after one named optimization pass (`--after fold`; the names are `rlx_opt::PASSES`).
 
 use super::model::{device, load};
 use super::report::{bindings, parse_binding};
@@ -24,6 +25,15 @@ pub struct Args {
     /// Which stage.
     #[arg(long, value_enum, default_value = "graph")]
     stage: Stage,
+    /// Instead of a stage, the graph right after this optimization pass; the pipeline
+    /// stops there.
+    #[arg(
+        long,
+        value_name = "PASS",
+        conflicts_with = "stage",
+        value_parser = clap::builder::PossibleValuesParser::new(rlx_opt::PASSES)
+    )]
+    after: Option<String>,
     /// Device name, or `auto`.
     #[arg(long, default_value = "auto")]
     device: String,
@@ -35,13 +45,18 @@ pub struct Args {
 /// Prints the stage.
 pub fn run(args: Args) -> CmdResult {
     let model = load(args.model.as_deref())?;
+    let options = || CompileOptions {
+        bindings: bindings(&model.graph, &args.bind),
+        ..CompileOptions::default()
+    };
+    if let Some(pass) = &args.after {
+        let session = Session::new(device(&args.device)?)?;
+        print!("{}", session.graph_after(&model.graph, &options(), pass)?);
+        return Ok(());
+    }
     let compile = || -> Result<_, Box<dyn std::error::Error>> {
         let session = Session::new(device(&args.device)?)?;
-        let options = CompileOptions {
-            bindings: bindings(&model.graph, &args.bind),
-            ..CompileOptions::default()
-        };
-        let compiled = session.compile(&model.graph, options)?;
+        let compiled = session.compile(&model.graph, options())?;
         Ok(compiled.first_variant().ok_or("nothing was compiled")?)
     };
     let text = match args.stage {

@@ -8,7 +8,7 @@ use super::packed_gemm::{self, PackedRhs};
 use crate::fast::math;
 use crate::fast::memory::OutPtr;
 use crate::fast::pool;
-use crate::interp::index::{broadcast_strides, for_each_index};
+use rlx_interp::index::{broadcast_strides, for_each_index};
 use rlx_ir::AttnMask;
 use std::sync::Mutex;
 
@@ -52,7 +52,7 @@ impl Operand {
 
     /// Operand `shape` stored packed row-major.
     pub fn packed(shape: &[usize], batch: &[usize]) -> Operand {
-        let strides = crate::interp::index::strides(shape);
+        let strides = rlx_interp::index::strides(shape);
         Operand::strided(shape, 0, &strides, batch)
     }
 

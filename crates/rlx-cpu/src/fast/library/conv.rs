@@ -2,7 +2,7 @@
 
 use super::matmul::{gemm, Mat};
 use crate::fast::pool;
-use crate::interp::{pool_windows, PoolWindow};
+use rlx_interp::{pool_windows, PoolWindow};
 use rlx_ir::{Conv2dParams, Pool2dParams, PoolKind};
 use std::sync::Mutex;
 

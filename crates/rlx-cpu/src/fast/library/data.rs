@@ -3,9 +3,9 @@
 
 use crate::fast::memory::Data;
 use crate::fast::pool;
-use crate::interp::index::{split_axis, strides};
-use crate::interp::pad_source;
 use crate::CpuError;
+use rlx_interp::index::{split_axis, strides};
+use rlx_interp::pad_source;
 use rlx_ir::{DType, PadMode, TensorData};
 
 /// Below this many bytes, copies stay on one thread.

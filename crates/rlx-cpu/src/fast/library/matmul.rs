@@ -119,7 +119,7 @@ pub(crate) struct MatMulPlan {
 impl MatMulPlan {
     /// Plans `a x b` giving `out_shape`.
     pub fn new(a: &[usize], b: &[usize], out_shape: &[usize], threads: usize) -> MatMulPlan {
-        use crate::interp::index::broadcast_map;
+        use rlx_interp::index::broadcast_map;
         let r = out_shape.len();
         let (m, n, k) = (out_shape[r - 2], out_shape[r - 1], a[a.len() - 1]);
         let batch = &out_shape[..r - 2];

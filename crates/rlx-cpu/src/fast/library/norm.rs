@@ -3,7 +3,7 @@
 
 use crate::fast::math;
 use crate::fast::pool;
-use crate::interp::arg_better;
+use rlx_interp::arg_better;
 use rlx_ir::ArgOp;
 
 /// Sum with eight partial accumulators, so the loop vectorizes.

@@ -326,7 +326,7 @@ fn f32_lanes(k: &LoopKernel) -> bool {
 }
 
 impl LoopExec {
-    /// Compiles a kernel that [`crate::check`] has accepted.
+    /// Compiles a kernel that [`rlx_interp::check`] has accepted.
     pub fn compile(k: &LoopKernel, threads: usize) -> LoopExec {
         let n_dims = k.shape.len();
         let fast = f32_lanes(k);

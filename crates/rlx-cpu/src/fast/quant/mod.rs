@@ -226,7 +226,7 @@ mod tests {
             k,
             int8_activations: true,
         };
-        let got = crate::interp::eval_op(&op, &[&x, &wt]).unwrap();
+        let got = rlx_interp::eval_op(&op, &[&x, &wt]).unwrap();
         assert_eq!(got.shape(), &[m, n]);
         let mut y = vec![0f32; m * n];
         QuantPlan::new(format, n, k, m * k, 1, true).run(x.as_f32().unwrap(), &w, &mut y);
@@ -235,7 +235,7 @@ mod tests {
         }
         // a wrong byte count is a clear error, not a panic
         let short = Tensor::new(vec![10], TensorData::U8(vec![0; 10].into())).unwrap();
-        assert!(crate::interp::eval_op(&op, &[&x, &short]).is_err());
+        assert!(rlx_interp::eval_op(&op, &[&x, &short]).is_err());
     }
 
     #[test]

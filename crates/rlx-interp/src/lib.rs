@@ -1,14 +1,25 @@
-//! The validation interpreter: reference semantics of graph ops and kernel IR.
+//! The validation interpreter: reference semantics of graph ops ([`eval_op`], [`run_graph`])
+//! and kernel IR ([`run_loop_kernel`], [`run_program_reference`]), on plain host tensors.
 //!
 //! Everything computes in f64 and rounds each result with [`DType::round`] (through
 //! [`TensorData::from_f64`]); data movement (reshape, slice, gather, ...) copies elements
 //! exactly. Shapes come from [`rlx_ir::infer`], which also validates the operands, so each
-//! op family below may assume well-formed inputs.
+//! op family below may assume well-formed inputs. It is the reference every emitter is
+//! tested against and the constant folder of every device, so it stays obviously correct
+//! rather than fast.
+//!
+//! This crate knows no device: importers and the runtime fold constants with it without
+//! pulling in a backend. The CPU fast path (`rlx-cpu`) shares its index arithmetic
+//! ([`index`]) and program checks ([`check`]) so both agree on semantics and messages.
 
+#![warn(missing_docs)]
+
+pub mod check;
 mod conv;
 mod elementwise;
+mod error;
 mod graph;
-pub(crate) mod index;
+pub mod index;
 mod kernel;
 mod linalg;
 mod movement;
@@ -16,17 +27,17 @@ mod norm;
 mod program;
 mod reduce;
 
+pub use error::InterpError;
 pub(crate) use graph::check_bound as graph_check_bound;
 pub use graph::run_graph;
 pub use kernel::run_loop_kernel;
 pub use program::run_program_reference;
 
-pub(crate) use conv::{pool_windows, PoolWindow};
-pub(crate) use movement::pad_source;
-pub(crate) use reduce::arg_better;
+pub use conv::{pool_windows, PoolWindow};
+pub use movement::pad_source;
+pub use reduce::arg_better;
 
 use crate::error::fmt_types;
-use crate::CpuError;
 use rlx_ir::{DType, Op, Shape, Tensor, TensorData, TensorType};
 
 /// Evaluates one graph op on host tensors. `Constant` returns its tensor; `Input` and
@@ -35,8 +46,8 @@ use rlx_ir::{DType, Op, Shape, Tensor, TensorData, TensorType};
 /// # Errors
 /// Operands the op does not accept (arity, dtype, shape: the message of
 /// [`rlx_ir::infer`]), or a gather index out of range.
-pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
-    let err = |message: String| CpuError::Op {
+pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Tensor, InterpError> {
+    let err = |message: String| InterpError::Op {
         op: op.name(),
         inputs: fmt_types(inputs),
         message,
@@ -91,11 +102,11 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
     Ok(Tensor::new(shape, data).expect("result size follows the inferred shape"))
 }
 
-/// The inferred result type of `op` on `inputs`, as a [`CpuError::Op`] when rejected.
-pub(crate) fn result_type(op: &Op, inputs: &[&Tensor]) -> Result<TensorType, CpuError> {
+/// The inferred result type of `op` on `inputs`, as an [`InterpError::Op`] when rejected.
+pub(crate) fn result_type(op: &Op, inputs: &[&Tensor]) -> Result<TensorType, InterpError> {
     let tys: Vec<TensorType> = inputs.iter().map(|t| type_of(t)).collect();
     let refs: Vec<&TensorType> = tys.iter().collect();
-    rlx_ir::infer(op, &refs).map_err(|message| CpuError::Op {
+    rlx_ir::infer(op, &refs).map_err(|message| InterpError::Op {
         op: op.name(),
         inputs: fmt_types(inputs),
         message,

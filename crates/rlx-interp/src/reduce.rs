@@ -27,7 +27,7 @@ pub(super) fn reduce(op: ReduceOp, axes: &[usize], x: &Tensor, dtype: DType) -> 
 
 /// True when `v` should replace `best` in an index reduction: strictly better, or the first
 /// NaN (numpy returns the first NaN's position).
-pub(crate) fn arg_better(op: ArgOp, v: f64, best: f64) -> bool {
+pub fn arg_better(op: ArgOp, v: f64, best: f64) -> bool {
     if best.is_nan() {
         return false;
     }

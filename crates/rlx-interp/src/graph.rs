@@ -2,7 +2,7 @@
 //! drops each intermediate after its last use.
 
 use super::{eval_op, type_of};
-use crate::CpuError;
+use crate::InterpError;
 use rlx_ir::{Graph, Op, Tensor, TensorType};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,10 +13,10 @@ pub(crate) fn check_bound(
     name: &str,
     declared: &TensorType,
     t: &Tensor,
-) -> Result<(), CpuError> {
+) -> Result<(), InterpError> {
     let got = type_of(t);
     if &got != declared {
-        return Err(CpuError::Mismatch {
+        return Err(InterpError::Mismatch {
             kind,
             name: name.to_string(),
             expected: declared.to_string(),
@@ -36,17 +36,17 @@ pub fn run_graph(
     graph: &Graph,
     inputs: &HashMap<String, Tensor>,
     params: &HashMap<String, Arc<Tensor>>,
-) -> Result<Vec<(String, Tensor)>, CpuError> {
+) -> Result<Vec<(String, Tensor)>, InterpError> {
     let nodes = graph.nodes();
     if let Some(n) = nodes.iter().find(|n| !n.ty.shape.is_static()) {
-        return Err(CpuError::Invalid(format!(
+        return Err(InterpError::Invalid(format!(
             "node `{}` has symbolic type {}; bind its dims before running",
             n.name, n.ty
         )));
     }
     for (name, id) in graph.outputs() {
         if id.0 >= nodes.len() {
-            return Err(CpuError::Invalid(format!(
+            return Err(InterpError::Invalid(format!(
                 "output `{name}` refers to node #{} of {}",
                 id.0,
                 nodes.len()
@@ -58,7 +58,7 @@ pub fn run_graph(
     for (i, node) in nodes.iter().enumerate() {
         let value = match &node.op {
             Op::Input { name } => {
-                let t = inputs.get(name).ok_or_else(|| CpuError::Missing {
+                let t = inputs.get(name).ok_or_else(|| InterpError::Missing {
                     kind: "input",
                     name: name.clone(),
                 })?;
@@ -66,7 +66,7 @@ pub fn run_graph(
                 Arc::new(t.clone())
             }
             Op::Param { name } => {
-                let t = params.get(name).ok_or_else(|| CpuError::Missing {
+                let t = params.get(name).ok_or_else(|| InterpError::Missing {
                     kind: "param",
                     name: name.clone(),
                 })?;
@@ -77,7 +77,7 @@ pub fn run_graph(
                 let mut args = Vec::with_capacity(node.inputs.len());
                 for x in &node.inputs {
                     let v = values.get(x.0).and_then(|v| v.as_ref()).ok_or_else(|| {
-                        CpuError::Invalid(format!(
+                        InterpError::Invalid(format!(
                             "node `{}` uses node #{} before it is computed",
                             node.name, x.0
                         ))
@@ -85,7 +85,7 @@ pub fn run_graph(
                     args.push(v.clone());
                 }
                 let refs: Vec<&Tensor> = args.iter().map(|a| &**a).collect();
-                let t = eval_op(op, &refs).map_err(|e| CpuError::Node {
+                let t = eval_op(op, &refs).map_err(|e| InterpError::Node {
                     node: node.name.clone(),
                     source: Box::new(e),
                 })?;

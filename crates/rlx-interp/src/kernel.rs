@@ -5,7 +5,7 @@
 
 use super::index::unravel;
 use crate::check::check_loop;
-use crate::CpuError;
+use crate::InterpError;
 use rlx_ir::kernel::{Expr, LoopKernel};
 use rlx_ir::{Tensor, TensorData};
 
@@ -15,7 +15,7 @@ use rlx_ir::{Tensor, TensorData};
 /// # Errors
 /// A kernel that fails [`LoopKernel::verify`], the wrong number of inputs, an input whose
 /// dtype differs from its declaration, or a view reading outside its tensor.
-pub fn run_loop_kernel(k: &LoopKernel, inputs: &[&Tensor]) -> Result<Tensor, CpuError> {
+pub fn run_loop_kernel(k: &LoopKernel, inputs: &[&Tensor]) -> Result<Tensor, InterpError> {
     let info: Vec<_> = inputs.iter().map(|t| (t.dtype(), t.numel())).collect();
     check_loop(k, &info)?;
     let data: Vec<&TensorData> = inputs.iter().map(|t| t.data()).collect();

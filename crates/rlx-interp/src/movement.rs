@@ -2,7 +2,7 @@
 //! exactly (no trip through f64).
 
 use super::index::{broadcast_map, for_each_index, split_axis, strides, take};
-use crate::CpuError;
+use crate::InterpError;
 use rlx_ir::{slice_range, PadMode, Tensor, TensorData};
 
 fn gather_flat(x: &Tensor, out_shape: &[usize], f: impl Fn(&[usize]) -> usize) -> TensorData {
@@ -59,7 +59,7 @@ pub(super) fn gather(
     data: &Tensor,
     indices: &Tensor,
     shape: &[usize],
-) -> Result<TensorData, CpuError> {
+) -> Result<TensorData, InterpError> {
     let (outer, n, inner) = split_axis(data.shape(), axis);
     let mut rows = Vec::with_capacity(indices.numel());
     for i in 0..indices.numel() {
@@ -70,7 +70,7 @@ pub(super) fn gather(
         };
         let fixed = if raw < 0 { raw + n as i64 } else { raw };
         if fixed < 0 || fixed >= n as i64 {
-            return Err(CpuError::IndexOutOfRange {
+            return Err(InterpError::IndexOutOfRange {
                 op: "gather",
                 index: raw,
                 axis,
@@ -96,7 +96,7 @@ pub(super) fn expand(x: &Tensor, shape: &[usize]) -> TensorData {
 
 /// Source position along a padded dim of size `n` for output position `o`, or None for
 /// the constant fill.
-pub(crate) fn pad_source(o: usize, before: usize, n: usize, mode: PadMode) -> Option<usize> {
+pub fn pad_source(o: usize, before: usize, n: usize, mode: PadMode) -> Option<usize> {
     let p = o as isize - before as isize;
     let n = n as isize;
     if (0..n).contains(&p) {

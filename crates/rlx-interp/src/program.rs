@@ -4,7 +4,7 @@
 
 use super::{eval_op, run_loop_kernel};
 use crate::check::{bind_leaves, check_program};
-use crate::CpuError;
+use crate::InterpError;
 use rlx_ir::kernel::{BufferId, Kernel, KernelProgram};
 use rlx_ir::{Tensor, TensorData};
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ pub fn run_program_reference(
     p: &KernelProgram,
     inputs: &HashMap<String, Tensor>,
     params: &HashMap<String, Arc<Tensor>>,
-) -> Result<Vec<(String, Tensor)>, CpuError> {
+) -> Result<Vec<(String, Tensor)>, InterpError> {
     let info = check_program(p)?;
     let leaves = bind_leaves(p, inputs, params)?;
     let mut temps: Vec<Option<TensorData>> = vec![None; p.buffers.len()];

@@ -4,12 +4,12 @@
 use rlx_ir::TensorData;
 
 /// Row-major strides of `shape`, in elements.
-pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
+pub fn strides(shape: &[usize]) -> Vec<usize> {
     rlx_ir::contiguous_strides(shape)
 }
 
 /// Calls `f(flat, index)` for every multi-index of `shape` in row-major order.
-pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(usize, &[usize])) {
+pub fn for_each_index(shape: &[usize], mut f: impl FnMut(usize, &[usize])) {
     let n: usize = shape.iter().product();
     let mut idx = vec![0usize; shape.len()];
     for flat in 0..n {
@@ -38,7 +38,7 @@ pub(crate) fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
 
 /// Strides that read an `in_shape` tensor broadcast (numpy rules) to `out_shape`: one per
 /// output dim, 0 where the input dim is missing or 1.
-pub(crate) fn broadcast_strides(in_shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
+pub fn broadcast_strides(in_shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
     let s = strides(in_shape);
     let lead = out_shape.len() - in_shape.len();
     (0..out_shape.len())
@@ -53,7 +53,7 @@ pub(crate) fn broadcast_strides(in_shape: &[usize], out_shape: &[usize]) -> Vec<
 }
 
 /// For every output position (row-major), the input position it reads under broadcasting.
-pub(crate) fn broadcast_map(in_shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
+pub fn broadcast_map(in_shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
     let s = broadcast_strides(in_shape, out_shape);
     let mut map = Vec::with_capacity(out_shape.iter().product());
     for_each_index(out_shape, |_, idx| {
@@ -105,7 +105,7 @@ pub(crate) fn take(srcs: &[&TensorData], idx: &[(usize, usize)]) -> TensorData {
 }
 
 /// Splits `shape` around `axis` into (outer, axis size, inner) element counts.
-pub(crate) fn split_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+pub fn split_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     let outer = shape[..axis].iter().product();
     let inner = shape[axis + 1..].iter().product();
     (outer, shape[axis], inner)

@@ -1,9 +1,10 @@
-//! Structural checks of a kernel program, shared by the reference interpreter and the fast
-//! path so both reject the same programs with the same messages: buffer references, alias
-//! chains, view bounds, dtypes, read-before-write, and the bound inputs and params.
+//! Structural checks of a kernel program, shared by the reference interpreter and the CPU
+//! fast path (`rlx-cpu`) so both reject the same programs with the same messages: buffer
+//! references, alias chains, view bounds, dtypes, read-before-write, and the bound inputs and
+//! params.
 
-use crate::interp::graph_check_bound;
-use crate::CpuError;
+use crate::graph_check_bound;
+use crate::InterpError;
 use rlx_ir::kernel::{BufferId, BufferKind, Kernel, KernelProgram, LoopKernel, View};
 use rlx_ir::{DType, Op, Shape, Tensor, TensorType};
 use std::collections::HashMap;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 
 /// What the checks learn about a program.
 #[derive(Debug, Clone)]
-pub(crate) struct ProgramInfo {
+pub struct ProgramInfo {
     /// static shape per buffer
     pub shapes: Vec<Vec<usize>>,
     /// the buffer whose storage each buffer uses (itself unless an alias)
@@ -20,8 +21,8 @@ pub(crate) struct ProgramInfo {
     pub lib_results: Vec<Option<(DType, Vec<usize>)>>,
 }
 
-fn invalid(m: String) -> CpuError {
-    CpuError::Invalid(m)
+fn invalid(m: String) -> InterpError {
+    InterpError::Invalid(m)
 }
 
 /// Checks that a view stays inside a buffer of `len` elements over output dims `out` and
@@ -66,7 +67,7 @@ pub(crate) fn check_view(
 
 /// Checks a loop kernel against the types of the buffers its inputs read (`inputs[i]` is
 /// the dtype and element count of input `i`'s buffer).
-pub(crate) fn check_loop(k: &LoopKernel, inputs: &[(DType, usize)]) -> Result<(), CpuError> {
+pub(crate) fn check_loop(k: &LoopKernel, inputs: &[(DType, usize)]) -> Result<(), InterpError> {
     k.verify().map_err(invalid)?;
     if inputs.len() != k.inputs.len() {
         return Err(invalid(format!(
@@ -94,7 +95,7 @@ fn check_result(
     what: &str,
     (dtype, numel): (DType, usize),
     out: &TensorType,
-) -> Result<(), CpuError> {
+) -> Result<(), InterpError> {
     let out_numel = out.shape.numel().unwrap_or(0);
     if dtype != out.dtype || numel != out_numel {
         return Err(invalid(format!(
@@ -109,7 +110,7 @@ fn check_result(
 ///
 /// # Errors
 /// The first broken rule, naming the buffer or kernel.
-pub(crate) fn check_program(p: &KernelProgram) -> Result<ProgramInfo, CpuError> {
+pub fn check_program(p: &KernelProgram) -> Result<ProgramInfo, InterpError> {
     let nb = p.buffers.len();
     let mut shapes = Vec::with_capacity(nb);
     for (i, b) in p.buffers.iter().enumerate() {
@@ -121,7 +122,7 @@ pub(crate) fn check_program(p: &KernelProgram) -> Result<ProgramInfo, CpuError> 
         })?;
         if let BufferKind::Constant(t) = &b.kind {
             if t.dtype() != b.ty.dtype || t.shape() != s.as_slice() {
-                return Err(CpuError::Mismatch {
+                return Err(InterpError::Mismatch {
                     kind: "constant",
                     name: format!("b{i}"),
                     expected: b.ty.to_string(),
@@ -152,7 +153,7 @@ pub(crate) fn check_program(p: &KernelProgram) -> Result<ProgramInfo, CpuError> 
         }
         roots.push(r);
     }
-    let ty = |b: BufferId| -> Result<&TensorType, CpuError> {
+    let ty = |b: BufferId| -> Result<&TensorType, InterpError> {
         p.buffers
             .get(b)
             .map(|b| &b.ty)
@@ -245,14 +246,11 @@ pub(crate) fn check_program(p: &KernelProgram) -> Result<ProgramInfo, CpuError> 
 }
 
 /// The static result type of a library op on operands of the given types.
-pub(crate) fn library_result(
-    op: &Op,
-    inputs: &[&TensorType],
-) -> Result<(DType, Vec<usize>), CpuError> {
+pub fn library_result(op: &Op, inputs: &[&TensorType]) -> Result<(DType, Vec<usize>), InterpError> {
     if matches!(op, Op::Input { .. } | Op::Param { .. }) {
         return Err(invalid(format!("{} cannot be a library kernel", op.name())));
     }
-    let t = rlx_ir::infer(op, inputs).map_err(|message| CpuError::Op {
+    let t = rlx_ir::infer(op, inputs).map_err(|message| InterpError::Op {
         op: op.name(),
         inputs: inputs
             .iter()
@@ -272,18 +270,18 @@ pub(crate) fn library_result(
 ///
 /// # Errors
 /// A missing input or param, or one whose dtype or shape differs from the buffer's.
-pub(crate) fn bind_leaves<'a>(
+pub fn bind_leaves<'a>(
     p: &'a KernelProgram,
     inputs: &'a HashMap<String, Tensor>,
     params: &'a HashMap<String, Arc<Tensor>>,
-) -> Result<Vec<Option<&'a Tensor>>, CpuError> {
+) -> Result<Vec<Option<&'a Tensor>>, InterpError> {
     let mut out = Vec::with_capacity(p.buffers.len());
     for b in &p.buffers {
         let t = match (&b.kind, b.alias_of) {
             (_, Some(_)) | (BufferKind::Temp, _) => None,
             (BufferKind::Constant(t), _) => Some(&**t),
             (BufferKind::Input(name), _) => {
-                let t = inputs.get(name).ok_or_else(|| CpuError::Missing {
+                let t = inputs.get(name).ok_or_else(|| InterpError::Missing {
                     kind: "input",
                     name: name.clone(),
                 })?;
@@ -291,7 +289,7 @@ pub(crate) fn bind_leaves<'a>(
                 Some(t)
             }
             (BufferKind::Param(name), _) => {
-                let t = params.get(name).ok_or_else(|| CpuError::Missing {
+                let t = params.get(name).ok_or_else(|| InterpError::Missing {
                     kind: "param",
                     name: name.clone(),
                 })?;

@@ -52,7 +52,7 @@ pub(super) fn conv2d(
 
 /// One pooling window along one spatial axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PoolWindow {
+pub struct PoolWindow {
     /// input position of window tap 0 (may be negative, in the padding)
     pub start: isize,
     /// first tap inside the input
@@ -97,7 +97,7 @@ pub(crate) fn pool_window(
 }
 
 /// The windows of every output position along an axis.
-pub(crate) fn pool_windows(p: &Pool2dParams, axis: usize, n: usize, out: usize) -> Vec<PoolWindow> {
+pub fn pool_windows(p: &Pool2dParams, axis: usize, n: usize, out: usize) -> Vec<PoolWindow> {
     (0..out)
         .map(|o| {
             pool_window(
