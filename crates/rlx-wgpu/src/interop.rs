@@ -43,13 +43,14 @@ pub struct InteropDevice {
 }
 
 impl InteropDevice {
-    /// Opens the best Vulkan adapter (discrete GPUs first) with the external memory and,
-    /// where offered, external semaphore extensions.
+    /// Opens the Vulkan adapter whose UUID is `uuid` (CUDA's device, for an import to be
+    /// valid), or with `None` the best one (discrete GPUs first), with the external memory
+    /// and, where offered, external semaphore extensions.
     ///
     /// # Errors
-    /// No Vulkan adapter, the driver lacks `VK_KHR_external_memory_fd`, or the device could
-    /// not be opened; the message names what is missing.
-    pub fn open() -> Result<InteropDevice, WgpuError> {
+    /// No (matching) Vulkan adapter, the driver lacks `VK_KHR_external_memory_fd`, or the
+    /// device could not be opened; the message names what is missing.
+    pub fn open(uuid: Option<[u8; 16]>) -> Result<InteropDevice, WgpuError> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = wgpu::Backends::VULKAN;
         desc.flags = wgpu::InstanceFlags::empty();
@@ -57,12 +58,27 @@ impl InteropDevice {
         let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
         adapters.retain(|a| a.get_info().backend == wgpu::Backend::Vulkan);
         adapters.sort_by_key(|a| device_type_rank(a.get_info().device_type));
-        let adapter = adapters.into_iter().next().ok_or_else(|| {
-            WgpuError::Unavailable(
+        if adapters.is_empty() {
+            return Err(WgpuError::Unavailable(
                 "interop: no Vulkan adapter: install a GPU driver with its Vulkan ICD and \
                  libvulkan1 (the loader)"
                     .into(),
-            )
+            ));
+        }
+        let seen: Vec<String> = adapters
+            .iter()
+            .map(|a| format!("{} ({})", a.get_info().name, hex(&adapter_uuid(a))))
+            .collect();
+        let adapter = match uuid {
+            None => adapters.into_iter().next(),
+            Some(want) => adapters.into_iter().find(|a| adapter_uuid(a) == want),
+        }
+        .ok_or_else(|| {
+            WgpuError::Unavailable(format!(
+                "interop: no Vulkan adapter has device UUID {} (CUDA's device); seen: {}",
+                hex(&uuid.unwrap_or_default()),
+                seen.join(", ")
+            ))
         })?;
         let info = adapter.get_info();
         let features = adapter.features()
@@ -135,6 +151,26 @@ impl InteropDevice {
             _adapter: adapter,
             _instance: instance,
         })
+    }
+}
+
+/// A device UUID as CUDA and Vulkan tools print it (hex, no dashes).
+pub fn hex(uuid: &[u8; 16]) -> String {
+    uuid.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn adapter_uuid(adapter: &wgpu::Adapter) -> [u8; 16] {
+    // SAFETY: the guard is only read.
+    unsafe {
+        adapter
+            .as_hal::<Vulkan>()
+            .map(|hal| {
+                physical_device_uuid(
+                    hal.shared_instance().raw_instance(),
+                    hal.raw_physical_device(),
+                )
+            })
+            .unwrap_or_default()
     }
 }
 

@@ -14,7 +14,7 @@ use wgpu::hal::api::Vulkan;
 const N: usize = 1024;
 
 fn open(test: &str) -> Option<InteropDevice> {
-    match InteropDevice::open() {
+    match InteropDevice::open(None) {
         Ok(d) => Some(d),
         Err(e) => {
             rlx_driver::testing::skip(test, &e.to_string());
