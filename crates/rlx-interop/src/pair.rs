@@ -81,7 +81,7 @@ impl Interop {
         };
         let mut links = links.lock().unwrap_or_else(|e| e.into_inner());
         let link = &mut links.0;
-        let value = link.vulkan.next();
+        let value = link.vulkan.next_value();
         link.cuda.signal(value)?;
         link.vulkan.wait_on_next_submit(value)?;
         Ok(())
@@ -106,7 +106,7 @@ impl Interop {
         };
         let mut links = links.lock().unwrap_or_else(|e| e.into_inner());
         let link = &mut links.1;
-        let value = link.vulkan.next();
+        let value = link.vulkan.next_value();
         link.vulkan.signal_after_submitted(value)?;
         link.cuda.wait(value)?;
         Ok(())

@@ -373,7 +373,7 @@ fn memory_type(types: &vk::PhysicalDeviceMemoryProperties, bits: u32) -> Option<
 }
 
 /// An exportable timeline semaphore: the GPU of one API signals a value that the other's
-/// queue waits for. Values must increase; [`ExportableSemaphore::next`] hands them out.
+/// queue waits for. Values must increase; [`ExportableSemaphore::next_value`] hands them out.
 pub struct ExportableSemaphore {
     semaphore: vk::Semaphore,
     device: wgpu::Device,
@@ -417,7 +417,7 @@ impl ExportableSemaphore {
     }
 
     /// The next value to signal (one past the last handed out).
-    pub fn next(&mut self) -> u64 {
+    pub fn next_value(&mut self) -> u64 {
         self.last += 1;
         self.last
     }

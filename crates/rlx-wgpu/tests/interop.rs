@@ -221,7 +221,7 @@ fn exportable_semaphore_orders_the_queue() {
     let mut sem = ExportableSemaphore::new(&d.device, &d.queue).unwrap();
     let _fd = sem.export_fd().unwrap();
     assert_eq!(sem.value().unwrap(), 0);
-    let first = sem.next();
+    let first = sem.next_value();
     sem.signal_after_submitted(first).unwrap();
     sem.host_wait(first, Duration::from_secs(30)).unwrap();
     assert!(sem.value().unwrap() >= first);
@@ -229,7 +229,7 @@ fn exportable_semaphore_orders_the_queue() {
     let shared = ExportableBuffer::new(&d.device, (2 * N * 4) as u64).unwrap();
     sem.wait_on_next_submit(first).unwrap();
     transform(&d, shared.buffer(), N as u32);
-    let second = sem.next();
+    let second = sem.next_value();
     sem.signal_after_submitted(second).unwrap();
     sem.host_wait(second, Duration::from_secs(30)).unwrap();
     assert_eq!(sem.value().unwrap(), second);
