@@ -170,6 +170,9 @@ mod bench {
 
     pub fn run() -> Result<(), String> {
         let pair = Interop::open().map_err(|e| e.to_string())?;
+        if let Some(reason) = pair.host_ordering_reason() {
+            eprintln!("zero_copy_handoff: host ordering: {reason}");
+        }
         let probe = Probe::new(&pair.vulkan.device);
         let err = |e: rlx_interop::InteropError| e.to_string();
         let cuda_err = |e: rlx_cuda::CudaError| e.to_string();

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 
 /// One direction's timeline semaphore, seen from both APIs.
 struct Link {
-    vulkan: ExportableSemaphore,
+    // Field order is drop order: CUDA's import goes (after its stream drains) first.
     cuda: ExternalSemaphore,
+    vulkan: ExportableSemaphore,
 }
 
 impl Link {
@@ -18,8 +19,8 @@ impl Link {
         let semaphore = ExportableSemaphore::new(&vulkan.device, &vulkan.queue)?;
         let imported = ExternalSemaphore::import(cuda, semaphore.export_fd()?)?;
         Ok(Link {
-            vulkan: semaphore,
             cuda: imported,
+            vulkan: semaphore,
         })
     }
 }
@@ -33,31 +34,48 @@ pub struct Interop {
     pub cuda: Arc<CudaDevice>,
     /// CUDA signals, Vulkan waits; then Vulkan signals, CUDA waits (semaphore ordering only)
     links: Option<Mutex<(Link, Link)>>,
+    /// why the hand-offs wait on the host, when they do
+    host_reason: Option<String>,
 }
 
 impl Interop {
     /// Opens CUDA's device 0 and the Vulkan adapter with its UUID, and, where the Vulkan
-    /// driver can export semaphores, one timeline semaphore per direction.
+    /// driver can export semaphores and CUDA imports them, one timeline semaphore per
+    /// direction; otherwise hand-offs wait on the host ([`Interop::host_ordering_reason`]).
     ///
     /// # Errors
-    /// CUDA unavailable, no Vulkan adapter on the same GPU, no `VK_KHR_external_memory_fd`,
-    /// or a semaphore export or import refused.
+    /// CUDA unavailable, no Vulkan adapter on the same GPU, or no
+    /// `VK_KHR_external_memory_fd`.
     pub fn open() -> Result<Interop, InteropError> {
         let cuda = CudaDevice::get()?;
         let uuid = device_uuid(&cuda)?;
         let vulkan = InteropDevice::open(Some(uuid))?;
-        let links = match vulkan.ordering {
-            Ordering::Semaphore => Some(Mutex::new((
-                Link::new(&vulkan, &cuda)?,
-                Link::new(&vulkan, &cuda)?,
-            ))),
-            Ordering::Host => None,
+        let (links, host_reason) = match vulkan.ordering {
+            Ordering::Semaphore => {
+                match Link::new(&vulkan, &cuda).and_then(|a| Ok((a, Link::new(&vulkan, &cuda)?))) {
+                    Ok(pair) => (Some(Mutex::new(pair)), None),
+                    Err(e) => (None, Some(format!("semaphore sharing failed: {e}"))),
+                }
+            }
+            Ordering::Host => (
+                None,
+                Some(format!(
+                    "{} has no VK_KHR_external_semaphore_fd",
+                    vulkan.adapter_name
+                )),
+            ),
         };
         Ok(Interop {
             vulkan,
             cuda,
             links,
+            host_reason,
         })
+    }
+
+    /// Why hand-offs wait on the host instead of on semaphores; `None` with semaphores.
+    pub fn host_ordering_reason(&self) -> Option<&str> {
+        self.host_reason.as_deref()
     }
 
     /// Semaphores on the GPU, or host waits where the driver lacks the semaphore extension.

@@ -17,9 +17,12 @@ fn open(test: &str) -> Option<Interop> {
     match Interop::open() {
         Ok(pair) => {
             eprintln!(
-                "{test}: {} with {:?} ordering",
+                "{test}: {} with {:?} ordering{}",
                 pair.vulkan.adapter_name,
-                pair.ordering()
+                pair.ordering(),
+                pair.host_ordering_reason()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
             );
             Some(pair)
         }

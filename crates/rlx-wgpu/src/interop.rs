@@ -127,7 +127,9 @@ impl InteropDevice {
                         &limits,
                         &wgpu::MemoryHints::Performance,
                         Some(Box::new(|args| {
-                            args.extensions.push(khr::external_semaphore_fd::NAME);
+                            if !args.extensions.contains(&khr::external_semaphore_fd::NAME) {
+                                args.extensions.push(khr::external_semaphore_fd::NAME);
+                            }
                         })),
                     )
                     .map_err(|e| device_error("vkCreateDevice (interop)", e))?
