@@ -48,6 +48,8 @@ impl Interop {
     /// `VK_KHR_external_memory_fd`.
     pub fn open() -> Result<Interop, InteropError> {
         let cuda = CudaDevice::get()?;
+        // The opening thread uses the context first (imports, the caller's copies).
+        cuda.bind()?;
         let uuid = device_uuid(&cuda)?;
         let vulkan = InteropDevice::open(Some(uuid))?;
         let (links, host_reason) = match vulkan.ordering {
