@@ -87,7 +87,7 @@ impl InteropDevice {
                 | wgpu::Features::TIMESTAMP_QUERY);
         let limits = adapter.limits();
         // SAFETY: the guard is only read, and dropped before the adapter is used again.
-        let (memory_ext, semaphore_ext, device_uuid) = unsafe {
+        let (memory_ext, semaphore_ext) = unsafe {
             let hal = adapter
                 .as_hal::<Vulkan>()
                 .ok_or_else(|| not_vulkan(&info.name))?;
@@ -95,12 +95,9 @@ impl InteropDevice {
             (
                 caps.supports_extension(khr::external_memory_fd::NAME),
                 caps.supports_extension(khr::external_semaphore_fd::NAME),
-                physical_device_uuid(
-                    hal.shared_instance().raw_instance(),
-                    hal.raw_physical_device(),
-                ),
             )
         };
+        let device_uuid = adapter_uuid(&adapter);
         if !memory_ext {
             return Err(WgpuError::Unavailable(format!(
                 "interop: the Vulkan driver of {} lacks VK_KHR_external_memory_fd, so its \
