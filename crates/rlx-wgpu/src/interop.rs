@@ -111,30 +111,29 @@ impl InteropDevice {
             required_limits: limits.clone(),
             ..Default::default()
         };
-        let opened = if semaphore_ext {
-            // SAFETY: the callback only adds an extension the adapter reports; the hal device
-            // comes from this adapter and is created with `features`, which `device_desc` names.
-            unsafe {
-                let open = {
-                    let hal = adapter
-                        .as_hal::<Vulkan>()
-                        .ok_or_else(|| not_vulkan(&info.name))?;
-                    hal.open_with_callback(
-                        features,
-                        &limits,
-                        &wgpu::MemoryHints::Performance,
-                        Some(Box::new(|args| {
-                            if !args.extensions.contains(&khr::external_semaphore_fd::NAME) {
-                                args.extensions.push(khr::external_semaphore_fd::NAME);
-                            }
-                        })),
-                    )
-                    .map_err(|e| device_error("vkCreateDevice (interop)", e))?
-                };
-                adapter.create_device_from_hal(open, &device_desc)
-            }
-        } else {
-            pollster::block_on(adapter.request_device(&device_desc))
+        // Always through wgpu-hal, so the path that adds the semaphore extension is the one
+        // every driver (lavapipe in CI included) exercises.
+        // SAFETY: the callback only adds an extension the adapter reports; the hal device
+        // comes from this adapter and is created with `features`, which `device_desc` names.
+        let opened = unsafe {
+            let open = {
+                let hal = adapter
+                    .as_hal::<Vulkan>()
+                    .ok_or_else(|| not_vulkan(&info.name))?;
+                hal.open_with_callback(
+                    features,
+                    &limits,
+                    &wgpu::MemoryHints::Performance,
+                    Some(Box::new(move |args| {
+                        let name = khr::external_semaphore_fd::NAME;
+                        if semaphore_ext && !args.extensions.contains(&name) {
+                            args.extensions.push(name);
+                        }
+                    })),
+                )
+                .map_err(|e| device_error("vkCreateDevice (interop)", e))?
+            };
+            adapter.create_device_from_hal(open, &device_desc)
         };
         let (device, queue) = opened.map_err(|e| device_error("request_device (interop)", e))?;
         Ok(InteropDevice {
@@ -394,14 +393,25 @@ impl ExportableSemaphore {
         queue: &wgpu::Queue,
     ) -> Result<ExportableSemaphore, WgpuError> {
         let raw = raw_of(device, khr::external_semaphore_fd::NAME)?;
+        ExportableSemaphore::create(device, queue, raw, true)
+    }
+
+    /// The semaphore, exportable or (for tests on drivers without the extension) not.
+    fn create(
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        raw: Raw,
+        exportable: bool,
+    ) -> Result<ExportableSemaphore, WgpuError> {
         let mut timeline = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(0);
         let mut export = vk::ExportSemaphoreCreateInfo::default()
             .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
-        let info = vk::SemaphoreCreateInfo::default()
-            .push_next(&mut timeline)
-            .push_next(&mut export);
+        let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut timeline);
+        if exportable {
+            info = info.push_next(&mut export);
+        }
         // SAFETY: valid create info on a live device.
         let semaphore = unsafe { raw.device.create_semaphore(&info, None) }
             .map_err(|e| device_error("vkCreateSemaphore (exportable timeline)", e))?;
@@ -517,6 +527,48 @@ impl Drop for ExportableSemaphore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// The ordering half of [`ExportableSemaphore`] on any Vulkan driver: a timeline
+    /// semaphore (not exported where the driver cannot) signalled after submitted work and
+    /// waited on by the next submit.
+    #[test]
+    fn a_timeline_semaphore_orders_the_queue() {
+        let d = match InteropDevice::open(None) {
+            Ok(d) => d,
+            Err(e) => {
+                rlx_driver::testing::skip("a_timeline_semaphore_orders_the_queue", &e.to_string());
+                return;
+            }
+        };
+        let raw = raw_of(&d.device, khr::external_memory_fd::NAME).unwrap();
+        let exportable = d.ordering == Ordering::Semaphore;
+        let mut sem = ExportableSemaphore::create(&d.device, &d.queue, raw, exportable).unwrap();
+        assert_eq!(sem.value().unwrap(), 0);
+        let first = sem.next_value();
+        sem.signal_after_submitted(first).unwrap();
+        sem.host_wait(first, Duration::from_secs(30)).unwrap();
+        assert_eq!(sem.value().unwrap(), first);
+        // A staged wait for a value not yet reached holds the submit back until the host
+        // signals it.
+        let second = sem.next_value();
+        sem.wait_on_next_submit(second).unwrap();
+        let third = sem.next_value();
+        {
+            let hal = unsafe { d.queue.as_hal::<Vulkan>() }.unwrap();
+            hal.add_signal_semaphore(sem.semaphore, Some(third));
+        }
+        d.queue.submit([]);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(sem.value().unwrap(), first, "the submit waits for {second}");
+        let signal = vk::SemaphoreSignalInfo::default()
+            .semaphore(sem.semaphore)
+            .value(second);
+        // SAFETY: a live timeline semaphore, signalled to a larger value.
+        unsafe { sem.raw.signal_semaphore(&signal) }.unwrap();
+        sem.host_wait(third, Duration::from_secs(30)).unwrap();
+        assert_eq!(sem.value().unwrap(), third);
+    }
 
     #[test]
     fn memory_type_takes_the_first_device_local_type_in_the_mask() {
