@@ -9,7 +9,9 @@
 //!   one, `plan::gemm` plans GEMMs, convolutions and GEMM-form attention, and `plan::norm`
 //!   offers a GEMM and the norm of its rows as one kernel;
 //! - [`memory`]: device pools on rlx-mem, of device or [`managed`] memory as [`settings`]
-//!   say; [`staging`]: the pinned pool every upload and download goes through.
+//!   say; [`staging`]: the pinned pool every upload and download goes through;
+//! - `interop` (unix): Vulkan memory and timeline semaphores imported from opaque fds, the
+//!   CUDA half of CUDA↔Vulkan zero-copy (`crates/rlx-interop` joins the Vulkan half).
 
 pub mod blas;
 pub mod caps;
@@ -17,6 +19,8 @@ pub mod codegen;
 pub mod device;
 mod error;
 pub mod gemm;
+#[cfg(unix)]
+pub mod interop;
 pub mod managed;
 pub mod mem_calls;
 pub mod memory;

@@ -9,6 +9,8 @@
 //!   sub-allocator; tensors bind as aligned sub-ranges;
 //! - `program` ([`WgpuProgram`]): pipelines and bind groups built at compile time, one
 //!   command encoder per run;
+//! - `interop` (Linux): exportable Vulkan buffers and timeline semaphores, the Vulkan half
+//!   of CUDA↔Vulkan zero-copy (`crates/rlx-interop` joins the CUDA half);
 //! - [`staging`]: the staging pool every upload and download goes through (a ring of
 //!   host-visible chunks on rlx-mem's staging ring, sized by [`WgpuOptions`]).
 //!
@@ -32,6 +34,8 @@ pub mod arena;
 pub mod caps;
 pub mod codegen;
 mod error;
+#[cfg(all(unix, not(target_vendor = "apple")))]
+pub mod interop;
 pub mod memory;
 mod options;
 pub mod plan;
