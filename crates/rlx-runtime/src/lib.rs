@@ -27,8 +27,10 @@ pub use dynamic::{
 pub use error::RuntimeError;
 pub use params::{ParamMap, ParamStore};
 pub use registry::{
-    auto_device, backend_for, device_statuses, register_backend, registered_devices,
+    auto_device, backend_for, device_statuses, is_available, register_backend, registered_devices,
     BackendFactory, DeviceStatus,
 };
-pub use session::{bind_inputs, bind_values, Bindings, CompiledGraph, Session, Variant};
+pub use session::{
+    bind_inputs, bind_values, dispatch_report, Bindings, CompiledGraph, Session, Variant,
+};
 pub use validate::{tolerance, NodeCheck, Validation};

@@ -4,8 +4,19 @@
 
 use crate::Backend;
 use rlx_driver::Device;
+use rlx_driver::DeviceError;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
+
+/// Bumped by every [`register_backend`]: a session compares it with the value its backend
+/// was made at and looks the device up again when it changed.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// How many registrations have happened so far (see [`register_backend`]).
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
 
 /// Makes a fresh backend instance.
 pub type BackendFactory = fn() -> Box<dyn Backend>;
@@ -25,6 +36,33 @@ fn registry() -> &'static RwLock<BTreeMap<Device, BackendFactory>> {
 pub fn register_backend(device: Device, factory: BackendFactory) {
     let mut map = registry().write().unwrap_or_else(|e| e.into_inner());
     map.insert(device, factory);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Whether `device` can run graphs here: `Ok` when a backend is registered and available,
+/// otherwise the error a [`crate::Session`] would give (the Cargo feature to turn on, or the
+/// backend's reason, in words a person can act on).
+///
+/// # Errors
+/// [`DeviceError::NotRegistered`] or [`DeviceError::Unavailable`].
+pub fn is_available(device: Device) -> Result<(), DeviceError> {
+    available_backend(device).map(|_| ())
+}
+
+/// A new instance of `device`'s backend, checked to be available.
+pub(crate) fn available_backend(device: Device) -> Result<Box<dyn Backend>, DeviceError> {
+    let backend = backend_for(device).ok_or(DeviceError::NotRegistered {
+        device,
+        feature: device.cargo_feature(),
+    })?;
+    let avail = backend.availability();
+    if !avail.available {
+        return Err(DeviceError::Unavailable {
+            device,
+            reason: avail.reason.unwrap_or_else(|| "unknown reason".into()),
+        });
+    }
+    Ok(backend)
 }
 
 /// A new instance of the backend registered for `device`, if any.

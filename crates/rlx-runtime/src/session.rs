@@ -7,12 +7,12 @@
 //! Graphs with symbols still unbound compile once per distinct binding seen at run time (the
 //! most recently used few kept).
 
-use crate::registry::backend_for;
+use crate::registry::available_backend;
 use crate::{
     Backend, Binding, BoundValue, CompileOptions, DeviceBuffer, Executable, ParamStore, RawHandle,
     RuntimeError,
 };
-use rlx_driver::{Device, DeviceError};
+use rlx_driver::Device;
 use rlx_ir::{DType, Dim, Graph, Op, Tensor, TensorType};
 use rlx_opt::DispatchReport;
 use std::any::Any;
@@ -22,10 +22,16 @@ use std::time::Instant;
 
 /// A device plus the weights shared by every graph compiled on it. A clone is the same
 /// session: it shares the backend and the weights.
+///
+/// The backend is looked up in the registry again at every [`Session::compile`] when a
+/// backend was registered since (`crate::register_backend`), so a replacement registered
+/// after the session exists is the one new graphs compile with; graphs compiled earlier keep
+/// theirs.
 #[derive(Clone)]
 pub struct Session {
     device: Device,
-    backend: Arc<dyn Backend>,
+    /// (registry generation it was made at, the backend)
+    backend: Arc<Mutex<(u64, Arc<dyn Backend>)>>,
     params: ParamStore,
 }
 
@@ -36,23 +42,24 @@ impl Session {
     /// No backend is registered for the device (names the Cargo feature), or the device is
     /// not available (names the reason).
     pub fn new(device: Device) -> Result<Session, RuntimeError> {
-        let backend = backend_for(device).ok_or(DeviceError::NotRegistered {
-            device,
-            feature: device.cargo_feature(),
-        })?;
-        let avail = backend.availability();
-        if !avail.available {
-            return Err(DeviceError::Unavailable {
-                device,
-                reason: avail.reason.unwrap_or_else(|| "unknown reason".into()),
-            }
-            .into());
-        }
+        let generation = crate::registry::generation();
+        let backend = available_backend(device)?;
         Ok(Session {
             device,
-            backend: Arc::from(backend),
+            backend: Arc::new(Mutex::new((generation, Arc::from(backend)))),
             params: ParamStore::new(),
         })
+    }
+
+    /// The backend to compile with: the registry's current one for the device (looked up
+    /// again if anything was registered since the last look).
+    fn compile_backend(&self) -> Result<Arc<dyn Backend>, RuntimeError> {
+        let generation = crate::registry::generation();
+        let mut held = self.backend.lock().unwrap_or_else(|e| e.into_inner());
+        if held.0 != generation {
+            *held = (generation, Arc::from(available_backend(self.device)?));
+        }
+        Ok(held.1.clone())
     }
 
     /// The session's device.
@@ -71,8 +78,12 @@ impl Session {
     }
 
     /// The device's backend (buffers, statistics).
-    pub fn backend(&self) -> &dyn Backend {
-        &*self.backend
+    pub fn backend(&self) -> Arc<dyn Backend> {
+        self.backend
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
     }
 
     /// Allocates a device buffer from the device's pool (see [`Backend::alloc`]).
@@ -80,7 +91,7 @@ impl Session {
     /// # Errors
     /// As [`Backend::alloc`].
     pub fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<DeviceBuffer, RuntimeError> {
-        self.backend.alloc(dtype, shape)
+        self.backend().alloc(dtype, shape)
     }
 
     /// A device buffer holding a copy of `t`.
@@ -88,8 +99,9 @@ impl Session {
     /// # Errors
     /// As [`Backend::alloc`] and [`Backend::upload`].
     pub fn to_device(&self, t: &Tensor) -> Result<DeviceBuffer, RuntimeError> {
-        let b = self.backend.alloc(t.dtype(), t.shape())?;
-        self.backend.upload(&b, t)?;
+        let backend = self.backend();
+        let b = backend.alloc(t.dtype(), t.shape())?;
+        backend.upload(&b, t)?;
         Ok(b)
     }
 
@@ -98,7 +110,7 @@ impl Session {
     /// # Errors
     /// As [`Backend::upload`].
     pub fn upload(&self, dst: &DeviceBuffer, t: &Tensor) -> Result<(), RuntimeError> {
-        self.backend.upload(dst, t)
+        self.backend().upload(dst, t)
     }
 
     /// The buffer's contents on the host (see [`Backend::download`]).
@@ -106,7 +118,7 @@ impl Session {
     /// # Errors
     /// As [`Backend::download`].
     pub fn download(&self, src: &DeviceBuffer) -> Result<Tensor, RuntimeError> {
-        self.backend.download(src)
+        self.backend().download(src)
     }
 
     /// Copies `src` into `dst` on the device (see [`Backend::copy`]).
@@ -114,7 +126,7 @@ impl Session {
     /// # Errors
     /// As [`Backend::copy`].
     pub fn copy(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
-        self.backend.copy(src, dst)
+        self.backend().copy(src, dst)
     }
 
     /// Sets every element of `dst` to `value` (see [`Backend::fill`]).
@@ -122,7 +134,7 @@ impl Session {
     /// # Errors
     /// As [`Backend::fill`].
     pub fn fill(&self, dst: &DeviceBuffer, value: f64) -> Result<(), RuntimeError> {
-        self.backend.fill(dst, value)
+        self.backend().fill(dst, value)
     }
 
     /// A buffer over foreign memory (see [`Backend::wrap`]).
@@ -140,7 +152,7 @@ impl Session {
         owner: Box<dyn Any + Send + Sync>,
     ) -> Result<DeviceBuffer, RuntimeError> {
         // SAFETY: the caller's contract is the backend's.
-        unsafe { self.backend.wrap(handle, dtype, shape, owner) }
+        unsafe { self.backend().wrap(handle, dtype, shape, owner) }
     }
 
     /// Compiles a graph. Symbols bound in `options.bindings` are fixed now; the rest are
@@ -160,9 +172,10 @@ impl Session {
         } else {
             graph.bind(&options.bindings)?
         };
+        let backend = self.compile_backend()?;
         let low_params = match options.precision {
             Some(low) => {
-                let takes = |op: &Op, weight: bool| self.backend.low_precision_product(op, weight);
+                let takes = |op: &Op, weight: bool| backend.low_precision_product(op, weight);
                 let (_, report) = rlx_opt::autocast_where(&graph, low, &takes)?;
                 report.params.into_iter().map(|p| (p, low)).collect()
             }
@@ -170,7 +183,7 @@ impl Session {
         };
         let compiled = CompiledGraph {
             device: self.device,
-            backend: self.backend.clone(),
+            backend,
             params: self.params.clone(),
             graph,
             options,
@@ -203,9 +216,45 @@ impl Session {
         } else {
             graph.bind(&options.bindings)?
         };
-        let graph = rewrite(&*self.backend, options, graph)?;
-        let fold = |op: &Op, ins: &[&Tensor]| self.backend.const_eval(op, ins);
+        let backend = self.compile_backend()?;
+        let graph = rewrite(&*backend, options, graph)?;
+        let fold = |op: &Op, ins: &[&Tensor]| backend.const_eval(op, ins);
         Ok(rlx_opt::optimize_until(&graph, &fold, pass)?)
+    }
+}
+
+/// Where every node of `graph` would run on `device` and how (native, decomposed,
+/// unsupported), as [`Session::compile`] decides it — verified, bound with
+/// `options.bindings` (unbound symbols are an error), rewritten and optimized — without
+/// compiling anything, so it also answers for a device that is registered but not available
+/// here (a seam reports its nodes unsupported, with the reason).
+///
+/// # Errors
+/// No backend registered for `device`, a malformed graph or a failing pass.
+pub fn dispatch_report(
+    device: Device,
+    graph: &Graph,
+    options: &CompileOptions,
+) -> Result<DispatchReport, RuntimeError> {
+    let backend =
+        crate::registry::backend_for(device).ok_or(rlx_driver::DeviceError::NotRegistered {
+            device,
+            feature: device.cargo_feature(),
+        })?;
+    graph.verify()?;
+    let graph = if options.bindings.is_empty() {
+        graph.clone()
+    } else {
+        graph.bind(&options.bindings)?
+    };
+    let graph = rewrite(&*backend, options, graph)?;
+    let fold = |op: &Op, ins: &[&Tensor]| backend.const_eval(op, ins);
+    let optimized = rlx_opt::optimize(&graph, &fold)?;
+    let caps = |op: &Op, ins: &[&TensorType]| backend.supports(op, ins);
+    match rlx_opt::legalize(&optimized, device.name(), &caps) {
+        Ok((_, report)) => Ok(report),
+        Err(rlx_opt::LegalizeError::Unsupported { report, .. }) => Ok(*report),
+        Err(e) => Err(e.into()),
     }
 }
 

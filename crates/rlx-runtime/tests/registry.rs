@@ -20,12 +20,13 @@ fn default_build_registers_every_device_in_order() {
 
 #[test]
 fn seams_are_unavailable_with_a_reason_and_refuse_to_compile() {
-    // Cpu and the wgpu devices are real backends (a machine may have a software Vulkan or
-    // GL adapter); Egpu is replaced by a test backend below.
+    // Cpu, CUDA and the wgpu devices are real backends (a machine may have a GPU, or a
+    // software Vulkan or GL adapter); Egpu is replaced by a test backend below.
     for d in Device::ALL.into_iter().filter(|d| {
         !matches!(
             d,
             Device::Cpu
+                | Device::Cuda
                 | Device::Egpu
                 | Device::Gpu
                 | Device::Vulkan
@@ -139,4 +140,29 @@ fn custom_backend_replaces_builtin_and_unsupported_nodes_are_listed_at_once() {
         .to_string();
     assert!(err.contains("my_exp") && err.contains("my_cos"), "{err}");
     assert!(err.contains("egpu"), "{err}");
+}
+
+/// `is_available` says why a device cannot run graphs, and a seam still gives a dispatch
+/// report (every node unsupported, with the reason) without a session.
+#[test]
+fn availability_and_the_report_of_a_seam() {
+    assert!(rlx_runtime::is_available(Device::Cpu).is_ok());
+    let err = rlx_runtime::is_available(Device::Xdna)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("xdna") && err.contains("not available"),
+        "{err}"
+    );
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [4]);
+    let y = g.unary(UnaryOp::Exp, x).unwrap();
+    let y = g.add(y, x).unwrap();
+    g.output("y", y);
+    let report =
+        rlx_runtime::dispatch_report(Device::Xdna, &g, &CompileOptions::default()).unwrap();
+    assert_eq!(report.count(rlx_opt::How::Unsupported), 2, "{report}");
+    assert_eq!(report.count(rlx_opt::How::Native), 0, "{report}");
+    let cpu = rlx_runtime::dispatch_report(Device::Cpu, &g, &CompileOptions::default()).unwrap();
+    assert_eq!(cpu.count(rlx_opt::How::Unsupported), 0, "{cpu}");
 }

@@ -229,3 +229,17 @@ fn mem_replay_reports_and_rejects_malformed_traces() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A seam has no backend to compile with, yet `rlx report` says where every node would run
+/// (nowhere: 0 ops supported) and why the device is not available, and exits 0.
+#[test]
+fn report_on_a_seam_lists_every_node_unsupported() {
+    let o = rlx(&["report", "--device", "xdna"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(s.contains("0 native, 0 decomposed"), "{s}");
+    assert!(s.contains("not available") && s.contains("unsupported"), "{s}");
+    let o = rlx(&["report", "--device", "xdna", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str::<serde_json::Value>(&stdout(&o)).expect("JSON report");
+}

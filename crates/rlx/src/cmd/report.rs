@@ -2,7 +2,7 @@
 
 use super::model::{device, load};
 use super::CmdResult;
-use rlx_runtime::{CompileOptions, Session};
+use rlx_runtime::{dispatch_report, is_available, CompileOptions};
 use std::collections::HashMap;
 
 /// Arguments of `rlx report`.
@@ -39,21 +39,21 @@ pub fn bindings(graph: &rlx_ir::Graph, given: &[(String, usize)]) -> HashMap<Str
 pub fn run(args: Args) -> CmdResult {
     let model = load(args.model.as_deref())?;
     let device = device(&args.device)?;
-    let session = Session::new(device)?;
     let options = CompileOptions {
         bindings: bindings(&model.graph, &args.bind),
         ..CompileOptions::default()
     };
-    let compiled = session.compile(&model.graph, options)?;
-    let variant = compiled.first_variant().ok_or("nothing was compiled")?;
+    // the report needs the device's backend registered, not available: a seam or an absent
+    // GPU still says where each node would run
+    let report = dispatch_report(device, &model.graph, &options)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&variant.report.to_json())?
-        );
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
     } else {
         println!("model {} on {device}", model.name);
-        println!("{}", variant.report);
+        if let Err(e) = is_available(device) {
+            println!("({e})");
+        }
+        println!("{report}");
     }
     Ok(())
 }
