@@ -213,4 +213,6 @@ def generate(
     chat: bool = False,
     stop: Optional[Sequence[str]] = None,
     ignore_eos: bool = False,
+    context: Optional[int] = None,
+    exact_quant: bool = False,
 ) -> Union[TextIterator, str]: ...

@@ -72,6 +72,13 @@ def test_generate_streams_the_same_text():
         exact.generate("x " * 80, 4, stream=False)
     with pytest.raises(rlx.InvalidArgument, match="language models"):
         rlx.load(model_path("minilm"), device="cpu", context=8)
+    # the convenience function takes the same load settings for a path, not for a model
+    text = rlx.generate(prompt, model=gguf, max_tokens=12, stream=False, device="cpu", context=64, exact_quant=True)
+    assert "Paris" in text
+    with pytest.raises(rlx.InvalidArgument, match="context"):
+        rlx.generate("x " * 80, model=gguf, max_tokens=4, stream=False, device="cpu", context=64)
+    with pytest.raises(rlx.InvalidArgument, match="load settings"):
+        rlx.generate(prompt, model=exact, max_tokens=4, context=64)
 
 
 def test_generate_hf_folder_and_errors():

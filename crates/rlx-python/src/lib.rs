@@ -177,8 +177,10 @@ fn embed_texts<'py>(
 /// Generates after `prompt` with a GGUF file or Llama-family folder (or a
 /// `LanguageModel`): an iterator of text pieces (`stream=True`) or the whole text. Sampling
 /// as `rlx generate`: temperature (0: greedy), top_k, top_p, min_p, repeat_penalty, seed.
+/// `context` and `exact_quant` load a model path as `rlx.load` does (not for a
+/// `LanguageModel`, which was loaded with its own).
 #[pyfunction]
-#[pyo3(signature = (prompt, model, max_tokens=64, *, stream=true, device="auto", temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=0, chat=false, stop=None, ignore_eos=false))]
+#[pyo3(signature = (prompt, model, max_tokens=64, *, stream=true, device="auto", temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=0, chat=false, stop=None, ignore_eos=false, context=None, exact_quant=false))]
 #[allow(clippy::too_many_arguments)]
 fn generate(
     py: Python<'_>,
@@ -196,6 +198,8 @@ fn generate(
     chat: bool,
     stop: Option<Vec<String>>,
     ignore_eos: bool,
+    context: Option<usize>,
+    exact_quant: bool,
 ) -> PyResult<Py<PyAny>> {
     let generate = |m: &LanguageModel| {
         m.generate(
@@ -215,15 +219,27 @@ fn generate(
         )
     };
     if let Ok(m) = model.cast::<LanguageModel>() {
+        if context.is_some() || exact_quant {
+            return Err(error::invalid(
+                "`context` and `exact_quant` are load settings: give them to rlx.load, or pass \
+                 a model path",
+            ));
+        }
         return generate(m.get());
     }
     let path: PathBuf = model.extract()?;
-    let key = path.to_string_lossy().into_owned();
+    // the settings are part of the cached model's identity
+    let key = format!(
+        "{}\u{0}{context:?}\u{0}{exact_quant}",
+        path.to_string_lossy()
+    );
+    let settings = EngineSettings {
+        context,
+        exact_quant,
+        ..EngineSettings::default()
+    };
     let m = cached(&LAST_LLM, &key, device, || {
-        Py::new(
-            py,
-            LanguageModel::open(py, path, device, EngineSettings::default())?,
-        )
+        Py::new(py, LanguageModel::open(py, path, device, settings)?)
     })?;
     generate(m.get())
 }

@@ -238,7 +238,10 @@ fn report_on_a_seam_lists_every_node_unsupported() {
     assert!(o.status.success(), "{}", stderr(&o));
     let s = stdout(&o);
     assert!(s.contains("0 native, 0 decomposed"), "{s}");
-    assert!(s.contains("not available") && s.contains("unsupported"), "{s}");
+    assert!(
+        s.contains("not available") && s.contains("unsupported"),
+        "{s}"
+    );
     let o = rlx(&["report", "--device", "xdna", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     serde_json::from_str::<serde_json::Value>(&stdout(&o)).expect("JSON report");
