@@ -72,7 +72,7 @@ pub enum InterpError {
 
 impl InterpError {
     /// Wraps an error with the kernel it happened in.
-    pub(crate) fn in_kernel(self, kernel: &str) -> InterpError {
+    pub fn in_kernel(self, kernel: &str) -> InterpError {
         InterpError::Kernel {
             kernel: kernel.to_string(),
             source: Box::new(self),
