@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The LLM checks on the GPU machine (after scripts/gpu/stage-llm.sh here). Parts, in order:
 #   tests   rlx-cuda-llm's test binaries (kernels against references, engine against the CPU path)
+#   extra   the test binaries STAGE_EXTRA staged (.gpu/cuda-tests), each alone
+#   examples  the examples STAGE_EXAMPLES staged, each once (Vulkan ones need .gl unpacked)
+#   python  the wheel STAGE_PYTHON staged, in a fresh venv over the machine's PyTorch: pytest
+#          on python/tests (DLPack and IOBinding with CUDA tensors among them)
 #   parity  tiny random folders written by transformers: rlx greedy tokens vs transformers'
 #   small   SmolLM2-135M shape, f16: rlx bench and rlx generate vs transformers (peer_llm.py)
 #   8b      Llama-3-8B shape, f16: prefill 512, decode batch 1 and 32, vs transformers
@@ -21,7 +25,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export RLX_CUDA_CACHE=/tmp/rlx-cuda-cache
 g=.gpu; work=/tmp/llm; mkdir -p $work
 # stage-llm.sh ships the binaries compressed
-for z in $g/rlx.gz $g/decode_split.gz $g/tests/*.gz $g/cuda-tests/*.gz; do
+for z in $g/*.gz $g/tests/*.gz $g/cuda-tests/*.gz; do
   [ -f "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz}"
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
@@ -38,6 +42,25 @@ for part in "$@"; do
         grep -E "panicked|SKIPPED" -A3 /tmp/test-$name.log | head -20
         echo "$name: $s $(grep -E '^test result:' /tmp/test-$name.log | tail -1)" | tee -a "$out/summary.txt"
       done ;;
+    extra)
+      for t in $g/cuda-tests/*; do
+        [ -x "$t" ] || continue
+        name=$(basename "$t")
+        if timeout 300 "$t" --test-threads=1 --nocapture > /tmp/extra-$name.log 2>&1; then s=ok; else s=FAILED; fi
+        cat /tmp/extra-$name.log >> "$out/extra-tests.log"
+        grep -E "panicked|SKIPPED" -A3 /tmp/extra-$name.log | head -20
+        echo "$name: $s $(grep -E '^test result:' /tmp/extra-$name.log | tail -1)" | tee -a "$out/summary.txt"
+      done ;;
+    examples)
+      for e in $(cat $g/examples.txt 2>/dev/null); do
+        timeout 300 $g/$e > "$out/example-$e.log" 2>&1; echo "$e: rc=$?" | tee -a "$out/summary.txt"
+        tail -15 "$out/example-$e.log"
+      done ;;
+    python)
+      v=/tmp/rlx-venv
+      python3 -m venv --system-site-packages $v > /dev/null 2>&1
+      $v/bin/pip install -q --no-index --find-links $g/wheels $g/wheels/rlx-*.whl pytest 2>&1 | tail -3
+      (cd $g/pytests && $v/bin/python -m pytest -q -rs . 2>&1) | tee "$out/python.txt" | tail -25 ;;
     parity)
       specs=${RLX_PARITY:-llama:float32,llama:float16,llama:bfloat16,mistral:float32,qwen2:float32,qwen2:float16,gemma:float32,gemma:bfloat16,phi3:float32,phi3:bfloat16}
       for spec in ${specs//,/ }; do

@@ -17,6 +17,38 @@ for line in sys.stdin:
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
         print(m["executable"])' | while read -r exe; do cp "$exe" .gpu/tests/; done
+# STAGE_EXTRA: more test binaries for run-llm.sh's `extra` part, ';'-separated cargo test
+# arguments (e.g. "-p rlx-cuda --test managed; -p rlx-interop --test zero_copy")
+IFS=';' read -ra extra <<< "${STAGE_EXTRA:-}"
+for spec in "${extra[@]}"; do
+  [ -n "${spec// }" ] || continue
+  mkdir -p .gpu/cuda-tests
+  # shellcheck disable=SC2086
+  cargo test --release $spec --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
+        print(m["executable"])' | while read -r exe; do cp "$exe" .gpu/cuda-tests/; done
+done
+# STAGE_EXAMPLES: "package:example" pairs (space-separated) copied to .gpu/ for the `examples` part
+for pe in ${STAGE_EXAMPLES:-}; do
+  cargo build --release -p "${pe%%:*}" --example "${pe##*:}"
+  cp "$target/release/examples/${pe##*:}" .gpu/
+  strip ".gpu/${pe##*:}"; gzip -9 ".gpu/${pe##*:}"
+  echo "${pe##*:}" >> .gpu/examples.txt
+done
+# STAGE_PYTHON=1: the Python package's wheel (release, CUDA in), pytest's wheels and
+# python/tests, for run-llm.sh's `python` part (DLPack with PyTorch's CUDA tensors)
+if [ "${STAGE_PYTHON:-0}" = 1 ]; then
+  venv=${STAGE_VENV:-/tmp/rlx-stage-venv}
+  [ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q "maturin>=1.9.4,<2"; }
+  mkdir -p .gpu/wheels
+  "$venv/bin/maturin" build --release --strip --out .gpu/wheels
+  "$venv/bin/pip" download -q --only-binary=:all: --python-version 3.12 -d .gpu/wheels pytest
+  cp -r python/tests .gpu/pytests
+fi
 cargo build --release -p rlx
 cargo build --release -p rlx-cuda-llm --example decode_split
 cp "$target/release/rlx" "$target/release/examples/decode_split" .gpu/
@@ -26,7 +58,8 @@ cp "$shared/gpu/peers/make_bert.py" "$shared/gpu/peers/peer_bert.py" .gpu/
 cp scripts/zoo/zoo.py .gpu/; cp -r crates/rlx/tests/zoo .gpu/zoo
 cp models/smollm2-hf/tokenizer.json .gpu/tokenizer.json
 cp models/minilm/tokenizer.json .gpu/bert-tokenizer.json
-strip .gpu/tests/* .gpu/rlx .gpu/decode_split 2>/dev/null || true
+strip .gpu/tests/* .gpu/cuda-tests/* .gpu/rlx .gpu/decode_split 2>/dev/null || true
 # compressed, so the carried tree stays under the device tool's 64 MiB (run-llm.sh unpacks them)
 gzip -9 .gpu/tests/* .gpu/rlx .gpu/decode_split
+[ -d .gpu/cuda-tests ] && gzip -9 .gpu/cuda-tests/*
 du -sh .gpu; ls -la .gpu .gpu/tests

@@ -309,8 +309,10 @@ pub struct CudaLlm {
     gemms: RefCell<HashMap<GemmKey, PreparedGemm>>,
     /// events around each launch when `profile_kernels` is on
     timings: RefCell<Vec<(String, Event, Event)>>,
-    /// the attention kernel just wrote the o projection's int8 input (its `quant_x` skipped)
-    att_quantized: std::cell::Cell<bool>,
+    /// the int8 scratch already holds the next product's input, so its `quant_x` is
+    /// skipped: the attention kernel wrote the o projection's, or an earlier part of the
+    /// same projection (q/k/v or gate/up of different formats) quantized the shared input
+    xq_holds_input: std::cell::Cell<bool>,
     seqs: Vec<Option<Seq>>,
     /// the sequence slots whose rows the device holds, in order, when its tokens and
     /// positions are those of the next step (a plain step moved them on itself)
@@ -568,7 +570,7 @@ impl CudaLlm {
             graphs: HashMap::new(),
             blas,
             gemms: RefCell::new(HashMap::new()),
-            att_quantized: std::cell::Cell::new(false),
+            xq_holds_input: std::cell::Cell::new(false),
             timings: RefCell::new(Vec::new()),
             seqs: (0..max_sequences).map(|_| None).collect(),
             staged: None,
@@ -749,6 +751,14 @@ impl CudaLlm {
         self.go_shaped(&name, Some(w), grid, 128, &args)
     }
 
+    /// After one part of a projection whose parts read the same input: when that part
+    /// quantized it to int8, the next parts reuse it instead of quantizing it again.
+    fn share_quantized_input(&self, w: &Matrix, m: usize) {
+        if m == 1 && self.int8_ready(w) {
+            self.xq_holds_input.set(true);
+        }
+    }
+
     /// Whether a single-row product over `w` runs against int8 activations.
     fn int8_ready(&self, w: &Matrix) -> bool {
         // the kernels read 32 values a lane and K-quant blocks as 16-byte words
@@ -776,7 +786,7 @@ impl CudaLlm {
             return Err(LlmError::Invalid("no int8 activation scratch".into()));
         };
         // (the o projection's row may come quantized from the attention kernel)
-        if !self.att_quantized.replace(false) {
+        if !self.xq_holds_input.replace(false) {
             self.go_shaped(
                 "quant_x",
                 Some(w),
@@ -1020,7 +1030,9 @@ impl CudaLlm {
             for p in &layer.qkv {
                 let (q, norm) = (self.s.q.ptr(), Some(&layer.attn_norm));
                 self.gemv(&p.matrix, p.row0, x, m, 0, q, qd, 2, Some((li, bias)), norm)?;
+                self.share_quantized_input(&p.matrix, m);
             }
+            self.xq_holds_input.set(false);
             let cache = self.kv_pool.ptr() + (li * self.layer_bytes) as u64;
             // one row whose o projection runs on int8 activations: attention writes them
             let (xq, xd) = match &self.s.xq {
@@ -1051,14 +1063,16 @@ impl CudaLlm {
                     xd,
                 ],
             )?;
-            self.att_quantized.set(xq != 0);
+            self.xq_holds_input.set(xq != 0);
             let att = self.s.att.ptr();
             self.gemv(&layer.o, 0, att, m, 0, x, sh.hidden, 1, None, None)?;
             self.row_scales(x, m)?;
             for p in &layer.gate_up {
                 let (ffn, norm) = (self.s.ffn.ptr(), Some(&layer.ffn_norm));
                 self.gemv(&p.matrix, p.row0, x, m, 0, ffn, 2 * sh.ffn, 0, None, norm)?;
+                self.share_quantized_input(&p.matrix, m);
             }
+            self.xq_holds_input.set(false);
             let ffn = self.s.ffn.ptr();
             self.gemv(
                 &layer.down,

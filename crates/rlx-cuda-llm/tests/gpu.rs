@@ -13,7 +13,7 @@ use rlx_driver::Device;
 use rlx_gguf::QuantFormat;
 use rlx_ir::SplitMix64;
 use rlx_llm::SessionRunner;
-use rlx_models::llama::export::export_gguf;
+use rlx_models::llama::export::{export_gguf, ExportType};
 use rlx_models::llama::sample::{Family, RandomLlama};
 use rlx_models::llama::{Generator, Llama, Runner, Sampling, Stage};
 use rlx_runtime::{CompileOptions, Session};
@@ -448,13 +448,16 @@ fn int8_activations_match_f32_activations_on_gguf_models() {
     };
     let dir = folder("int8-src", &spec);
     let source = Llama::open(&dir).unwrap();
+    // (q4_k_m: the last layer's v and down projections in q6_k, so its q/k/v run as two
+    // parts that share one quantized input)
     for format in [
-        QuantFormat::Q4K,
-        QuantFormat::Q6K,
-        QuantFormat::Q8_0,
-        QuantFormat::Q4_0,
+        ExportType::Uniform(QuantFormat::Q4K),
+        ExportType::Uniform(QuantFormat::Q6K),
+        ExportType::Uniform(QuantFormat::Q8_0),
+        ExportType::Uniform(QuantFormat::Q4_0),
+        ExportType::Medium(QuantFormat::Q4K),
     ] {
-        let gguf = dir.join(format!("model-{}.gguf", format.name()));
+        let gguf = dir.join(format!("model-{format}.gguf"));
         export_gguf(&source, &dir, &gguf, format, 2, &mut |_| {}).unwrap();
         let model = Llama::open(&gguf).unwrap();
         let prompt = [17u32];

@@ -32,6 +32,7 @@ pub use legalize::{legalize, Caps, DispatchEntry, DispatchReport, How, OpSummary
 pub use lower::{dump_kernels, lower, lower_stats, LowerStats};
 pub use passes::approximate::{approximate_gelu, GELU_TANH_MAX_ABS_ERROR};
 pub use passes::autocast::{autocast, autocast_where, AutocastReport};
+pub use passes::autocast_all::autocast_all;
 pub use passes::cse::{cse, CSE_MAX_CONSTANT_ELEMENTS};
 pub use passes::dce::dce;
 pub use passes::fold::{elementwise_eval, fold, Evaluator, FOLD_MAX_ELEMENTS};

@@ -72,6 +72,14 @@ pub trait Backend: Send + Sync {
         true
     }
 
+    /// Under mixed precision, whether the tensors between products (norms, softmax,
+    /// elementwise, the residual stream) are stored in the low dtype too, as PyTorch's
+    /// `model.half()` runs a model, the backend computing in f32 inside each kernel
+    /// (`rlx_opt::autocast_all`). Default: no, only the products are low.
+    fn low_precision_activations(&self) -> bool {
+        false
+    }
+
     /// Evaluates an op on host tensors with reference semantics, for constant folding.
     /// Default: the validation interpreter (`rlx-interp`), so every device folds the same
     /// constants to the same values; `None` where the interpreter rejects the operands.

@@ -175,8 +175,7 @@ impl Session {
         let backend = self.compile_backend()?;
         let low_params = match options.precision {
             Some(low) => {
-                let takes = |op: &Op, weight: bool| backend.low_precision_product(op, weight);
-                let (_, report) = rlx_opt::autocast_where(&graph, low, &takes)?;
+                let (_, report) = mixed_precision(backend.as_ref(), &graph, low)?;
                 report.params.into_iter().map(|p| (p, low)).collect()
             }
             None => HashMap::new(),
@@ -663,11 +662,24 @@ fn rewrite(
         graph
     };
     Ok(match options.precision {
-        Some(low) => {
-            let takes = |op: &Op, weight: bool| backend.low_precision_product(op, weight);
-            rlx_opt::autocast_where(&graph, low, &takes)?.0
-        }
+        Some(low) => mixed_precision(backend, &graph, low)?.0,
         None => graph,
+    })
+}
+
+/// Mixed precision as the backend takes it: its products in `low`, and its activations too
+/// where it stores them low ([`Backend::low_precision_activations`]).
+fn mixed_precision(
+    backend: &dyn Backend,
+    graph: &Graph,
+    low: DType,
+) -> Result<(Graph, rlx_opt::AutocastReport), RuntimeError> {
+    let product = |op: &Op, weight: bool| backend.low_precision_product(op, weight);
+    Ok(if backend.low_precision_activations() {
+        let runs = |op: &Op, inputs: &[&TensorType]| backend.supports(op, inputs);
+        rlx_opt::autocast_all(graph, low, &product, &runs)?
+    } else {
+        rlx_opt::autocast_where(graph, low, &product)?
     })
 }
 

@@ -181,3 +181,54 @@ fn bf16_encoder_stays_close_to_f32() {
         assert!(err > 0.0 && err <= 2e-2, "{run} run: relative L2 {err}");
     }
 }
+
+/// A MiniLM-shaped encoder (2 layers, 64 tokens, batch 2) in f16 on the CUDA device, which
+/// stores activations in f16 too (norms, softmax and GELU between the products, as
+/// `model.half()` does): within f16's error of the CPU's f32 run; SKIPPED without a CUDA
+/// device.
+#[test]
+fn cuda_f16_encoder_with_f16_activations_stays_close_to_f32() {
+    use rlx_ir::sample::{encoder, EncoderShape};
+    let gpu = match Session::new(Device::Cuda) {
+        Ok(s) => s,
+        Err(e) => {
+            rlx_driver::testing::skip(
+                "cuda_f16_encoder_with_f16_activations_stays_close_to_f32",
+                &e.to_string(),
+            );
+            return;
+        }
+    };
+    let shape = EncoderShape {
+        layers: 2,
+        seq: 64,
+        ..EncoderShape::MINILM
+    };
+    let model = encoder(shape, 2, DType::F32);
+    let cpu = Session::new(Device::Cpu).unwrap();
+    for (name, t) in &model.params {
+        cpu.set_param(name, (**t).clone());
+        gpu.set_param(name, (**t).clone());
+    }
+    let x = Tensor::random(DType::F32, &[2, shape.seq, shape.hidden], 6);
+    let inputs = HashMap::from([("hidden".to_string(), x)]);
+    let want = cpu
+        .compile(&model.graph, CompileOptions::default())
+        .unwrap()
+        .run(&inputs)
+        .unwrap()[0]
+        .1
+        .to_f64_vec();
+    let options = CompileOptions {
+        precision: Some(DType::F16),
+        ..CompileOptions::default()
+    };
+    let compiled = gpu.compile(&model.graph, options).unwrap();
+    let out = compiled.run(&inputs).unwrap();
+    assert_eq!(out[0].1.dtype(), DType::F32, "outputs keep their type");
+    let got = out[0].1.to_f64_vec();
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
+    let err = rel_l2(&got, &want);
+    println!("cuda f16 activations vs cpu f32: relative L2 {err:.2e}");
+    assert!(err > 0.0 && err <= 1e-2, "relative L2 {err}");
+}

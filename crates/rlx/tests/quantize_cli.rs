@@ -111,6 +111,44 @@ fn quantize_then_generate_on_the_cpu() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--type q4_k_m`: llama.cpp's mixture, the head and the last layer's value and down
+/// projections in q6_k (2 layers: layer 1 is in the last eighth), the rest q4_k; the file
+/// generates.
+#[test]
+fn quantize_a_q4_k_m_mixture() {
+    let dir = temp("mix");
+    let src = dir.join("hf");
+    let spec = RandomLlama {
+        hidden: 256,
+        ffn: 512,
+        ..RandomLlama::default()
+    };
+    spec.write(&src).unwrap();
+    let out = dir.join("m-q4_k_m.gguf");
+    let o = rlx(&[
+        "quantize",
+        src.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--type",
+        "Q4_K_M",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("q4_k_m"), "{}", stderr(&o));
+    let file = rlx_gguf::GgufFile::open(&out).unwrap();
+    let ty = |name: &str| {
+        let t = file.tensors.iter().find(|t| t.name == name).unwrap();
+        t.ggml_type.format().unwrap()
+    };
+    use rlx_gguf::QuantFormat::{Q4K, Q6K};
+    assert_eq!(ty("blk.0.attn_v.weight"), Q4K);
+    assert_eq!(ty("blk.1.attn_v.weight"), Q6K);
+    assert_eq!(ty("blk.1.ffn_down.weight"), Q6K);
+    assert_eq!(ty("blk.1.attn_q.weight"), Q4K);
+    assert_eq!(file.get_u64("general.file_type").unwrap(), 15);
+    assert_eq!(tokens(out.to_str().unwrap()).as_array().unwrap().len(), 8);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn bad_inputs_are_clear_errors() {
     let dir = temp("bad");

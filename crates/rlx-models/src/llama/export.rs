@@ -36,6 +36,76 @@ pub struct ExportReport {
     pub fallbacks: Vec<String>,
 }
 
+/// What a file's projections are stored in: one block format, or a k-quant "medium"
+/// mixture as llama.cpp's Q4_K_M and Q5_K_M make it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportType {
+    /// every projection in this format
+    Uniform(QuantFormat),
+    /// the base format (Q4_K or Q5_K), with the output head, and the value and FFN down
+    /// projections of the first and last eighth of the layers and of every third layer
+    /// between, in Q6_K (llama.cpp's `use_more_bits` layers)
+    Medium(QuantFormat),
+}
+
+impl From<QuantFormat> for ExportType {
+    fn from(f: QuantFormat) -> Self {
+        ExportType::Uniform(f)
+    }
+}
+
+impl std::fmt::Display for ExportType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExportType::Uniform(q) => write!(f, "{q}"),
+            ExportType::Medium(q) => write!(f, "{q}_m"),
+        }
+    }
+}
+
+impl ExportType {
+    /// The format most projections are stored in.
+    pub fn base(self) -> QuantFormat {
+        match self {
+            ExportType::Uniform(f) | ExportType::Medium(f) => f,
+        }
+    }
+
+    /// llama.cpp's `general.file_type` for files of this type.
+    pub fn file_type(self) -> u32 {
+        match self {
+            ExportType::Medium(QuantFormat::Q4K) => 15,
+            ExportType::Medium(QuantFormat::Q5K) => 17,
+            t => file_type(t.base()),
+        }
+    }
+
+    /// The format asked for the GGUF tensor `name` of a model of `layers` layers.
+    pub fn format_for(self, name: &str, layers: usize) -> QuantFormat {
+        let ExportType::Medium(base) = self else {
+            return self.base();
+        };
+        if name == "output.weight" {
+            return QuantFormat::Q6K;
+        }
+        let layer = name
+            .strip_prefix("blk.")
+            .and_then(|rest| rest.split_once('.'))
+            .filter(|(_, t)| *t == "attn_v.weight" || *t == "ffn_down.weight")
+            .and_then(|(l, _)| l.parse::<usize>().ok());
+        match layer {
+            Some(i) if more_bits(i, layers) => QuantFormat::Q6K,
+            _ => base,
+        }
+    }
+}
+
+/// llama.cpp's choice of the layers that keep more bits in a mixture: the first and last
+/// eighth, and every third layer between.
+fn more_bits(i: usize, n: usize) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
 /// llama.cpp's `general.file_type` of a file whose projections are in `format` (the `_S`
 /// variant for the k-quants: every projection in the one format).
 pub fn file_type(format: QuantFormat) -> u32 {
@@ -76,10 +146,11 @@ pub fn export_gguf(
     model: &Llama,
     source: &Path,
     out: &Path,
-    format: QuantFormat,
+    ty: impl Into<ExportType>,
     threads: usize,
     note: &mut dyn FnMut(&str),
 ) -> Result<ExportReport, LlamaError> {
+    let ty = ty.into();
     let c = &model.config;
     let arch = if c.qkv_bias { "qwen2" } else { "llama" };
     let neox = arch == "qwen2";
@@ -95,7 +166,7 @@ pub fn export_gguf(
         ("general.name".to_string(), MetaValue::String(name)),
         (
             "general.file_type".to_string(),
-            MetaValue::U32(file_type(format)),
+            MetaValue::U32(ty.file_type()),
         ),
         (
             "general.quantization_version".to_string(),
@@ -183,6 +254,7 @@ pub fn export_gguf(
             .ok_or_else(|| model_err(format!("the model has no `{n}`")))?;
         match model.linear(n) {
             Some((_, rows, k)) => {
+                let format = ty.format_for(n, c.layers);
                 let f = fitting_format(format, k);
                 if f != format {
                     let line = format!(
@@ -498,5 +570,28 @@ mod tests {
         assert_eq!(fitting_format(QuantFormat::Q4K, 128), QuantFormat::Q8_0);
         assert_eq!(fitting_format(QuantFormat::Q4_0, 100), QuantFormat::F16);
         assert_eq!(file_type(QuantFormat::Q8_0), 7);
+    }
+
+    #[test]
+    fn medium_mixtures_keep_more_bits_where_llama_cpp_does() {
+        let m = ExportType::Medium(QuantFormat::Q4K);
+        assert_eq!(m.to_string(), "q4_k_m");
+        assert_eq!(m.file_type(), 15);
+        assert_eq!(ExportType::Medium(QuantFormat::Q5K).file_type(), 17);
+        let v = |l: usize| m.format_for(&format!("blk.{l}.attn_v.weight"), 32);
+        // the first and last eighth (layers 0-3 and 28-31), then every third from layer 6
+        let more: Vec<usize> = (0..32).filter(|&l| v(l) == QuantFormat::Q6K).collect();
+        assert_eq!(
+            more,
+            [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+        );
+        assert_eq!(m.format_for("blk.6.ffn_down.weight", 32), QuantFormat::Q6K);
+        assert_eq!(m.format_for("blk.6.attn_q.weight", 32), QuantFormat::Q4K);
+        assert_eq!(m.format_for("blk.5.ffn_down.weight", 32), QuantFormat::Q4K);
+        assert_eq!(m.format_for("output.weight", 32), QuantFormat::Q6K);
+        assert_eq!(m.format_for("token_embd.weight", 32), QuantFormat::Q4K);
+        let u = ExportType::from(QuantFormat::Q8_0);
+        assert_eq!(u.format_for("output.weight", 32), QuantFormat::Q8_0);
+        assert_eq!(u.file_type(), 7);
     }
 }

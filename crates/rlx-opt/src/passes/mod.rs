@@ -2,6 +2,7 @@
 
 pub mod approximate;
 pub mod autocast;
+pub mod autocast_all;
 pub mod cse;
 pub mod dce;
 pub mod fold;

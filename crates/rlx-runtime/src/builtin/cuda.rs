@@ -53,6 +53,10 @@ impl KernelDevice for Cuda {
         rlx_cuda::caps::supports(op, inputs)
     }
 
+    fn low_precision_activations(&self) -> bool {
+        true
+    }
+
     fn compile(&self, program: KernelProgram) -> Result<CudaProgram, CudaError> {
         CudaProgram::compile(program, &self.weights, &self.options)
     }

@@ -30,6 +30,11 @@ pub(crate) trait KernelDevice: Send + Sync + 'static {
     fn settings(&self) -> Vec<rlx_driver::Setting>;
     /// Whether the device runs `op` on inputs of these types (availability checked apart).
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool;
+    /// Whether mixed precision stores activations low too (see
+    /// [`Backend::low_precision_activations`]).
+    fn low_precision_activations(&self) -> bool {
+        false
+    }
     /// Compiles a lowered program.
     fn compile(&self, program: KernelProgram) -> Result<Self::Program, Self::Error>;
     /// The reason when `e` means the device is not there (no driver, no adapter).
@@ -191,6 +196,10 @@ impl<D: KernelDevice> Backend for KernelBackend<D> {
 
     fn supports(&self, op: &Op, inputs: &[&TensorType]) -> bool {
         self.availability().available && self.crate_.supports(op, inputs)
+    }
+
+    fn low_precision_activations(&self) -> bool {
+        self.crate_.low_precision_activations()
     }
 
     fn compile(

@@ -1,11 +1,12 @@
 //! `rlx quantize IN OUT.gguf --type q4_k`: a Llama-family model (a Hugging Face folder or a
-//! GGUF file) written as a GGUF file in one block format, loadable by RLX and llama.cpp.
+//! GGUF file) written as a GGUF file in one block format, or in llama.cpp's Q4_K_M / Q5_K_M
+//! mixtures, loadable by RLX and llama.cpp.
 //! Rows that are not a whole number of the format's blocks fall back to q8_0 or f16, said
 //! on stderr.
 
 use super::CmdResult;
 use rlx_gguf::QuantFormat;
-use rlx_models::llama::export::export_gguf;
+use rlx_models::llama::export::{export_gguf, ExportType};
 use rlx_models::llama::Llama;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -37,20 +38,30 @@ pub struct Args {
     /// The GGUF file to write.
     output: PathBuf,
     /// Block format of the projections: q4_k, q8_0, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k,
-    /// q2_k, q3_k or f16.
+    /// q2_k, q3_k or f16; or the mixtures q4_k_m and q5_k_m (llama.cpp's: the head and some
+    /// layers' value and FFN down projections in q6_k).
     #[arg(long = "type", default_value = "q4_k", value_parser = parse_type)]
-    ty: QuantFormat,
+    ty: ExportType,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
 }
 
-fn parse_type(s: &str) -> Result<QuantFormat, String> {
+/// The mixtures `--type` accepts, by their base format.
+const MIXTURES: [QuantFormat; 2] = [QuantFormat::Q4K, QuantFormat::Q5K];
+
+fn parse_type(s: &str) -> Result<ExportType, String> {
     TYPES
         .into_iter()
-        .find(|f| f.name().eq_ignore_ascii_case(s))
+        .map(ExportType::Uniform)
+        .chain(MIXTURES.into_iter().map(ExportType::Medium))
+        .find(|t| t.to_string().eq_ignore_ascii_case(s))
         .ok_or_else(|| {
-            let names: Vec<&str> = TYPES.iter().map(|f| f.name()).collect();
+            let names: Vec<String> = TYPES
+                .iter()
+                .map(|f| f.name().to_string())
+                .chain(MIXTURES.iter().map(|f| format!("{f}_m")))
+                .collect();
             format!("unknown type `{s}` (one of {})", names.join(", "))
         })
 }

@@ -39,7 +39,9 @@ pub struct Args {
 #[derive(clap::Args)]
 pub struct CompileFlags {
     /// Mixed precision: run f32 matrix products (matmul, conv, attention) in `f16` or
-    /// `bf16` with f32 accumulation; `f32` runs the model's own types.
+    /// `bf16` with f32 accumulation; on CUDA the activations between them are stored in it
+    /// too (as PyTorch's `model.half()`; norms and softmax compute in f32); `f32` runs the
+    /// model's own types.
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
     pub precision: String,
     /// Run exact GELU as its tanh approximation (opt-in: absolute error up to 4.7e-4); on
