@@ -87,16 +87,17 @@ for part in "$@"; do
       done
       [ -n "${SKIP_PEER:-}" ] || python3 $g/peer_llm.py $d 2>&1 | grep '^{' | tee "$out/8b-peer.txt" ;;
     8b-q4k)
-      d=$work/llama3-8b-f16; q=$work/llama3-8b-q4k.gguf
+      # QUANT_TYPE: what rlx quantize writes (default q4_k; q4_k_m: llama.cpp's mixture)
+      ty=${QUANT_TYPE:-q4_k}; d=$work/llama3-8b-f16; q=$work/llama3-8b-$ty.gguf
       [ -f $d/config.json ] || python3 $g/make_llm.py $d llama llama3_8b $g/tokenizer.json --dtype float16 > /dev/null 2>&1
       t0=$(date +%s)
-      [ -f $q ] || $g/rlx quantize $d $q --type q4_k 2>&1 | tail -3
-      echo "quantize: $(( $(date +%s) - t0 )) s, $(du -h $q | cut -f1)" | tee "$out/8b-q4k-quantize.txt"
+      [ -f $q ] || $g/rlx quantize $d $q --type $ty 2>&1 | tail -3
+      echo "quantize $ty: $(( $(date +%s) - t0 )) s, $(du -h $q | cut -f1)" | tee -a "$out/8b-q4k-quantize.txt"
       # Q4K_RUNS: the (prompt tokens, generated tokens, batch) runs, ';'-separated
       IFS=';' read -ra runs <<< "${Q4K_RUNS:-16 129 1;512 129 1;16 65 32}"
       for args in "${runs[@]}"; do
         set -- $args
-        $g/rlx bench $q --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-q4k-bench.json"; echo | tee -a "$out/8b-q4k-bench.json"
+        $g/rlx bench $q --device cuda --prompt-tokens $1 --gen-tokens $2 --batch $3 --json 2>&1 | tr -d '\n ' | tee -a "$out/8b-$ty-bench.json"; echo | tee -a "$out/8b-$ty-bench.json"
       done ;;
     1b-q4k)
       # Llama-3.2-1B shape quantized to Q4_K: batch-1 decode with int8 against f32

@@ -61,9 +61,15 @@ impl ExternalBuffer {
         dedicated: bool,
     ) -> Result<ExternalBuffer, CudaError> {
         device.bind()?;
-        // SAFETY: all-zero is a valid value of these plain C structs; fields are set below.
-        let mut desc: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC = unsafe { std::mem::zeroed() };
-        desc.type_ = sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+        // SAFETY: the handle type is written before the struct is read; every other field
+        // (integers, pointers, a union of them) is valid as zeros.
+        let mut desc: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC = unsafe {
+            zeroed_with(|d: *mut sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC| {
+                std::ptr::addr_of_mut!((*d).type_).write(
+                    sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+                )
+            })
+        };
         let raw_fd = fd.into_raw_fd();
         desc.handle.fd = raw_fd;
         desc.size = allocation_bytes;
@@ -150,9 +156,15 @@ impl ExternalSemaphore {
     /// The driver refuses the import.
     pub fn import(device: &Arc<CudaDevice>, fd: OwnedFd) -> Result<ExternalSemaphore, CudaError> {
         device.bind()?;
-        // SAFETY: all-zero is a valid value; fields are set below.
-        let mut desc: sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC = unsafe { std::mem::zeroed() };
-        desc.type_ = sys::CUexternalSemaphoreHandleType::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD;
+        // SAFETY: as in `ExternalBuffer::import`: the handle type (an enum without a zero
+        // value) is written first.
+        let mut desc: sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC = unsafe {
+            zeroed_with(|d: *mut sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC| {
+                std::ptr::addr_of_mut!((*d).type_).write(
+                    sys::CUexternalSemaphoreHandleType::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD,
+                )
+            })
+        };
         let raw_fd = fd.into_raw_fd();
         desc.handle.fd = raw_fd;
         let mut semaphore: sys::CUexternalSemaphore = std::ptr::null_mut();
@@ -226,4 +238,17 @@ impl Drop for ExternalSemaphore {
         // SAFETY: nothing on the stream names the semaphore any more.
         unsafe { sys::cuDestroyExternalSemaphore(self.semaphore) };
     }
+}
+
+/// A C struct with every byte zero except what `init` writes through the pointer first: for
+/// the driver's descriptors whose enum fields have no zero value, which `std::mem::zeroed`
+/// refuses (it panics) and which must be valid before the struct is read.
+///
+/// # Safety
+/// After `init`, every field of `T` must be valid: zero bytes for those `init` leaves.
+unsafe fn zeroed_with<T>(init: impl FnOnce(*mut T)) -> T {
+    let mut v = std::mem::MaybeUninit::<T>::zeroed();
+    init(v.as_mut_ptr());
+    // SAFETY: the caller's contract.
+    unsafe { v.assume_init() }
 }
