@@ -7,8 +7,10 @@ use super::*;
 use rlx_ir::kernel::{Expr, Kernel};
 use rlx_ir::{BinaryOp, DType, Graph, NodeId, Shape};
 
-/// A GEMM that fuses `x + bias` (either order) and nothing else, in f32.
-struct BiasGemm;
+/// An f32 GEMM that fuses `x + bias` (either order) when `fuses_bias`, and nothing else.
+struct BiasGemm {
+    fuses_bias: bool,
+}
 
 impl GemmEpilogues for BiasGemm {
     type Activation = ();
@@ -18,7 +20,7 @@ impl GemmEpilogues for BiasGemm {
     }
 
     fn fused(&self, e: &LoopKernel, _: DType, _: usize) -> Option<(Option<BufferId>, ())> {
-        if e.inputs.len() != 2 || e.reduce.is_some() {
+        if !self.fuses_bias || e.inputs.len() != 2 || e.reduce.is_some() {
             return None;
         }
         let sum = matches!(e.body[e.result].expr,
@@ -69,7 +71,7 @@ fn every(_: usize) -> bool {
 fn all_caps() -> KernelCaps<'static, BiasGemm> {
     KernelCaps {
         attention_views: Some(&every),
-        sibling_gemms: Some(&BiasGemm),
+        sibling_gemms: Some(&BiasGemm { fuses_bias: true }),
     }
 }
 
@@ -126,7 +128,7 @@ fn a_backend_that_does_not_choose_a_pass_does_not_get_it() {
     // no elide_views: nothing elided, and merge_siblings finds no result read through views
     let caps = KernelCaps {
         attention_views: None,
-        sibling_gemms: Some(&BiasGemm),
+        sibling_gemms: Some(&BiasGemm { fuses_bias: true }),
     };
     let d: KernelDecisions<(), ()> = run_kernel_passes(&p, &caps);
     assert_eq!(elided(&d.views), 0);
@@ -146,20 +148,9 @@ fn a_backend_that_does_not_choose_a_pass_does_not_get_it() {
 #[test]
 fn siblings_the_backend_gemm_cannot_fuse_stay_apart() {
     let p = lowered();
-    /// A GEMM without epilogues.
-    struct Plain;
-    impl GemmEpilogues for Plain {
-        type Activation = ();
-        fn gemm_dtype(&self, _: DType) -> bool {
-            true
-        }
-        fn fused(&self, _: &LoopKernel, _: DType, _: usize) -> Option<(Option<BufferId>, ())> {
-            None
-        }
-    }
     let caps = KernelCaps {
         attention_views: Some(&every),
-        sibling_gemms: Some(&Plain),
+        sibling_gemms: Some(&BiasGemm { fuses_bias: false }),
     };
     let d: KernelDecisions<(), ()> = run_kernel_passes(&p, &caps);
     assert!(d.siblings.is_empty());
