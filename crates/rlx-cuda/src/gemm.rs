@@ -46,9 +46,10 @@ impl Operand {
 }
 
 /// An activation cuBLASLt applies after the bias.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Activation {
     /// none
+    #[default]
     None,
     /// max(x, 0)
     Relu,

@@ -206,3 +206,22 @@ fn nothing_merges_past_a_failed_condition() {
     let (merged, plain) = both(&program, &Target::h200());
     assert_eq!(merged, plain);
 }
+
+#[test]
+fn cuda_chooses_its_kernel_passes_by_its_settings() {
+    use rlx_cuda::plan::kernel_decisions;
+    let program = lower_for_cuda(&encoder(2, DType::F16)).unwrap();
+    let mut target = Target::h200();
+    let all = kernel_decisions(&program, &target, true);
+    assert_eq!(all.siblings.len(), 2, "one q/k/v group per layer");
+    assert!(all.views.elided.iter().any(|&e| e));
+    // without merge_gemms, merge_siblings does not run; elide_views still does
+    let unmerged = kernel_decisions(&program, &target, false);
+    assert!(unmerged.siblings.is_empty());
+    assert_eq!(unmerged.views, all.views);
+    // without elide, neither: merge_siblings merges only results read through views
+    target.tuning.elide = false;
+    let none = kernel_decisions(&program, &target, true);
+    assert!(none.views.elided.iter().all(|&e| !e));
+    assert!(none.siblings.is_empty());
+}

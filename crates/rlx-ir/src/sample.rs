@@ -66,7 +66,7 @@ impl SampleModel {
 /// `rlx-models` builds BERT: q, k and v sliced from it, reshaped to heads and transposed to
 /// `[batch, heads, seq, dim]`, attention (`mask` additive, else `causal` or none), and the
 /// result merged back to `[batch, seq, heads * dim]` — the pattern whose transposed copies
-/// `kernel_views` lets backends skip.
+/// `rlx-opt`'s `elide_views` kernel pass lets backends skip.
 ///
 /// # Errors
 /// Shapes that do not fit that pattern.

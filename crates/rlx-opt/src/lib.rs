@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! Graph -> optimize (fold, cse, simplify, dce) -> legalize for a device -> lower (fusion)
-//!       -> KernelProgram
+//!       -> KernelProgram -> kernel passes a backend chooses (elide_views, merge_siblings)
 //! ```
 //!
 //! - [`optimize`] runs the named graph passes of [`PASSES`], each verified in debug builds;
@@ -11,6 +11,8 @@
 //!   backend lacks and reporting every node in a [`DispatchReport`];
 //! - [`lower()`] fuses elementwise chains, reductions with their prologue and epilogue, and
 //!   library ops with their elementwise epilogue into a [`rlx_ir::kernel::KernelProgram`];
+//! - [`run_kernel_passes`] runs the kernel-IR passes of [`KERNEL_PASSES`] that a backend
+//!   chooses by its [`KernelCaps`], and returns their decisions for its planner;
 //! - [`buffers::plan_buffers`] decides, for a backend's steps over that program, where every
 //!   buffer lives and lays out the one arena of temporaries and scratch.
 //!
@@ -22,12 +24,16 @@
 
 pub mod buffers;
 mod error;
+pub mod kernel_passes;
 mod legalize;
 mod lower;
 mod passes;
 mod rebuild;
 
 pub use error::{LegalizeError, OptError, UnsupportedNode};
+pub use kernel_passes::{
+    run_kernel_passes, run_kernel_passes_until, KernelCaps, KernelDecisions, NoGemms, KERNEL_PASSES,
+};
 pub use legalize::{legalize, Caps, DispatchEntry, DispatchReport, How, OpSummary};
 pub use lower::{dump_kernels, lower, lower_stats, LowerStats};
 pub use passes::approximate::{approximate_gelu, GELU_TANH_MAX_ABS_ERROR};

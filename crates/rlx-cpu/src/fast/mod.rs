@@ -26,9 +26,9 @@ use loops::LoopExec;
 use memory::{finish_owned, zeroed, Arena, Loc, RunMemory};
 use rlx_interp::check::{bind_leaves, check_program, ProgramInfo};
 use rlx_ir::kernel::{BufferId, BufferKind, Kernel, KernelProgram};
-use rlx_ir::kernel_views::Views;
 use rlx_ir::{DType, Tensor, TensorData};
 use rlx_opt::buffers::{plan_buffers, ArenaTarget, Home, OutputHome, Region};
+use rlx_opt::kernel_passes::elide_views::Views;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -68,7 +68,7 @@ pub struct KernelTiming {
 }
 
 enum Exec {
-    /// a copy attention reads or writes through instead (`rlx_ir::kernel_views`)
+    /// a copy attention reads or writes through instead (the `elide_views` kernel pass)
     Elided,
     Loop {
         exec: Box<LoopExec>,
@@ -377,24 +377,28 @@ fn weight_source(
     }
 }
 
-/// The head-split copies f32 attention reads or writes through instead (see
-/// `rlx_ir::kernel_views`), unless `RLX_CPU_ELIDE=0`.
+/// The kernel-IR passes the CPU chooses ([`rlx_opt::KERNEL_PASSES`]): `elide_views` for the
+/// f32 attention kernel (`AttnPlan`), unless `RLX_CPU_ELIDE=0`; not `merge_siblings` (the
+/// CPU runs each GEMM over its own packed weight). Returns the head-split copies f32 attention reads or writes through instead.
 fn attention_views(program: &KernelProgram, info: &ProgramInfo) -> Views {
-    let on = crate::settings::ELIDE.switch();
-    rlx_ir::kernel_views::attention_views(program, |i| {
-        // only the f32 kernel (`AttnPlan`) takes views
-        on && match &program.kernels[i] {
-            Kernel::Library(l) => {
-                l.inputs
-                    .iter()
-                    .all(|&b| program.buffers[b].ty.dtype == DType::F32)
-                    && info.lib_results[i]
-                        .as_ref()
-                        .is_some_and(|r| r.0 == DType::F32)
-            }
-            Kernel::Loop(_) => false,
+    let f32_attention = |i: usize| match &program.kernels[i] {
+        Kernel::Library(l) => {
+            l.inputs
+                .iter()
+                .all(|&b| program.buffers[b].ty.dtype == DType::F32)
+                && info.lib_results[i]
+                    .as_ref()
+                    .is_some_and(|r| r.0 == DType::F32)
         }
-    })
+        Kernel::Loop(_) => false,
+    };
+    let caps = rlx_opt::KernelCaps::<rlx_opt::NoGemms> {
+        attention_views: crate::settings::ELIDE
+            .switch()
+            .then_some(&f32_attention as &dyn Fn(usize) -> bool),
+        sibling_gemms: None,
+    };
+    rlx_opt::run_kernel_passes(program, &caps).views
 }
 
 /// Where storage lives, decided at compile time.

@@ -115,20 +115,36 @@ pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError>
     plan_with(program, target, true)
 }
 
-/// [`plan`] with sibling GEMMs merged (`merge`, see [`crate::plan::merge`];
-/// [`crate::CudaOptions::merge_gemms`]) or not.
+/// The kernel-IR passes CUDA chooses ([`rlx_opt::KERNEL_PASSES`]): `elide_views` for every
+/// attention kernel unless [`crate::settings::Tuning::elide`] is off, and `merge_siblings`
+/// over cuBLASLt's GEMM when `merge` is on.
+pub fn kernel_decisions(
+    program: &KernelProgram,
+    target: &Target,
+    merge: bool,
+) -> rlx_opt::KernelDecisions<ArgRef, crate::gemm::Activation> {
+    let every = |_: usize| true;
+    let caps = rlx_opt::KernelCaps {
+        attention_views: target
+            .tuning
+            .elide
+            .then_some(&every as &dyn Fn(usize) -> bool),
+        sibling_gemms: merge.then_some(&crate::plan::merge::CudaGemm),
+    };
+    rlx_opt::run_kernel_passes(program, &caps)
+}
+
+/// [`plan`] with sibling GEMMs merged (the `merge_siblings` kernel pass, see
+/// [`crate::plan::merge`]; [`crate::CudaOptions::merge_gemms`]) or not.
 ///
 /// # Errors
 /// As [`plan`].
 pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Result<Plan, CudaError> {
     let mut plan = Plan::default();
     let mut problems = Vec::new();
-    let mut views = crate::plan::views::attention_views(program, target.tuning.elide);
-    let merges = if merge {
-        crate::plan::merge::find(program, &views)
-    } else {
-        crate::plan::merge::Merges::default()
-    };
+    let decisions = kernel_decisions(program, target, merge);
+    let mut views = decisions.views;
+    let merges = crate::plan::merge::Merges::new(decisions.siblings);
     let mut merged = crate::plan::merge::prepare(program, &merges, &mut views, &mut plan)
         .into_iter()
         .map(Some)

@@ -1,25 +1,18 @@
-//! CUDA's side of the shared attention-views analysis (`rlx_ir::kernel_views`): the views'
-//! types with a relocation target (the output of a merged GEMM, `plan::merge`), and the
-//! layouts attention generates code for. `RLX_CUDA_ELIDE=0` turns the peephole off.
+//! CUDA's side of the `elide_views` kernel-IR pass (`rlx_opt::kernel_passes::elide_views`):
+//! the views' types with a relocation target (the output of a merged GEMM, `plan::merge`),
+//! and the layouts attention generates code for. `RLX_CUDA_ELIDE=0` leaves the pass out.
 
 use crate::codegen::attention::{Layout, Layouts};
 use crate::codegen::store::LibCtx;
 use crate::codegen::ArgRef;
-pub use rlx_ir::kernel_views::{is_output, pure_copy, static_shape, Uses};
 
 /// An operand read (or result written) through strides; `target` is where it is read when
 /// a merged GEMM replaced the buffer's writer.
-pub type StridedView = rlx_ir::kernel_views::StridedView<ArgRef>;
+pub type StridedView = rlx_opt::kernel_passes::elide_views::StridedView<ArgRef>;
 /// What one attention kernel reads and writes in place, and the copies that replaces.
-pub type AttentionViews = rlx_ir::kernel_views::AttentionViews<ArgRef>;
+pub type AttentionViews = rlx_opt::kernel_passes::elide_views::AttentionViews<ArgRef>;
 /// The peephole's decisions for a program.
-pub type Views = rlx_ir::kernel_views::Views<ArgRef>;
-
-/// Finds the copies attention can replace, unless `enabled` is false
-/// ([`crate::settings::Tuning::elide`]).
-pub fn attention_views(program: &rlx_ir::kernel::KernelProgram, enabled: bool) -> Views {
-    rlx_ir::kernel_views::attention_views(program, |_| enabled)
-}
+pub type Views = rlx_opt::kernel_passes::elide_views::Views<ArgRef>;
 
 /// The layouts attention uses: packed ones, with each of `views` put in place.
 pub fn layouts(views: &AttentionViews, ctx: &LibCtx) -> Layouts {

@@ -27,8 +27,8 @@ use packed_gemm::PackedRhs;
 use rlx_interp::eval_op;
 use rlx_interp::index::broadcast_map;
 use rlx_ir::kernel::{BufferId, LibraryKernel};
-use rlx_ir::kernel_views::{AttentionViews, StridedView};
 use rlx_ir::{ArgOp, DType, Op, PoolKind, Tensor};
+use rlx_opt::kernel_passes::elide_views::{AttentionViews, StridedView};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
