@@ -206,7 +206,7 @@ fn contiguous_f32_chains_use_float4() {
                 node(Expr::Load(0), dtype),
                 node(Expr::Load(1), dtype),
                 node(Expr::Binary(BinaryOp::Mul, 0, 1), dtype),
-                node(Expr::Unary(UnaryOp::Gelu, 2), dtype),
+                node(Expr::Unary(UnaryOp::GELU, 2), dtype),
             ],
             None,
             3,
@@ -264,7 +264,7 @@ fn contiguous_f32_chains_use_float4() {
             node(Expr::Load(0), DType::F16),
             node(Expr::Load(1), DType::F16),
             node(Expr::Binary(BinaryOp::Add, 0, 1), DType::F16),
-            node(Expr::Unary(UnaryOp::Gelu, 2), DType::F16),
+            node(Expr::Unary(UnaryOp::GELU, 2), DType::F16),
         ],
         None,
         3,
@@ -293,7 +293,7 @@ fn bias_gelu(dtype: DType, rows: usize, cols: usize) -> rlx_ir::kernel::LoopKern
             node(Expr::Load(0), dtype),
             node(Expr::Load(1), dtype),
             node(Expr::Binary(BinaryOp::Add, 0, 1), dtype),
-            node(Expr::Unary(UnaryOp::Gelu, 2), dtype),
+            node(Expr::Unary(UnaryOp::GELU, 2), dtype),
         ],
         None,
         3,
@@ -358,7 +358,7 @@ fn half_chains_move_sixteen_bytes_two_vectors_per_thread() {
     mixed.body[1].dtype = DType::F32;
     mixed.body.insert(2, node(Expr::Cast(1), DType::F16));
     mixed.body[3] = node(Expr::Binary(BinaryOp::Add, 0, 2), DType::F16);
-    mixed.body[4] = node(Expr::Unary(UnaryOp::Gelu, 3), DType::F16);
+    mixed.body[4] = node(Expr::Unary(UnaryOp::GELU, 3), DType::F16);
     mixed.result = 4;
     let m = emit(&mixed);
     assert!(

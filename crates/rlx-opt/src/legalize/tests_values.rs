@@ -62,9 +62,9 @@ fn unary_graph(u: UnaryOp, positive: bool) -> Graph {
 #[test]
 fn activations() {
     for u in [
-        UnaryOp::Gelu,
-        UnaryOp::GeluTanh,
-        UnaryOp::Silu,
+        UnaryOp::GELU,
+        UnaryOp::GELU_TANH,
+        UnaryOp::SILU,
         UnaryOp::Sigmoid,
         UnaryOp::Reciprocal,
         UnaryOp::Neg,
