@@ -230,6 +230,21 @@ mod tests {
     }
 
     #[test]
+    fn every_composite_is_listed_once_among_the_unary_ops() {
+        for c in Composite::ALL {
+            let n = UnaryOp::ALL
+                .iter()
+                .filter(|&&u| u == UnaryOp::Composite(c))
+                .count();
+            assert_eq!(n, 1, "{c:?}");
+        }
+        let n_composites = UnaryOp::ALL
+            .iter()
+            .filter(|u| matches!(u, UnaryOp::Composite(_)));
+        assert_eq!(n_composites.count(), Composite::ALL.len());
+    }
+
+    #[test]
     fn names_are_unique() {
         let mut names: Vec<_> = Composite::ALL.iter().map(|c| c.name()).collect();
         names.sort();

@@ -62,9 +62,9 @@ impl UnaryOp {
     /// `x * sigmoid(x)`.
     pub const SILU: UnaryOp = UnaryOp::Composite(Composite::Silu);
 
-    /// Every unary op: the primitives and the first composites in enum order, then the
-    /// later composites.
-    pub const ALL: [UnaryOp; 27] = [
+    /// The ops listed before the later composites in [`UnaryOp::ALL`]: every primitive,
+    /// with GELU, GELU-tanh and SiLU where they stood before composites were a table.
+    const LISTED: [UnaryOp; 22] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -87,12 +87,23 @@ impl UnaryOp {
         UnaryOp::Sign,
         UnaryOp::Not,
         UnaryOp::BitNot,
-        UnaryOp::Composite(Composite::Softsign),
-        UnaryOp::Composite(Composite::Softplus),
-        UnaryOp::Composite(Composite::Mish),
-        UnaryOp::Composite(Composite::HardSwish),
-        UnaryOp::Composite(Composite::HardSigmoid),
     ];
+
+    /// Every unary op: [`UnaryOp::LISTED`], then the rest of [`Composite::ALL`], so a new
+    /// composite joins without an edit here.
+    pub const ALL: [UnaryOp; 19 + Composite::ALL.len()] = {
+        let mut all = [UnaryOp::Neg; 19 + Composite::ALL.len()];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = if i < Self::LISTED.len() {
+                Self::LISTED[i]
+            } else {
+                UnaryOp::Composite(Composite::ALL[i - 19])
+            };
+            i += 1;
+        }
+        all
+    };
 
     /// The op's name in dumps, reports and errors.
     pub fn name(self) -> &'static str {
