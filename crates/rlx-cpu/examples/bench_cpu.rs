@@ -85,7 +85,7 @@ fn chain(len: usize, out: usize) -> LoopKernel {
             node(Expr::Binary(BinaryOp::Mul, 0, 1), f),
             node(Expr::Load(2), f),
             node(Expr::Binary(BinaryOp::Add, 2, 3), f),
-            node(Expr::Unary(UnaryOp::Gelu, 4), f),
+            node(Expr::Unary(UnaryOp::GELU, 4), f),
         ],
         reduce: None,
         result: 5,

@@ -23,6 +23,18 @@ pub use fast::{CpuOptions, CpuProgram, KernelTiming, ProfiledRun};
 pub use rlx_interp as interp;
 pub use rlx_interp::{eval_op, run_graph, run_loop_kernel, run_program_reference};
 
+/// True when the fast path runs `op` natively: every compiled op except composites
+/// without a native form in the f32 lanes, which legalization expands into primitives.
+pub fn supports(op: &rlx_ir::Op) -> bool {
+    match op {
+        rlx_ir::Op::Input { .. } | rlx_ir::Op::Param { .. } => false,
+        rlx_ir::Op::Unary(rlx_ir::UnaryOp::Composite(c)) => {
+            fast::loops::lanes::native_composite(*c)
+        }
+        _ => true,
+    }
+}
+
 /// Number of threads the fast path uses by default: `RLX_CPU_THREADS`, else
 /// `RAYON_NUM_THREADS`, else the available cores.
 pub fn thread_count() -> usize {

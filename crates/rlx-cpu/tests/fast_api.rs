@@ -75,7 +75,7 @@ fn one_program_from_four_threads() {
     let x = b.input("x", F, &[64, 200]);
     let w = b.param("w", F, &[200, 96]);
     let h = b.push_library("mm", Op::MatMul, &[x, w], None).unwrap();
-    let k = unary_kernel("gelu", &[64, 96], h, UnaryOp::Gelu);
+    let k = unary_kernel("gelu", &[64, 96], h, UnaryOp::GELU);
     let y = b.push_loop(k);
     let s = b
         .push_library("softmax", Op::Softmax { axis: 1 }, &[y], None)

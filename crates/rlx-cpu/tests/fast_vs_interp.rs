@@ -86,7 +86,7 @@ fn elementwise_chain_with_broadcast_and_transposed_view() {
             n(Expr::Binary(BinaryOp::Add, 2, 3), F),
             n(Expr::Const(0.1), F),
             n(Expr::Binary(BinaryOp::Gt, 4, 5), DType::Bool),
-            n(Expr::Unary(UnaryOp::Gelu, 4), F),
+            n(Expr::Unary(UnaryOp::GELU, 4), F),
             n(Expr::Unary(UnaryOp::Tanh, 4), F),
             n(Expr::Where(6, 7, 8), F),
             n(Expr::Unary(UnaryOp::Exp, 9), F),
@@ -224,7 +224,7 @@ fn bias_gelu_epilogue(shape: &[usize], bias: usize) -> LoopKernel {
             n(Expr::Load(0), F),
             n(Expr::Load(1), F),
             n(Expr::Binary(BinaryOp::Add, 0, 1), F),
-            n(Expr::Unary(UnaryOp::Gelu, 2), F),
+            n(Expr::Unary(UnaryOp::GELU, 2), F),
         ],
     )
 }

@@ -38,7 +38,8 @@ pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
         // Bound by the runtime, never compiled into kernels.
         Op::Input { .. } | Op::Param { .. } => false,
         Op::Constant(_) => true,
-        Op::Unary(u) => first.is_some_and(|d| u.accepts(d)),
+        // The rule table is the capability list: composites without a rule are expanded.
+        Op::Unary(u) => first.is_some_and(|d| crate::codegen::unary::unary(*u, d, "x").is_some()),
         Op::Binary(b) => first.is_some_and(|d| b.accepts(d)),
         Op::Where | Op::Cast(_) | Op::Reduce { .. } | Op::ArgReduce { .. } => true,
         Op::Reshape(_) | Op::Transpose(_) | Op::Slice { .. } | Op::Expand(_) => true,

@@ -160,7 +160,7 @@ pub fn match_gemm_epilogue(e: &LoopKernel, dtype: DType, n: usize) -> Option<Gem
     }
     let (root, activation) = match &e.body[e.result].expr {
         Expr::Unary(UnaryOp::Relu, a) => (*a, Activation::Relu),
-        Expr::Unary(UnaryOp::GeluTanh, a) => (*a, Activation::GeluTanh),
+        Expr::Unary(UnaryOp::GELU_TANH, a) => (*a, Activation::GeluTanh),
         _ => (e.result, Activation::None),
     };
     let terms = sums[root]?;

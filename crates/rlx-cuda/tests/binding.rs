@@ -29,7 +29,7 @@ fn model() -> (Graph, HashMap<String, Arc<Tensor>>) {
     let x = g.input("x", DType::F32, [16, 64]);
     let w = g.param("w", DType::F32, [64, 64]);
     let m = g.matmul(x, w).unwrap();
-    let y = g.unary(UnaryOp::Gelu, m).unwrap();
+    let y = g.unary(UnaryOp::GELU, m).unwrap();
     let one = g.constant(Tensor::scalar(DType::F32, 1.0));
     let z = g.add(x, one).unwrap();
     g.output("y", y);

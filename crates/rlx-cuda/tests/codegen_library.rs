@@ -557,7 +557,7 @@ fn encoder_ffn_kernels_take_the_wide_paths() {
     let beta = b.param(dt, &[384]);
     let f = b.g().matmul(x, w1).unwrap();
     let f = b.g().add(f, b1).unwrap();
-    let f = b.g().unary(UnaryOp::Gelu, f).unwrap();
+    let f = b.g().unary(UnaryOp::GELU, f).unwrap();
     let f = b.g().matmul(f, w2).unwrap();
     let f = b.g().add(f, b2).unwrap();
     let r = b.g().add(f, x).unwrap();
@@ -647,7 +647,7 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
         let x = b.input(dt, &[16, k]);
         let w = b.param(dt, &[k, 64]);
         let y = b.g().matmul(x, w).unwrap();
-        let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+        let y = b.g().unary(UnaryOp::GELU, y).unwrap();
         let case = b.done(y);
         let name = case.name.clone();
         let (_, p) = plan_with_program(vec![case], &name);
@@ -658,7 +658,7 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
     let x = b.input(DType::F16, &[16, 64]);
     let w = b.param(DType::F16, &[64, 64]);
     let y = b.g().matmul(x, w).unwrap();
-    let y = b.g().unary(UnaryOp::GeluTanh, y).unwrap();
+    let y = b.g().unary(UnaryOp::GELU_TANH, y).unwrap();
     let (_, p) = plan_with_program(vec![b.done(y)], "cublaslt_fuses");
     assert!(p.choices.is_empty());
     // an FFN of 64 rows (65 536 results) offers the Hopper kernel's tilings after the
@@ -686,7 +686,7 @@ fn gemms_with_unfusable_epilogues_offer_the_fused_tensor_core_kernel() {
             let bias = b.param(DType::F16, &[1024]);
             let y = b.g().matmul(x, w).unwrap();
             let y = b.g().add(y, bias).unwrap();
-            let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+            let y = b.g().unary(UnaryOp::GELU, y).unwrap();
             let p = plan_for(vec![b.done(y)], "ffn", &target).1;
             let fused = p.choices.first().map_or(0, |c| c.fused.len());
             assert_eq!(fused, offered, "{} rows {rows}", target.arch);
@@ -880,7 +880,7 @@ fn feed_forward_blocks_offer_the_first_epilogue_applied_to_the_second_gemms_a() 
     let scale = b.param(dt, &[64]);
     let shift = b.param(dt, &[64]);
     let h = b.g().matmul(x, w1).unwrap();
-    let h = b.g().unary(UnaryOp::Gelu, h).unwrap();
+    let h = b.g().unary(UnaryOp::GELU, h).unwrap();
     let y = b.g().matmul(h, w2).unwrap();
     let z = b.g().layer_norm(y, scale, shift, 1e-5).unwrap();
     let other = b.g().matmul(h, w3).unwrap();
@@ -916,7 +916,7 @@ fn scalar_gelu_case() -> Vec<Case> {
     let bias = b.param(dt, &[101]);
     let y = b.g().matmul(x, w).unwrap();
     let y = b.g().add(y, bias).unwrap();
-    let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+    let y = b.g().unary(UnaryOp::GELU, y).unwrap();
     vec![b.done(y)]
 }
 

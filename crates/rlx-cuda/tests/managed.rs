@@ -106,7 +106,7 @@ fn mlp(rows: usize, width: usize, layers: usize) -> Case {
         let shift = b.param(DType::F32, &[width]);
         h = b.g().matmul(h, w).unwrap();
         h = b.g().binary(BinaryOp::Add, h, bias).unwrap();
-        h = b.g().unary(UnaryOp::Gelu, h).unwrap();
+        h = b.g().unary(UnaryOp::GELU, h).unwrap();
         h = b.g().layer_norm(h, scale, shift, 1e-5).unwrap();
     }
     b.done(h)

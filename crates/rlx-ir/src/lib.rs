@@ -10,6 +10,7 @@
 //! This crate knows no device: it describes computations, never where they run.
 
 mod buffer;
+pub mod composite;
 mod dtype;
 mod error;
 mod graph;
@@ -28,6 +29,7 @@ mod shape;
 mod tensor;
 
 pub use buffer::{Buffer, BufferOwner, Pod};
+pub use composite::Composite;
 pub use dtype::DType;
 pub use error::IrError;
 pub use graph::{Graph, Node, NodeId, TensorType};

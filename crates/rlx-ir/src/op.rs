@@ -2,6 +2,7 @@
 //! their names, algebraic flags and reference semantics. Adding an elementwise op is one row
 //! here; every emitter then matches it exhaustively.
 
+use crate::composite::Composite;
 use crate::quant::QuantFormat;
 use crate::scalar;
 use crate::{DType, Shape, Tensor};
@@ -30,12 +31,9 @@ pub enum UnaryOp {
     Sigmoid,
     /// max(x, 0)
     Relu,
-    /// exact GELU (erf)
-    Gelu,
-    /// GELU, tanh approximation
-    GeluTanh,
-    /// x * sigmoid(x)
-    Silu,
+    /// an activation defined by its expansion into the ops here (GELU, SiLU, Softplus, ...);
+    /// it sits where GELU stood so the ops keep their order
+    Composite(Composite),
     /// error function
     Erf,
     /// sine
@@ -57,8 +55,16 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
-    /// Every unary op.
-    pub const ALL: [UnaryOp; 22] = [
+    /// Exact GELU (erf).
+    pub const GELU: UnaryOp = UnaryOp::Composite(Composite::Gelu);
+    /// GELU, tanh approximation.
+    pub const GELU_TANH: UnaryOp = UnaryOp::Composite(Composite::GeluTanh);
+    /// `x * sigmoid(x)`.
+    pub const SILU: UnaryOp = UnaryOp::Composite(Composite::Silu);
+
+    /// The ops listed before the later composites in [`UnaryOp::ALL`]: every primitive,
+    /// with GELU, GELU-tanh and SiLU where they stood before composites were a table.
+    const LISTED: [UnaryOp; 22] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -69,9 +75,9 @@ impl UnaryOp {
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
         UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::GeluTanh,
-        UnaryOp::Silu,
+        UnaryOp::GELU,
+        UnaryOp::GELU_TANH,
+        UnaryOp::SILU,
         UnaryOp::Erf,
         UnaryOp::Sin,
         UnaryOp::Cos,
@@ -82,6 +88,22 @@ impl UnaryOp {
         UnaryOp::Not,
         UnaryOp::BitNot,
     ];
+
+    /// Every unary op: [`UnaryOp::LISTED`], then the rest of [`Composite::ALL`], so a new
+    /// composite joins without an edit here.
+    pub const ALL: [UnaryOp; 19 + Composite::ALL.len()] = {
+        let mut all = [UnaryOp::Neg; 19 + Composite::ALL.len()];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = if i < Self::LISTED.len() {
+                Self::LISTED[i]
+            } else {
+                UnaryOp::Composite(Composite::ALL[i - 19])
+            };
+            i += 1;
+        }
+        all
+    };
 
     /// The op's name in dumps, reports and errors.
     pub fn name(self) -> &'static str {
@@ -96,9 +118,7 @@ impl UnaryOp {
             UnaryOp::Tanh => "tanh",
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::GeluTanh => "gelu_tanh",
-            UnaryOp::Silu => "silu",
+            UnaryOp::Composite(c) => c.name(),
             UnaryOp::Erf => "erf",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
@@ -124,9 +144,7 @@ impl UnaryOp {
             UnaryOp::Tanh => x.tanh(),
             UnaryOp::Sigmoid => scalar::sigmoid(x),
             UnaryOp::Relu => x.max(0.0),
-            UnaryOp::Gelu => scalar::gelu(x),
-            UnaryOp::GeluTanh => scalar::gelu_tanh(x),
-            UnaryOp::Silu => x * scalar::sigmoid(x),
+            UnaryOp::Composite(c) => c.eval(x),
             UnaryOp::Erf => scalar::erf(x),
             UnaryOp::Sin => x.sin(),
             UnaryOp::Cos => x.cos(),
@@ -916,7 +934,7 @@ mod tests {
         assert_eq!(UnaryOp::Round.eval(-1.5), -2.0);
         assert_eq!(UnaryOp::Sign.eval(-0.3), -1.0);
         assert_eq!(UnaryOp::Relu.eval(-2.0), 0.0);
-        assert!((UnaryOp::Silu.eval(1.0) - 0.731_058_578_630_004_9).abs() < 1e-15);
+        assert!((UnaryOp::SILU.eval(1.0) - 0.731_058_578_630_004_9).abs() < 1e-15);
         assert_eq!(BinaryOp::Xor.eval(1.0, 1.0, DType::Bool), 0.0);
         assert_eq!(ReduceOp::Mean.finish(6.0, 4), 1.5);
     }

@@ -143,7 +143,7 @@ pub fn encoder(s: EncoderShape, batch: usize, dtype: DType) -> SampleModel {
         let b1 = m.weight(format!("l{l}.ln1.b"), &[h], bias, dtype, &mut seed);
         let hid = m.graph.layer_norm(r, g1, b1, 1e-12).expect("shapes");
         let f = proj(&mut m, &mut seed, "ffn1", hid, h, s.ffn);
-        let f = m.graph.unary(UnaryOp::Gelu, f).expect("encoder shapes");
+        let f = m.graph.unary(UnaryOp::GELU, f).expect("encoder shapes");
         let f = proj(&mut m, &mut seed, "ffn2", f, s.ffn, h);
         let r = m.graph.add(f, hid).expect("encoder shapes");
         let g2 = m.weight(format!("l{l}.ln2.g"), &[h], gain, dtype, &mut seed);

@@ -128,10 +128,10 @@ impl BertConfig {
     pub fn activation(&self) -> Result<rlx_ir::UnaryOp, String> {
         use rlx_ir::UnaryOp;
         Ok(match self.hidden_act.as_str() {
-            "gelu" => UnaryOp::Gelu,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => UnaryOp::GeluTanh,
+            "gelu" => UnaryOp::GELU,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => UnaryOp::GELU_TANH,
             "relu" => UnaryOp::Relu,
-            "silu" | "swish" => UnaryOp::Silu,
+            "silu" | "swish" => UnaryOp::SILU,
             other => {
                 return Err(format!(
                     "hidden_act `{other}` is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, silu)"
@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(c.check(), Ok(()));
         assert_eq!(c.layer_norm_eps, 1e-12);
         assert_eq!(c.head_dim(), 4);
-        assert_eq!(c.activation(), Ok(rlx_ir::UnaryOp::Gelu));
+        assert_eq!(c.activation(), Ok(rlx_ir::UnaryOp::GELU));
         let mut c = base();
         c.num_attention_heads = 3;
         assert!(c.check().unwrap_err().contains("not a multiple"));

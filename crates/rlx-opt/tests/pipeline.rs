@@ -16,7 +16,7 @@ use test_util::{assert_close, cpu_eval, run, run_program};
 fn gpu_like(op: &Op, _: &[&TensorType]) -> bool {
     !matches!(
         op,
-        Op::LayerNorm { .. } | Op::Softmax { .. } | Op::Unary(UnaryOp::Gelu)
+        Op::LayerNorm { .. } | Op::Softmax { .. } | Op::Unary(UnaryOp::GELU)
     )
 }
 
@@ -41,7 +41,7 @@ fn block() -> Graph {
     let r = g.add(x, a).unwrap();
     let m = g.matmul(r, w1).unwrap();
     let m = g.add(m, b1).unwrap();
-    let m = g.unary(UnaryOp::Gelu, m).unwrap();
+    let m = g.unary(UnaryOp::GELU, m).unwrap();
     let m = g.matmul(m, w2).unwrap();
     // A constant subgraph: 2 * exp(0) = 2, folded.
     let z = g.scalar(DType::F32, 0.0);

@@ -56,8 +56,8 @@ impl Gen {
                     UnaryOp::Relu,
                     UnaryOp::Sin,
                     UnaryOp::Exp,
-                    UnaryOp::Gelu,
-                    UnaryOp::Silu,
+                    UnaryOp::GELU,
+                    UnaryOp::SILU,
                 ][self.rng.below(9)];
                 g.unary(u, a).ok()
             }
@@ -211,7 +211,7 @@ fn no_fancy_ops(op: &Op, _: &[&TensorType]) -> bool {
         op,
         Op::Binary(BinaryOp::Sub)
             | Op::Unary(
-                UnaryOp::Neg | UnaryOp::Sigmoid | UnaryOp::Gelu | UnaryOp::Silu | UnaryOp::Relu
+                UnaryOp::Neg | UnaryOp::Sigmoid | UnaryOp::GELU | UnaryOp::SILU | UnaryOp::Relu
             )
             | Op::Expand(_)
     )

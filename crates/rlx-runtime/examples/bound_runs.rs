@@ -19,7 +19,7 @@ fn model(batch: usize, d: usize) -> Graph {
     for i in 0..2 {
         let w = g.param(&format!("w{i}"), DType::F32, [d, d]);
         let m = g.matmul(h, w).unwrap();
-        h = g.unary(UnaryOp::Gelu, m).unwrap();
+        h = g.unary(UnaryOp::GELU, m).unwrap();
     }
     g.output("y", h);
     g

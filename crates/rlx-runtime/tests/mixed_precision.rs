@@ -16,7 +16,7 @@ fn mlp() -> Graph {
     let w2 = g.param("w2", DType::F32, [128, 32]);
     let h = g.matmul(x, w1).unwrap();
     let h = g.add(h, b1).unwrap();
-    let h = g.unary(rlx_ir::UnaryOp::Gelu, h).unwrap();
+    let h = g.unary(rlx_ir::UnaryOp::GELU, h).unwrap();
     let y = g.matmul(h, w2).unwrap();
     g.output("y", y);
     g

@@ -260,7 +260,7 @@ fn approximate_gelu_is_opt_in_and_stays_within_its_bound() {
     let b = g.param("b", DType::F32, [2]);
     let h = g.matmul(x, w).unwrap();
     let h = g.add(h, b).unwrap();
-    let y = g.unary(UnaryOp::Gelu, h).unwrap();
+    let y = g.unary(UnaryOp::GELU, h).unwrap();
     g.output("y", y);
     let (s, w, b) = session_with_params();
     let x = Tensor::random(DType::F32, &[8, 3], 9);
@@ -279,8 +279,8 @@ fn approximate_gelu_is_opt_in_and_stays_within_its_bound() {
         let v = c.variant(&none).unwrap();
         v.graph.nodes().iter().any(|n| n.op == Op::Unary(op))
     };
-    assert!(has(&exact, UnaryOp::Gelu) && !has(&exact, UnaryOp::GeluTanh));
-    assert!(has(&approx, UnaryOp::GeluTanh) && !has(&approx, UnaryOp::Gelu));
+    assert!(has(&exact, UnaryOp::GELU) && !has(&exact, UnaryOp::GELU_TANH));
+    assert!(has(&approx, UnaryOp::GELU_TANH) && !has(&approx, UnaryOp::GELU));
     // The exact graph matches an f64 reference; the approximate one stays within the bound.
     let pre = affine(&x, &w, &b);
     let want: Vec<f64> = pre.iter().map(|&v| rlx_ir::scalar::gelu(v)).collect();

@@ -27,7 +27,8 @@ pub fn supports(op: &Op, inputs: &[&TensorType]) -> bool {
         Op::Input { .. } | Op::Param { .. } => false,
         Op::Constant(t) => t.dtype() != DType::F64,
         Op::Cast(to) => *to != DType::F64,
-        Op::Unary(u) => first.is_some_and(|d| u.accepts(d)),
+        // Composites without a rule in the scalar table are expanded by legalization.
+        Op::Unary(u) => first.is_some_and(|d| u.accepts(d)) && crate::codegen::scalar::native(*u),
         Op::Binary(b) => first.is_some_and(|d| b.accepts(d)),
         Op::Where | Op::Reduce { .. } | Op::ArgReduce { .. } => true,
         Op::Reshape(_) | Op::Transpose(_) | Op::Slice { .. } | Op::Expand(_) => true,

@@ -2,7 +2,7 @@
 //! `dtype`. The match is exhaustive, so a new op makes the compiler ask for its rule here.
 
 use super::dtype::{is_single, literal};
-use rlx_ir::{DType, UnaryOp};
+use rlx_ir::{Composite, DType, UnaryOp};
 
 /// `name` for double, `namef` for float.
 fn math(dtype: DType, name: &str) -> String {
@@ -20,10 +20,6 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
     }
     let one = literal(dtype, 1.0);
     let zero = literal(dtype, 0.0);
-    let half = literal(dtype, 0.5);
-    // irrational constants at the compute type's precision: 16-bit values compute in f32,
-    // so 1/sqrt(2) must not be rounded to 16 bits first
-    let constant = |v: f64| literal(if is_single(dtype) { DType::F32 } else { dtype }, v);
     let f = |name: &str| format!("{}({a})", math(dtype, name));
     Some(match op {
         UnaryOp::Neg => format!("(-{a})"),
@@ -37,21 +33,7 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
         UnaryOp::Tanh => f("tanh"),
         UnaryOp::Sigmoid => format!("({one} / ({one} + {}(-{a})))", math(dtype, "exp")),
         UnaryOp::Relu => format!("({a} > {zero} ? {a} : {zero})"),
-        // 16-bit results: the prelude's GELU within 6e-7 in f32 (far below their rounding),
-        // a reciprocal and an exp2 instead of erff's polynomials
-        UnaryOp::Gelu if matches!(dtype, DType::F16 | DType::BF16) => format!("rlx_gelu_fast({a})"),
-        UnaryOp::Gelu => format!(
-            "({half} * {a} * ({one} + {}({a} * {})))",
-            math(dtype, "erf"),
-            constant(std::f64::consts::FRAC_1_SQRT_2)
-        ),
-        UnaryOp::GeluTanh => format!(
-            "({half} * {a} * ({one} + {}({} * ({a} + {} * {a} * {a} * {a}))))",
-            math(dtype, "tanh"),
-            constant((2.0 / std::f64::consts::PI).sqrt()),
-            constant(0.044715)
-        ),
-        UnaryOp::Silu => format!("({a} / ({one} + {}(-{a})))", math(dtype, "exp")),
+        UnaryOp::Composite(c) => return composite(c, dtype, a),
         UnaryOp::Erf => f("erf"),
         UnaryOp::Sin => f("sin"),
         UnaryOp::Cos => f("cos"),
@@ -70,6 +52,37 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
     })
 }
 
+/// CUDA's native forms of composites. A composite without one is None here, so
+/// [`crate::caps::supports`] declines it and legalization expands it into primitives.
+fn composite(c: Composite, dtype: DType, a: &str) -> Option<String> {
+    let one = literal(dtype, 1.0);
+    let half = literal(dtype, 0.5);
+    // irrational constants at the compute type's precision: 16-bit values compute in f32,
+    // so 1/sqrt(2) must not be rounded to 16 bits first
+    let constant = |v: f64| literal(if is_single(dtype) { DType::F32 } else { dtype }, v);
+    Some(match c {
+        // 16-bit results: the prelude's GELU within 6e-7 in f32 (far below their rounding),
+        // a reciprocal and an exp2 instead of erff's polynomials
+        Composite::Gelu if matches!(dtype, DType::F16 | DType::BF16) => {
+            format!("rlx_gelu_fast({a})")
+        }
+        Composite::Gelu => format!(
+            "({half} * {a} * ({one} + {}({a} * {})))",
+            math(dtype, "erf"),
+            constant(std::f64::consts::FRAC_1_SQRT_2)
+        ),
+        Composite::GeluTanh => format!(
+            "({half} * {a} * ({one} + {}({} * ({a} + {} * {a} * {a} * {a}))))",
+            math(dtype, "tanh"),
+            constant((2.0 / std::f64::consts::PI).sqrt()),
+            constant(0.044715)
+        ),
+        Composite::Silu => format!("({a} / ({one} + {}(-{a})))", math(dtype, "exp")),
+        // No native form: legalization writes the expansion of `rlx_ir::composite` instead.
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,8 +90,11 @@ mod tests {
     #[test]
     fn every_op_has_a_rule_for_what_it_accepts() {
         for op in UnaryOp::ALL {
+            let expanded =
+                matches!(op, UnaryOp::Composite(c) if composite(c, DType::F32, "x").is_none());
             for dt in DType::ALL {
-                assert_eq!(unary(op, dt, "x").is_some(), op.accepts(dt), "{op:?} {dt}");
+                let want = op.accepts(dt) && !expanded;
+                assert_eq!(unary(op, dt, "x").is_some(), want, "{op:?} {dt}");
             }
         }
     }
@@ -102,10 +118,10 @@ mod tests {
     #[test]
     fn the_fast_gelu_of_half_results_is_within_its_bound() {
         assert_eq!(
-            unary(UnaryOp::Gelu, DType::F16, "x").unwrap(),
+            unary(UnaryOp::GELU, DType::F16, "x").unwrap(),
             "rlx_gelu_fast(x)"
         );
-        assert!(unary(UnaryOp::Gelu, DType::F32, "x")
+        assert!(unary(UnaryOp::GELU, DType::F32, "x")
             .unwrap()
             .contains("erff("));
         let mut worst = 0.0f64;
@@ -134,11 +150,11 @@ mod tests {
 
     #[test]
     fn gelu_constants_keep_the_compute_precision() {
-        let f32_rule = unary(UnaryOp::Gelu, DType::F32, "x").unwrap();
+        let f32_rule = unary(UnaryOp::GELU, DType::F32, "x").unwrap();
         for dtype in [DType::F16, DType::BF16] {
             let f32_constant = literal(DType::F32, std::f64::consts::FRAC_1_SQRT_2);
             assert!(f32_rule.contains(&f32_constant));
-            let tanh = unary(UnaryOp::GeluTanh, dtype, "x").unwrap();
+            let tanh = unary(UnaryOp::GELU_TANH, dtype, "x").unwrap();
             assert!(tanh.contains(&literal(DType::F32, 0.044715)), "{tanh}");
         }
     }

@@ -157,7 +157,7 @@ pub fn wide_path_cases() -> Vec<Case> {
             let bias = b.param(dt, &[n]);
             let y = b.g().matmul(x, w).unwrap();
             let y = b.g().add(y, bias).unwrap();
-            let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+            let y = b.g().unary(UnaryOp::GELU, y).unwrap();
             cases.push(b.done(y));
         }
     }
@@ -260,7 +260,7 @@ pub fn library_cases() -> Vec<Case> {
         let x = b.input(dt, &[2, 4, 5]);
         let w = b.input(dt, &[2, 5, 6]);
         let y = b.g().matmul(x, w).unwrap();
-        let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+        let y = b.g().unary(UnaryOp::GELU, y).unwrap();
         cases.push(b.done(y));
         let mut b = Builder::new(&format!("matmul_broadcast_cast_{dt}"), dt);
         let x = b.input(dt, &[2, 1, 4, 5]);
@@ -667,11 +667,11 @@ pub fn fused_gemm_cases() -> Vec<Case> {
                     "bias_gelu" => {
                         let bias = b.param(dt, &[n]);
                         let y = b.g().add(y, bias).unwrap();
-                        b.g().unary(UnaryOp::Gelu, y).unwrap()
+                        b.g().unary(UnaryOp::GELU, y).unwrap()
                     }
-                    "silu" => b.g().unary(UnaryOp::Silu, y).unwrap(),
+                    "silu" => b.g().unary(UnaryOp::SILU, y).unwrap(),
                     "gelu_f32" => {
-                        let y = b.g().unary(UnaryOp::Gelu, y).unwrap();
+                        let y = b.g().unary(UnaryOp::GELU, y).unwrap();
                         b.g().cast(y, DType::F32).unwrap()
                     }
                     _ => {
@@ -751,9 +751,9 @@ pub fn ffn_norm_cases() -> Vec<Case> {
         h = if kind.starts_with("bias_gelu") {
             let b1 = b.param(dt, &[ffn]);
             let h = b.g().add(h, b1).unwrap();
-            b.g().unary(UnaryOp::Gelu, h).unwrap()
+            b.g().unary(UnaryOp::GELU, h).unwrap()
         } else {
-            b.g().unary(UnaryOp::Silu, h).unwrap()
+            b.g().unary(UnaryOp::SILU, h).unwrap()
         };
         let mut y = b.g().matmul(h, w2).unwrap();
         let scale = b.param(dt, &[hidden]);

@@ -127,8 +127,8 @@ impl Llama {
             let gate = linear(&mut gr, &mut param, hn, &p("ffn_gate"))?;
             let up = linear(&mut gr, &mut param, hn, &p("ffn_up"))?;
             let act = match c.ffn_act {
-                FfnAct::Silu => UnaryOp::Silu,
-                FfnAct::GeluTanh => UnaryOp::GeluTanh,
+                FfnAct::Silu => UnaryOp::SILU,
+                FfnAct::GeluTanh => UnaryOp::GELU_TANH,
             };
             let gate = gr.unary(act, gate)?;
             let m = gr.binary(BinaryOp::Mul, gate, up)?;

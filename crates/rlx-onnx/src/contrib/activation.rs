@@ -28,21 +28,21 @@ fn plus_opt(ctx: &mut Ctx, n: &NodeIn, x: Val, i: usize) -> R<Val> {
 /// `Gelu`: the exact (erf) form.
 pub fn gelu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = float_input(ctx, n, 0)?;
-    Ok(vec![ctx.unary(UnaryOp::Gelu, &x)?])
+    Ok(vec![ctx.unary(UnaryOp::GELU, &x)?])
 }
 
 /// `BiasGelu`: erf GELU of `x + bias`.
 pub fn bias_gelu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = float_input(ctx, n, 0)?;
     let y = ctx.add(&x, &n.input(1)?)?;
-    Ok(vec![ctx.unary(UnaryOp::Gelu, &y)?])
+    Ok(vec![ctx.unary(UnaryOp::GELU, &y)?])
 }
 
 /// `FastGelu`: tanh GELU of `x` (+ an optional bias).
 pub fn fast_gelu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     let x = float_input(ctx, n, 0)?;
     let y = plus_opt(ctx, n, x, 1)?;
-    Ok(vec![ctx.unary(UnaryOp::GeluTanh, &y)?])
+    Ok(vec![ctx.unary(UnaryOp::GELU_TANH, &y)?])
 }
 
 /// `QuickGelu`: `x * sigmoid(alpha * x)`, alpha 1.702 by default.
@@ -72,6 +72,6 @@ pub fn bias_split_gelu(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
     };
     let left = ctx.slice(&y, r - 1, 0, c / 2, 1)?;
     let right = ctx.slice(&y, r - 1, c / 2, c, 1)?;
-    let g = ctx.unary(UnaryOp::Gelu, &right)?;
+    let g = ctx.unary(UnaryOp::GELU, &right)?;
     Ok(vec![ctx.mul(&left, &g)?])
 }

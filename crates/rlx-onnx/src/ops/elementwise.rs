@@ -4,7 +4,7 @@
 use crate::ctx::{invalid, unsupported, Ctx, Val, R};
 use crate::dtype::to_dtype;
 use crate::node::NodeIn;
-use rlx_ir::{BinaryOp, DType, UnaryOp};
+use rlx_ir::{BinaryOp, Composite, DType, UnaryOp};
 
 /// A mapper producing one value.
 fn one(v: Val) -> R<Vec<Val>> {
@@ -307,22 +307,15 @@ pub fn activation(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         "HardSigmoid" => {
             let a = float_attr(n, "alpha", 0.2)?;
             let b = float_attr(n, "beta", 0.5)?;
-            hard_sigmoid(ctx, &x, a, b)?
+            if a as f32 == 1.0 / 6.0 && b == 0.5 {
+                ctx.unary(UnaryOp::Composite(Composite::HardSigmoid), &x)?
+            } else {
+                hard_sigmoid(ctx, &x, a, b)?
+            }
         }
-        "HardSwish" => {
-            let h = hard_sigmoid(ctx, &x, 1.0 / 6.0, 0.5)?;
-            ctx.mul(&x, &h)?
-        }
-        "Softplus" => {
-            let e = ctx.unary(UnaryOp::Exp, &x)?;
-            let e1 = ctx.binary_scalar(BinaryOp::Add, &e, 1.0)?;
-            ctx.unary(UnaryOp::Log, &e1)?
-        }
-        "Softsign" => {
-            let a = ctx.unary(UnaryOp::Abs, &x)?;
-            let a1 = ctx.binary_scalar(BinaryOp::Add, &a, 1.0)?;
-            ctx.div(&x, &a1)?
-        }
+        "HardSwish" => ctx.unary(UnaryOp::Composite(Composite::HardSwish), &x)?,
+        "Softplus" => ctx.unary(UnaryOp::Composite(Composite::Softplus), &x)?,
+        "Softsign" => ctx.unary(UnaryOp::Composite(Composite::Softsign), &x)?,
         "ThresholdedRelu" => {
             let a = float_attr(n, "alpha", 1.0)?;
             let c = ctx.binary_scalar(BinaryOp::Gt, &x, a)?;
@@ -338,13 +331,7 @@ pub fn activation(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             let y = ctx.where_(&hi, &xs, &zero)?;
             ctx.where_(&lo, &xb, &y)?
         }
-        "Mish" => {
-            let e = ctx.unary(UnaryOp::Exp, &x)?;
-            let e1 = ctx.binary_scalar(BinaryOp::Add, &e, 1.0)?;
-            let sp = ctx.unary(UnaryOp::Log, &e1)?;
-            let t = ctx.unary(UnaryOp::Tanh, &sp)?;
-            ctx.mul(&x, &t)?
-        }
+        "Mish" => ctx.unary(UnaryOp::Composite(Composite::Mish), &x)?,
         "Swish" => {
             let a = float_attr(n, "alpha", 1.0)?;
             let ax = ctx.binary_scalar(BinaryOp::Mul, &x, a)?;
@@ -352,8 +339,8 @@ pub fn activation(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
             ctx.mul(&x, &s)?
         }
         "Gelu" => match n.string("approximate", "none")?.as_str() {
-            "none" => ctx.unary(UnaryOp::Gelu, &x)?,
-            "tanh" => ctx.unary(UnaryOp::GeluTanh, &x)?,
+            "none" => ctx.unary(UnaryOp::GELU, &x)?,
+            "tanh" => ctx.unary(UnaryOp::GELU_TANH, &x)?,
             other => invalid!("approximate `{other}` is neither none nor tanh"),
         },
         other => unsupported!("activation {other} is not implemented"),

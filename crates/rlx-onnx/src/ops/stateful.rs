@@ -79,7 +79,7 @@ pub fn causal_conv_with_state(ctx: &mut Ctx, n: &NodeIn) -> R<Vec<Val>> {
         ctx.op(Op::Conv2d(p), &ins)
     })?;
     let y = if silu {
-        ctx.unary(UnaryOp::Silu, &y)?
+        ctx.unary(UnaryOp::SILU, &y)?
     } else {
         y
     };

@@ -195,3 +195,22 @@ fn fmt_types(tys: &[TensorType]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Composite expansions (`rlx_ir::composite`) write their pieces through the emitter, so
+/// each piece is legalized in turn like a rule's.
+impl rlx_ir::composite::Expand for Emitter<'_> {
+    type Value = NodeId;
+    type Error = Failure;
+
+    fn unary(&mut self, op: rlx_ir::UnaryOp, x: NodeId) -> Result<NodeId, Failure> {
+        Emitter::unary(self, op, x)
+    }
+
+    fn binary(&mut self, op: BinaryOp, x: NodeId, y: NodeId) -> Result<NodeId, Failure> {
+        Emitter::binary(self, op, x, y)
+    }
+
+    fn binary_scalar(&mut self, op: BinaryOp, x: NodeId, v: f64) -> Result<NodeId, Failure> {
+        Emitter::binary_scalar(self, op, x, v)
+    }
+}

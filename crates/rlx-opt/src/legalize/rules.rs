@@ -6,7 +6,6 @@
 use super::emitter::{Emitter, Failure};
 use super::{rules_int, rules_nn};
 use rlx_ir::{BinaryOp, DType, Dim, NodeId, Op, Tensor, TensorType, UnaryOp};
-use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
 /// Rewrites `op` over `ins` (result type `ty`) into other ops.
 pub(crate) fn decompose(
@@ -52,30 +51,8 @@ fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: NodeId) -> Result<NodeId, Failure> 
     use BinaryOp::{Add, Div, Gt, Mul};
     let dtype = e.ty(x).dtype;
     match u {
-        // 0.5 * x * (1 + erf(x / sqrt(2)))
-        UnaryOp::Gelu => {
-            let t = e.binary_scalar(Mul, x, FRAC_1_SQRT_2)?;
-            let t = e.unary(UnaryOp::Erf, t)?;
-            let t = e.binary_scalar(Add, t, 1.0)?;
-            let t = e.binary(Mul, x, t)?;
-            e.binary_scalar(Mul, t, 0.5)
-        }
-        // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
-        UnaryOp::GeluTanh => {
-            let x2 = e.binary(Mul, x, x)?;
-            let x3 = e.binary(Mul, x2, x)?;
-            let t = e.binary_scalar(Mul, x3, 0.044715)?;
-            let t = e.binary(Add, x, t)?;
-            let t = e.binary_scalar(Mul, t, (2.0 / PI).sqrt())?;
-            let t = e.unary(UnaryOp::Tanh, t)?;
-            let t = e.binary_scalar(Add, t, 1.0)?;
-            let t = e.binary(Mul, x, t)?;
-            e.binary_scalar(Mul, t, 0.5)
-        }
-        UnaryOp::Silu => {
-            let s = e.unary(UnaryOp::Sigmoid, x)?;
-            e.binary(Mul, x, s)
-        }
+        // Defined once, in `rlx_ir::composite`.
+        UnaryOp::Composite(c) => c.expand(e, x),
         // 1 / (1 + exp(-x)): exp overflows to inf for very negative x, giving exactly 0.
         UnaryOp::Sigmoid => {
             let t = e.unary(UnaryOp::Neg, x)?;

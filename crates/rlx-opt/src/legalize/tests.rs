@@ -58,7 +58,7 @@ fn one_error_lists_every_unsupported_node() {
     let w = g.param("w", DType::F32, [3, 5]);
     let m = g.matmul(x, w).unwrap();
     let t = g.unary(UnaryOp::Tanh, m).unwrap();
-    let s = g.unary(UnaryOp::Gelu, t).unwrap();
+    let s = g.unary(UnaryOp::GELU, t).unwrap();
     let i = g.input("i", DType::I32, [2]);
     let j = g.binary(BinaryOp::Add, i, i).unwrap();
     g.output("s", s);
@@ -93,8 +93,8 @@ fn one_error_lists_every_unsupported_node() {
 fn partially_supported_graph_reports_only_the_missing_piece() {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, [4]);
-    let a = g.unary(UnaryOp::Gelu, x).unwrap(); // needs erf: missing
-    let b = g.unary(UnaryOp::Silu, a).unwrap(); // decomposes fully
+    let a = g.unary(UnaryOp::GELU, x).unwrap(); // needs erf: missing
+    let b = g.unary(UnaryOp::SILU, a).unwrap(); // decomposes fully
     g.output("y", b);
     let err = legalize(&g, "tiny", &tiny).unwrap_err();
     let LegalizeError::Unsupported { nodes, report, .. } = err else {

@@ -62,9 +62,9 @@ fn unary_graph(u: UnaryOp, positive: bool) -> Graph {
 #[test]
 fn activations() {
     for u in [
-        UnaryOp::Gelu,
-        UnaryOp::GeluTanh,
-        UnaryOp::Silu,
+        UnaryOp::GELU,
+        UnaryOp::GELU_TANH,
+        UnaryOp::SILU,
         UnaryOp::Sigmoid,
         UnaryOp::Reciprocal,
         UnaryOp::Neg,
@@ -73,6 +73,35 @@ fn activations() {
         check(&unary_graph(u, false));
     }
     check(&unary_graph(UnaryOp::Rsqrt, true));
+}
+
+/// A backend with no native composite: every op but [`UnaryOp::Composite`].
+fn no_composites(op: &Op, _: &[&TensorType]) -> bool {
+    !matches!(op, Op::Unary(UnaryOp::Composite(_)))
+}
+
+#[test]
+fn every_composite_is_expanded_where_not_native() {
+    let composites = UnaryOp::ALL
+        .into_iter()
+        .filter(|u| matches!(u, UnaryOp::Composite(_)));
+    for u in composites {
+        let g = unary_graph(u, false);
+        let (lg, report) = legalize(&g, "plain", &no_composites).unwrap();
+        assert_eq!(report.count(How::Decomposed), 1, "{report}");
+        assert!(lg.nodes().iter().all(|n| no_composites(&n.op, &[])), "{lg}");
+        let program = lower(&lg).unwrap();
+        for seed in [5, 6] {
+            let want = run(&g, seed);
+            assert!(
+                want[0].1.to_f64_vec().iter().all(|v| *v != 0.0),
+                "{}",
+                u.name()
+            );
+            assert_close(&run(&lg, seed), &want, 1e-5);
+            assert_close(&run_program(&program, &lg, seed), &want, 1e-5);
+        }
+    }
 }
 
 #[test]

@@ -31,7 +31,7 @@ fn gelu_of_affine_is_one_loop_kernel() {
     let b = g.param("b", DType::F32, [4, 1]);
     let t = g.mul(x, a).unwrap();
     let t = g.add(t, b).unwrap();
-    let y = g.unary(UnaryOp::Gelu, t).unwrap();
+    let y = g.unary(UnaryOp::GELU, t).unwrap();
     g.output("y", y);
     let p = check(&g);
     let s = lower_stats(&p);

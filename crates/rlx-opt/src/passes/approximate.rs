@@ -28,10 +28,10 @@ pub fn approximate_gelu(graph: &Graph) -> Result<(Graph, usize), OptError> {
     let mut rewritten = 0;
     for (i, node) in graph.nodes().iter().enumerate() {
         let id = NodeId(i);
-        if let Op::Unary(UnaryOp::Gelu) = node.op {
+        if let Op::Unary(UnaryOp::GELU) = node.op {
             let input = rb.get(node.inputs[0]);
             let new = rb
-                .push(Op::Unary(UnaryOp::GeluTanh), &[input], &node.name)
+                .push(Op::Unary(UnaryOp::GELU_TANH), &[input], &node.name)
                 .map_err(err)?;
             rb.set(id, new);
             rewritten += 1;
@@ -54,17 +54,17 @@ mod tests {
     fn gelu_becomes_its_tanh_form_within_the_documented_error() {
         let mut g = Graph::new();
         let x = g.input("x", DType::F32, Shape::of(&[4, 64]));
-        let y = g.unary(UnaryOp::Gelu, x).unwrap();
-        let z = g.unary(UnaryOp::Gelu, y).unwrap();
+        let y = g.unary(UnaryOp::GELU, x).unwrap();
+        let z = g.unary(UnaryOp::GELU, y).unwrap();
         let w = g.unary(UnaryOp::Relu, z).unwrap();
         g.output("w", w);
         let (a, n) = approximate_gelu(&g).unwrap();
         assert_eq!(n, 2);
         let ops: Vec<&Op> = a.nodes().iter().map(|n| &n.op).collect();
-        assert!(!ops.contains(&&Op::Unary(UnaryOp::Gelu)));
+        assert!(!ops.contains(&&Op::Unary(UnaryOp::GELU)));
         assert_eq!(
             ops.iter()
-                .filter(|o| ***o == Op::Unary(UnaryOp::GeluTanh))
+                .filter(|o| ***o == Op::Unary(UnaryOp::GELU_TANH))
                 .count(),
             2
         );

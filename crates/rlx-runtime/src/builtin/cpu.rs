@@ -45,7 +45,7 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, op: &Op, _inputs: &[&TensorType]) -> bool {
-        !matches!(op, Op::Input { .. } | Op::Param { .. })
+        rlx_cpu::supports(op)
     }
 
     /// Matmuls by a weight only: they run on AMX tiles (bf16) where the CPU has them;

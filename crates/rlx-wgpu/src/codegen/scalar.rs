@@ -8,7 +8,7 @@
 //! i32 (integers) or bool. i64 is emulated in 32 bits (values must fit in i32); i8/u8 wrap
 //! after every node as the reference does. f64 is not supported (legalization reports it).
 
-use rlx_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+use rlx_ir::{BinaryOp, Composite, DType, ReduceOp, UnaryOp};
 
 /// True for the dtypes this backend stores (not f64, nor the 16-bit, unsigned 32/64-bit and
 /// narrow types, which have no rules here; `plan` refuses them with an error naming them).
@@ -234,11 +234,7 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
             UnaryOp::Sigmoid => format!("(1.0 / (1.0 + exp(-{a})))"),
             UnaryOp::Relu if float => format!("select(0.0, {a}, {a} > 0.0)"),
             UnaryOp::Relu => format!("select(0, {a}, {a} > 0)"),
-            UnaryOp::Gelu => format!("(0.5 * {a} * (1.0 + rlx_erf({a} * 0.70710678118654752)))"),
-            UnaryOp::GeluTanh => format!(
-                "(0.5 * {a} * (1.0 + rlx_tanh(0.79788456080286536 * ({a} + 0.044715 * {a} * {a} * {a}))))"
-            ),
-            UnaryOp::Silu => format!("({a} / (1.0 + exp(-{a})))"),
+            UnaryOp::Composite(c) => composite(c, a)?,
             UnaryOp::Erf => format!("rlx_erf({a})"),
             UnaryOp::Sin => format!("sin({a})"),
             UnaryOp::Cos => format!("cos({a})"),
@@ -253,6 +249,28 @@ pub fn unary(op: UnaryOp, dtype: DType, a: &str) -> Option<String> {
             UnaryOp::BitNot => format!("(~{a})"),
         },
     ))
+}
+
+/// False for a composite without a native form here, which legalization expands.
+pub fn native(op: UnaryOp) -> bool {
+    match op {
+        UnaryOp::Composite(c) => composite(c, "x").is_some(),
+        _ => true,
+    }
+}
+
+/// WGSL's native forms of composites. A composite without one is None here, so the
+/// backend's `supports` declines it and legalization expands it into primitives.
+fn composite(c: Composite, a: &str) -> Option<String> {
+    Some(match c {
+        Composite::Gelu => format!("(0.5 * {a} * (1.0 + rlx_erf({a} * 0.70710678118654752)))"),
+        Composite::GeluTanh => format!(
+            "(0.5 * {a} * (1.0 + rlx_tanh(0.79788456080286536 * ({a} + 0.044715 * {a} * {a} * {a}))))"
+        ),
+        Composite::Silu => format!("({a} / (1.0 + exp(-{a})))"),
+        // No native form: legalization writes the expansion of `rlx_ir::composite` instead.
+        _ => return None,
+    })
 }
 
 /// The expression for `a op b` for operands of `dtype`, or None when not accepted here.
@@ -370,7 +388,7 @@ mod tests {
     fn every_accepted_op_has_a_rule() {
         for dt in DType::ALL {
             for op in UnaryOp::ALL {
-                let want = op.accepts(dt) && storable(dt);
+                let want = op.accepts(dt) && storable(dt) && native(op);
                 assert_eq!(unary(op, dt, "x").is_some(), want, "{op:?} {dt}");
             }
             for op in BinaryOp::ALL {

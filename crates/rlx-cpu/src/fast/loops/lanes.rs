@@ -5,7 +5,7 @@
 
 use super::super::math;
 use super::super::memory::{dispatch, Data, Elem};
-use rlx_ir::{BinaryOp, DType, UnaryOp};
+use rlx_ir::{BinaryOp, Composite, DType, UnaryOp};
 
 /// Loop points evaluated per instruction dispatch.
 pub(crate) const LANES: usize = 256;
@@ -350,7 +350,7 @@ fn mul_add_f32<const FMA: bool>(
     d: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if FMA && op == Some(UnaryOp::Gelu) {
+    if FMA && op == Some(UnaryOp::GELU) {
         // SAFETY: `FMA` is true only inside `eval_f32_avx2` and `eval_f32_avx512`, after
         // feature detection (both imply AVX2 and FMA).
         unsafe { math::avx2::mul_add_gelu(x, y, z, d) };
@@ -360,7 +360,7 @@ fn mul_add_f32<const FMA: bool>(
     let it = d.iter_mut().zip(x).zip(y).zip(z);
     match op {
         None => it.for_each(|(((d, &a), &b), &c)| *d = madd(a, b, c)),
-        Some(UnaryOp::Gelu) => {
+        Some(UnaryOp::GELU) => {
             it.for_each(|(((d, &a), &b), &c)| *d = math::gelu::<FMA>(madd(a, b, c)))
         }
         Some(op) => unreachable!("{op:?} is never fused"),
@@ -380,19 +380,7 @@ fn unary_f32<const FMA: bool>(op: UnaryOp, x: &[f32], d: &mut [f32]) {
         UnaryOp::Tanh => map1(x, d, math::tanh::<FMA>),
         UnaryOp::Sigmoid => map1(x, d, math::sigmoid::<FMA>),
         UnaryOp::Relu => map1(x, d, |x| x.max(0.0)),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `FMA` is true only inside `eval_f32_avx2` and `eval_f32_avx512`, after
-        // feature detection (both imply AVX2 and FMA); `avx512` checks AVX-512F.
-        UnaryOp::Gelu if FMA => unsafe {
-            if crate::fast::library::packed_gemm::avx512() {
-                math::avx512::gelu_slice(x, d)
-            } else {
-                math::avx2::gelu_slice(x, d)
-            }
-        },
-        UnaryOp::Gelu => map1(x, d, math::gelu::<FMA>),
-        UnaryOp::GeluTanh => map1(x, d, math::gelu_tanh::<FMA>),
-        UnaryOp::Silu => map1(x, d, |x| x * math::sigmoid::<FMA>(x)),
+        UnaryOp::Composite(c) => composite_f32::<FMA>(c, x, d),
         UnaryOp::Erf => map1(x, d, math::erf::<FMA>),
         UnaryOp::Sin => map1(x, d, f32::sin),
         UnaryOp::Cos => map1(x, d, f32::cos),
@@ -411,6 +399,35 @@ fn unary_f32<const FMA: bool>(op: UnaryOp, x: &[f32], d: &mut [f32]) {
         UnaryOp::Not => map1(x, d, |x| (x == 0.0) as u8 as f32),
         // Integer-only: f32 lanes never run it, but keep the reference meaning.
         UnaryOp::BitNot => map1(x, d, |x| UnaryOp::BitNot.eval(x as f64) as f32),
+    }
+}
+
+/// True for the composites the f32 lanes compute natively (vectorized GELU, ...); the
+/// backend declines the others, which legalization expands into primitives.
+pub(crate) fn native_composite(c: Composite) -> bool {
+    matches!(c, Composite::Gelu | Composite::GeluTanh | Composite::Silu)
+}
+
+/// `d = c(x)` by the native forms [`native_composite`] lists.
+#[inline(always)]
+fn composite_f32<const FMA: bool>(c: Composite, x: &[f32], d: &mut [f32]) {
+    match c {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `FMA` is true only inside `eval_f32_avx2` and `eval_f32_avx512`, after
+        // feature detection (both imply AVX2 and FMA); `avx512` checks AVX-512F.
+        Composite::Gelu if FMA => unsafe {
+            if crate::fast::library::packed_gemm::avx512() {
+                math::avx512::gelu_slice(x, d)
+            } else {
+                math::avx2::gelu_slice(x, d)
+            }
+        },
+        Composite::Gelu => map1(x, d, math::gelu::<FMA>),
+        Composite::GeluTanh => map1(x, d, math::gelu_tanh::<FMA>),
+        Composite::Silu => map1(x, d, |x| x * math::sigmoid::<FMA>(x)),
+        // Not native: legalization expands it, so only kernel programs built without
+        // legalization get here; they get the reference meaning.
+        _ => map1(x, d, |v| c.eval(v as f64) as f32),
     }
 }
 

@@ -240,12 +240,12 @@ fn fuse(lists: [&mut Vec<Inst>; 2], keep: &[usize], n_regs: usize) {
                         }
                     })
                 }
-                InstKind::Unary(UnaryOp::Gelu, a) if inst.dtype == DType::F32 => {
+                InstKind::Unary(UnaryOp::GELU, a) if inst.dtype == DType::F32 => {
                     f32_reg(&list[..j], a)
                         .filter(|_| uses[a] == 1)
                         .and_then(|p| match list[p].kind {
                             InstKind::MulAdd(x, y, z, None) => {
-                                Some((p, InstKind::MulAdd(x, y, z, Some(UnaryOp::Gelu))))
+                                Some((p, InstKind::MulAdd(x, y, z, Some(UnaryOp::GELU))))
                             }
                             _ => None,
                         })
