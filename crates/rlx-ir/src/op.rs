@@ -89,7 +89,7 @@ impl UnaryOp {
         UnaryOp::BitNot,
     ];
 
-    /// Every unary op: [`UnaryOp::LISTED`], then the rest of [`Composite::ALL`], so a new
+    /// Every unary op: the primitives in their order, then the rest of [`Composite::ALL`], so a new
     /// composite joins without an edit here.
     pub const ALL: [UnaryOp; 19 + Composite::ALL.len()] = {
         let mut all = [UnaryOp::Neg; 19 + Composite::ALL.len()];

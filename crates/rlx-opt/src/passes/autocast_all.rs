@@ -167,9 +167,8 @@ pub fn autocast_all(
         }
         let mut ins = Vec::with_capacity(node.inputs.len());
         for &x in &node.inputs {
-            let new = if graph.ty(x).dtype != DType::F32 {
-                rb.get(x)
-            } else if is_low[x.0] {
+            // non-float inputs pass as they are, low inputs are already low
+            let new = if graph.ty(x).dtype != DType::F32 || is_low[x.0] {
                 rb.get(x)
             } else if let Some(&c) = as_low.get(&x) {
                 c
