@@ -139,12 +139,16 @@ fn cuda_f16_products_match_cpu_f32() {
     assert!(err <= 2e-3, "relative L2 {err}");
 }
 
-/// A MiniLM-shaped encoder (2 layers, 64 tokens, batch 2) in bf16 products on the CPU:
-/// matmuls by a weight on AMX tiles where the CPU has them (packed from the second run on,
-/// epilogues block by block), attention kept in f32, bf16 loads and stores in f32 lanes;
-/// within bf16's error of the f32 run, on the first run and on the packed second one.
-#[test]
-fn bf16_encoder_stays_close_to_f32() {
+/// A MiniLM-shaped encoder (2 layers, 64 tokens, batch 2) in f32 with its weights set on
+/// `cpu`, a random input (seeded), and its f32 result on `cpu`.
+fn small_encoder(
+    cpu: &Session,
+    seed: u64,
+) -> (
+    rlx_ir::sample::SampleModel,
+    HashMap<String, Tensor>,
+    Vec<f64>,
+) {
     use rlx_ir::sample::{encoder, EncoderShape};
     let shape = EncoderShape {
         layers: 2,
@@ -152,19 +156,29 @@ fn bf16_encoder_stays_close_to_f32() {
         ..EncoderShape::MINILM
     };
     let model = encoder(shape, 2, DType::F32);
-    let s = Session::new(Device::Cpu).unwrap();
     for (name, t) in &model.params {
-        s.set_param(name, (**t).clone());
+        cpu.set_param(name, (**t).clone());
     }
-    let x = Tensor::random(DType::F32, &[2, shape.seq, shape.hidden], 5);
+    let x = Tensor::random(DType::F32, &[2, shape.seq, shape.hidden], seed);
     let inputs = HashMap::from([("hidden".to_string(), x)]);
-    let want = s
+    let want = cpu
         .compile(&model.graph, CompileOptions::default())
         .unwrap()
         .run(&inputs)
         .unwrap()[0]
         .1
         .to_f64_vec();
+    (model, inputs, want)
+}
+
+/// A MiniLM-shaped encoder (2 layers, 64 tokens, batch 2) in bf16 products on the CPU:
+/// matmuls by a weight on AMX tiles where the CPU has them (packed from the second run on,
+/// epilogues block by block), attention kept in f32, bf16 loads and stores in f32 lanes;
+/// within bf16's error of the f32 run, on the first run and on the packed second one.
+#[test]
+fn bf16_encoder_stays_close_to_f32() {
+    let s = Session::new(Device::Cpu).unwrap();
+    let (model, inputs, want) = small_encoder(&s, 5);
     let options = CompileOptions {
         precision: Some(DType::BF16),
         ..CompileOptions::default()
@@ -188,7 +202,6 @@ fn bf16_encoder_stays_close_to_f32() {
 /// device.
 #[test]
 fn cuda_f16_encoder_with_f16_activations_stays_close_to_f32() {
-    use rlx_ir::sample::{encoder, EncoderShape};
     let gpu = match Session::new(Device::Cuda) {
         Ok(s) => s,
         Err(e) => {
@@ -199,26 +212,11 @@ fn cuda_f16_encoder_with_f16_activations_stays_close_to_f32() {
             return;
         }
     };
-    let shape = EncoderShape {
-        layers: 2,
-        seq: 64,
-        ..EncoderShape::MINILM
-    };
-    let model = encoder(shape, 2, DType::F32);
     let cpu = Session::new(Device::Cpu).unwrap();
+    let (model, inputs, want) = small_encoder(&cpu, 6);
     for (name, t) in &model.params {
-        cpu.set_param(name, (**t).clone());
         gpu.set_param(name, (**t).clone());
     }
-    let x = Tensor::random(DType::F32, &[2, shape.seq, shape.hidden], 6);
-    let inputs = HashMap::from([("hidden".to_string(), x)]);
-    let want = cpu
-        .compile(&model.graph, CompileOptions::default())
-        .unwrap()
-        .run(&inputs)
-        .unwrap()[0]
-        .1
-        .to_f64_vec();
     let options = CompileOptions {
         precision: Some(DType::F16),
         ..CompileOptions::default()

@@ -22,8 +22,43 @@ pub struct AutocastReport {
 }
 
 /// True for the ops autocast runs in low precision.
-fn is_product(op: &Op) -> bool {
+pub(super) fn is_product(op: &Op) -> bool {
     matches!(op, Op::MatMul | Op::Conv2d(_) | Op::Attention { .. })
+}
+
+/// True when input `i` of `n` is a weight (a param or a constant).
+pub(super) fn is_weight_input(graph: &Graph, n: &Node, i: usize) -> bool {
+    n.inputs
+        .get(i)
+        .is_some_and(|&w| matches!(graph.node(w).op, Op::Param { .. } | Op::Constant(_)))
+}
+
+/// Refuses a `low` that is not f16 or bf16, naming `pass`.
+pub(super) fn check_half(low: DType, pass: &'static str) -> Result<(), OptError> {
+    if matches!(low, DType::F16 | DType::BF16) {
+        return Ok(());
+    }
+    Err(OptError::Pass {
+        pass,
+        source: rlx_ir::IrError::Infer {
+            node: "graph".into(),
+            op: pass,
+            inputs: String::new(),
+            message: format!("mixed precision computes in f16 or bf16, not {low}"),
+        },
+    })
+}
+
+/// Re-declares f32 param `node` (old id `id`) in `low` on the new graph.
+pub(super) fn low_param(rb: &mut Rebuild<'_>, id: NodeId, node: &Node, low: DType) -> NodeId {
+    let new = rb.new.push_node(Node {
+        op: node.op.clone(),
+        inputs: Vec::new(),
+        ty: TensorType::new(low, node.ty.shape.clone()),
+        name: node.name.clone(),
+    });
+    rb.set(id, new);
+    new
 }
 
 /// Rewrites `graph` so its f32 matrix products run in `low` (f16 or bf16).
@@ -50,23 +85,11 @@ pub fn autocast_where(
         pass: "autocast",
         source,
     };
-    if !matches!(low, DType::F16 | DType::BF16) {
-        return Err(err(rlx_ir::IrError::Infer {
-            node: "graph".into(),
-            op: "autocast",
-            inputs: String::new(),
-            message: format!("mixed precision computes in f16 or bf16, not {low}"),
-        }));
-    }
+    check_half(low, "autocast")?;
     let nodes = graph.nodes();
-    let weight = |n: &Node| {
-        n.inputs
-            .get(1)
-            .is_some_and(|&w| matches!(graph.node(w).op, Op::Param { .. } | Op::Constant(_)))
-    };
     let f32_product = |n: &Node| {
         is_product(&n.op)
-            && takes(&n.op, weight(n))
+            && takes(&n.op, is_weight_input(graph, n, 1))
             && n.ty.dtype == DType::F32
             && n.inputs.iter().all(|&i| graph.ty(i).dtype == DType::F32)
     };
@@ -91,16 +114,7 @@ pub fn autocast_where(
         let id = NodeId(i);
         match &node.op {
             Op::Param { name } if node.ty.dtype == DType::F32 && used[i] && only_products[i] => {
-                let new = rb.new.push_node(Node {
-                    op: node.op.clone(),
-                    inputs: Vec::new(),
-                    ty: TensorType {
-                        dtype: low,
-                        shape: node.ty.shape.clone(),
-                    },
-                    name: node.name.clone(),
-                });
-                rb.set(id, new);
+                let new = low_param(&mut rb, id, node, low);
                 low_of.insert(id, new);
                 report.params.push(name.clone());
             }

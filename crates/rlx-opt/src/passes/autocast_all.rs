@@ -15,10 +15,10 @@
 //!
 //! [`autocast`]: super::autocast::autocast
 
-use super::autocast::AutocastReport;
+use super::autocast::{check_half, is_product, is_weight_input, low_param, AutocastReport};
 use crate::rebuild::Rebuild;
 use crate::OptError;
-use rlx_ir::{DType, Graph, Node, NodeId, Op, Tensor, TensorType};
+use rlx_ir::{DType, Graph, NodeId, Op, Tensor, TensorType};
 use std::collections::HashMap;
 
 /// Ops that may be stored low when an input is (or that start low precision): everything
@@ -66,19 +66,11 @@ pub fn autocast_all(
         pass: "autocast_all",
         source,
     };
-    let Some(max) = (match low {
-        DType::F16 | DType::BF16 => low.max_finite(),
-        _ => None,
-    }) else {
-        return Err(err(rlx_ir::IrError::Infer {
-            node: "graph".into(),
-            op: "autocast_all",
-            inputs: String::new(),
-            message: format!("half-precision activations are f16 or bf16, not {low}"),
-        }));
-    };
+    check_half(low, "autocast_all")?;
+    let max = low
+        .max_finite()
+        .expect("f16 and bf16 have a largest finite value");
     let nodes = graph.nodes();
-    let is_weight = |id: NodeId| matches!(graph.node(id).op, Op::Param { .. } | Op::Constant(_));
     // Decide, in order, which nodes are stored low.
     let mut is_low = vec![false; nodes.len()];
     for (i, n) in nodes.iter().enumerate() {
@@ -92,12 +84,10 @@ pub fn autocast_all(
         if !floats_f32 {
             continue;
         }
-        let starts = match n.op {
-            Op::MatMul | Op::Conv2d(_) | Op::Attention { .. } => {
-                product(&n.op, n.inputs.get(1).is_some_and(|&w| is_weight(w)))
-            }
-            Op::Gather { .. } => n.inputs.first().is_some_and(|&t| is_weight(t)),
-            _ => false,
+        let starts = if is_product(&n.op) {
+            product(&n.op, is_weight_input(graph, n, 1))
+        } else {
+            matches!(n.op, Op::Gather { .. }) && is_weight_input(graph, n, 0)
         };
         if !starts && !n.inputs.iter().any(|&x| is_low[x.0]) {
             continue;
@@ -140,13 +130,7 @@ pub fn autocast_all(
         let id = NodeId(i);
         if let Op::Param { name } = &node.op {
             if node.ty.dtype == DType::F32 && used[i] && low_reader_only[i] {
-                let new = rb.new.push_node(Node {
-                    op: node.op.clone(),
-                    inputs: Vec::new(),
-                    ty: TensorType::new(low, node.ty.shape.clone()),
-                    name: node.name.clone(),
-                });
-                rb.set(id, new);
+                let new = low_param(&mut rb, id, node, low);
                 as_low.insert(id, new);
                 report.params.push(name.clone());
                 continue;
@@ -186,7 +170,7 @@ pub fn autocast_all(
             };
             ins.push(new);
         }
-        if matches!(node.op, Op::MatMul | Op::Conv2d(_) | Op::Attention { .. }) {
+        if is_product(&node.op) {
             report.products += 1;
         }
         let new = rb.push(node.op.clone(), &ins, &node.name).map_err(err)?;
