@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ONNX conformance: generates the official backend node tests offline from the onnx wheel,
 # runs `rlx onnx-test` on them and on the wheel's simple / pytorch-converted /
-# pytorch-operator suites (CPU, release build), prints the counts per suite, and fails on any
+# pytorch-operator suites and its nine `light` CNNs (scripts/onnx-light.py; CPU, release
+# build), prints the counts per suite, and fails on any
 # crash or on any test of tests/onnx/expected-pass.txt that does not pass.
 #
 #   scripts/onnx-conformance.sh            # everything
@@ -30,6 +31,7 @@ if [ ! -d "$OUT/node" ]; then
   fi
   python3 "$SHARED/onnx/gen_node_tests.py" "$OUT" >/dev/null
 fi
+[ -d "$OUT/light" ] || python3 "$ROOT/scripts/onnx-light.py" "$OUT/light"
 DATA=$(python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data"))')
 
 if [ -n "${RLX_BIN:-}" ]; then
@@ -41,8 +43,8 @@ fi
 mkdir -p "$OUT/results"
 
 status=0
-for suite in node simple pytorch-converted pytorch-operator; do
-  if [ "$suite" = node ]; then dir=$OUT/node; else dir=$DATA/$suite; fi
+for suite in node simple pytorch-converted pytorch-operator light; do
+  case $suite in node | light) dir=$OUT/$suite ;; *) dir=$DATA/$suite ;; esac
   expect=$OUT/results/$suite.expected
   { grep -E "^$suite/" "$EXPECT" || true; } | sed "s|^$suite/||" > "$expect"
   if ! "$RLX" onnx-test "$dir" --device cpu --json --fail-on-crash --expect-pass "$expect" \

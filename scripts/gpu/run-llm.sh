@@ -15,7 +15,9 @@
 #   embed  rlx embed of 256 texts of 8-128 tokens (batches of 32, f16) vs PyTorch (peer_embed.py)
 #   validate  rlx run (the demo) and rlx bench (the BERT folder) with --validate on CUDA: every
 #          node checked against the CPU interpreter
-#   zoo    the ONNX model zoo (crates/rlx/tests/zoo) on cuda and vulkan against ONNX Runtime
+#   zoo    the ONNX model zoo (crates/rlx/tests/zoo) on cuda and vulkan against ONNX Runtime,
+#          and the onnx wheel's light CNNs (.gpu/light) through rlx onnx-test on both
+#   bert-vulkan  the bert part's folder through rlx bench on vulkan (f32, f16; batch 1/32/256)
 #   serve-small, serve-8b   rlx serve (continuous batching) under rlx loadtest: 64 streams
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
 # (RLX_PARITY=arch:dtype,... picks the parity folders; make_llm.py knows llama mistral qwen2 phi3 gemma)
@@ -29,6 +31,11 @@ for z in $g/*.gz $g/tests/*.gz $g/cuda-tests/*.gz; do
   [ -f "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz}"
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
+# NVIDIA's Vulkan driver needs the loader, which the machine lacks: unpack .gl's packages once
+vulkan_loader() {
+  [ -f /tmp/.vulkan-loader ] && return
+  for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig; touch /tmp/.vulkan-loader
+}
 for part in "$@"; do
   echo "== $part"
   case $part in
@@ -150,10 +157,22 @@ for part in "$@"; do
         $g/rlx bench $d --device cuda --precision $p --dim batch=2,seq=32 --iters 1 --warmup 0 --validate 2>&1 | tail -4 | tee -a "$out/validate.txt"
       done ;;
     zoo)
+      vulkan_loader
+      z=$g/zoo; [ -d $z ] || z=crates/rlx/tests/zoo
       for dev in cuda vulkan; do
-        python3 $g/zoo.py check $g/zoo $g/rlx $dev > "$out/zoo-$dev.jsonl" 2>&1
+        python3 $g/zoo.py check $z $g/rlx $dev ${ZOO_TIME:+--time} > "$out/zoo-$dev.jsonl" 2>&1
         grep -v '"ok": true' "$out/zoo-$dev.jsonl" | tail -12
+        [ -d $g/light ] && $g/rlx onnx-test $g/light --device $dev --jobs 4 2>&1 | tail -10 | tee "$out/light-$dev.txt"
       done ;;
+    bert-vulkan)
+      vulkan_loader
+      d=$work/bert-minilm
+      [ -f $d/config.json ] || python3 $g/make_bert.py $d $g/bert-tokenizer.json > /dev/null 2>&1
+      for p in f32 f16; do for b in 1 32 256; do
+        timeout 300 $g/rlx bench $d --device vulkan --precision $p --dim batch=$b,seq=128 --iters 50 --json 2>&1 | tr -d '\n ' | tee -a "$out/bert-vulkan.json"; echo | tee -a "$out/bert-vulkan.json"
+      done; done
+      $g/rlx bench $d --device vulkan --precision f16 --dim batch=32,seq=128 --iters 20 --profile > "$out/bert-vulkan-profile.txt" 2>&1
+      head -30 "$out/bert-vulkan-profile.txt" ;;
     serve-small|serve-8b)
       if [ $part = serve-small ]; then name=smollm2-f16 shape=smollm2_135m; else name=llama3-8b-f16 shape=llama3_8b; fi
       d=$work/$name

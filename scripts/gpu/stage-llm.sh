@@ -55,7 +55,9 @@ cp "$target/release/rlx" "$target/release/examples/decode_split" .gpu/
 cp scripts/gpu/run-llm.sh scripts/gpu/llm_parity.py scripts/gpu/peer_embed.py scripts/gpu/make_llm_1b.py .gpu/
 cp "$shared/gpu/peers/make_llm.py" "$shared/gpu/peers/peer_llm.py" .gpu/
 cp "$shared/gpu/peers/make_bert.py" "$shared/gpu/peers/peer_bert.py" .gpu/
-cp scripts/zoo/zoo.py .gpu/; cp -r crates/rlx/tests/zoo .gpu/zoo
+# the zoo's models travel with the tracked tree (crates/rlx/tests/zoo); the onnx wheel's
+# light CNNs are made here (the GPU machine has no onnx package)
+cp scripts/zoo/zoo.py .gpu/; python3 scripts/onnx-light.py .gpu/light
 cp models/smollm2-hf/tokenizer.json .gpu/tokenizer.json
 cp models/minilm/tokenizer.json .gpu/bert-tokenizer.json
 strip .gpu/tests/* .gpu/cuda-tests/* .gpu/rlx .gpu/decode_split 2>/dev/null || true

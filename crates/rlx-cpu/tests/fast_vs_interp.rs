@@ -304,6 +304,52 @@ fn convolutions() {
             true,
         ),
         ([4, 3, 5, 6], [8, 3, 1, 1], Conv2dParams::default(), false),
+        // depthwise and few channels a group: summed tap by tap (no column matrix)
+        (
+            [2, 6, 11, 10],
+            [6, 1, 3, 3],
+            Conv2dParams {
+                stride: [2, 2],
+                pads: [1, 2, 0, 1],
+                dilation: [2, 1],
+                groups: 6,
+            },
+            true,
+        ),
+        (
+            [1, 4, 5, 5],
+            [8, 1, 5, 5],
+            Conv2dParams {
+                stride: [1, 1],
+                pads: [2; 4],
+                dilation: [1, 1],
+                groups: 4,
+            },
+            false,
+        ),
+        (
+            [1, 3, 2, 2],
+            [3, 1, 3, 3],
+            Conv2dParams {
+                stride: [3, 3],
+                pads: [1; 4],
+                dilation: [1, 1],
+                groups: 3,
+            },
+            true,
+        ),
+        // many channels a group: one GEMM a group
+        (
+            [1, 16, 6, 6],
+            [8, 8, 3, 3],
+            Conv2dParams {
+                stride: [1, 1],
+                pads: [1; 4],
+                dilation: [1, 1],
+                groups: 2,
+            },
+            true,
+        ),
         (
             [5, 2, 7, 7],
             [4, 2, 3, 3],

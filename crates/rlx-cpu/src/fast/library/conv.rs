@@ -22,6 +22,9 @@ pub(crate) struct ConvPlan {
     pub p: Conv2dParams,
     /// 1x1, stride 1, no padding: the input already is the column matrix
     pub pointwise: bool,
+    /// grouped with little work per group (depthwise and the like): every output plane is
+    /// summed tap by tap straight from the input, planes in parallel, no column matrix
+    pub direct: bool,
     /// images processed in parallel (each with its own column buffer)
     pub workers: usize,
     pub threads: usize,
@@ -39,6 +42,9 @@ impl ConvPlan {
         let pointwise =
             (w[2] == 1 && w[3] == 1 && p.stride == [1, 1] && p.pads == [0; 4]) || w[1] == 0;
         let workers = if x[0] >= 2 * threads { threads } else { 1 };
+        // one GEMM per group pays a column matrix and a parallel dispatch per group: with a
+        // few input channels a group (depthwise: one), summing taps directly is far cheaper
+        let direct = p.groups > 1 && w[1] <= 4 && !pointwise;
         ConvPlan {
             n: x[0],
             c: x[1],
@@ -52,6 +58,7 @@ impl ConvPlan {
             ow: out[3],
             p,
             pointwise,
+            direct,
             workers,
             threads,
         }
@@ -59,7 +66,7 @@ impl ConvPlan {
 
     /// f32 elements of column scratch needed.
     pub fn scratch_len(&self) -> usize {
-        if self.pointwise {
+        if self.pointwise || self.direct {
             0
         } else {
             self.workers * self.cg * self.kh * self.kw * self.oh * self.ow
@@ -77,6 +84,15 @@ impl ConvPlan {
     ) {
         let img_out = self.o * self.oh * self.ow;
         if img_out == 0 {
+            return;
+        }
+        if self.direct {
+            let plane = self.oh * self.ow;
+            let og = self.o / self.p.groups;
+            pool::for_each_chunk_mut(out, plane, |r, o| {
+                let (b, oc) = (r / self.o, r % self.o);
+                self.direct_plane(b, oc, og, x, w, bias.map_or(0.0, |bias| bias[oc]), o);
+            });
             return;
         }
         let col_len = self.cg * self.kh * self.kw * self.oh * self.ow;
@@ -153,6 +169,68 @@ impl ConvPlan {
                 1.0,
                 threads,
             );
+        }
+    }
+
+    /// Output plane `oc` of image `b` of a grouped convolution, summed tap by tap: for each
+    /// input channel of its group and each kernel tap, the run of outputs whose input lies
+    /// inside the image (no padding read) adds the tap's weight times the input row.
+    #[allow(clippy::too_many_arguments)]
+    fn direct_plane(
+        &self,
+        b: usize,
+        oc: usize,
+        og: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: f32,
+        out: &mut [f32],
+    ) {
+        let p = &self.p;
+        let (sy, sx) = (p.stride[0], p.stride[1]);
+        let g = oc / og;
+        out.fill(bias);
+        // the outputs whose input index o * stride + t - pad lies in 0..len
+        let span = |t: usize, pad: usize, stride: usize, len: usize, outs: usize| {
+            let lo = pad.saturating_sub(t).div_ceil(stride);
+            let hi = if len + pad > t {
+                ((len + pad - t - 1) / stride + 1).min(outs)
+            } else {
+                0
+            };
+            (lo, hi.max(lo))
+        };
+        for ci in 0..self.cg {
+            let c = g * self.cg + ci;
+            let src = &x[(b * self.c + c) * self.h * self.w..][..self.h * self.w];
+            let taps = &w[(oc * self.cg + ci) * self.kh * self.kw..][..self.kh * self.kw];
+            for i in 0..self.kh {
+                let ti = i * p.dilation[0];
+                let (y0, y1) = span(ti, p.pads[0], sy, self.h, self.oh);
+                for j in 0..self.kw {
+                    let wv = taps[i * self.kw + j];
+                    let tj = j * p.dilation[1];
+                    let (x0, x1) = span(tj, p.pads[1], sx, self.w, self.ow);
+                    if x1 == x0 {
+                        continue;
+                    }
+                    for oy in y0..y1 {
+                        let iy = oy * sy + ti - p.pads[0];
+                        let srow = &src[iy * self.w..(iy + 1) * self.w];
+                        let drow = &mut out[oy * self.ow + x0..oy * self.ow + x1];
+                        let ix0 = x0 * sx + tj - p.pads[1];
+                        if sx == 1 {
+                            for (d, s) in drow.iter_mut().zip(&srow[ix0..]) {
+                                *d += wv * s;
+                            }
+                        } else {
+                            for (d, s) in drow.iter_mut().zip(srow[ix0..].iter().step_by(sx)) {
+                                *d += wv * s;
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 
