@@ -202,11 +202,22 @@ fn bf16_encoder_stays_close_to_f32() {
 /// device.
 #[test]
 fn cuda_f16_encoder_with_f16_activations_stays_close_to_f32() {
-    let gpu = match Session::new(Device::Cuda) {
+    f16_encoder_with_f16_activations(Device::Cuda);
+}
+
+/// The same on Vulkan (wgpu), which stores activations in f16 where the adapter has
+/// SHADER_F16; SKIPPED without a Vulkan adapter.
+#[test]
+fn vulkan_f16_encoder_stays_close_to_f32() {
+    f16_encoder_with_f16_activations(Device::Vulkan);
+}
+
+fn f16_encoder_with_f16_activations(device: Device) {
+    let gpu = match Session::new(device) {
         Ok(s) => s,
         Err(e) => {
             rlx_driver::testing::skip(
-                "cuda_f16_encoder_with_f16_activations_stays_close_to_f32",
+                &format!("{}_f16_encoder_with_f16_activations", device.name()),
                 &e.to_string(),
             );
             return;
@@ -227,6 +238,9 @@ fn cuda_f16_encoder_with_f16_activations_stays_close_to_f32() {
     let got = out[0].1.to_f64_vec();
     assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
     let err = rel_l2(&got, &want);
-    println!("cuda f16 activations vs cpu f32: relative L2 {err:.2e}");
+    println!(
+        "{} f16 activations vs cpu f32: relative L2 {err:.2e}",
+        device.name()
+    );
     assert!(err > 0.0 && err <= 1e-2, "relative L2 {err}");
 }

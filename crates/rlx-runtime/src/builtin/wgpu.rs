@@ -75,6 +75,12 @@ impl KernelDevice for Wgpu {
         rlx_wgpu::caps::supports_on(self.flavor, op, inputs)
     }
 
+    /// With SHADER_F16, `--precision f16` stores activations in f16 as on CUDA (norms and
+    /// softmax still compute in f32 inside their kernels).
+    fn low_precision_activations(&self) -> bool {
+        rlx_wgpu::probe::context(self.flavor).is_ok_and(|c| c.facts.shader_f16)
+    }
+
     fn compile(&self, program: KernelProgram) -> Result<WgpuProgram, WgpuError> {
         WgpuProgram::compile(self.flavor, program, &self.weights, &self.options)
     }
