@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ONNX conformance: generates the official backend node tests offline from the onnx wheel,
+# ONNX conformance: generates the official backend node tests offline from the onnx wheel
+# (scripts/onnx-node-tests.py),
 # runs `rlx onnx-test` on them and on the wheel's simple / pytorch-converted /
 # pytorch-operator suites and its nine `light` CNNs (scripts/onnx-light.py; CPU, release
 # build), prints the counts per suite, and fails on any
@@ -17,20 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${ONNX_TESTS:-$ROOT/onnx-tests}
-SHARED=${RLX_SHARED:-$ROOT/../shared}
 EXPECT=$ROOT/tests/onnx/expected-pass.txt
 
 # ml_dtypes is pinned too: the node tests' expected outputs come from its conversions, and
 # 0.7.0 turned out-of-range float -> int4/int2 casts (undefined in numpy terms) from wrapping
 # into 0, which changed 24 generated cast tests overnight (2026-12-01).
 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check onnx==1.23.2 numpy ml_dtypes==0.6.0
-if [ ! -d "$OUT/node" ]; then
-  if [ ! -f "$SHARED/onnx/gen_node_tests.py" ]; then
-    echo "onnx-conformance: $SHARED/onnx/gen_node_tests.py not found (the shared folder beside the checkout); set RLX_SHARED to its path" >&2
-    exit 1
-  fi
-  python3 "$SHARED/onnx/gen_node_tests.py" "$OUT" >/dev/null
-fi
+[ -d "$OUT/node" ] || python3 "$ROOT/scripts/onnx-node-tests.py" "$OUT" >/dev/null
 [ -d "$OUT/light" ] || python3 "$ROOT/scripts/onnx-light.py" "$OUT/light"
 DATA=$(python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data"))')
 

@@ -20,9 +20,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rlx_mem::{
-    replay_file, replay_trace, GranulePolicy, GranuleRule, ProviderChoice, ReplayOptions, TraceSpec,
-};
+use rlx_mem::{replay_source, GranulePolicy, GranuleRule, ProviderChoice, ReplayOptions};
 
 fn parse_bytes(flag: &str, value: Option<String>) -> Result<usize, String> {
     let value = value.ok_or(format!("{flag} needs a value"))?;
@@ -140,16 +138,7 @@ fn run() -> Result<(), String> {
          [--headroom-permille N] [--block-size B] [--dedicated-threshold B] \
          [--provider auto|host|counting] [--no-grow] [--runs N]",
     )?;
-    let report = match path.to_str().and_then(|p| p.strip_prefix("gen:")) {
-        Some(name) => {
-            let spec = TraceSpec::preset(name).ok_or(format!(
-                "no generated trace {name:?} (0.5b-long-decode, 8b, 8b-mixed-batch, 13b)"
-            ))?;
-            replay_trace(&spec.generate(), &opts)
-        }
-        None => replay_file(&path, &opts),
-    }
-    .map_err(|err| err.to_string())?;
+    let report = replay_source(&path, &opts).map_err(|err| err.to_string())?;
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(|err| err.to_string())?;
         println!("{text}");

@@ -49,8 +49,8 @@ pub use provider::{
     TestProvider, VirtualRange,
 };
 pub use replay::{
-    default_block_size, default_granule, replay_file, replay_system, replay_trace, replay_trace_on,
-    GranuleRule, ProviderChoice, ReplayOptions, ReplayReport,
+    default_block_size, default_granule, replay_file, replay_source, replay_system, replay_trace,
+    replay_trace_on, GranuleRule, ProviderChoice, ReplayOptions, ReplayReport,
 };
 pub use staging::{StagingRing, StagingSlot};
 pub use stats::{human_bytes, Stats};

@@ -246,6 +246,27 @@ pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayReport, Tr
     replay_trace(&trace, opts)
 }
 
+/// Replays `source`: a trace file, or `gen:NAME` for a trace generated in memory
+/// ([`crate::TraceSpec::preset`]: `gen:0.5b-long-decode`, `gen:8b`, `gen:8b-mixed-batch`,
+/// `gen:13b`).
+///
+/// # Errors
+/// [`TraceError`] for an unknown preset, an unreadable or malformed trace, or an allocator
+/// failure.
+pub fn replay_source(source: &Path, opts: &ReplayOptions) -> Result<ReplayReport, TraceError> {
+    match source.to_str().and_then(|p| p.strip_prefix("gen:")) {
+        Some(name) => {
+            let spec = crate::TraceSpec::preset(name).ok_or_else(|| TraceError::Io {
+                path: format!("gen:{name}"),
+                message: "no such generated trace (0.5b-long-decode, 8b, 8b-mixed-batch, 13b)"
+                    .into(),
+            })?;
+            replay_trace(&spec.generate(), opts)
+        }
+        None => replay_file(source, opts),
+    }
+}
+
 /// The peak-based granule ([`GranuleRule::Peak`], the default before the online policy): the
 /// smallest power of two of at least 1/100 of the trace's peak (so about 100 physical granules
 /// hold the peak), 2 MiB..1 GiB. It needs the peak in advance, which a live runtime does not

@@ -7,7 +7,7 @@
 //! - `scripts/ref/datadep_ops.py`'s models against onnxruntime on random inputs at several
 //!   sizes (needs python3 with numpy, onnx and onnxruntime);
 //! - the official ONNX node tests of these ops, with every input a run-time value (needs
-//!   python3 with onnx and `gen_node_tests.py` in the shared folder).
+//!   python3 with onnx; `scripts/onnx-node-tests.py` writes the tests).
 
 mod support;
 
@@ -494,15 +494,9 @@ fn data_dependent_models_match_onnxruntime() {
 #[test]
 fn official_node_tests_run_in_stages() {
     let test = "official_node_tests_run_in_stages";
-    let gen = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/onnx/gen_node_tests.py");
-    let gen = std::env::var("RLX_SHARED")
-        .map(|s| Path::new(&s).join("onnx/gen_node_tests.py"))
-        .unwrap_or(gen);
-    if !gen.exists() || !python_has("onnx, numpy") {
-        rlx_driver::testing::skip(
-            test,
-            "python3 with onnx, or the shared folder's onnx/gen_node_tests.py, not available",
-        );
+    let gen = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/onnx-node-tests.py");
+    if !python_has("onnx, numpy") {
+        rlx_driver::testing::skip(test, "python3 with onnx and numpy not available");
         return;
     }
     let out = std::env::temp_dir().join(format!("rlx-datadep-node-{}", std::process::id()));
@@ -512,7 +506,7 @@ fn official_node_tests_run_in_stages() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(status.status.success(), "gen_node_tests.py failed");
+    assert!(status.status.success(), "onnx-node-tests.py failed");
     let prefixes = [
         "test_nonzero",
         "test_nonmaxsuppression",

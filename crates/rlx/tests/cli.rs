@@ -228,6 +228,19 @@ fn mem_replay_reports_and_rejects_malformed_traces() {
         stderr(&o)
     );
     let _ = std::fs::remove_dir_all(&dir);
+
+    // a generated trace needs no file; an unknown preset names the ones there are
+    let o = rlx(&["mem", "replay", "gen:0.5b-long-decode", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["events"].as_u64().unwrap() > 10_000, "{v}");
+    let o = rlx(&["mem", "replay", "gen:70b"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("gen:70b") && stderr(&o).contains("13b"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A seam has no backend to compile with, yet `rlx report` says where every node would run

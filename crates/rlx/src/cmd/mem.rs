@@ -13,7 +13,9 @@ pub enum Command {
 /// Arguments of `rlx mem replay`.
 #[derive(clap::Args)]
 pub struct ReplayArgs {
-    /// Trace file (`{"op":"alloc","id":N,"bytes":B}` / `{"op":"free","id":N}` lines).
+    /// Trace file (`{"op":"alloc","id":N,"bytes":B}` / `{"op":"free","id":N}` lines), or
+    /// `gen:NAME` for a generated one (`gen:0.5b-long-decode`, `gen:8b`, `gen:8b-mixed-batch`,
+    /// `gen:13b`).
     trace: PathBuf,
     /// Block size the sub-allocator asks its provider for, in bytes.
     #[arg(long)]
@@ -51,7 +53,7 @@ pub fn run(command: Command) -> CmdResult {
             if let Some(g) = a.granule {
                 opts.granule = Some(g);
             }
-            let report = rlx_mem::replay_file(&a.trace, &opts)?;
+            let report = rlx_mem::replay_source(&a.trace, &opts)?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
