@@ -159,7 +159,7 @@ for part in "$@"; do
     zoo)
       vulkan_loader
       z=$g/zoo; [ -d $z ] || z=crates/rlx/tests/zoo
-      for dev in cuda vulkan; do
+      for dev in ${ZOO_DEVICES:-cuda vulkan}; do
         python3 $g/zoo.py check $z $g/rlx $dev ${ZOO_TIME:+--time} > "$out/zoo-$dev.jsonl" 2>&1
         grep -v '"ok": true' "$out/zoo-$dev.jsonl" | tail -12
         [ -d $g/light ] && $g/rlx onnx-test $g/light --device $dev --jobs 4 2>&1 | tail -10 | tee "$out/light-$dev.txt"

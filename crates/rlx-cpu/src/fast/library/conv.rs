@@ -89,9 +89,10 @@ impl ConvPlan {
         if self.direct {
             let plane = self.oh * self.ow;
             let og = self.o / self.p.groups;
-            pool::for_each_chunk_mut(out, plane, |r, o| {
+            pool::for_each_chunk_mut_init(out, plane, Vec::new, |scratch, r, o| {
                 let (b, oc) = (r / self.o, r % self.o);
-                self.direct_plane(b, oc, og, x, w, bias.map_or(0.0, |bias| bias[oc]), o);
+                let bias = bias.map_or(0.0, |bias| bias[oc]);
+                self.direct_plane(b, oc, og, x, w, bias, o, scratch);
             });
             return;
         }
@@ -172,9 +173,11 @@ impl ConvPlan {
         }
     }
 
-    /// Output plane `oc` of image `b` of a grouped convolution, summed tap by tap: for each
-    /// input channel of its group and each kernel tap, the run of outputs whose input lies
-    /// inside the image (no padding read) adds the tap's weight times the input row.
+    /// Output plane `oc` of image `b` of a grouped convolution, summed tap by tap. Each input
+    /// channel of its group is first copied into `scratch` zero-padded and split by column
+    /// phase (`sx` planes, phase `q` holding padded columns `q, q + sx, ...`), so that every tap
+    /// adds its weight times a contiguous run of one phase's row to each output row, with no
+    /// bounds to test and no stride.
     #[allow(clippy::too_many_arguments)]
     fn direct_plane(
         &self,
@@ -185,48 +188,52 @@ impl ConvPlan {
         w: &[f32],
         bias: f32,
         out: &mut [f32],
+        scratch: &mut Vec<f32>,
     ) {
         let p = &self.p;
         let (sy, sx) = (p.stride[0], p.stride[1]);
-        let g = oc / og;
+        let (dy, dx) = (p.dilation[0], p.dilation[1]);
+        // padded sizes: rows that the taps reach, columns per phase
+        let ph = (self.oh - 1) * sy + (self.kh - 1) * dy + 1;
+        let pw = (self.ow - 1) + ((self.kw - 1) * dx) / sx + 1;
+        scratch.clear();
+        scratch.resize(sx * ph * pw, 0.0);
         out.fill(bias);
-        // the outputs whose input index o * stride + t - pad lies in 0..len
-        let span = |t: usize, pad: usize, stride: usize, len: usize, outs: usize| {
-            let lo = pad.saturating_sub(t).div_ceil(stride);
-            let hi = if len + pad > t {
-                ((len + pad - t - 1) / stride + 1).min(outs)
-            } else {
-                0
-            };
-            (lo, hi.max(lo))
-        };
+        let g = oc / og;
         for ci in 0..self.cg {
             let c = g * self.cg + ci;
             let src = &x[(b * self.c + c) * self.h * self.w..][..self.h * self.w];
-            let taps = &w[(oc * self.cg + ci) * self.kh * self.kw..][..self.kh * self.kw];
-            for i in 0..self.kh {
-                let ti = i * p.dilation[0];
-                let (y0, y1) = span(ti, p.pads[0], sy, self.h, self.oh);
-                for j in 0..self.kw {
-                    let wv = taps[i * self.kw + j];
-                    let tj = j * p.dilation[1];
-                    let (x0, x1) = span(tj, p.pads[1], sx, self.w, self.ow);
-                    if x1 == x0 {
+            // scratch[q][r][k] = input[r - pad_top][k * sx + q - pad_left] (0 outside)
+            for q in 0..sx {
+                for r in 0..ph {
+                    let row = &mut scratch[(q * ph + r) * pw..][..pw];
+                    let iy = r as isize - p.pads[0] as isize;
+                    if iy < 0 || iy >= self.h as isize {
+                        row.fill(0.0);
                         continue;
                     }
-                    for oy in y0..y1 {
-                        let iy = oy * sy + ti - p.pads[0];
-                        let srow = &src[iy * self.w..(iy + 1) * self.w];
-                        let drow = &mut out[oy * self.ow + x0..oy * self.ow + x1];
-                        let ix0 = x0 * sx + tj - p.pads[1];
-                        if sx == 1 {
-                            for (d, s) in drow.iter_mut().zip(&srow[ix0..]) {
-                                *d += wv * s;
-                            }
+                    let srow = &src[iy as usize * self.w..][..self.w];
+                    for (k, d) in row.iter_mut().enumerate() {
+                        let ix = (k * sx + q) as isize - p.pads[1] as isize;
+                        *d = if ix >= 0 && ix < self.w as isize {
+                            srow[ix as usize]
                         } else {
-                            for (d, s) in drow.iter_mut().zip(srow[ix0..].iter().step_by(sx)) {
-                                *d += wv * s;
-                            }
+                            0.0
+                        };
+                    }
+                }
+            }
+            let taps = &w[(oc * self.cg + ci) * self.kh * self.kw..][..self.kh * self.kw];
+            for oy in 0..self.oh {
+                let drow = &mut out[oy * self.ow..][..self.ow];
+                for i in 0..self.kh {
+                    let r = oy * sy + i * dy;
+                    for j in 0..self.kw {
+                        let (q, k0) = ((j * dx) % sx, (j * dx) / sx);
+                        let srow = &scratch[(q * ph + r) * pw + k0..][..self.ow];
+                        let wv = taps[i * self.kw + j];
+                        for (d, s) in drow.iter_mut().zip(srow) {
+                            *d += wv * s;
                         }
                     }
                 }
