@@ -204,22 +204,34 @@ impl ConvPlan {
             let c = g * self.cg + ci;
             let src = &x[(b * self.c + c) * self.h * self.w..][..self.h * self.w];
             // scratch[q][r][k] = input[r - pad_top][k * sx + q - pad_left] (0 outside)
+            let left = p.pads[1];
             for q in 0..sx {
+                // the columns k of this phase whose input column k * sx + q - left is inside
+                let k0 = left.saturating_sub(q).div_ceil(sx).min(pw);
+                let k1 = if self.w + left > q {
+                    ((self.w + left - q - 1) / sx + 1).clamp(k0, pw)
+                } else {
+                    k0
+                };
                 for r in 0..ph {
                     let row = &mut scratch[(q * ph + r) * pw..][..pw];
-                    let iy = r as isize - p.pads[0] as isize;
-                    if iy < 0 || iy >= self.h as isize {
+                    let iy = r.wrapping_sub(p.pads[0]);
+                    if iy >= self.h {
                         row.fill(0.0);
                         continue;
                     }
-                    let srow = &src[iy as usize * self.w..][..self.w];
-                    for (k, d) in row.iter_mut().enumerate() {
-                        let ix = (k * sx + q) as isize - p.pads[1] as isize;
-                        *d = if ix >= 0 && ix < self.w as isize {
-                            srow[ix as usize]
+                    row[..k0].fill(0.0);
+                    row[k1..].fill(0.0);
+                    if k1 > k0 {
+                        let first = k0 * sx + q - left;
+                        let srow = &src[iy * self.w + first..(iy + 1) * self.w];
+                        if sx == 1 {
+                            row[k0..k1].copy_from_slice(&srow[..k1 - k0]);
                         } else {
-                            0.0
-                        };
+                            for (d, s) in row[k0..k1].iter_mut().zip(srow.iter().step_by(sx)) {
+                                *d = *s;
+                            }
+                        }
                     }
                 }
             }
