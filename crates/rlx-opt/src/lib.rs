@@ -35,7 +35,7 @@ pub use kernel_passes::{
     run_kernel_passes, run_kernel_passes_until, KernelCaps, KernelDecisions, NoGemms, KERNEL_PASSES,
 };
 pub use legalize::{legalize, Caps, DispatchEntry, DispatchReport, How, OpSummary};
-pub use lower::{dump_kernels, lower, lower_stats, LowerStats};
+pub use lower::{dump_kernels, fused_biases, lower, lower_stats, FusedBias, LowerStats};
 pub use passes::approximate::{approximate_gelu, GELU_TANH_MAX_ABS_ERROR};
 pub use passes::autocast::{autocast, autocast_where, AutocastReport};
 pub use passes::autocast_all::autocast_all;

@@ -123,15 +123,27 @@ pub fn kernel_decisions(
     target: &Target,
     merge: bool,
 ) -> rlx_opt::KernelDecisions<ArgRef, crate::gemm::Activation> {
+    let last = rlx_opt::KERNEL_PASSES[rlx_opt::KERNEL_PASSES.len() - 1];
+    kernel_decisions_until(program, &target.tuning, merge, last).expect("the last pass is known")
+}
+
+/// [`kernel_decisions`] up to and including the pass `last`. Needs only the planner's
+/// switches, no device, so `rlx dump --after` shows CUDA's decisions on any machine.
+///
+/// # Errors
+/// `last` is not one of [`rlx_opt::KERNEL_PASSES`].
+pub fn kernel_decisions_until(
+    program: &KernelProgram,
+    tuning: &crate::settings::Tuning,
+    merge: bool,
+    last: &str,
+) -> Result<rlx_opt::KernelDecisions<ArgRef, crate::gemm::Activation>, rlx_opt::OptError> {
     let every = |_: usize| true;
     let caps = rlx_opt::KernelCaps {
-        attention_views: target
-            .tuning
-            .elide
-            .then_some(&every as &dyn Fn(usize) -> bool),
+        attention_views: tuning.elide.then_some(&every as &dyn Fn(usize) -> bool),
         sibling_gemms: merge.then_some(&crate::plan::merge::CudaGemm),
     };
-    rlx_opt::run_kernel_passes(program, &caps)
+    rlx_opt::run_kernel_passes_until(program, &caps, last)
 }
 
 /// [`plan`] with sibling GEMMs merged (the `merge_siblings` kernel pass, see

@@ -7,6 +7,12 @@
 //! does not rewrite the program: it returns its decisions ([`KernelDecisions`]), which the
 //! backend's planner follows. A backend chooses passes by what it declares it can do
 //! ([`KernelCaps`]); a pass it does not choose decides nothing for it.
+//!
+//! Not a pass here: the bias of a merged q/k/v projection becoming its GEMM's epilogue
+//! (`fuse_bias`, [`crate::fused_biases`]). It decides which kernels the program has (the
+//! GEMM's epilogue; each reader a plain copy rather than a loop adding its slice of the
+//! bias), which every backend runs as lowered, so it stays a rule of lowering (see
+//! `lower/plan.rs`); `rlx dump --after` shows its decisions before these passes'.
 
 pub mod elide_views;
 pub mod merge_siblings;
