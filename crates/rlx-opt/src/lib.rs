@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! Graph -> optimize (fold, cse, simplify, dce) -> legalize for a device -> lower (fusion)
-//!       -> KernelProgram -> kernel passes a backend chooses (elide_views, merge_siblings)
+//!       -> KernelProgram -> kernel passes a backend chooses (elide_views, merge_siblings,
+//!          gemm_norm)
 //! ```
 //!
 //! - [`optimize`] runs the named graph passes of [`PASSES`], each verified in debug builds;

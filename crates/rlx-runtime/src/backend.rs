@@ -240,6 +240,7 @@ pub(crate) fn no_kernel_passes(
     let caps = rlx_opt::KernelCaps::<rlx_opt::NoGemms> {
         attention_views: None,
         sibling_gemms: None,
+        gemm_norm: false,
     };
     let none: rlx_opt::KernelDecisions<(), ()> =
         rlx_opt::run_kernel_passes_until(program, &caps, pass)?;

@@ -382,8 +382,9 @@ fn weight_source(
 
 /// The kernel-IR passes the CPU chooses ([`rlx_opt::KERNEL_PASSES`]): `elide_views` for the
 /// f32 attention kernel (`AttnPlan`), unless `RLX_CPU_ELIDE=0`; not `merge_siblings` (the
-/// CPU runs each GEMM over its own packed weight). Runs them up to and including `last`; the
-/// decisions name the head-split copies f32 attention reads or writes through instead.
+/// CPU runs each GEMM over its own packed weight) nor `gemm_norm` (it has no such kernel).
+/// Runs them up to and including `last`; the decisions name the head-split copies f32
+/// attention reads or writes through instead.
 fn kernel_passes(
     program: &KernelProgram,
     info: &ProgramInfo,
@@ -405,6 +406,7 @@ fn kernel_passes(
             .switch()
             .then_some(&f32_attention as &dyn Fn(usize) -> bool),
         sibling_gemms: None,
+        gemm_norm: false,
     };
     rlx_opt::run_kernel_passes_until(program, &caps, last)
 }

@@ -10,6 +10,7 @@ use crate::plan::views::AttentionViews;
 use crate::CudaError;
 use rlx_ir::kernel::{BufferId, Kernel, KernelProgram, LibraryKernel, LoopKernel};
 use rlx_ir::{AttnMask, Op, TensorType};
+use rlx_opt::kernel_passes::gemm_norm::GemmNorm;
 
 pub mod arena;
 mod gemm;
@@ -116,8 +117,10 @@ pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError>
 }
 
 /// The kernel-IR passes CUDA chooses ([`rlx_opt::KERNEL_PASSES`]): `elide_views` for every
-/// attention kernel unless [`crate::settings::Tuning::elide`] is off, and `merge_siblings`
-/// over cuBLASLt's GEMM when `merge` is on.
+/// attention kernel unless [`crate::settings::Tuning::elide`] is off, `merge_siblings`
+/// over cuBLASLt's GEMM when `merge` is on, and `gemm_norm` unless
+/// [`crate::settings::Tuning::gemm_norm`] or [`crate::settings::Tuning::wgmma`] is off (its
+/// pairs are offered on `sm_90a` only, see [`crate::plan::norm::offer`]).
 pub fn kernel_decisions(
     program: &KernelProgram,
     target: &Target,
@@ -142,6 +145,7 @@ pub fn kernel_decisions_until(
     let caps = rlx_opt::KernelCaps {
         attention_views: tuning.elide.then_some(&every as &dyn Fn(usize) -> bool),
         sibling_gemms: merge.then_some(&crate::plan::merge::CudaGemm),
+        gemm_norm: tuning.gemm_norm && tuning.wgmma,
     };
     rlx_opt::run_kernel_passes_until(program, &caps, last)
 }
@@ -155,6 +159,7 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
     let mut plan = Plan::default();
     let mut problems = Vec::new();
     let decisions = kernel_decisions(program, target, merge);
+    let gemm_norms = decisions.gemm_norms;
     let mut views = decisions.views;
     let merges = crate::plan::merge::Merges::new(decisions.siblings);
     let mut merged = crate::plan::merge::prepare(program, &merges, &mut views, &mut plan)
@@ -188,8 +193,12 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
         match r {
             Err(e) => problems.push(format!("kernel `{}`: {e}", kernel.name())),
             Ok(()) if plan.steps.len() == before + 1 => {
-                if let Some((j, _)) = last.filter(|&(_, s)| s + 1 == before) {
-                    crate::plan::norm::offer(program, (j, i), &spans, target, &mut plan);
+                let pair = last
+                    .filter(|&(_, s)| s + 1 == before)
+                    .map(|(j, _)| GemmNorm { gemm: j, norm: i })
+                    .filter(|p| gemm_norms.contains(p));
+                if let Some(p) = pair {
+                    crate::plan::norm::offer(program, (p.gemm, p.norm), &spans, target, &mut plan);
                 }
             }
             Ok(()) => {}
