@@ -5,8 +5,8 @@
 //! `codegen/gemm_norm.rs`) runs the two without writing the GEMM's result to memory and
 //! reading it back, when nothing but the norm's x reads that result. This pass finds those
 //! pairs in the program; the backend's planner decides the rest (that the two run as
-//! consecutive steps, the GEMM's shape and layout, its target) and offers the fused kernel
-//! against the two steps.
+//! consecutive steps, the GEMM's dtype, shape and layout, its target) and offers the fused
+//! kernel against the two steps, so a pair is a candidate, not an offer.
 
 use rlx_ir::kernel::{BufferId, Kernel, KernelProgram};
 use rlx_ir::kernel_views::root;
