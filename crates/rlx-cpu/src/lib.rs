@@ -18,7 +18,7 @@ pub mod settings;
 pub mod testing;
 
 pub use error::CpuError;
-pub use fast::{CpuOptions, CpuProgram, KernelTiming, ProfiledRun};
+pub use fast::{kernel_decisions, CpuOptions, CpuProgram, KernelTiming, ProfiledRun};
 /// The validation interpreter, now the `rlx-interp` crate, under its former path.
 pub use rlx_interp as interp;
 pub use rlx_interp::{eval_op, run_graph, run_loop_kernel, run_program_reference};

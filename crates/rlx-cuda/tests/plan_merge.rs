@@ -1,7 +1,8 @@
 //! Sibling GEMMs sharing their A operand planned as one (no GPU needed): the encoder's q, k,
 //! v projections become one GEMM over concatenated weights whose result attention reads in
 //! place, and nothing merges when a condition fails. The merged plans' kernels compile with
-//! NVRTC (skipped with a reason when NVRTC is absent).
+//! NVRTC (skipped with a reason when NVRTC is absent). Also which kernel-IR passes CUDA
+//! chooses, and that a GEMM + norm kernel is offered only for the `gemm_norm` pass's pairs.
 
 mod support;
 
@@ -224,4 +225,22 @@ fn cuda_chooses_its_kernel_passes_by_its_settings() {
     let none = kernel_decisions(&program, &target, true);
     assert!(none.views.elided.iter().all(|&e| !e));
     assert!(none.siblings.is_empty());
+}
+
+#[test]
+fn cuda_offers_gemm_and_norm_only_for_the_pairs_of_the_gemm_norm_pass() {
+    use rlx_cuda::plan::kernel_decisions;
+    for c in support::cases::gemm_norm_cases() {
+        let program = lowered(&c);
+        let mut target = Target::h200();
+        let d = kernel_decisions(&program, &target, true);
+        assert_eq!(d.gemm_norms.len(), 1, "{}", c.name);
+        let offered = plan_with(&program, &target, true).unwrap().choices.len();
+        // without RLX_CUDA_GEMM_NORM the pass does not run, and nothing is offered for it
+        target.tuning.gemm_norm = false;
+        let d = kernel_decisions(&program, &target, true);
+        assert!(d.gemm_norms.is_empty(), "{}", c.name);
+        let without = plan_with(&program, &target, true).unwrap().choices.len();
+        assert!(without < offered, "{}: {offered} and {without}", c.name);
+    }
 }

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! Graph -> optimize (fold, cse, simplify, dce) -> legalize for a device -> lower (fusion)
-//!       -> KernelProgram -> kernel passes a backend chooses (elide_views, merge_siblings)
+//!       -> KernelProgram -> kernel passes a backend chooses (elide_views, merge_siblings,
+//!          gemm_norm)
 //! ```
 //!
 //! - [`optimize`] runs the named graph passes of [`PASSES`], each verified in debug builds;
@@ -35,7 +36,7 @@ pub use kernel_passes::{
     run_kernel_passes, run_kernel_passes_until, KernelCaps, KernelDecisions, NoGemms, KERNEL_PASSES,
 };
 pub use legalize::{legalize, Caps, DispatchEntry, DispatchReport, How, OpSummary};
-pub use lower::{dump_kernels, lower, lower_stats, LowerStats};
+pub use lower::{dump_kernels, fused_biases, lower, lower_stats, FusedBias, LowerStats};
 pub use passes::approximate::{approximate_gelu, GELU_TANH_MAX_ABS_ERROR};
 pub use passes::autocast::{autocast, autocast_where, AutocastReport};
 pub use passes::autocast_all::autocast_all;

@@ -3,6 +3,7 @@
 
 use crate::{BoundValue, DeviceBuffer, ParamStore, RawHandle, RuntimeError};
 use rlx_driver::{Availability, Device, DeviceInfo};
+use rlx_ir::kernel::KernelProgram;
 use rlx_ir::{DType, Graph, Op, Tensor, TensorType};
 use std::any::Any;
 use std::collections::HashMap;
@@ -78,6 +79,28 @@ pub trait Backend: Send + Sync {
     /// (`rlx_opt::autocast_all`). Default: no, only the products are low.
     fn low_precision_activations(&self) -> bool {
         false
+    }
+
+    /// Whether the backend's compiler lowers `op` natively for inputs of these types, the
+    /// device present or not ([`Backend::supports`] is this and availability); legalizes for
+    /// [`Backend::kernel_decisions`] on a machine without the device. Default: `supports`.
+    fn lowers(&self, op: &Op, inputs: &[&TensorType]) -> bool {
+        self.supports(op, inputs)
+    }
+
+    /// What the kernel-IR passes this backend chooses decide for a lowered `program`, up to
+    /// and including the pass `pass` (one of [`rlx_opt::KERNEL_PASSES`]), as
+    /// [`rlx_opt::KernelDecisions::dump`] prints it (`rlx dump --after`). Default: a backend
+    /// that chooses none (an unknown name is still an error).
+    ///
+    /// # Errors
+    /// An unknown pass, or a program the backend's planner rejects.
+    fn kernel_decisions(
+        &self,
+        program: &KernelProgram,
+        pass: &str,
+    ) -> Result<String, RuntimeError> {
+        no_kernel_passes(program, pass)
     }
 
     /// Evaluates an op on host tensors with reference semantics, for constant folding.
@@ -208,6 +231,22 @@ pub trait Backend: Send + Sync {
 }
 
 /// The error of a buffer operation a device lacks.
+/// [`Backend::kernel_decisions`] of a backend that chooses no kernel-IR pass: nothing decided,
+/// the name still checked.
+pub(crate) fn no_kernel_passes(
+    program: &KernelProgram,
+    pass: &str,
+) -> Result<String, RuntimeError> {
+    let caps = rlx_opt::KernelCaps::<rlx_opt::NoGemms> {
+        attention_views: None,
+        sibling_gemms: None,
+        gemm_norm: false,
+    };
+    let none: rlx_opt::KernelDecisions<(), ()> =
+        rlx_opt::run_kernel_passes_until(program, &caps, pass)?;
+    Ok(none.dump(program))
+}
+
 pub(crate) fn unsupported(device: Device, what: &str) -> RuntimeError {
     RuntimeError::Unsupported {
         device: device.to_string(),

@@ -10,6 +10,7 @@ mod buffer;
 mod builtin;
 mod dynamic;
 mod error;
+mod kernels_after;
 mod params;
 mod registry;
 mod session;
@@ -25,6 +26,7 @@ pub use dynamic::{
     signature, BoxError, DynamicGraph, HostStep, Specialised, Specialiser, DEFAULT_CACHE_SIZE,
 };
 pub use error::RuntimeError;
+pub use kernels_after::{kernels_after, KernelsAfter};
 pub use params::{ParamMap, ParamStore};
 pub use registry::{
     auto_device, backend_for, device_statuses, is_available, register_backend, registered_devices,

@@ -651,7 +651,7 @@ impl CompiledGraph {
 
 /// The rewrites `options` ask for before the optimization passes: exact GELU as its tanh
 /// form, then mixed precision (as the backend takes it).
-fn rewrite(
+pub(crate) fn rewrite(
     backend: &dyn Backend,
     options: &CompileOptions,
     graph: Graph,

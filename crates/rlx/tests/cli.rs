@@ -147,10 +147,28 @@ fn dump_after_a_named_pass() {
     assert!(!o.status.success());
     let e = stderr(&o);
     assert!(
-        ["nope", "fold", "cse", "simplify", "dce"]
-            .iter()
-            .all(|name| e.contains(name)),
+        [
+            "nope",
+            "fold",
+            "cse",
+            "simplify",
+            "dce",
+            "elide_views",
+            "merge_siblings",
+            "gemm_norm",
+        ]
+        .iter()
+        .all(|name| e.contains(name)),
         "{e}"
+    );
+    // a kernel-IR pass: the kernel program, then what the device's passes decided (the
+    // demo has no attention, so nothing)
+    let o = rlx(&["dump", "--after", "merge_siblings", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(
+        s.contains("library") && s.ends_with("# kernel passes on cpu up to merge_siblings:\n"),
+        "{s}"
     );
     let o = rlx(&["dump", "--after", "fold", "--stage", "kernels"]);
     assert!(!o.status.success(), "--after and --stage conflict");

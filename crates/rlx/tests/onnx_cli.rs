@@ -275,3 +275,87 @@ fn onnx_test_classifies_a_backend_test() {
         .any(|t| t["name"] == "test_add_good" && t["status"] == "passed"));
     std::fs::remove_dir_all(&d).ok();
 }
+
+/// `y = Attention(x, w, b)` (ONNX Runtime's contrib op, 2 heads) with x and y f32[1, 4, 8]:
+/// the import computes `x @ w + b`, slices q, k and v from it and splits their heads with
+/// reshape → transpose copies around attention.
+fn attention_model() -> Vec<u8> {
+    let init = |name: &str, dims: &[i64]| TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(1),
+        float_data: (0..dims.iter().product::<i64>())
+            .map(|i| (i % 7) as f32 * 0.1)
+            .collect(),
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: Some(10),
+        opset_import: vec![
+            OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(21),
+            },
+            OperatorSetIdProto {
+                domain: Some("com.microsoft".into()),
+                version: Some(1),
+            },
+        ],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: vec![NodeProto {
+                op_type: Some("Attention".into()),
+                domain: Some("com.microsoft".into()),
+                name: Some("attn".into()),
+                input: vec!["x".into(), "w".into(), "b".into()],
+                output: vec!["y".into()],
+                attribute: vec![rlx_onnx::proto::AttributeProto {
+                    name: Some("num_heads".into()),
+                    r#type: Some(rlx_onnx::proto::attribute_proto::AttributeType::Int as i32),
+                    i: Some(2),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            input: vec![value("x", &[1, 4, 8])],
+            output: vec![value("y", &[1, 4, 8])],
+            initializer: vec![init("w", &[8, 24]), init("b", &[24])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn dump_after_a_kernel_pass_shows_its_decisions() {
+    let d = dir("kernel-pass");
+    let model = d.join("mha.onnx");
+    std::fs::write(&model, attention_model()).unwrap();
+    let model = model.to_str().unwrap();
+    // the cpu by default; CUDA's planner decides without a GPU too
+    for device in [None, Some("cuda")] {
+        let mut args = vec!["dump", model, "--after", "elide_views"];
+        args.extend(device.map(|d| ["--device", d]).iter().flatten());
+        let (ok, text, err) = rlx(&args);
+        assert!(ok, "{device:?}: {err}");
+        let name = device.unwrap_or("cpu");
+        let (program, decisions) = text
+            .split_once(&format!("# kernel passes on {name} up to elide_views:\n"))
+            .unwrap_or_else(|| panic!("{text}"));
+        let (program, lowering) = program
+            .split_once("# lowering (every device):\n")
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(program.contains("attention"), "{text}");
+        // the bias of the merged q/k/v projection is the GEMM's epilogue (`fuse_bias`)
+        assert!(lowering.starts_with("bias "), "{text}");
+        assert!(decisions.lines().any(|l| l.starts_with("elide ")), "{text}");
+    }
+    // a later pass keeps the earlier one's decisions
+    let (ok, text, err) = rlx(&["dump", model, "--after", "merge_siblings"]);
+    assert!(
+        ok && text.lines().any(|l| l.starts_with("elide ")),
+        "{text}{err}"
+    );
+    std::fs::remove_dir_all(&d).ok();
+}

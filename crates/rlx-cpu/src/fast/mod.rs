@@ -125,7 +125,10 @@ impl CpuProgram {
             let t = &program.buffers[b].ty;
             (t.dtype, info.shapes[b].clone())
         };
-        let views = attention_views(&program, &info);
+        let last = rlx_opt::KERNEL_PASSES[rlx_opt::KERNEL_PASSES.len() - 1];
+        let views: Views = kernel_passes(&program, &info, last)
+            .expect("the last pass is known")
+            .views;
         let mut execs = Vec::with_capacity(program.kernels.len());
         for (ki, k) in program.kernels.iter().enumerate() {
             if views.elided[ki] {
@@ -379,8 +382,14 @@ fn weight_source(
 
 /// The kernel-IR passes the CPU chooses ([`rlx_opt::KERNEL_PASSES`]): `elide_views` for the
 /// f32 attention kernel (`AttnPlan`), unless `RLX_CPU_ELIDE=0`; not `merge_siblings` (the
-/// CPU runs each GEMM over its own packed weight). Returns the head-split copies f32 attention reads or writes through instead.
-fn attention_views(program: &KernelProgram, info: &ProgramInfo) -> Views {
+/// CPU runs each GEMM over its own packed weight) nor `gemm_norm` (it has no such kernel).
+/// Runs them up to and including `last`; the decisions name the head-split copies f32
+/// attention reads or writes through instead.
+fn kernel_passes(
+    program: &KernelProgram,
+    info: &ProgramInfo,
+    last: &str,
+) -> Result<rlx_opt::KernelDecisions<(), ()>, rlx_opt::OptError> {
     let f32_attention = |i: usize| match &program.kernels[i] {
         Kernel::Library(l) => {
             l.inputs
@@ -397,8 +406,21 @@ fn attention_views(program: &KernelProgram, info: &ProgramInfo) -> Views {
             .switch()
             .then_some(&f32_attention as &dyn Fn(usize) -> bool),
         sibling_gemms: None,
+        gemm_norm: false,
     };
-    rlx_opt::run_kernel_passes(program, &caps).views
+    rlx_opt::run_kernel_passes_until(program, &caps, last)
+}
+
+/// What the kernel-IR passes the CPU chooses decide for `program`, up to and including the
+/// pass `last`, as [`rlx_opt::KernelDecisions::dump`] prints it (`rlx dump --after`).
+///
+/// # Errors
+/// A malformed program, or `last` is not one of [`rlx_opt::KERNEL_PASSES`].
+pub fn kernel_decisions(program: &KernelProgram, last: &str) -> Result<String, CpuError> {
+    let info = check_program(program)?;
+    let decisions =
+        kernel_passes(program, &info, last).map_err(|e| CpuError::Invalid(e.to_string()))?;
+    Ok(decisions.dump(program))
 }
 
 /// Where storage lives, decided at compile time.

@@ -10,6 +10,7 @@ use crate::plan::views::AttentionViews;
 use crate::CudaError;
 use rlx_ir::kernel::{BufferId, Kernel, KernelProgram, LibraryKernel, LoopKernel};
 use rlx_ir::{AttnMask, Op, TensorType};
+use rlx_opt::kernel_passes::gemm_norm::GemmNorm;
 
 pub mod arena;
 mod gemm;
@@ -116,22 +117,37 @@ pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError>
 }
 
 /// The kernel-IR passes CUDA chooses ([`rlx_opt::KERNEL_PASSES`]): `elide_views` for every
-/// attention kernel unless [`crate::settings::Tuning::elide`] is off, and `merge_siblings`
-/// over cuBLASLt's GEMM when `merge` is on.
+/// attention kernel unless [`crate::settings::Tuning::elide`] is off, `merge_siblings`
+/// over cuBLASLt's GEMM when `merge` is on, and `gemm_norm` unless
+/// [`crate::settings::Tuning::gemm_norm`] or [`crate::settings::Tuning::wgmma`] is off (its
+/// pairs are offered on `sm_90a` only, see [`crate::plan::norm::offer`]).
 pub fn kernel_decisions(
     program: &KernelProgram,
     target: &Target,
     merge: bool,
 ) -> rlx_opt::KernelDecisions<ArgRef, crate::gemm::Activation> {
+    let last = rlx_opt::KERNEL_PASSES[rlx_opt::KERNEL_PASSES.len() - 1];
+    kernel_decisions_until(program, &target.tuning, merge, last).expect("the last pass is known")
+}
+
+/// [`kernel_decisions`] up to and including the pass `last`. Needs only the planner's
+/// switches, no device, so `rlx dump --after` shows CUDA's decisions on any machine.
+///
+/// # Errors
+/// `last` is not one of [`rlx_opt::KERNEL_PASSES`].
+pub fn kernel_decisions_until(
+    program: &KernelProgram,
+    tuning: &crate::settings::Tuning,
+    merge: bool,
+    last: &str,
+) -> Result<rlx_opt::KernelDecisions<ArgRef, crate::gemm::Activation>, rlx_opt::OptError> {
     let every = |_: usize| true;
     let caps = rlx_opt::KernelCaps {
-        attention_views: target
-            .tuning
-            .elide
-            .then_some(&every as &dyn Fn(usize) -> bool),
+        attention_views: tuning.elide.then_some(&every as &dyn Fn(usize) -> bool),
         sibling_gemms: merge.then_some(&crate::plan::merge::CudaGemm),
+        gemm_norm: tuning.gemm_norm && tuning.wgmma,
     };
-    rlx_opt::run_kernel_passes(program, &caps)
+    rlx_opt::run_kernel_passes_until(program, &caps, last)
 }
 
 /// [`plan`] with sibling GEMMs merged (the `merge_siblings` kernel pass, see
@@ -143,6 +159,7 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
     let mut plan = Plan::default();
     let mut problems = Vec::new();
     let decisions = kernel_decisions(program, target, merge);
+    let gemm_norms = decisions.gemm_norms;
     let mut views = decisions.views;
     let merges = crate::plan::merge::Merges::new(decisions.siblings);
     let mut merged = crate::plan::merge::prepare(program, &merges, &mut views, &mut plan)
@@ -176,8 +193,12 @@ pub fn plan_with(program: &KernelProgram, target: &Target, merge: bool) -> Resul
         match r {
             Err(e) => problems.push(format!("kernel `{}`: {e}", kernel.name())),
             Ok(()) if plan.steps.len() == before + 1 => {
-                if let Some((j, _)) = last.filter(|&(_, s)| s + 1 == before) {
-                    crate::plan::norm::offer(program, (j, i), &spans, target, &mut plan);
+                let pair = last
+                    .filter(|&(_, s)| s + 1 == before)
+                    .map(|(j, _)| GemmNorm { gemm: j, norm: i })
+                    .filter(|p| gemm_norms.contains(p));
+                if let Some(p) = pair {
+                    crate::plan::norm::offer(program, (p.gemm, p.norm), &spans, target, &mut plan);
                 }
             }
             Ok(()) => {}

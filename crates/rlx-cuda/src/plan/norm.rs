@@ -1,7 +1,8 @@
 //! Planning of a GEMM and the layer norm (or RMS norm) of its result as one kernel
 //! ([`crate::codegen::gemm_norm`]): offered as a [`Choice`] against the two planned steps
-//! when the norm reads nothing but the GEMM's own result, row by row, and nothing else
-//! reads that result. Timing at compile decides, as for the other fused GEMMs.
+//! for the pairs `rlx-opt`'s `gemm_norm` pass decided (the norm reads the GEMM's result as
+//! its x alone, and nothing else reads that result) when they run as consecutive steps,
+//! row by row. Timing at compile decides, as for the other fused GEMMs.
 
 use crate::codegen::gemm_mma::MmaGemm;
 use crate::codegen::gemm_norm::{self, RowNorm};
@@ -10,13 +11,13 @@ use crate::codegen::{gemm_wgmma, ArgRef, EpilogueCtx, Target};
 use crate::plan::{library_result, root, types, Choice, Plan, Step};
 use rlx_ir::kernel::{Kernel, KernelProgram};
 use rlx_ir::Op;
+use rlx_opt::kernel_passes::gemm_norm::sole_reader;
 
-/// Offers the GEMM + norm kernel for kernel `norm_at` (planned as the last step) reading the
-/// result of kernel `gemm_at` (planned as the one step before it). Nothing is offered
-/// unless `gemm_at` is a matmul run as one plain GEMM (no batch, no strides, its epilogue
-/// fused into cuBLASLt or absent), `norm_at` a layer or RMS norm over exactly the GEMM's
-/// rows that reads the GEMM's result as its x alone (not as a parameter, nor in its own
-/// epilogue), no other kernel or output reads that result, and the target has `wgmma`.
+/// Offers the GEMM + norm kernel for a pair of the `gemm_norm` pass: kernel `norm_at`
+/// (planned as the last step) reading the result of kernel `gemm_at` (planned as the one
+/// step before it). Nothing is offered unless `gemm_at` is a matmul run as one plain GEMM
+/// (no batch, no strides, its epilogue fused into cuBLASLt or absent), `norm_at` a layer or
+/// RMS norm over exactly the GEMM's rows, and the target has `wgmma`.
 /// With [`Target::a_prologue`], a second choice also takes in the epilogue step of the GEMM
 /// that produced A (see [`producer_map`]). `spans` holds the steps each kernel planned.
 pub fn offer(
@@ -26,7 +27,7 @@ pub fn offer(
     target: &Target,
     plan: &mut Plan,
 ) {
-    if !target.tuning.gemm_norm || !target.tuning.wgmma || target.arch != gemm_wgmma::ARCH {
+    if target.arch != gemm_wgmma::ARCH {
         return;
     }
     let (Kernel::Library(gk), Kernel::Library(nk)) =
@@ -58,10 +59,6 @@ pub fn offer(
         || !plain(&spec.b, gk.inputs[1])
         || !plain(&spec.c, gk.output)
         || root(program, nk.inputs[0]) != result
-        || program.kernels[norm_at].reads()[1..]
-            .iter()
-            .any(|&b| root(program, b) == result)
-        || !sole_reader(program, result, norm_at)
     {
         return;
     }
@@ -161,15 +158,4 @@ fn producer_map<'a>(
             .iter()
             .any(|c| c.steps().contains(&(steps - 3)));
     ok.then_some(map)
-}
-
-/// True when kernel `reader` is the only kernel that reads buffer `b` (through any alias)
-/// and `b` is no program output.
-fn sole_reader(program: &KernelProgram, b: usize, reader: usize) -> bool {
-    program.outputs.iter().all(|(_, o)| root(program, *o) != b)
-        && program
-            .kernels
-            .iter()
-            .enumerate()
-            .all(|(i, k)| i == reader || k.reads().iter().all(|&r| root(program, r) != b))
 }

@@ -72,6 +72,7 @@ fn all_caps() -> KernelCaps<'static, BiasGemm> {
     KernelCaps {
         attention_views: Some(&every),
         sibling_gemms: Some(&BiasGemm { fuses_bias: true }),
+        gemm_norm: true,
     }
 }
 
@@ -129,6 +130,7 @@ fn a_backend_that_does_not_choose_a_pass_does_not_get_it() {
     let caps = KernelCaps {
         attention_views: None,
         sibling_gemms: Some(&BiasGemm { fuses_bias: true }),
+        gemm_norm: false,
     };
     let d: KernelDecisions<(), ()> = run_kernel_passes(&p, &caps);
     assert_eq!(elided(&d.views), 0);
@@ -138,6 +140,7 @@ fn a_backend_that_does_not_choose_a_pass_does_not_get_it() {
     let caps = KernelCaps::<NoGemms> {
         attention_views: Some(&every),
         sibling_gemms: None,
+        gemm_norm: false,
     };
     let d: KernelDecisions<(), ()> = run_kernel_passes(&p, &caps);
     assert_eq!(elided(&d.views), 4);
@@ -151,6 +154,7 @@ fn siblings_the_backend_gemm_cannot_fuse_stay_apart() {
     let caps = KernelCaps {
         attention_views: Some(&every),
         sibling_gemms: Some(&BiasGemm { fuses_bias: false }),
+        gemm_norm: false,
     };
     let d: KernelDecisions<(), ()> = run_kernel_passes(&p, &caps);
     assert!(d.siblings.is_empty());
@@ -162,6 +166,51 @@ fn an_unknown_pass_names_the_known_ones() {
     let e = run_kernel_passes_until::<(), _>(&p, &all_caps(), "fuse_everything").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "unknown pass `fuse_everything`; known passes: elide_views, merge_siblings"
+        "unknown pass `fuse_everything`; known passes: elide_views, merge_siblings, gemm_norm"
     );
+}
+
+/// `layer_norm(x @ w)`, the product's result also an output when `shared`.
+fn gemm_then_norm(shared: bool) -> KernelProgram {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, Shape::of(&[4, 8]));
+    let w = g.param("w", DType::F32, Shape::of(&[8, 16]));
+    let m = g.matmul(x, w).unwrap();
+    let scale = g.param("scale", DType::F32, Shape::of(&[16]));
+    let bias = g.param("bias", DType::F32, Shape::of(&[16]));
+    let y = g.layer_norm(m, scale, bias, 1e-5).unwrap();
+    g.output("y", y);
+    if shared {
+        g.output("m", m);
+    }
+    crate::lower(&g).unwrap()
+}
+
+#[test]
+fn gemm_norm_pairs_a_gemm_with_the_norm_that_alone_reads_it() {
+    let p = gemm_then_norm(false);
+    let d: KernelDecisions<(), ()> = run_kernel_passes(&p, &all_caps());
+    assert_eq!(d.gemm_norms.len(), 1, "{p}");
+    let pair = d.gemm_norms[0];
+    assert!(pair.gemm < pair.norm);
+    assert!(
+        d.dump(&p).lines().any(|l| l.starts_with("norm ")),
+        "{}",
+        d.dump(&p)
+    );
+    // stopped before it, or not chosen: no pair
+    let d: KernelDecisions<(), ()> =
+        run_kernel_passes_until(&p, &all_caps(), "merge_siblings").unwrap();
+    assert!(d.gemm_norms.is_empty());
+    let caps = KernelCaps::<NoGemms> {
+        attention_views: None,
+        sibling_gemms: None,
+        gemm_norm: false,
+    };
+    let d: KernelDecisions<(), ()> = run_kernel_passes(&p, &caps);
+    assert!(d.gemm_norms.is_empty());
+    // the product is also an output: the fused kernel would not write it
+    let p = gemm_then_norm(true);
+    let d: KernelDecisions<(), ()> = run_kernel_passes(&p, &all_caps());
+    assert!(d.gemm_norms.is_empty(), "{p}");
 }

@@ -13,10 +13,12 @@
 //!   library kernel's `output` is that same buffer.
 
 mod builder;
+mod fused_bias;
 mod index_map;
 mod plan;
 mod stats;
 
+pub use fused_bias::{fused_biases, FusedBias};
 pub use stats::{lower_stats, LowerStats};
 
 use crate::OptError;

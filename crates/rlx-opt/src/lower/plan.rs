@@ -17,6 +17,18 @@
 //!   where the decomposed gelu reads `x @ w + b` twice); failing that, when its only reader
 //!   starts a chain of same-shape elementwise nodes, each the only reader of the one before,
 //!   the chain's last node becomes a root and takes it (`rsqrt(mean(x^2) + eps)`).
+//!
+//! The cheap-op exception above is the `fuse_bias` rule ([`Plan::fused_biases`], shown by
+//! `rlx dump --after <kernel pass>`). It is a rule of lowering, not a kernel-IR pass, because
+//! it decides the program's kernels rather than how a backend runs them: with it, the GEMM
+//! is a library kernel whose epilogue adds the bias into the one buffer its readers copy
+//! from (plain copies, which `elide_views` can elide and whose GEMM `merge_siblings` can
+//! merge); without it, the GEMM writes its bare result and each reader is a loop kernel that
+//! adds its slice of the bias itself. Kernel passes only return decisions over a fixed
+//! program, which every backend's planner follows, or not; this one would have to rewrite
+//! the bodies of the library kernel and of every reader, for every backend (wgpu and the
+//! reference interpreter run the program as lowered), and nothing depends on a backend's
+//! capability: every backend runs a library kernel's epilogue.
 
 use rlx_ir::{BinaryOp, Graph, NodeId, Op, UnaryOp};
 
@@ -83,6 +95,10 @@ pub(crate) struct Plan {
     pub roles: Vec<Role>,
     /// per root: the reduction or library node fused into it, if any
     pub absorbs: Vec<Option<NodeId>>,
+    /// the `fuse_bias` rule's decisions, in graph order: (library node, the cheap op read by
+    /// several kernels that became its epilogue), where without the rule the op would be
+    /// recomputed in each reader
+    pub fused_biases: Vec<(NodeId, NodeId)>,
 }
 
 /// Decides roles for every node of `g` (static shapes assumed).
@@ -108,6 +124,8 @@ pub(crate) fn plan(g: &Graph) -> Plan {
     // The kernels (by root node) an inline node's expression lands in; a layout reader adds
     // its own id, since it reads the node under another index map.
     let mut tokens: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+    // roots only because they end a library op (the `fuse_bias` rule)
+    let mut by_bias_rule = vec![false; n];
     for idx in (0..n).rev() {
         let node = &nodes[idx];
         if !live[idx] {
@@ -151,9 +169,11 @@ pub(crate) fn plan(g: &Graph) -> Plan {
                             && !is_output[i.0]
                             && g.ty(i).shape == g.ty(NodeId(idx)).shape
                     });
-                    let shared = t.len() > 1 && (!duplicable(g, NodeId(idx)) || ends_library);
+                    let dup = duplicable(g, NodeId(idx));
+                    let shared = t.len() > 1 && (!dup || ends_library);
                     let broadcast = !is_cheap(&node.op)
                         && users[idx].iter().any(|&u| numel(u) > numel(NodeId(idx)));
+                    by_bias_rule[idx] = shared && dup && !root[idx] && !broadcast;
                     root[idx] |= shared || broadcast;
                 } else if let Op::Reshape(_) = node.op {
                     let from = static_dims(g, node.inputs[0]);
@@ -188,6 +208,10 @@ pub(crate) fn plan(g: &Graph) -> Plan {
             absorbed[idx] = Some(e);
         }
     }
+    let fused_biases = (0..n)
+        .filter(|&i| by_bias_rule[i])
+        .filter_map(|i| Some((absorbs[i]?, NodeId(i))))
+        .collect();
     let roles = (0..n)
         .map(|idx| {
             if !live[idx] {
@@ -203,7 +227,11 @@ pub(crate) fn plan(g: &Graph) -> Plan {
             }
         })
         .collect();
-    Plan { roles, absorbs }
+    Plan {
+        roles,
+        absorbs,
+        fused_biases,
+    }
 }
 
 /// The existing root kernel that every reader of `m` feeds through same-shape elementwise

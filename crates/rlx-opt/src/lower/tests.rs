@@ -143,6 +143,29 @@ fn a_bias_read_by_several_head_splits_is_the_matmul_epilogue() {
         assert_eq!(c.inputs.len(), 1, "a plain copy: {p}");
         assert!(matches!(c.body[..], [_]), "{p}");
     }
+    let fused = fused_biases(&g).unwrap();
+    let names = (g.node(m).name.clone(), g.node(qkv).name.clone());
+    assert_eq!(fused.len(), 1, "{fused:?}");
+    assert_eq!((fused[0].library.clone(), fused[0].epilogue.clone()), names);
+    assert_eq!(
+        fused[0].to_string(),
+        format!("bias {} ({})", names.0, names.1)
+    );
+}
+
+#[test]
+fn a_bias_with_one_reader_is_no_fuse_bias_decision() {
+    // `x @ w + b` read by one kernel is fused by the ordinary epilogue rule, not `fuse_bias`
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [4, 8]);
+    let w = g.param("w", DType::F32, [8, 8]);
+    let b = g.param("b", DType::F32, [8]);
+    let m = g.matmul(x, w).unwrap();
+    let y = g.add(m, b).unwrap();
+    let y = g.unary(UnaryOp::Relu, y).unwrap();
+    g.output("y", y);
+    check(&g);
+    assert_eq!(fused_biases(&g).unwrap(), Vec::new());
 }
 
 #[test]

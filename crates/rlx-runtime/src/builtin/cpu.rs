@@ -9,6 +9,7 @@ use crate::{
 };
 use rlx_cpu::{CpuOptions, CpuProgram};
 use rlx_driver::{Availability, Device, DeviceInfo};
+use rlx_ir::kernel::KernelProgram;
 use rlx_ir::{DType, Graph, Op, Tensor, TensorData, TensorType};
 use std::any::Any;
 use std::collections::HashMap;
@@ -53,6 +54,14 @@ impl Backend for CpuBackend {
     /// operands, so casting those would only round.
     fn low_precision_product(&self, op: &Op, weight: bool) -> bool {
         matches!(op, Op::MatMul) && weight
+    }
+
+    fn kernel_decisions(
+        &self,
+        program: &KernelProgram,
+        pass: &str,
+    ) -> Result<String, RuntimeError> {
+        rlx_cpu::kernel_decisions(program, pass).map_err(backend_err)
     }
 
     fn compile(

@@ -61,6 +61,20 @@ impl KernelDevice for Cuda {
         CudaProgram::compile(program, &self.weights, &self.options)
     }
 
+    fn kernel_decisions(
+        &self,
+        program: &KernelProgram,
+        pass: &str,
+    ) -> Option<Result<String, CudaError>> {
+        let tuning = rlx_cuda::settings::Tuning::from_env();
+        let merge = self.options.merge_gemms;
+        Some(
+            rlx_cuda::plan::kernel_decisions_until(program, &tuning, merge, pass)
+                .map(|d| d.dump(program))
+                .map_err(|e| CudaError::Invalid(e.to_string())),
+        )
+    }
+
     fn unavailable(e: &CudaError) -> Option<String> {
         match e {
             CudaError::Unavailable(reason) => Some(reason.clone()),

@@ -4,7 +4,7 @@
 //! the backend is unavailable with the reason, claims no ops, and `compile` refuses with that
 //! reason; a device error that means "unavailable" surfaces as [`DeviceError::Unavailable`].
 
-use crate::backend::unsupported;
+use crate::backend::{no_kernel_passes, unsupported};
 use crate::{
     median_kernels, Backend, BoundValue, CompileOptions, DeviceBuffer, Executable, ParamStore,
     RawHandle, RunProfile, RuntimeError,
@@ -37,6 +37,16 @@ pub(crate) trait KernelDevice: Send + Sync + 'static {
     }
     /// Compiles a lowered program.
     fn compile(&self, program: KernelProgram) -> Result<Self::Program, Self::Error>;
+    /// What the kernel-IR passes the device's planner chooses decide, up to `pass` (see
+    /// [`Backend::kernel_decisions`]; computed without the device). Default: none chosen.
+    fn kernel_decisions(
+        &self,
+        program: &KernelProgram,
+        pass: &str,
+    ) -> Option<Result<String, Self::Error>> {
+        let _ = (program, pass);
+        None
+    }
     /// The reason when `e` means the device is not there (no driver, no adapter).
     fn unavailable(e: &Self::Error) -> Option<String>;
     /// The device's buffer operations, where it has them.
@@ -200,6 +210,24 @@ impl<D: KernelDevice> Backend for KernelBackend<D> {
 
     fn low_precision_activations(&self) -> bool {
         self.crate_.low_precision_activations()
+    }
+
+    fn lowers(&self, op: &Op, inputs: &[&TensorType]) -> bool {
+        self.crate_.supports(op, inputs)
+    }
+
+    fn kernel_decisions(
+        &self,
+        program: &KernelProgram,
+        pass: &str,
+    ) -> Result<String, RuntimeError> {
+        match self.crate_.kernel_decisions(program, pass) {
+            Some(r) => r.map_err(|e| {
+                let reason = D::unavailable(&e);
+                device_err(self.device, e, reason)
+            }),
+            None => no_kernel_passes(program, pass),
+        }
     }
 
     fn compile(
