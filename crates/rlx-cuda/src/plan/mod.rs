@@ -120,7 +120,7 @@ pub fn plan(program: &KernelProgram, target: &Target) -> Result<Plan, CudaError>
 /// attention kernel unless [`crate::settings::Tuning::elide`] is off, `merge_siblings`
 /// over cuBLASLt's GEMM when `merge` is on, and `gemm_norm` unless
 /// [`crate::settings::Tuning::gemm_norm`] or [`crate::settings::Tuning::wgmma`] is off (its
-/// pairs are offered on `sm_90a` only, see [`crate::plan::norm::offer`]).
+/// pairs are offered on `sm_90a` only, see `plan::norm::offer`).
 pub fn kernel_decisions(
     program: &KernelProgram,
     target: &Target,
