@@ -338,6 +338,18 @@ fn convolutions() {
             },
             true,
         ),
+        // more channels than one block of vector lanes
+        (
+            [2, 20, 6, 7],
+            [20, 1, 3, 3],
+            Conv2dParams {
+                stride: [1, 2],
+                pads: [1, 1, 2, 0],
+                dilation: [1, 1],
+                groups: 20,
+            },
+            true,
+        ),
         // many channels a group: one GEMM a group
         (
             [1, 16, 6, 6],

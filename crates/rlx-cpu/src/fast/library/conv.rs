@@ -6,6 +6,9 @@ use rlx_interp::{pool_windows, PoolWindow};
 use rlx_ir::{Conv2dParams, Pool2dParams, PoolKind};
 use std::sync::Mutex;
 
+/// Output channels a depthwise convolution computes together, one per vector lane.
+const LANES: usize = 16;
+
 /// A compiled NCHW/OIHW convolution.
 #[derive(Debug, Clone)]
 pub(crate) struct ConvPlan {
@@ -84,6 +87,16 @@ impl ConvPlan {
     ) {
         let img_out = self.o * self.oh * self.ow;
         if img_out == 0 {
+            return;
+        }
+        if self.direct && self.cg == 1 {
+            // depthwise: output channels in vector lanes, LANES at a time
+            let plane = self.oh * self.ow;
+            for (b, img) in out.chunks_mut(img_out).enumerate() {
+                pool::for_each_chunk_mut_init(img, LANES * plane, Vec::new, |scratch, blk, o| {
+                    self.depthwise_block(b, blk * LANES, x, w, bias, o, scratch);
+                });
+            }
             return;
         }
         if self.direct {
@@ -170,6 +183,87 @@ impl ConvPlan {
                 1.0,
                 threads,
             );
+        }
+    }
+
+    /// Output channels `oc0..` (as many as `out` holds planes, at most [`LANES`]) of image `b`
+    /// of a depthwise convolution (one input channel a group), the channels in vector lanes:
+    /// their input channels are copied zero-padded into `scratch` as `[row][column][lane]`,
+    /// every output pixel sums its taps as whole lane vectors, and the pixels are written back
+    /// to the channels' planes.
+    #[allow(clippy::too_many_arguments)]
+    fn depthwise_block(
+        &self,
+        b: usize,
+        oc0: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        let p = &self.p;
+        let plane = self.oh * self.ow;
+        let lanes = out.len() / plane;
+        let og = self.o / p.groups;
+        let ph = (self.oh - 1) * p.stride[0] + (self.kh - 1) * p.dilation[0] + 1;
+        let pw = (self.ow - 1) * p.stride[1] + (self.kw - 1) * p.dilation[1] + 1;
+        let taps = self.kh * self.kw;
+        scratch.clear();
+        scratch.resize((ph * pw + taps) * LANES, 0.0);
+        let (padded, wt) = scratch.split_at_mut(ph * pw * LANES);
+        // the taps as [tap][lane]; lanes past `lanes` stay zero
+        for l in 0..lanes {
+            let oc = oc0 + l;
+            for t in 0..taps {
+                wt[t * LANES + l] = w[oc * taps + t];
+            }
+        }
+        let srcs: Vec<&[f32]> = (0..lanes)
+            .map(|l| {
+                let c = (oc0 + l) / og;
+                &x[(b * self.c + c) * self.h * self.w..][..self.h * self.w]
+            })
+            .collect();
+        // the input rows and columns the taps reach, written a pixel (all lanes) at a time
+        let rows = self.h.min(ph.saturating_sub(p.pads[0]));
+        let cols = self.w.min(pw.saturating_sub(p.pads[1]));
+        for iy in 0..rows {
+            let r = iy + p.pads[0];
+            let dst = &mut padded[(r * pw + p.pads[1]) * LANES..][..cols * LANES];
+            for (ix, px) in dst.chunks_exact_mut(LANES).enumerate() {
+                for (d, src) in px.iter_mut().zip(&srcs) {
+                    *d = src[iy * self.w + ix];
+                }
+            }
+        }
+        let mut init = [0.0f32; LANES];
+        if let Some(bias) = bias {
+            init[..lanes].copy_from_slice(&bias[oc0..oc0 + lanes]);
+        }
+        for oy in 0..self.oh {
+            for ox in 0..self.ow {
+                let mut acc = init;
+                for i in 0..self.kh {
+                    let r = oy * p.stride[0] + i * p.dilation[0];
+                    for j in 0..self.kw {
+                        let k = ox * p.stride[1] + j * p.dilation[1];
+                        let v: &[f32; LANES] = padded[(r * pw + k) * LANES..][..LANES]
+                            .try_into()
+                            .expect("a lane vector");
+                        let t: &[f32; LANES] = wt[(i * self.kw + j) * LANES..][..LANES]
+                            .try_into()
+                            .expect("a lane vector");
+                        for l in 0..LANES {
+                            acc[l] += t[l] * v[l];
+                        }
+                    }
+                }
+                let at = oy * self.ow + ox;
+                for (l, a) in acc.iter().take(lanes).enumerate() {
+                    out[l * plane + at] = *a;
+                }
+            }
         }
     }
 
