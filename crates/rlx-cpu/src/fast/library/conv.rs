@@ -25,8 +25,8 @@ pub(crate) struct ConvPlan {
     pub p: Conv2dParams,
     /// 1x1, stride 1, no padding: the input already is the column matrix
     pub pointwise: bool,
-    /// grouped with little work per group (depthwise and the like): every output plane is
-    /// summed tap by tap straight from the input, planes in parallel, no column matrix
+    /// grouped with little work per group: summed tap by tap straight from the input, no
+    /// column matrix (depthwise: 16 output channels in vector lanes; else plane by plane)
     pub direct: bool,
     /// images processed in parallel (each with its own column buffer)
     pub workers: usize,
