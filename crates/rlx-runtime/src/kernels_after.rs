@@ -6,7 +6,7 @@
 use crate::{CompileOptions, RuntimeError};
 use rlx_driver::Device;
 use rlx_ir::kernel::KernelProgram;
-use rlx_ir::{Graph, Op, Tensor, TensorType};
+use rlx_ir::{Graph, Op, TensorType};
 
 /// What lowering and the kernel-IR passes decided for one graph on one device.
 #[derive(Debug, Clone)]
@@ -41,20 +41,7 @@ pub fn kernels_after(
         }
         .into());
     }
-    let backend =
-        crate::registry::backend_for(device).ok_or(rlx_driver::DeviceError::NotRegistered {
-            device,
-            feature: device.cargo_feature(),
-        })?;
-    graph.verify()?;
-    let graph = if options.bindings.is_empty() {
-        graph.clone()
-    } else {
-        graph.bind(&options.bindings)?
-    };
-    let graph = crate::session::rewrite(&*backend, options, graph)?;
-    let fold = |op: &Op, ins: &[&Tensor]| backend.const_eval(op, ins);
-    let optimized = rlx_opt::optimize(&graph, &fold)?;
+    let (backend, optimized) = crate::session::optimized_on(device, graph, options)?;
     let caps = |op: &Op, ins: &[&TensorType]| backend.lowers(op, ins);
     let (legal, _) = rlx_opt::legalize(&optimized, device.name(), &caps)?;
     let program = rlx_opt::lower(&legal)?;

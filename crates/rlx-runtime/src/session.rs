@@ -235,6 +235,23 @@ pub fn dispatch_report(
     graph: &Graph,
     options: &CompileOptions,
 ) -> Result<DispatchReport, RuntimeError> {
+    let (backend, optimized) = optimized_on(device, graph, options)?;
+    let caps = |op: &Op, ins: &[&TensorType]| backend.supports(op, ins);
+    match rlx_opt::legalize(&optimized, device.name(), &caps) {
+        Ok((_, report)) => Ok(report),
+        Err(rlx_opt::LegalizeError::Unsupported { report, .. }) => Ok(*report),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `device`'s registered backend and `graph` as the compile pipeline leaves it before
+/// legalization: verified, bound with `options.bindings`, rewritten and optimized (constants
+/// folded by the backend). Nothing is compiled, so the device need not be available.
+pub(crate) fn optimized_on(
+    device: Device,
+    graph: &Graph,
+    options: &CompileOptions,
+) -> Result<(Box<dyn Backend>, Graph), RuntimeError> {
     let backend =
         crate::registry::backend_for(device).ok_or(rlx_driver::DeviceError::NotRegistered {
             device,
@@ -249,12 +266,7 @@ pub fn dispatch_report(
     let graph = rewrite(&*backend, options, graph)?;
     let fold = |op: &Op, ins: &[&Tensor]| backend.const_eval(op, ins);
     let optimized = rlx_opt::optimize(&graph, &fold)?;
-    let caps = |op: &Op, ins: &[&TensorType]| backend.supports(op, ins);
-    match rlx_opt::legalize(&optimized, device.name(), &caps) {
-        Ok((_, report)) => Ok(report),
-        Err(rlx_opt::LegalizeError::Unsupported { report, .. }) => Ok(*report),
-        Err(e) => Err(e.into()),
-    }
+    Ok((backend, optimized))
 }
 
 /// The product of compiling one graph for every binding needed so far.

@@ -219,12 +219,11 @@ impl ConvPlan {
                 wt[t * LANES + l] = w[oc * taps + t];
             }
         }
-        let srcs: Vec<&[f32]> = (0..lanes)
-            .map(|l| {
-                let c = (oc0 + l) / og;
-                &x[(b * self.c + c) * self.h * self.w..][..self.h * self.w]
-            })
-            .collect();
+        // where each lane's input plane starts in `x`
+        let mut starts = [0usize; LANES];
+        for (l, at) in starts.iter_mut().enumerate().take(lanes) {
+            *at = (b * self.c + (oc0 + l) / og) * self.h * self.w;
+        }
         // the input rows and columns the taps reach, written a pixel (all lanes) at a time
         let rows = self.h.min(ph.saturating_sub(p.pads[0]));
         let cols = self.w.min(pw.saturating_sub(p.pads[1]));
@@ -232,8 +231,8 @@ impl ConvPlan {
             let r = iy + p.pads[0];
             let dst = &mut padded[(r * pw + p.pads[1]) * LANES..][..cols * LANES];
             for (ix, px) in dst.chunks_exact_mut(LANES).enumerate() {
-                for (d, src) in px.iter_mut().zip(&srcs) {
-                    *d = src[iy * self.w + ix];
+                for (d, at) in px.iter_mut().zip(&starts[..lanes]) {
+                    *d = x[at + iy * self.w + ix];
                 }
             }
         }
