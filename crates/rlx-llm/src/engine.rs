@@ -2,7 +2,7 @@
 
 use crate::{LlmError, SessionRunner, TextStream};
 use rlx_driver::Device;
-use rlx_models::llama::{GenerationStats, Generator, Llama, Sampling, Sequence};
+use rlx_models::llama::{GenerationStats, Generator, Llama, Sampling, Sequence, MAX_DECODE_BATCH};
 use rlx_runtime::{backend_for, CompileOptions, Session};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -55,7 +55,8 @@ impl Default for EngineSettings {
 pub struct SeqId(pub usize);
 
 enum Kind<'m> {
-    /// the graph path: one KV cache per sequence, steps run one sequence after another
+    /// the graph path: one KV cache per sequence; a step runs the sequences of each
+    /// capacity together
     Graph {
         generator: Box<Generator<'m, SessionRunner>>,
         seqs: BTreeMap<usize, Sequence>,
@@ -326,20 +327,36 @@ impl<'m> Engine<'m> {
     /// One decode step of every sequence in the engine: each one's next token.
     ///
     /// # Errors
-    /// A run failure; on the graph path the error names the sequence that failed (remove
-    /// it and step again).
+    /// A run failure; on the graph path the error names the sequences of the batch that
+    /// failed (remove them and step again).
     pub fn step(&mut self) -> Result<Vec<(SeqId, u32)>, LlmError> {
         match &mut self.kind {
             Kind::Graph {
                 generator, seqs, ..
             } => {
+                // sequences of one capacity step together, up to MAX_DECODE_BATCH at a time
                 let mut out = Vec::with_capacity(seqs.len());
+                let mut groups: BTreeMap<usize, Vec<(usize, &mut Sequence)>> = BTreeMap::new();
                 for (id, seq) in seqs.iter_mut() {
-                    let t = generator.next(seq).map_err(|e| {
-                        LlmError::Run(format!("sequence {id}: {}", LlmError::from(e)))
-                    })?;
-                    out.push((SeqId(*id), t));
+                    groups.entry(seq.capacity()).or_default().push((*id, seq));
                 }
+                for mut group in groups.into_values() {
+                    for chunk in group.chunks_mut(MAX_DECODE_BATCH) {
+                        let ids: Vec<usize> = chunk.iter().map(|(id, _)| *id).collect();
+                        let mut batch: Vec<&mut Sequence> =
+                            chunk.iter_mut().map(|(_, s)| &mut **s).collect();
+                        let tokens = generator.next_batch(&mut batch).map_err(|e| {
+                            let names: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+                            LlmError::Run(format!(
+                                "sequence {}: {}",
+                                names.join(", "),
+                                LlmError::from(e)
+                            ))
+                        })?;
+                        out.extend(ids.into_iter().map(SeqId).zip(tokens));
+                    }
+                }
+                out.sort_unstable_by_key(|(id, _)| *id);
                 Ok(out)
             }
             #[cfg(feature = "cuda")]

@@ -3,7 +3,8 @@
 //!
 //! - [`Engine`]: one API over the CUDA engine (`rlx-cuda-llm`: batched decode on a paged
 //!   KV cache) and the graph path (a [`rlx_runtime::Session`] on the CPU, one KV cache per
-//!   sequence). Sequences join ([`Engine::add`]) and leave ([`Engine::remove`]) between
+//!   sequence; sequences of one cache size decode together, each product reading its
+//!   weights once for all of them). Sequences join ([`Engine::add`]) and leave ([`Engine::remove`]) between
 //!   steps ([`Engine::step`]), which is what continuous batching needs;
 //!   [`Engine::generate`] runs one prompt to the end.
 //! - [`chat`]: the model's own chat template (Jinja, through minijinja) applied to a list of

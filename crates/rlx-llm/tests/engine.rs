@@ -153,3 +153,70 @@ fn text_streams_hold_back_stop_strings() {
     assert!(t.stopped());
     assert_eq!(s, &whole[..whole.find(&stop).expect("in text")]);
 }
+
+/// Six sequences of a Q4_0 file (integer products) and of the f32 folder step as one batch:
+/// every product reads its weights once for all of them, and each sequence still makes the
+/// tokens it makes alone (its rows computed as a single row's are).
+#[test]
+fn a_batch_of_six_makes_the_tokens_each_makes_alone() {
+    let dir = std::env::temp_dir().join(format!("rlx-llm-six-{}", std::process::id()));
+    RandomLlama {
+        vocab: 64,
+        ..Default::default()
+    }
+    .write(&dir)
+    .expect("writes");
+    let gguf = dir.join("q4_0.gguf");
+    let folder = Llama::open(&dir).expect("loads");
+    rlx_models::llama::export::export_gguf(
+        &folder,
+        &dir,
+        &gguf,
+        rlx_ir::QuantFormat::Q4_0,
+        1,
+        &mut |_| {},
+    )
+    .expect("exports");
+    let quantized = Llama::open(&gguf).expect("loads");
+    for m in [&quantized, &folder] {
+        let prompts: Vec<Vec<u32>> = (0..6u32)
+            .map(|i| (0..1 + i % 4).map(|j| (7 * i + 3 * j + 1) % 64).collect())
+            .collect();
+        let sampling = |i: usize| Sampling {
+            temperature: if i % 2 == 0 { 0.0 } else { 0.8 },
+            seed: 5 + i as u64,
+            ..Default::default()
+        };
+        let mut e = Engine::new(m, Device::Cpu, settings(6)).expect("engine");
+        let alone: Vec<Vec<u32>> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let s = sampling(i);
+                e.generate(p, 10, &s, &[], &mut |_| {})
+                    .expect("runs")
+                    .tokens
+            })
+            .collect();
+        let requests: Vec<(&[u32], usize, Sampling)> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (&p[..], 10, sampling(i)))
+            .collect();
+        let added: Vec<_> = e
+            .add_many(&requests)
+            .into_iter()
+            .map(|r| r.expect("adds"))
+            .collect();
+        let mut got: Vec<Vec<u32>> = added.iter().map(|(_, t)| vec![*t]).collect();
+        for _ in 0..9 {
+            let out = e.step().expect("steps");
+            assert_eq!(out.len(), 6);
+            for (id, t) in out {
+                got[added.iter().position(|(x, _)| *x == id).expect("ours")].push(t);
+            }
+        }
+        assert_eq!(got, alone);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -114,10 +114,11 @@ fn f16_q8_0_and_q4_k_files_generate_like_the_folder() {
     let (want_tokens, want_logits) = greedy(&Llama::open(&src).unwrap());
     // f16 follows the folder token for token; q8_0 (and q4_k) are judged teacher-forced:
     // after each prefix of the folder's greedy continuation, the next logits stay close (a
-    // random model's near-ties may flip a greedy choice at q8_0's precision)
+    // random model's near-ties may flip a greedy choice at q8_0's precision; prompts of up
+    // to 16 tokens, like decode steps, multiply int8-quantized activations)
     for (f, tol, same_tokens) in [
         (QuantFormat::F16, 2e-3, true),
-        (QuantFormat::Q8_0, 3e-2, false),
+        (QuantFormat::Q8_0, 4e-2, false),
         (QuantFormat::Q4K, 0.3, false),
     ] {
         let out = dir.join(format!("m-{f}.gguf"));

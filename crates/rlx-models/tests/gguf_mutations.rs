@@ -22,7 +22,10 @@ fn load(bytes: Vec<u8>) -> Result<&'static str, String> {
             return "model refused";
         };
         let _ = tokens;
-        match model.build_graph(Stage::Decode { capacity: 8 }) {
+        match model.build_graph(Stage::Decode {
+            capacity: 8,
+            batch: 1,
+        }) {
             Ok(_) => "loaded",
             Err(_) => "graph refused",
         }

@@ -105,16 +105,23 @@ fn alloc_cache(memory: &HostMemory, shape: Vec<usize>) -> Result<Tensor, LlamaEr
     Ok(Tensor::new(shape, TensorData::F32(buf)).expect("sizes"))
 }
 
-/// Compiled graphs a [`Generator`] keeps (prefill by prompt length, decode by capacity);
-/// past this many, the oldest are released.
-const KEPT_GRAPHS: usize = 16;
+/// Compiled graphs a [`Generator`] keeps (prefill by prompt length, decode by capacity and
+/// batch); past this many, the oldest are released.
+const KEPT_GRAPHS: usize = 32;
 
-/// One sequence of a [`Generator`]: its KV cache, its decode inputs (updated in place each
+/// Sequences one decode step runs together at most ([`Generator::next_batch`]); up to this
+/// many rows the CPU's quantized products compute every row as a single-row step does.
+pub const MAX_DECODE_BATCH: usize = 16;
+
+/// One sequence of a [`Generator`]: its KV cache, its attention mask (updated in place each
 /// step) and its sampler state. Made by [`Generator::start`], advanced by
-/// [`Generator::next`]; dropping it frees its cache.
+/// [`Generator::next`] or, with others of its capacity, [`Generator::next_batch`];
+/// dropping it frees its cache.
 pub struct Sequence {
     cache: Option<Tensor>,
-    inputs: HashMap<String, Tensor>,
+    /// the decode mask's `group * (cap + 1)` values: 0 for rows written, the last column
+    /// (the new row) 0, -inf elsewhere
+    mask: Vec<f32>,
     /// the decode graph's capacity (KV rows)
     cap: usize,
     /// rows in the cache (the next position)
@@ -137,6 +144,11 @@ impl Sequence {
         self.cap - self.pos
     }
 
+    /// The KV rows its cache holds in all (sequences of one capacity step together).
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
     /// Tokens so far: the prompt and every generated token.
     pub fn history(&self) -> &[u32] {
         &self.history
@@ -151,8 +163,8 @@ pub struct Generator<'a, R: Runner> {
     runner: R,
     /// where KV caches come from: one allocation per sequence
     memory: HostMemory,
-    /// compiled graphs by (stage, size), with their last use
-    graphs: HashMap<(bool, usize), (usize, u64)>,
+    /// compiled graphs by stage, with their last use
+    graphs: HashMap<Stage, (usize, u64)>,
     uses: u64,
     /// ids that end the generation (the tokenizer's eos and `<|im_end|>`; empty: never stop)
     pub stop_ids: Vec<u32>,
@@ -191,10 +203,7 @@ impl<'a, R: Runner> Generator<'a, R> {
     /// The compiled graph of `stage` (compiled now unless kept from before); adds the
     /// seconds spent compiling to `compile_s`.
     fn graph(&mut self, stage: Stage, compile_s: &mut f64) -> Result<usize, LlamaError> {
-        let key = match stage {
-            Stage::Prefill { tokens } => (true, tokens),
-            Stage::Decode { capacity } => (false, capacity),
-        };
+        let key = stage;
         self.uses += 1;
         if let Some(g) = self.graphs.get_mut(&key) {
             g.1 = self.uses;
@@ -258,36 +267,24 @@ impl<'a, R: Runner> Generator<'a, R> {
         let mut cache = alloc_cache(&self.memory, vec![c.layers, 2, kvh, cap, hd])?;
 
         let start = Instant::now();
-        let mut inputs = m.prefill_inputs(prompt)?;
+        let inputs = m.prefill_inputs(prompt)?;
         let out = self.runner.run(prefill, &inputs).map_err(run_err)?;
-        let logits = write_rows(c, &mut cache, &out, 0, t)?;
+        let logits = write_rows(c, &mut [(&mut cache, 0)], &out, t)?;
         let mut rng = SplitMix64(sampling.seed);
         let mut history = prompt.to_vec();
         let first = sample_with_history(logits, sampling, &mut rng, &history);
         history.push(first);
         let prefill_s = start.elapsed().as_secs_f64();
 
-        // The decode inputs, allocated once and updated in place by each step.
-        inputs.clear();
-        inputs.insert(
-            "x".into(),
-            Tensor::from_f32(&[1, c.hidden], vec![0.0; c.hidden]).expect("sizes"),
-        );
-        let (cos, sin) = rope_tables(c, t, 1);
-        inputs.insert("cos".into(), cos);
-        inputs.insert("sin".into(), sin);
+        // The decode mask: the prompt's rows and the new row visible, updated by each step.
         let mut mask = vec![f32::NEG_INFINITY; g * (cap + 1)];
         for r in 0..g {
             mask[r * (cap + 1)..r * (cap + 1) + t].fill(0.0);
             mask[r * (cap + 1) + cap] = 0.0;
         }
-        inputs.insert(
-            "mask".into(),
-            Tensor::from_f32(&[g, cap + 1], mask).expect("sizes"),
-        );
         let seq = Sequence {
             cache: Some(cache),
-            inputs,
+            mask,
             cap,
             pos: t,
             last: first,
@@ -307,44 +304,115 @@ impl<'a, R: Runner> Generator<'a, R> {
     /// The sequence's cache is full ([`Sequence::rows_left`] is 0), or a compile/run
     /// failure (the sequence is then unusable; drop it).
     pub fn next(&mut self, seq: &mut Sequence) -> Result<u32, LlamaError> {
+        Ok(self.next_batch(&mut [seq])?[0])
+    }
+
+    /// One decode step of several sequences of the same [`Sequence::capacity`] together (at
+    /// most [`MAX_DECODE_BATCH`]): one graph whose products read each weight once for all
+    /// of them, each sequence attending over its own cache. Returns each one's next token,
+    /// in order; every sequence's tokens are those [`Generator::next`] would give it.
+    ///
+    /// # Errors
+    /// No sequences, more than [`MAX_DECODE_BATCH`], capacities that differ, a full cache
+    /// (naming the sequence's place in `seqs`), or a compile/run failure (the sequences are
+    /// then unusable; drop them).
+    pub fn next_batch(&mut self, seqs: &mut [&mut Sequence]) -> Result<Vec<u32>, LlamaError> {
         let m = self.model;
         let c = &m.config;
-        let (cap, pos) = (seq.cap, seq.pos);
-        if pos >= cap {
+        let batch = seqs.len();
+        let Some(cap) = seqs.first().map(|s| s.cap) else {
+            return Err(model_err("a decode step of no sequences"));
+        };
+        if batch > MAX_DECODE_BATCH {
             return Err(model_err(format!(
-                "the sequence filled its {cap} rows of KV cache"
+                "{batch} sequences in one decode step, past the {MAX_DECODE_BATCH} allowed"
             )));
         }
-        let decode = self.graph(Stage::Decode { capacity: cap }, &mut seq.compile_s)?;
-        let inputs = &mut seq.inputs;
-        {
-            let TensorData::F32(xv) = inputs.get_mut("x").expect("x").data_mut() else {
-                unreachable!("f32")
-            };
-            m.embed(seq.last, xv)?;
-        }
-        set_rope(c, pos, inputs);
-        let cache = seq
-            .cache
-            .take()
-            .ok_or_else(|| LlamaError::Run("an earlier step of this sequence failed".into()))?;
-        inputs.insert("kv_cache".into(), cache);
-        let result = self.runner.run(decode, inputs);
-        seq.cache = inputs.remove("kv_cache");
-        let out = result.map_err(LlamaError::Run)?;
-        let cache_mut = seq.cache.as_mut().expect("returned");
-        let logits = write_rows(c, cache_mut, &out, pos, 1)?;
-        let next = sample_with_history(logits, &seq.sampling, &mut seq.rng, &seq.history);
-        seq.history.push(next);
-        // the row just written becomes visible to the next step
-        if let Some(TensorData::F32(mv)) = inputs.get_mut("mask").map(|t| t.data_mut()) {
-            for r in 0..c.group() {
-                mv[r * (cap + 1) + pos] = 0.0;
+        for (i, seq) in seqs.iter().enumerate() {
+            if seq.cap != cap {
+                return Err(model_err(format!(
+                    "sequences of {cap} and {} KV rows cannot step together",
+                    seq.cap
+                )));
+            }
+            if seq.pos >= cap {
+                return Err(model_err(format!(
+                    "sequence {i} of the step filled its {cap} rows of KV cache"
+                )));
             }
         }
-        seq.pos += 1;
-        seq.last = next;
-        Ok(next)
+        let mut compile_s = 0.0;
+        let decode = self.graph(
+            Stage::Decode {
+                capacity: cap,
+                batch,
+            },
+            &mut compile_s,
+        )?;
+        for seq in seqs.iter_mut() {
+            seq.compile_s += compile_s;
+        }
+        let (hidden, g) = (c.hidden, c.group());
+        let mut x = vec![0f32; batch * hidden];
+        let mut mask = Vec::with_capacity(batch * g * (cap + 1));
+        for (seq, xr) in seqs.iter().zip(x.chunks_exact_mut(hidden)) {
+            m.embed(seq.last, xr)?;
+            mask.extend_from_slice(&seq.mask);
+        }
+        let (cos, sin) = rope_rows(c, seqs.iter().map(|s| s.pos));
+        let mut inputs = HashMap::from([
+            (
+                "x".to_string(),
+                Tensor::from_f32(&[batch, hidden], x).expect("sizes"),
+            ),
+            ("cos".to_string(), cos),
+            ("sin".to_string(), sin),
+            (
+                "mask".to_string(),
+                Tensor::from_f32(&[batch * g, cap + 1], mask).expect("sizes"),
+            ),
+        ]);
+        let mut lost = false;
+        for (b, seq) in seqs.iter_mut().enumerate() {
+            match seq.cache.take() {
+                Some(cache) => {
+                    inputs.insert(format!("kv_cache.{b}"), cache);
+                }
+                None => lost = true,
+            }
+        }
+        let result = if lost {
+            Err("an earlier step of one of these sequences failed".to_string())
+        } else {
+            self.runner.run(decode, &inputs)
+        };
+        for (b, seq) in seqs.iter_mut().enumerate() {
+            if let Some(cache) = inputs.remove(&format!("kv_cache.{b}")) {
+                seq.cache = Some(cache);
+            }
+        }
+        let out = result.map_err(LlamaError::Run)?;
+        let logits = {
+            let mut caches: Vec<(&mut Tensor, usize)> = seqs
+                .iter_mut()
+                .map(|s| (s.cache.as_mut().expect("returned"), s.pos))
+                .collect();
+            write_rows(c, &mut caches, &out, 1)?
+        };
+        let vocab = logits.len() / batch;
+        let mut tokens = Vec::with_capacity(batch);
+        for (seq, row) in seqs.iter_mut().zip(logits.chunks_exact(vocab)) {
+            let next = sample_with_history(row, &seq.sampling, &mut seq.rng, &seq.history);
+            seq.history.push(next);
+            // the row just written becomes visible to the next step
+            for r in 0..g {
+                seq.mask[r * (cap + 1) + seq.pos] = 0.0;
+            }
+            seq.pos += 1;
+            seq.last = next;
+            tokens.push(next);
+        }
+        Ok(tokens)
     }
 
     /// Generates up to `max_tokens` after `prompt` (token ids), calling `on_token` with each
@@ -439,50 +507,38 @@ impl Llama {
 /// cos/sin tables `[n, 1, hd/2, 1]` for positions `start..start + n` (the `cos` and `sin`
 /// inputs of the graphs [`Llama::build_graph`] builds), scaled by the attention factor.
 pub fn rope_tables(c: &LlamaConfig, start: usize, n: usize) -> (Tensor, Tensor) {
+    rope_rows(c, start..start + n)
+}
+
+/// cos/sin tables `[n, 1, hd/2, 1]` of the `n` positions given, one row each.
+fn rope_rows(c: &LlamaConfig, positions: impl Iterator<Item = usize>) -> (Tensor, Tensor) {
     let half = c.head_dim / 2;
-    let mut cos = Vec::with_capacity(n * half);
-    let mut sin = Vec::with_capacity(n * half);
-    for p in start..start + n {
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for p in positions {
         for i in 0..half {
             let theta = p as f64 * c.inv_freq(i);
             cos.push((theta.cos() * c.rope_attn_scale) as f32);
             sin.push((theta.sin() * c.rope_attn_scale) as f32);
         }
     }
-    let shape = [n, 1, half, 1];
+    let shape = [cos.len() / half.max(1), 1, half, 1];
     (
         Tensor::from_f32(&shape, cos).expect("sizes"),
         Tensor::from_f32(&shape, sin).expect("sizes"),
     )
 }
 
-/// Overwrites the one-position cos/sin inputs in place for position `pos`.
-fn set_rope(c: &LlamaConfig, pos: usize, inputs: &mut HashMap<String, Tensor>) {
-    let half = c.head_dim / 2;
-    for (name, f) in [("cos", f64::cos as fn(f64) -> f64), ("sin", f64::sin)] {
-        if let Some(TensorData::F32(v)) = inputs.get_mut(name).map(|t| t.data_mut()) {
-            for (i, x) in v.iter_mut().enumerate().take(half) {
-                let theta = pos as f64 * c.inv_freq(i);
-                *x = (f(theta) * c.rope_attn_scale) as f32;
-            }
-        }
-    }
-}
-
-/// Writes the `n` new K/V rows of every layer at `pos..pos + n` of the cache; returns the
-/// logits.
+/// Writes the new K/V rows of every layer into the caches: `n` rows for each `(cache,
+/// pos)` of `caches` in order (the outputs' rows `i * n..(i + 1) * n` to cache `i` at
+/// `pos..pos + n`); returns the logits.
 fn write_rows<'o>(
     c: &LlamaConfig,
-    cache: &mut Tensor,
+    caches: &mut [(&mut Tensor, usize)],
     out: &'o [(String, Tensor)],
-    pos: usize,
     n: usize,
 ) -> Result<&'o [f32], LlamaError> {
-    let cap = cache.shape()[3];
     let (hd, kvh) = (c.head_dim, c.kv_heads);
-    let TensorData::F32(cv) = cache.data_mut() else {
-        unreachable!("f32 cache")
-    };
+    let rows = caches.len() * n;
     let mut logits = None;
     for (name, t) in out {
         let v = t
@@ -497,15 +553,22 @@ fn write_rows<'o>(
             .and_then(|(k, l)| Some((k, l.parse::<usize>().ok()?)))
             .ok_or_else(|| LlamaError::Run(format!("unexpected output {name}")))?;
         let which = usize::from(kind == "v");
-        if v.len() != kvh * n * hd || layer >= c.layers {
+        if v.len() != kvh * rows * hd || layer >= c.layers {
             return Err(LlamaError::Run(format!(
                 "output {name} has {} values",
                 v.len()
             )));
         }
-        for hh in 0..kvh {
-            let dst = (((layer * 2 + which) * kvh + hh) * cap + pos) * hd;
-            cv[dst..dst + n * hd].copy_from_slice(&v[hh * n * hd..(hh + 1) * n * hd]);
+        for (i, (cache, pos)) in caches.iter_mut().enumerate() {
+            let cap = cache.shape()[3];
+            let TensorData::F32(cv) = cache.data_mut() else {
+                unreachable!("f32 cache")
+            };
+            for hh in 0..kvh {
+                let dst = (((layer * 2 + which) * kvh + hh) * cap + *pos) * hd;
+                let src = (hh * rows + i * n) * hd;
+                cv[dst..dst + n * hd].copy_from_slice(&v[src..src + n * hd]);
+            }
         }
     }
     logits.ok_or_else(|| LlamaError::Run("no logits output".into()))

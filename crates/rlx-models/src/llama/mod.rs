@@ -35,7 +35,7 @@ mod sampler;
 pub use arch::FfnAct;
 use config::longrope_attention_factor;
 pub use config::{LlamaConfig, LongRope, GGUF_ARCHS};
-pub use generate::{rope_tables, GenerationStats, Generator, Runner, Sequence};
+pub use generate::{rope_tables, GenerationStats, Generator, Runner, Sequence, MAX_DECODE_BATCH};
 pub use sampler::{kept_tokens, sample, sample_with_history, Sampling};
 
 use rlx_gguf::{ChatTokenizer, GgufError, GgufFile, QuantFormat};
@@ -120,17 +120,20 @@ type AddFn<'a> =
 type ParamFn<'a> = dyn FnMut(&mut Graph, &str, &[usize], DType) -> NodeId + 'a;
 
 /// Which graph to build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Stage {
     /// the whole prompt at once: `tokens` positions, no cache input
     Prefill {
         /// prompt length
         tokens: usize,
     },
-    /// one new token against a cache of `capacity` rows
+    /// one new token of each of `batch` sequences, each against its own cache of
+    /// `capacity` rows: the products read every weight once for all of them
     Decode {
-        /// cache rows
+        /// cache rows of every sequence
         capacity: usize,
+        /// sequences stepped together (at least 1)
+        batch: usize,
     },
 }
 

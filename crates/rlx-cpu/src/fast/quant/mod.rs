@@ -24,8 +24,9 @@ use q8_act::{Q8Rows, QK};
 use rlx_ir::QuantFormat;
 use std::ops::Range;
 
-/// Activation rows up to which the dot path is used.
-const DOT_MAX_ROWS: usize = 4;
+/// Activation rows up to which the dot path is used: a batched decode step of up to this
+/// many sequences computes every row as a single-row step does (same rounding).
+const DOT_MAX_ROWS: usize = 16;
 /// Rows of `w` per parallel task on the dot path.
 const DOT_CHUNK: usize = 32;
 /// Rows of `w` dequantized per tile on the tile path.
@@ -74,9 +75,10 @@ impl QuantPlan {
         if self.m == 0 || self.n == 0 {
             return;
         }
+        let integer = !self.exact && dot_i8::supports(self.format) && self.k.is_multiple_of(QK);
         if self.m > DOT_MAX_ROWS {
             self.run_tiles(x, w, y, row_bytes);
-        } else if !self.exact && dot_i8::supports(self.format) && self.k.is_multiple_of(QK) {
+        } else if integer {
             self.run_dot_i8(x, w, y, row_bytes);
         } else {
             self.run_dot_f32(x, w, y, row_bytes);
