@@ -173,9 +173,14 @@ fn pipeline(
         cache: None,
     });
     if let Some(e) = pollster::block_on(scope.pop()) {
+        // wgpu's Display says only "Validation Error"; the cause is in its description
+        let message = match &e {
+            wgpu::Error::Validation { description, .. } => description.trim().to_string(),
+            other => other.to_string(),
+        };
         return Err(WgpuError::Shader {
             kernel: label.to_string(),
-            message: e.to_string(),
+            message,
             source_text: wgsl.to_string(),
         });
     }

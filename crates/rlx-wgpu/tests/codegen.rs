@@ -9,7 +9,7 @@
 mod cases;
 
 use rlx_ir::kernel::KernelProgram;
-use rlx_ir::{DType, Graph, ReduceOp, Shape, Tensor, UnaryOp};
+use rlx_ir::{BinaryOp, DType, Graph, ReduceOp, Shape, Tensor, UnaryOp};
 use rlx_wgpu::codegen::Target;
 
 fn lower(graph: &Graph) -> Option<KernelProgram> {
@@ -201,4 +201,34 @@ fn contiguous_elementwise_uses_vec4_only_when_it_can() {
     assert!(half.contains("array<vec4<f16>>"), "{half}");
     let packed = wgsl(&chain(4096, DType::F16), &Target::webgpu_defaults());
     assert!(!packed.contains("vec4"), "{packed}");
+}
+
+/// A vec4 elementwise kernel of five or more inputs (an unfolded batch norm and ReLU, as
+/// DenseNet's) names its loads apart from its loop counter: it validates and stores by the
+/// counter.
+#[test]
+fn vec4_kernels_with_many_inputs_validate() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, Shape::of(&[1, 4, 8, 8]));
+    let mut y = x;
+    for (i, op) in [
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Add,
+        BinaryOp::Mul,
+        BinaryOp::Add,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = g.input(&format!("p{i}"), DType::F32, Shape::of(&[1, 4, 1, 1]));
+        y = g.binary(op, y, p).unwrap();
+    }
+    let y = g.unary(UnaryOp::Relu, y).unwrap();
+    g.output("y", y);
+    let text = wgsl(&g, &Target::webgpu_defaults());
+    assert!(
+        text.contains("let v5 = ") && text.contains("array<vec4<f32>>"),
+        "{text}"
+    );
 }

@@ -106,15 +106,14 @@ impl<'a> Emitter<'a> {
         if self.depth >= MAX_DEPTH {
             return Err(missing());
         }
-        let mark = (self.pending.len(), self.used.len());
+        let mark = self.mark();
         self.depth += 1;
         let result = rules::decompose(self, &op, inputs, &ty);
         self.depth -= 1;
         match result {
             Ok(id) if self.ty(id) == &ty => Ok(id),
             other => {
-                self.pending.truncate(mark.0);
-                self.used.truncate(mark.1);
+                self.rewind(mark);
                 match other {
                     Err(Failure::NoRule) | Ok(_) => Err(missing()),
                     Err(f) => Err(f),
@@ -123,17 +122,27 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Where the emitted pieces stand now, for [`Emitter::rewind`].
+    pub fn mark(&self) -> (usize, usize) {
+        (self.pending.len(), self.used.len())
+    }
+
+    /// Forgets everything emitted since `mark` (an alternative that did not legalize).
+    pub fn rewind(&mut self, mark: (usize, usize)) {
+        self.pending.truncate(mark.0);
+        self.used.truncate(mark.1);
+    }
+
     /// Runs `f`; when it fails, forgets everything it emitted and returns `None`. For
     /// optional refinements of a rule.
     pub fn attempt(
         &mut self,
         f: impl FnOnce(&mut Self) -> Result<NodeId, Failure>,
     ) -> Option<NodeId> {
-        let mark = (self.pending.len(), self.used.len());
+        let mark = self.mark();
         let result = f(self).ok();
         if result.is_none() {
-            self.pending.truncate(mark.0);
-            self.used.truncate(mark.1);
+            self.rewind(mark);
         }
         result
     }

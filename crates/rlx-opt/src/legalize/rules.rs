@@ -26,6 +26,7 @@ pub(crate) fn decompose(
         Op::GlobalPool(kind) => rules_nn::global_pool(e, ins[0], *kind),
         Op::MatMulInteger(p) => rules_nn::matmul_integer(e, *p, ins),
         Op::ConvInteger(p) => rules_int::conv_integer(e, *p, ins),
+        Op::MatMul => rules_int::matmul(e, ins, ty),
         Op::Input { .. }
         | Op::Param { .. }
         | Op::Constant(_)
@@ -34,7 +35,6 @@ pub(crate) fn decompose(
         | Op::BitCast(_)
         | Op::Reduce { .. }
         | Op::ArgReduce { .. }
-        | Op::MatMul
         | Op::Conv2d(_)
         | Op::Pool2d(_)
         | Op::Reshape(_)

@@ -215,14 +215,35 @@ fn modulo_float_and_int() {
     }
 }
 
-/// A backend without the integer product gets it widened to an i32 matmul, in every mode,
-/// with the same values (the interpreter runs both).
+/// A backend (caps) without integer products: no `MatMulInteger`/`ConvInteger`, and when
+/// `gpu`, as wgpu, no integer matmul and nothing in f64 either.
+fn no_int(gpu: bool) -> impl Fn(&Op, &[&TensorType]) -> bool {
+    move |op: &Op, ins: &[&TensorType]| {
+        let int_product = matches!(op, Op::MatMulInteger(_) | Op::ConvInteger(_))
+            || (matches!(op, Op::MatMul) && ins.iter().any(|t| t.dtype.is_int()));
+        let f64 = ins.iter().any(|t| t.dtype == DType::F64) || matches!(op, Op::Cast(DType::F64));
+        !matches!(op, Op::MatMulInteger(_) | Op::ConvInteger(_)) && !(gpu && (int_product || f64))
+    }
+}
+
+/// What the GPU-like caps leave: no integer product and nothing in f64.
+fn assert_gpu_like(lg: &Graph) {
+    for n in lg.nodes() {
+        let int_matmul = matches!(n.op, Op::MatMul) && n.ty.dtype.is_int();
+        assert!(!int_matmul && n.ty.dtype != DType::F64, "{lg}");
+    }
+}
+
+/// A backend without the integer product gets it widened to an i32 matmul (or, without
+/// integer matmuls or f64, to an f32 one), in every mode, with the same values (the
+/// interpreter runs both).
 #[test]
 fn matmul_integer_widens_where_not_claimed() {
     use rlx_ir::{AInput, IntMatMul, Tensor};
-    let all_but = |op: &Op, _: &[&TensorType]| !matches!(op, Op::MatMulInteger(_));
     let modes = [AInput::Integer, AInput::Quantize, AInput::Dynamic];
-    for (a_mode, scaled) in modes.into_iter().flat_map(|m| [(m, false), (m, true)]) {
+    let cases = modes.into_iter().flat_map(|m| [(m, false), (m, true)]);
+    for ((a_mode, scaled), gpu) in cases.flat_map(|c| [(c, false), (c, true)]) {
+        let all_but = no_int(gpu);
         let p = IntMatMul { a: a_mode, scaled };
         let mut g = Graph::new();
         let a_dtype = if a_mode == AInput::Integer {
@@ -255,29 +276,36 @@ fn matmul_integer_widens_where_not_claimed() {
                 .all(|n| !matches!(n.op, Op::MatMulInteger(_))),
             "{lg}"
         );
+        if gpu {
+            assert_gpu_like(&lg);
+        }
         for seed in [3, 4] {
             assert_close(&run(&lg, seed), &run(&g, seed), 0.0);
         }
     }
 }
 
-/// A backend without the integer convolution gets it widened to an f64 convolution, plain
-/// and requantized (with and without bias, per-channel and per-tensor), with the same values.
+/// A backend without the integer convolution gets it widened to an f64 convolution (f32
+/// without f64), plain and requantized (with and without bias, per-channel and
+/// per-tensor), with the same values.
 #[test]
 fn conv_integer_widens_where_not_claimed() {
     use rlx_ir::{Conv2dParams, IntConv, Tensor};
-    let all_but = |op: &Op, _: &[&TensorType]| !matches!(op, Op::ConvInteger(_));
     let conv = Conv2dParams {
         stride: [2, 1],
         pads: [1, 0, 1, 2],
         dilation: [1, 2],
         groups: 2,
     };
-    for (requantize, bias, per_channel) in [
+    let cases = [
         (false, false, true),
         (true, false, false),
         (true, true, true),
-    ] {
+    ];
+    for ((requantize, bias, per_channel), gpu) in
+        cases.into_iter().flat_map(|c| [(c, false), (c, true)])
+    {
+        let all_but = no_int(gpu);
         let p = IntConv { conv, requantize };
         let mut g = Graph::new();
         let x = g.input("x", DType::U8, [2, 4, 7, 6]);
@@ -307,6 +335,9 @@ fn conv_integer_widens_where_not_claimed() {
                 .all(|n| !matches!(n.op, Op::ConvInteger(_))),
             "{lg}"
         );
+        if gpu {
+            assert_gpu_like(&lg);
+        }
         for seed in [3, 4] {
             assert_close(&run(&lg, seed), &run(&g, seed), 0.0);
         }

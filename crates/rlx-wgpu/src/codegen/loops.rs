@@ -220,9 +220,9 @@ fn elementwise_vec4(
     let n4 = k.numel() / 4;
     let groups = groups_for(n4, WG, target);
     let text = format!(
-        "{}{}let idx = v4 * 4;\n{}{}{loads}{body}{out_b}[v4] = {result};\n}}\n}}\n",
+        "{}{}let idx = quad * 4;\n{}{}{loads}{body}{out_b}[quad] = {result};\n}}\n}}\n",
         main_sig(WG),
-        grid_loop("v4", n4, groups, WG, "lid"),
+        grid_loop("quad", n4, groups, WG, "lid"),
         coords(&Wgsl, "idx", "o", &outer.dims, "i32"),
         bases(k, outer),
     );
