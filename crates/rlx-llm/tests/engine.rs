@@ -183,7 +183,7 @@ fn a_batch_of_six_makes_the_tokens_each_makes_alone() {
             .map(|i| (0..1 + i % 4).map(|j| (7 * i + 3 * j + 1) % 64).collect())
             .collect();
         let sampling = |i: usize| Sampling {
-            temperature: if i % 2 == 0 { 0.0 } else { 0.8 },
+            temperature: if i.is_multiple_of(2) { 0.0 } else { 0.8 },
             seed: 5 + i as u64,
             ..Default::default()
         };
