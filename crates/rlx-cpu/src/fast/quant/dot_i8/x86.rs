@@ -5,9 +5,11 @@
 //!
 //! A kernel dots `R` weight rows with `M` activation rows (one to four): it unpacks each
 //! weight block once and dots it with every activation row, and computes the block's float
-//! scales for all of them in one vector. The float operations of one (weight row,
-//! activation row) pair are those of `M = 1`, in the same order, so a row computes bit for
-//! bit the same whatever rows come with it.
+//! scales for all of them in one vector (the 32-value formats: in a first pass over a tile
+//! of blocks, read back as broadcast loads, so a pair costs a byte product, a conversion
+//! and a multiply-add). The float operations of one (weight row, activation row) pair are
+//! those of `M = 1`, in the same order, so a row computes bit for bit the same whatever
+//! rows come with it.
 
 use super::x86_k;
 use super::{Q8Row, QK};
@@ -112,12 +114,6 @@ impl<const M: usize> Acts<M> {
     }
 }
 
-/// Lane `l` of `v` in every lane.
-#[inline(always)]
-unsafe fn lane(v: __m256, l: usize) -> __m256 {
-    _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(l as i32))
-}
-
 /// The 32 nibbles of a Q4 block's 16 bytes at `p`, in value order (low nibbles are values
 /// 0..16, high nibbles 16..32).
 #[inline(always)]
@@ -154,16 +150,28 @@ pub(super) type Args<'a, 'b, 'c> = (&'a [u8], usize, &'a [Q8Row<'a>], &'b mut [&
 /// Weight rows dotted together: they share each activation block's load and scales.
 pub(super) const ROWS: usize = 4;
 
+/// Blocks whose float scales a kernel of several activation rows computes before their
+/// integer sums.
+const TILE: usize = 16;
+
+/// Per block of a tile and weight row, the scales `t` that [`dot_q45`] and [`dot_q8_0`]
+/// keep in memory: one per entry point call, so that no kernel call zeroes 2 KiB.
+type Scales = [[[f32; 8]; ROWS]; TILE];
+
 /// Q4_0 / Q4_1 / Q5_0 / Q5_1 rows (`FIVE`: five bits, `MIN`: a stored minimum), `R` at a
 /// time, dot the `M` rows of `a`; result `(r, i)` to `out[i] + r`. Lengths checked by the
 /// caller. Per block and weight row, one vector `t` holds every activation row's
-/// `[dw * dx, mw * sx]` (as `M = 1` computes it), and each row's scale is broadcast from it.
+/// `[dw * dx, mw * sx]` (as `M = 1` computes it). With several activation rows, a first
+/// pass per tile of blocks stores the `t`s and sums the offset terms, and the second reads
+/// each row's scale back as a broadcast load, which costs no shuffle; one row keeps `t` in
+/// a register.
 #[inline(always)]
 unsafe fn dot_q45<D: Dot, const FIVE: bool, const MIN: bool, const R: usize, const M: usize>(
     w: *const u8,
     row_bytes: usize,
     a: &Acts<M>,
     out: [*mut f32; M],
+    ts: &mut Scales,
 ) {
     let qh = if MIN { 4 } else { 2 };
     let qo = if FIVE { qh + 4 } else { qh };
@@ -172,37 +180,63 @@ unsafe fn dot_q45<D: Dot, const FIVE: bool, const MIN: bool, const R: usize, con
     // stored minimum `-8 dw sx` (Q4_0) or `-16 dw sx` (Q5_0)
     let m = if FIVE { -16.0 } else { -8.0 };
     let off_mul = _mm256_setr_ps(1.0, m, 1.0, m, 1.0, m, 1.0, m);
+    // `t` of block `blk` for the activation rows' `ds`
+    let scale = |blk: *const u8, ds: __m256| {
+        if MIN {
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
+            let dm = if M == 1 {
+                _mm256_zextps128_ps256(dm)
+            } else {
+                _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(dm)))
+            };
+            _mm256_mul_ps(dm, ds)
+        } else {
+            let d = (blk as *const u16).read_unaligned() as i16;
+            let dw = _mm256_cvtph_ps(_mm_set1_epi16(d));
+            _mm256_mul_ps(_mm256_mul_ps(dw, ds), off_mul)
+        }
+    };
     let mut acc = [[_mm256_setzero_ps(); M]; R];
     // per weight row: the offset terms of activation row i in lane 2i + 1
     let mut off = [_mm256_setzero_ps(); R];
-    for b in 0..a.nb {
-        let ds = a.ds(b);
-        for r in 0..R {
-            let blk = w.add(r * row_bytes + b * bb);
-            // the same block of the rows after these: one group's pass ahead
-            _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(R * row_bytes) as *const i8);
-            let mut q = nibbles(blk.add(qo));
-            if FIVE {
-                q = _mm256_or_si256(q, fifth_bits(blk.add(qh)));
+    for b0 in (0..a.nb).step_by(TILE) {
+        let blocks = b0..a.nb.min(b0 + TILE);
+        if M > 1 {
+            for (b, ts) in blocks.clone().zip(ts.iter_mut()) {
+                let ds = a.ds(b);
+                for (r, (off, ts)) in off.iter_mut().zip(ts.iter_mut()).enumerate() {
+                    let t = scale(w.add(r * row_bytes + b * bb), ds);
+                    *off = _mm256_add_ps(*off, t);
+                    _mm256_storeu_ps(ts.as_mut_ptr(), t);
+                }
             }
-            // [dw, mw] (with a minimum) or [dw, dw] per activation row, times its [dx, sx]
-            let t = if MIN {
-                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
-                let dm = if M == 1 {
-                    _mm256_zextps128_ps256(dm)
+        }
+        for (b, ts) in blocks.zip(ts.iter()) {
+            let ds = if M == 1 { a.ds(b) } else { _mm256_setzero_ps() };
+            for (r, (acc, ts)) in acc.iter_mut().zip(ts).enumerate() {
+                let blk = w.add(r * row_bytes + b * bb);
+                // the same block of the rows after these: one group's pass ahead
+                _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(R * row_bytes) as *const i8);
+                let mut q = nibbles(blk.add(qo));
+                if FIVE {
+                    q = _mm256_or_si256(q, fifth_bits(blk.add(qh)));
+                }
+                let t = if M == 1 {
+                    let t = scale(blk, ds);
+                    off[r] = _mm256_add_ps(off[r], t);
+                    _mm256_broadcastss_ps(_mm256_castps256_ps128(t))
                 } else {
-                    _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(dm)))
+                    _mm256_setzero_ps()
                 };
-                _mm256_mul_ps(dm, ds)
-            } else {
-                let d = (blk as *const u16).read_unaligned() as i16;
-                let dw = _mm256_cvtph_ps(_mm_set1_epi16(d));
-                _mm256_mul_ps(_mm256_mul_ps(dw, ds), off_mul)
-            };
-            off[r] = _mm256_add_ps(off[r], t);
-            for (i, acc) in acc[r].iter_mut().enumerate() {
-                let p = D::dot(_mm256_setzero_si256(), q, a.x(i, b));
-                *acc = _mm256_fmadd_ps(lane(t, 2 * i), _mm256_cvtepi32_ps(p), *acc);
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let p = D::dot(_mm256_setzero_si256(), q, a.x(i, b));
+                    let t = if M == 1 {
+                        t
+                    } else {
+                        _mm256_broadcast_ss(&ts[2 * i])
+                    };
+                    *acc = _mm256_fmadd_ps(t, _mm256_cvtepi32_ps(p), *acc);
+                }
             }
         }
     }
@@ -216,30 +250,55 @@ unsafe fn dot_q45<D: Dot, const FIVE: bool, const MIN: bool, const R: usize, con
 }
 
 /// Q8_0 rows, `R` at a time, dot the `M` rows of `a`: |w| times a with w's sign, so the
-/// unsigned operand fits a byte.
+/// unsigned operand fits a byte. The scales `dw * dx` (in lanes 2i) as [`dot_q45`] has
+/// them.
 #[inline(always)]
 unsafe fn dot_q8_0<D: Dot, const R: usize, const M: usize>(
     w: *const u8,
     row_bytes: usize,
     a: &Acts<M>,
     out: [*mut f32; M],
+    ts: &mut Scales,
 ) {
+    let scale = |blk: *const u8, ds: __m256| {
+        let d = (blk as *const u16).read_unaligned() as i16;
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(d)), ds)
+    };
     let mut acc = [[_mm256_setzero_ps(); M]; R];
-    for b in 0..a.nb {
-        let ds = a.ds(b);
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let blk = w.add(r * row_bytes + b * 34);
-            // the same block of the rows after these: one group's pass ahead
-            _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(R * row_bytes) as *const i8);
-            let q = _mm256_loadu_si256(blk.add(2) as *const __m256i);
-            let q_abs = _mm256_sign_epi8(q, q);
-            // dw * dx of activation row i in lane 2i
-            let d = (blk as *const u16).read_unaligned() as i16;
-            let t = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(d)), ds);
-            for (i, acc) in acc.iter_mut().enumerate() {
-                let x = _mm256_sign_epi8(a.x(i, b), q);
-                let p = D::dot(_mm256_setzero_si256(), q_abs, x);
-                *acc = _mm256_fmadd_ps(lane(t, 2 * i), _mm256_cvtepi32_ps(p), *acc);
+    for b0 in (0..a.nb).step_by(TILE) {
+        let blocks = b0..a.nb.min(b0 + TILE);
+        if M > 1 {
+            for (b, ts) in blocks.clone().zip(ts.iter_mut()) {
+                let ds = a.ds(b);
+                for (r, ts) in ts.iter_mut().enumerate() {
+                    let t = scale(w.add(r * row_bytes + b * 34), ds);
+                    _mm256_storeu_ps(ts.as_mut_ptr(), t);
+                }
+            }
+        }
+        for (b, ts) in blocks.zip(ts.iter()) {
+            let ds = if M == 1 { a.ds(b) } else { _mm256_setzero_ps() };
+            for (r, (acc, ts)) in acc.iter_mut().zip(ts).enumerate() {
+                let blk = w.add(r * row_bytes + b * 34);
+                // the same block of the rows after these: one group's pass ahead
+                _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(R * row_bytes) as *const i8);
+                let q = _mm256_loadu_si256(blk.add(2) as *const __m256i);
+                let q_abs = _mm256_sign_epi8(q, q);
+                let t = if M == 1 {
+                    _mm256_broadcastss_ps(_mm256_castps256_ps128(scale(blk, ds)))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm256_sign_epi8(a.x(i, b), q);
+                    let p = D::dot(_mm256_setzero_si256(), q_abs, x);
+                    let t = if M == 1 {
+                        t
+                    } else {
+                        _mm256_broadcast_ss(&ts[2 * i])
+                    };
+                    *acc = _mm256_fmadd_ps(t, _mm256_cvtepi32_ps(p), *acc);
+                }
             }
         }
     }
@@ -262,26 +321,27 @@ unsafe fn offset<const M: usize>(mut out: [*mut f32; M], j: usize) -> [*mut f32;
 }
 
 /// Runs `group` (a kernel of `ROWS` weight rows) over the rows, then `one` (the kernel of
-/// one) on the rest; both take the first row's bytes and where its results go. Closures,
-/// not function pointers, so the kernels inline into the entry point compiled with the
-/// features.
+/// one) on the rest; both take the first row's bytes, where its results go and the scratch
+/// `ts`. Closures, not function pointers, so the kernels inline into the entry point
+/// compiled with the features.
 #[inline(always)]
 unsafe fn rows<const M: usize>(
     w: &[u8],
     row_bytes: usize,
     out: [*mut f32; M],
     n: usize,
-    group: impl Fn(*const u8, [*mut f32; M]),
-    one: impl Fn(*const u8, [*mut f32; M]),
+    ts: &mut Scales,
+    group: impl Fn(*const u8, [*mut f32; M], &mut Scales),
+    one: impl Fn(*const u8, [*mut f32; M], &mut Scales),
 ) {
     let wp = w.as_ptr();
     let mut j = 0;
     while j + ROWS <= n {
-        group(wp.add(j * row_bytes), offset(out, j));
+        group(wp.add(j * row_bytes), offset(out, j), ts);
         j += ROWS;
     }
     while j < n {
-        one(wp.add(j * row_bytes), offset(out, j));
+        one(wp.add(j * row_bytes), offset(out, j), ts);
         j += 1;
     }
 }
@@ -299,6 +359,8 @@ unsafe fn run_m<D: Dot, const M: usize>(
     for (o, outs) in out.iter_mut().zip(outs.iter_mut()) {
         *o = outs.as_mut_ptr();
     }
+    let mut ts = [[[0f32; 8]; ROWS]; TILE];
+    // the 32-value formats' kernels take the scratch, the k-quants' do not
     macro_rules! kernel {
         ($k:ident $(, $c:tt)*) => {
             rows(
@@ -306,18 +368,30 @@ unsafe fn run_m<D: Dot, const M: usize>(
                 rb,
                 out,
                 n,
-                |w, o| $k::<D, $($c,)* ROWS, M>(w, rb, &a, o),
-                |w, o| $k::<D, $($c,)* 1, M>(w, rb, &a, o),
+                &mut ts,
+                |w, o, _| $k::<D, $($c,)* ROWS, M>(w, rb, &a, o),
+                |w, o, _| $k::<D, $($c,)* 1, M>(w, rb, &a, o),
+            )
+        };
+        (scratch $k:ident $(, $c:tt)*) => {
+            rows(
+                w,
+                rb,
+                out,
+                n,
+                &mut ts,
+                |w, o, ts| $k::<D, $($c,)* ROWS, M>(w, rb, &a, o, ts),
+                |w, o, ts| $k::<D, $($c,)* 1, M>(w, rb, &a, o, ts),
             )
         };
     }
     use x86_k::{dot_k16, dot_q45k, Q2K, Q3K, Q6K};
     match format {
-        QuantFormat::Q4_0 => kernel!(dot_q45, false, false),
-        QuantFormat::Q4_1 => kernel!(dot_q45, false, true),
-        QuantFormat::Q5_0 => kernel!(dot_q45, true, false),
-        QuantFormat::Q5_1 => kernel!(dot_q45, true, true),
-        QuantFormat::Q8_0 => kernel!(dot_q8_0),
+        QuantFormat::Q4_0 => kernel!(scratch dot_q45, false, false),
+        QuantFormat::Q4_1 => kernel!(scratch dot_q45, false, true),
+        QuantFormat::Q5_0 => kernel!(scratch dot_q45, true, false),
+        QuantFormat::Q5_1 => kernel!(scratch dot_q45, true, true),
+        QuantFormat::Q8_0 => kernel!(scratch dot_q8_0),
         QuantFormat::Q4K => kernel!(dot_q45k, false),
         QuantFormat::Q5K => kernel!(dot_q45k, true),
         QuantFormat::Q2K => kernel!(dot_k16, Q2K),
