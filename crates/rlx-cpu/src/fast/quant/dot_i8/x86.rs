@@ -199,8 +199,10 @@ unsafe fn dot_q45<D: Dot, const FIVE: bool, const MIN: bool, const R: usize, con
     let mut acc = [[_mm256_setzero_ps(); M]; R];
     // per weight row: the offset terms of activation row i in lane 2i + 1
     let mut off = [_mm256_setzero_ps(); R];
-    for b0 in (0..a.nb).step_by(TILE) {
-        let blocks = b0..a.nb.min(b0 + TILE);
+    // one activation row needs no tiles: all its blocks in one loop
+    let tile = if M == 1 { a.nb.max(1) } else { TILE };
+    for b0 in (0..a.nb).step_by(tile) {
+        let blocks = b0..a.nb.min(b0 + tile);
         if M > 1 {
             for (b, ts) in blocks.clone().zip(ts.iter_mut()) {
                 let ds = a.ds(b);
@@ -211,9 +213,10 @@ unsafe fn dot_q45<D: Dot, const FIVE: bool, const MIN: bool, const R: usize, con
                 }
             }
         }
-        for (b, ts) in blocks.zip(ts.iter()) {
+        for b in blocks {
+            let tb = &ts[if M == 1 { 0 } else { b - b0 }];
             let ds = if M == 1 { a.ds(b) } else { _mm256_setzero_ps() };
-            for (r, (acc, ts)) in acc.iter_mut().zip(ts).enumerate() {
+            for (r, (acc, tr)) in acc.iter_mut().zip(tb).enumerate() {
                 let blk = w.add(r * row_bytes + b * bb);
                 // the same block of the rows after these: one group's pass ahead
                 _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(R * row_bytes) as *const i8);
@@ -233,7 +236,7 @@ unsafe fn dot_q45<D: Dot, const FIVE: bool, const MIN: bool, const R: usize, con
                     let t = if M == 1 {
                         t
                     } else {
-                        _mm256_broadcast_ss(&ts[2 * i])
+                        _mm256_broadcast_ss(&tr[2 * i])
                     };
                     *acc = _mm256_fmadd_ps(t, _mm256_cvtepi32_ps(p), *acc);
                 }
@@ -265,8 +268,10 @@ unsafe fn dot_q8_0<D: Dot, const R: usize, const M: usize>(
         _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(d)), ds)
     };
     let mut acc = [[_mm256_setzero_ps(); M]; R];
-    for b0 in (0..a.nb).step_by(TILE) {
-        let blocks = b0..a.nb.min(b0 + TILE);
+    // one activation row needs no tiles: all its blocks in one loop
+    let tile = if M == 1 { a.nb.max(1) } else { TILE };
+    for b0 in (0..a.nb).step_by(tile) {
+        let blocks = b0..a.nb.min(b0 + tile);
         if M > 1 {
             for (b, ts) in blocks.clone().zip(ts.iter_mut()) {
                 let ds = a.ds(b);
@@ -276,9 +281,10 @@ unsafe fn dot_q8_0<D: Dot, const R: usize, const M: usize>(
                 }
             }
         }
-        for (b, ts) in blocks.zip(ts.iter()) {
+        for b in blocks {
+            let tb = &ts[if M == 1 { 0 } else { b - b0 }];
             let ds = if M == 1 { a.ds(b) } else { _mm256_setzero_ps() };
-            for (r, (acc, ts)) in acc.iter_mut().zip(ts).enumerate() {
+            for (r, (acc, tr)) in acc.iter_mut().zip(tb).enumerate() {
                 let blk = w.add(r * row_bytes + b * 34);
                 // the same block of the rows after these: one group's pass ahead
                 _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(R * row_bytes) as *const i8);
@@ -295,7 +301,7 @@ unsafe fn dot_q8_0<D: Dot, const R: usize, const M: usize>(
                     let t = if M == 1 {
                         t
                     } else {
-                        _mm256_broadcast_ss(&ts[2 * i])
+                        _mm256_broadcast_ss(&tr[2 * i])
                     };
                     *acc = _mm256_fmadd_ps(t, _mm256_cvtepi32_ps(p), *acc);
                 }
