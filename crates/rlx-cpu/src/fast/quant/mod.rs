@@ -427,9 +427,17 @@ mod tests {
     #[test]
     fn rows_dotted_together_compute_bit_for_bit_as_each_alone() {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for format in INTEGER {
-            // several blocks; n leaves a remainder of weight rows past the groups of four
-            let k = if format.block() == 256 { 768 } else { 160 };
+        // several blocks, and for the 32-value formats more than the kernels' tile of 16
+        // blocks; n leaves a remainder of weight rows past the groups of four
+        let cases = INTEGER.iter().flat_map(|&f| {
+            let ks: &[usize] = if f.block() == 256 {
+                &[768]
+            } else {
+                &[160, 1056]
+            };
+            ks.iter().map(move |&k| (f, k))
+        });
+        for (format, k) in cases {
             let n = 11;
             let w = random_blocks(format, n, k, 23);
             let row_bytes = k / format.block() * format.block_bytes();
@@ -442,7 +450,8 @@ mod tests {
                 for (i, &a) in acts.iter().enumerate() {
                     let alone = dot_i8::each_isa(format, &w, row_bytes, a);
                     for ((isa, got), (_, want)) in together.iter().zip(&alone) {
-                        assert_eq!(bits(&got[i]), bits(want), "{format} m={m} row {i} {isa}");
+                        let at = format!("{format} k={k} m={m} row {i} {isa}");
+                        assert_eq!(bits(&got[i]), bits(want), "{at}");
                     }
                 }
                 // the whole product, split over the pool, against one row at a time
@@ -451,7 +460,8 @@ mod tests {
                 for (i, (xi, yi)) in x.chunks(k).zip(y.chunks(n)).enumerate() {
                     let mut alone = vec![f32::NAN; n];
                     QuantPlan::new(format, n, k, k, 1, false).run(xi, &w, &mut alone);
-                    assert_eq!(bits(yi), bits(&alone), "{format} m={m} row {i}: product");
+                    let at = format!("{format} k={k} m={m} row {i}: product");
+                    assert_eq!(bits(yi), bits(&alone), "{at}");
                 }
             }
         }
