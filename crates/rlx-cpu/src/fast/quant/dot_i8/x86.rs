@@ -315,9 +315,9 @@ unsafe fn dot_q8_0<D: Dot, const R: usize, const M: usize>(
     }
 }
 
-/// Each pointer of `out` moved on by `j` (a loop, not `array::map`: closures passed to
-/// the standard library's array helpers compile without the entry point's features and
-/// stay calls).
+/// Each pointer of `out` moved on by `j`. The kernels fill their small arrays with loops
+/// like this one: closures given to `std::array::from_fn` were seen to stay calls, compiled
+/// without the entry point's features.
 #[inline(always)]
 unsafe fn offset<const M: usize>(mut out: [*mut f32; M], j: usize) -> [*mut f32; M] {
     for o in out.iter_mut() {
