@@ -1,10 +1,11 @@
 //! Quantized matrix-vector product (`Op::QuantMatMul`, one activation row: the decode
-//! shape) per block format, on the default path (the integer dot where it covers the
-//! format) and with `CpuOptions::exact_quant` (the f32 dot): microseconds per product and
-//! the weight bytes read per second.
+//! shape; or a few rows: a batched decode step) per block format, on the default path (the
+//! integer dot where it covers the format) and with `CpuOptions::exact_quant` (the f32 dot):
+//! microseconds per product and the weight bytes read per second.
 //!
 //! Run with `cargo run --release -p rlx-cpu --example bench_quant [THREADS] [N] [K]
-//! [FORMAT,..]` (defaults: 2 threads, a 4096 x 4096 weight, every block format).
+//! [FORMAT,..|all] [ROWS]` (defaults: 2 threads, a 4096 x 4096 weight, every block format,
+//! one activation row).
 
 use rlx_cpu::testing::ProgramBuilder;
 use rlx_cpu::{cpu_name, CpuOptions, CpuProgram};
@@ -29,11 +30,11 @@ fn random_weight(format: QuantFormat, n: usize, k: usize) -> Vec<u8> {
     w
 }
 
-/// Median seconds of one product of `format` at `threads`.
-fn product(format: QuantFormat, n: usize, k: usize, threads: usize, exact: bool) -> f64 {
+/// Median seconds of one product of `format` with `m` activation rows at `threads`.
+fn product(format: QuantFormat, m: usize, n: usize, k: usize, threads: usize, exact: bool) -> f64 {
     let w = random_weight(format, n, k);
     let mut b = ProgramBuilder::new();
-    let x = b.input("x", DType::F32, &[1, k]);
+    let x = b.input("x", DType::F32, &[m, k]);
     let wb = b.param("w", DType::U8, &[w.len()]);
     let op = Op::QuantMatMul {
         format,
@@ -48,7 +49,7 @@ fn product(format: QuantFormat, n: usize, k: usize, threads: usize, exact: bool)
         exact_quant: exact,
     };
     let p = CpuProgram::compile(b.finish(), &opts).unwrap();
-    let inputs = HashMap::from([("x".to_string(), Tensor::random(DType::F32, &[1, k], 1))]);
+    let inputs = HashMap::from([("x".to_string(), Tensor::random(DType::F32, &[m, k], 1))]);
     let wt = Tensor::new(vec![w.len()], TensorData::U8(w.into())).unwrap();
     let params = HashMap::from([("w".to_string(), Arc::new(wt))]);
     for _ in 0..5 {
@@ -72,12 +73,16 @@ fn main() {
             .map_or(d, |s| s.parse().expect("a number"))
     };
     let (threads, n, k) = (arg(1, 2), arg(2, 4096), arg(3, 4096));
-    let only = std::env::args().nth(4).unwrap_or_default();
+    let only = std::env::args()
+        .nth(4)
+        .filter(|s| s != "all")
+        .unwrap_or_default();
+    let m = arg(5, 1);
     println!(
         "rlx-cpu quantized matvec: {} ({threads} threads)",
         cpu_name()
     );
-    println!("{n} x {k} weight, one activation row; median of 41 runs\n");
+    println!("{n} x {k} weight, {m} activation row(s); median of 41 runs\n");
     println!(
         "{:<8} {:>12} {:>10} {:>12} {:>10}",
         "format", "default µs", "GB/s", "exact µs", "GB/s"
@@ -88,8 +93,8 @@ fn main() {
             continue;
         }
         let bytes = format.bytes_for(n * k).unwrap() as f64;
-        let fast = product(format, n, k, threads, false);
-        let exact = product(format, n, k, threads, true);
+        let fast = product(format, m, n, k, threads, false);
+        let exact = product(format, m, n, k, threads, true);
         println!(
             "{:<8} {:>12.1} {:>10.1} {:>12.1} {:>10.1}",
             format.name(),

@@ -5,7 +5,7 @@
 //! - the integer path ([`dot_i8`], the default for every block format: Q4_0, Q4_1, Q5_0,
 //!   Q5_1, Q8_0 and the k-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): the activation rows are
 //!   quantized once per product to 8-bit blocks ([`q8_act`]) and every weight block is
-//!   dotted with them in integers, as llama.cpp does;
+//!   dotted with them in integers, as llama.cpp does, unpacked once for up to four of them;
 //! - the exact path ([`dot_f32`]; the plain float formats, and all of them when
 //!   [`crate::CpuOptions::exact_quant`] is set): the weight row is dequantized in registers
 //!   and dotted with the f32 activations.
@@ -101,16 +101,18 @@ impl QuantPlan {
     fn run_dot_i8(&self, x: &[f32], w: &[u8], y: &mut [f32], row_bytes: usize) {
         let (m, n, format) = (self.m, self.n, self.format);
         let act = Q8Rows::quantize(x, self.k);
+        let acts: Vec<_> = (0..m).map(|i| act.row(i)).collect();
         let rows = |js: Range<usize>, out: OutPtr| {
             let wr = &w[js.start * row_bytes..js.end * row_bytes];
-            for i in 0..m {
-                // SAFETY: columns `js` of row i lie inside `y` (`js.end <= n`) and are written
-                // by this task alone.
-                let o = unsafe {
+            let mut outs: [&mut [f32]; DOT_MAX_ROWS] = Default::default();
+            for (i, o) in outs[..m].iter_mut().enumerate() {
+                // SAFETY: columns `js` of row i lie inside `y` (`js.end <= n`, `i < m`) and
+                // are written by this task alone; the rows' slices are disjoint.
+                *o = unsafe {
                     std::slice::from_raw_parts_mut(out.ptr().add(i * n + js.start), js.len())
                 };
-                dot_i8::dot_rows(format, wr, row_bytes, act.row(i), o);
             }
+            dot_i8::dot_rows(format, wr, row_bytes, &acts, &mut outs[..m]);
         };
         self.for_each_chunk(rows, y);
     }
@@ -417,6 +419,49 @@ mod tests {
                     }
                     // the default really is the integer path: activation rounding shows
                     assert!(moved > 0, "{format} {m}x{k}: integer path not taken");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_dotted_together_compute_bit_for_bit_as_each_alone() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // several blocks, and for the 32-value formats more than the kernels' tile of 16
+        // blocks; n leaves a remainder of weight rows past the groups of four
+        let cases = INTEGER.iter().flat_map(|&f| {
+            let ks: &[usize] = if f.block() == 256 {
+                &[768]
+            } else {
+                &[160, 1056]
+            };
+            ks.iter().map(move |&k| (f, k))
+        });
+        for (format, k) in cases {
+            let n = 11;
+            let w = random_blocks(format, n, k, 23);
+            let row_bytes = k / format.block() * format.block_bytes();
+            for m in 1..=DOT_MAX_ROWS {
+                let x = activations(m, k, 40 + m as u64);
+                let act = Q8Rows::quantize(&x, k);
+                let acts: Vec<_> = (0..m).map(|i| act.row(i)).collect();
+                // each kernel: the m rows together against each row alone
+                let together = dot_i8::each_isa_rows(format, &w, row_bytes, &acts);
+                for (i, &a) in acts.iter().enumerate() {
+                    let alone = dot_i8::each_isa(format, &w, row_bytes, a);
+                    for ((isa, got), (_, want)) in together.iter().zip(&alone) {
+                        let at = format!("{format} k={k} m={m} row {i} {isa}");
+                        assert_eq!(bits(&got[i]), bits(want), "{at}");
+                    }
+                }
+                // the whole product, split over the pool, against one row at a time
+                let mut y = vec![f32::NAN; m * n];
+                QuantPlan::new(format, n, k, m * k, 2, false).run(&x, &w, &mut y);
+                for (i, (xi, yi)) in x.chunks(k).zip(y.chunks(n)).enumerate() {
+                    let mut alone = vec![f32::NAN; n];
+                    QuantPlan::new(format, n, k, k, 1, false).run(xi, &w, &mut alone);
+                    let at = format!("{format} k={k} m={m} row {i}: product");
+                    assert_eq!(bits(yi), bits(&alone), "{at}");
                 }
             }
         }

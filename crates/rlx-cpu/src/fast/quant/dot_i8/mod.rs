@@ -22,6 +22,10 @@
 //! byte products take AVX-VNNI or AVX-512 VNNI (`vpdpbusd`) where the CPU has them, else
 //! AVX2 (`vpmaddubsw` + `vpmaddwd`), chosen once at run time ([`x86`] for the 32-value
 //! formats, [`x86_k`] for the k-quants); [`scalar`] is the reference and the path elsewhere.
+//!
+//! Several activation rows (a batched decode step, a short prompt) share each unpacked
+//! weight block: the kernels take up to [`ACT_ROWS`] of them, and a row's result is bit for
+//! bit the one it gets alone.
 
 mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -49,17 +53,22 @@ pub(crate) fn supports(format: QuantFormat) -> bool {
     )
 }
 
-/// Dot products of the packed rows in `w` (`out.len()` rows of `row_bytes`, a format
-/// [`supports`] accepts) with the quantized activation row `a` of the same length, into
-/// `out`.
+/// Activation rows a kernel dots with each weight block it unpacks: four of them by four
+/// weight rows already take the 16 AVX2 registers in accumulators, and eight measured no
+/// faster.
+const ACT_ROWS: usize = 4;
+
+/// Dot products of the packed rows in `w` (`n` rows of `row_bytes`, a format [`supports`]
+/// accepts) with each quantized activation row `acts[i]` of the same length, into
+/// `outs[i]` (`n` values each). A row's results do not depend on the rows beside it.
 pub(crate) fn dot_rows(
     format: QuantFormat,
     w: &[u8],
     row_bytes: usize,
-    a: Q8Row<'_>,
-    out: &mut [f32],
+    acts: &[Q8Row<'_>],
+    outs: &mut [&mut [f32]],
 ) {
-    dot_rows_on(isa(), format, w, row_bytes, a, out)
+    dot_rows_on(isa(), format, w, row_bytes, acts, outs)
 }
 
 /// [`dot_rows`] with the kernels of `isa` (which the CPU must have: [`isa`] or below).
@@ -68,50 +77,56 @@ fn dot_rows_on(
     format: QuantFormat,
     w: &[u8],
     row_bytes: usize,
-    a: Q8Row<'_>,
-    out: &mut [f32],
+    acts: &[Q8Row<'_>],
+    outs: &mut [&mut [f32]],
 ) {
-    let nb = a.ds.len();
+    let (Some(a0), Some(o0)) = (acts.first(), outs.first()) else {
+        return;
+    };
+    let (nb, n) = (a0.ds.len(), o0.len());
     assert!(
         supports(format)
+            && acts.len() == outs.len()
             && (nb * QK).is_multiple_of(format.block())
             && row_bytes >= nb * QK / format.block() * format.block_bytes()
-            && w.len() >= out.len() * row_bytes
-            && a.qs.len() >= nb * QK,
+            && w.len() >= n * row_bytes
+            && acts
+                .iter()
+                .all(|a| a.ds.len() == nb && a.qs.len() >= nb * QK)
+            && outs.iter().all(|o| o.len() == n),
         "dot_i8 lengths"
     );
-    #[cfg(target_arch = "x86_64")]
-    {
-        let args = (w, row_bytes, a, &mut *out);
-        // SAFETY: `isa` is what the CPU has, or below it (the callers' contract); the
-        // lengths were checked above.
-        let done = unsafe {
-            match isa {
-                Isa::AvxVnni => x86::run_avxvnni(format, args),
-                Isa::Avx512Vnni => x86::run_avx512vnni(format, args),
-                Isa::Avx2 => x86::run_avx2(format, args),
-                Isa::None => false,
+    for (acts, outs) in acts.chunks(ACT_ROWS).zip(outs.chunks_mut(ACT_ROWS)) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let args = (w, row_bytes, acts, &mut *outs);
+            // SAFETY: `isa` is what the CPU has, or below it (the callers' contract); the
+            // lengths were checked above, and a chunk holds one to `ACT_ROWS` (4) rows.
+            let done = unsafe {
+                match isa {
+                    Isa::AvxVnni => x86::run_avxvnni(format, args),
+                    Isa::Avx512Vnni => x86::run_avx512vnni(format, args),
+                    Isa::Avx2 => x86::run_avx2(format, args),
+                    Isa::None => false,
+                }
+            };
+            if done {
+                continue;
             }
-        };
-        if done {
-            return;
         }
-    }
-    let _ = isa;
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = scalar::dot(format, &w[j * row_bytes..(j + 1) * row_bytes], a);
+        let _ = isa;
+        for (a, out) in acts.iter().zip(outs.iter_mut()) {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = scalar::dot(format, &w[j * row_bytes..(j + 1) * row_bytes], *a);
+            }
+        }
     }
 }
 
-/// Every instruction set this CPU has (the scalar loop first) and the dot products of
-/// `w`'s rows with `a` its kernels give, for tests that check each kernel.
+/// The instruction sets of this CPU, the scalar loop first, for tests that check each
+/// kernel.
 #[cfg(test)]
-pub(crate) fn each_isa(
-    format: QuantFormat,
-    w: &[u8],
-    row_bytes: usize,
-    a: Q8Row<'_>,
-) -> Vec<(String, Vec<f32>)> {
+fn each_isa_of_this_cpu() -> Vec<Isa> {
     let best = isa();
     let mut all = vec![Isa::None];
     #[cfg(target_arch = "x86_64")]
@@ -130,12 +145,41 @@ pub(crate) fn each_isa(
             }
         }
     }
-    let rows = w.len() / row_bytes;
-    all.into_iter()
-        .map(|i| {
-            let mut out = vec![f32::NAN; rows];
-            dot_rows_on(i, format, w, row_bytes, a, &mut out);
-            (format!("{i:?}"), out)
+    all
+}
+
+/// Every instruction set this CPU has (the scalar loop first) and the dot products of
+/// `w`'s rows with `a` its kernels give, for tests that check each kernel.
+#[cfg(test)]
+pub(crate) fn each_isa(
+    format: QuantFormat,
+    w: &[u8],
+    row_bytes: usize,
+    a: Q8Row<'_>,
+) -> Vec<(String, Vec<f32>)> {
+    each_isa_rows(format, w, row_bytes, &[a])
+        .into_iter()
+        .map(|(isa, mut rows)| (isa, rows.remove(0)))
+        .collect()
+}
+
+/// [`each_isa`] for several activation rows dotted together: per instruction set, per
+/// activation row, the dot products with `w`'s rows.
+#[cfg(test)]
+pub(crate) fn each_isa_rows(
+    format: QuantFormat,
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Q8Row<'_>],
+) -> Vec<(String, Vec<Vec<f32>>)> {
+    let n = w.len() / row_bytes;
+    each_isa_of_this_cpu()
+        .into_iter()
+        .map(|isa| {
+            let mut out = vec![vec![f32::NAN; n]; acts.len()];
+            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| &mut o[..]).collect();
+            dot_rows_on(isa, format, w, row_bytes, acts, &mut outs);
+            (format!("{isa:?}"), out)
         })
         .collect()
 }

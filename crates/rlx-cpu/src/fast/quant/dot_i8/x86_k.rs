@@ -3,14 +3,12 @@
 //! it) and row, the sub-block scales are decoded once into a vector and multiplied by the
 //! activation scales; per 32 values a row then costs one byte product, one conversion and
 //! one multiply-add. [`dot_q45k`] covers the formats with a scale per 32 values, [`dot_k16`]
-//! those with one per 16 (through [`K16`], one implementation a format).
+//! those with one per 16 (through [`K16`], one implementation a format). As in
+//! [`super::x86`], a kernel unpacks each weight block once for its `M` activation rows,
+//! with the float operations of one pair in the order of one row alone.
 
-use super::x86::{hsum, Dot};
-use super::Q8Row;
+use super::x86::{hsum, Acts, Dot};
 use std::arch::x86_64::*;
-
-/// Values per k-quant block.
-const QK_K: usize = 256;
 
 /// The scales `[dx; 8]` and `[sx; 8]` of the eight activation blocks at `ds`.
 #[inline(always)]
@@ -50,46 +48,46 @@ unsafe fn prefetch(p: *const u8, bytes: usize) {
     }
 }
 
-/// Q4_K or Q5_K (`FIVE`) rows dot `a`, `R` rows at a time; lengths checked by the caller.
+/// Q4_K or Q5_K (`FIVE`) rows, `R` at a time, dot the `M` rows of `a`; result `(r, i)` to
+/// `out[i] + r`. Lengths checked by the caller.
 /// A block: f16 `d` and `dmin`, 12 bytes of scales and mins, (Q5_K: 32 bytes of fifth
 /// bits), 128 bytes of nibbles (sub-block `2j` the low nibbles of bytes `32j..32j+32`,
 /// `2j + 1` their high nibbles).
 #[inline(always)]
-pub(super) unsafe fn dot_q45k<D: Dot, const FIVE: bool, const R: usize>(
+pub(super) unsafe fn dot_q45k<D: Dot, const FIVE: bool, const R: usize, const M: usize>(
     w: *const u8,
     row_bytes: usize,
-    a: Q8Row<'_>,
-    out: *mut f32,
+    a: &Acts<M>,
+    out: [*mut f32; M],
 ) {
     let (bb, qo) = if FIVE { (176, 48) } else { (144, 16) };
-    let (ap, dsp) = (a.qs.as_ptr(), a.ds.as_ptr());
     let low = _mm256_set1_epi8(0x0F);
     let bit4 = _mm256_set1_epi8(0x10);
-    let mut acc = [_mm256_setzero_ps(); R];
-    // per row: d * sc * dx of each sub-block of the current block
-    let mut scale = [[0f32; 8]; R];
-    for sb in 0..a.ds.len() / 8 {
-        let (dx8, sx8) = act8(dsp.add(8 * sb));
-        for (r, acc) in acc.iter_mut().enumerate() {
+    let mut acc = [[_mm256_setzero_ps(); M]; R];
+    // per pair: d * sc * dx of each sub-block of the current block
+    let mut scale = [[[0f32; 8]; M]; R];
+    for sb in 0..a.nb / 8 {
+        let mut act = [(_mm256_setzero_ps(), _mm256_setzero_ps()); M];
+        for (i, act) in act.iter_mut().enumerate() {
+            *act = act8(a.ds[i].add(8 * sb));
+        }
+        for r in 0..R {
             let blk = w.add(r * row_bytes + sb * bb);
             prefetch(blk.wrapping_add(R * row_bytes), bb);
             let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
             let d = _mm256_broadcastss_ps(dm);
             let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
             let (sc, mn) = scales_mins(blk.add(4));
-            _mm256_storeu_ps(
-                scale[r].as_mut_ptr(),
-                _mm256_mul_ps(_mm256_mul_ps(d, sc), dx8),
-            );
-            // the minimum terms of all eight sub-blocks: - dmin * m * sx
-            *acc = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, mn), sx8, *acc);
+            let (d_sc, dmin_mn) = (_mm256_mul_ps(d, sc), _mm256_mul_ps(dmin, mn));
+            for (i, &(dx8, sx8)) in act.iter().enumerate() {
+                _mm256_storeu_ps(scale[r][i].as_mut_ptr(), _mm256_mul_ps(d_sc, dx8));
+                // the minimum terms of all eight sub-blocks: - dmin * m * sx
+                acc[r][i] = _mm256_fnmadd_ps(dmin_mn, sx8, acc[r][i]);
+            }
         }
-        let xp = ap.add(sb * QK_K);
         for j in 0..4 {
-            let x0 = _mm256_loadu_si256(xp.add(64 * j) as *const __m256i);
-            let x1 = _mm256_loadu_si256(xp.add(64 * j + 32) as *const __m256i);
             let shift = _mm_cvtsi32_si128(2 * j as i32);
-            for (r, acc) in acc.iter_mut().enumerate() {
+            for r in 0..R {
                 let blk = w.add(r * row_bytes + sb * bb);
                 let q = _mm256_loadu_si256(blk.add(qo + 32 * j) as *const __m256i);
                 let mut lo = _mm256_and_si256(q, low);
@@ -101,17 +99,21 @@ pub(super) unsafe fn dot_q45k<D: Dot, const FIVE: bool, const R: usize>(
                     lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16::<4>(h), bit4));
                     hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16::<3>(h), bit4));
                 }
-                let p0 = D::dot(_mm256_setzero_si256(), lo, x0);
-                let p1 = D::dot(_mm256_setzero_si256(), hi, x1);
-                let s = scale[r].as_ptr().add(2 * j);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_broadcast_ss(&*s), *acc);
-                let s1 = &*s.add(1);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_broadcast_ss(s1), *acc);
+                for (i, acc) in acc[r].iter_mut().enumerate() {
+                    let p0 = D::dot(_mm256_setzero_si256(), lo, a.x(i, 8 * sb + 2 * j));
+                    let p1 = D::dot(_mm256_setzero_si256(), hi, a.x(i, 8 * sb + 2 * j + 1));
+                    let s = scale[r][i].as_ptr().add(2 * j);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_broadcast_ss(&*s), *acc);
+                    let s1 = &*s.add(1);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_broadcast_ss(s1), *acc);
+                }
             }
         }
     }
     for (r, acc) in acc.iter().enumerate() {
-        *out.add(r) = hsum(*acc);
+        for (i, acc) in acc.iter().enumerate() {
+            *out[i].add(r) = hsum(*acc);
+        }
     }
 }
 
@@ -240,83 +242,103 @@ impl K16 for Q6K {
     }
 }
 
-/// Q2_K, Q3_K or Q6_K (`F`) rows dot `a`, `R` rows at a time; lengths checked by the
-/// caller. Per block of 32 and row: one byte product, less `OFF * sum(a)` per four values
-/// (one product per activation block for all rows), times the lanes' two scales. Q2_K's
-/// min terms take one multiply-add per half and row against the activation's sums per 16
-/// values, also computed once for all rows.
+/// Q2_K, Q3_K or Q6_K (`F`) rows, `R` at a time, dot the `M` rows of `a`; result `(r, i)`
+/// to `out[i] + r`. Lengths checked by the caller. Per block of 32 and pair: one byte
+/// product, less `OFF * sum(a)` per four values (one product per activation block for all
+/// weight rows), times the lanes' two scales. Q2_K's min terms take one multiply-add per
+/// half and pair against the activation's sums per 16 values, also computed once for all
+/// weight rows.
 #[inline(always)]
-pub(super) unsafe fn dot_k16<D: Dot, F: K16, const R: usize>(
+pub(super) unsafe fn dot_k16<D: Dot, F: K16, const R: usize, const M: usize>(
     w: *const u8,
     row_bytes: usize,
-    a: Q8Row<'_>,
-    out: *mut f32,
+    a: &Acts<M>,
+    out: [*mut f32; M],
 ) {
-    let (ap, dsp) = (a.qs.as_ptr(), a.ds.as_ptr());
     let zero = _mm256_setzero_si256();
     let moff = _mm256_set1_epi8(F::OFF);
     let pairs = _mm256_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for sb in 0..a.ds.len() / 8 {
+    let mut acc = [[_mm256_setzero_ps(); M]; R];
+    for sb in 0..a.nb / 8 {
         for r in 0..R {
             prefetch(w.wrapping_add((r + R) * row_bytes + sb * F::BB), F::BB);
         }
         for n in 0..2 {
-            let xp = ap.add(sb * QK_K + n * 128);
-            // dx of block p in lanes 2p and 2p + 1, the lanes of its two scales
-            let ds = dsp.add(8 * sb + 4 * n) as *const f32;
-            let dx = _mm256_permutevar8x32_ps(_mm256_loadu_ps(ds), pairs);
-            // Q2_K: dx * sum(a) over each 16 values, in the lanes of their scales
-            let sx = if F::MIN {
-                let ones = _mm256_set1_epi8(1);
-                let s = [0, 1, 2, 3]
-                    .map(|p| D::dot(zero, ones, _mm256_loadu_si256(xp.add(32 * p) as _)));
-                let h =
-                    _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-                // [p0 g0, p1 g0, p2 g0, p3 g0, p0 g1, ..] to the order 2p + g
-                let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-                let h = _mm256_permutevar8x32_epi32(h, order);
-                _mm256_mul_ps(_mm256_cvtepi32_ps(h), dx)
-            } else {
-                _mm256_setzero_ps()
-            };
-            let mut sd = [_mm256_setzero_ps(); R];
-            for (r, (sd, acc)) in sd.iter_mut().zip(acc.iter_mut()).enumerate() {
+            // per activation row: dx of block p in lanes 2p and 2p + 1, the lanes of its two
+            // scales; Q2_K: dx * sum(a) over each 16 values, in the lanes of their scales
+            let mut dx_sx = [(_mm256_setzero_ps(), _mm256_setzero_ps()); M];
+            for (i, dx_sx) in dx_sx.iter_mut().enumerate() {
+                let ds = a.ds[i].add(8 * sb + 4 * n) as *const f32;
+                let dx = _mm256_permutevar8x32_ps(_mm256_loadu_ps(ds), pairs);
+                let sx = if F::MIN {
+                    let ones = _mm256_set1_epi8(1);
+                    let mut s = [zero; 4];
+                    for (p, s) in s.iter_mut().enumerate() {
+                        *s = D::dot(zero, ones, a.x(i, 8 * sb + 4 * n + p));
+                    }
+                    let h = _mm256_hadd_epi32(
+                        _mm256_hadd_epi32(s[0], s[1]),
+                        _mm256_hadd_epi32(s[2], s[3]),
+                    );
+                    // [p0 g0, p1 g0, p2 g0, p3 g0, p0 g1, ..] to the order 2p + g
+                    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+                    let h = _mm256_permutevar8x32_epi32(h, order);
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(h), dx)
+                } else {
+                    _mm256_setzero_ps()
+                };
+                *dx_sx = (dx, sx);
+            }
+            let mut sd = [[_mm256_setzero_ps(); M]; R];
+            for r in 0..R {
                 let blk = w.add(r * row_bytes + sb * F::BB);
                 let (sc, mn) = F::scales(blk, n);
                 if F::MIN {
                     // `d` and `dmin`
                     let dm = (blk.add(F::D) as *const i32).read_unaligned();
                     let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
-                    let d = _mm256_broadcastss_ps(dm);
-                    *sd = _mm256_mul_ps(_mm256_mul_ps(sc, d), dx);
+                    let sc_d = _mm256_mul_ps(sc, _mm256_broadcastss_ps(dm));
                     let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-                    *acc = _mm256_fnmadd_ps(_mm256_mul_ps(mn, dmin), sx, *acc);
+                    let mn_dmin = _mm256_mul_ps(mn, dmin);
+                    for (i, &(dx, sx)) in dx_sx.iter().enumerate() {
+                        sd[r][i] = _mm256_mul_ps(sc_d, dx);
+                        acc[r][i] = _mm256_fnmadd_ps(mn_dmin, sx, acc[r][i]);
+                    }
                 } else {
                     let d = (blk.add(F::D) as *const u16).read_unaligned() as i16;
-                    let d = _mm256_cvtph_ps(_mm_set1_epi16(d));
-                    *sd = _mm256_mul_ps(_mm256_mul_ps(sc, d), dx);
+                    let sc_d = _mm256_mul_ps(sc, _mm256_cvtph_ps(_mm_set1_epi16(d)));
+                    for (i, &(dx, _)) in dx_sx.iter().enumerate() {
+                        sd[r][i] = _mm256_mul_ps(sc_d, dx);
+                    }
                 }
             }
             for p in 0..4 {
-                let x = _mm256_loadu_si256(xp.add(32 * p) as *const __m256i);
+                let b = 8 * sb + 4 * n + p;
                 // OFF * (sum of a over four values): the `- OFF` of every weight
-                let xoff = D::dot(zero, moff, x);
+                let mut xoff = [zero; M];
+                for (i, xoff) in xoff.iter_mut().enumerate() {
+                    *xoff = D::dot(zero, moff, a.x(i, b));
+                }
                 let (s0, s1) = (2 * p as i32, 2 * p as i32 + 1);
                 let lanes = _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1);
-                for (r, acc) in acc.iter_mut().enumerate() {
+                for r in 0..R {
                     let blk = w.add(r * row_bytes + sb * F::BB);
-                    let mut s = D::dot(zero, F::values(blk, n, p), x);
-                    if F::OFF != 0 {
-                        s = _mm256_sub_epi32(s, xoff);
+                    let q = F::values(blk, n, p);
+                    for (i, acc) in acc[r].iter_mut().enumerate() {
+                        let mut s = D::dot(zero, q, a.x(i, b));
+                        if F::OFF != 0 {
+                            s = _mm256_sub_epi32(s, xoff[i]);
+                        }
+                        let scale = _mm256_permutevar8x32_ps(sd[r][i], lanes);
+                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *acc);
                     }
-                    let scale = _mm256_permutevar8x32_ps(sd[r], lanes);
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *acc);
                 }
             }
         }
     }
     for (r, acc) in acc.iter().enumerate() {
-        *out.add(r) = hsum(*acc);
+        for (i, acc) in acc.iter().enumerate() {
+            *out[i].add(r) = hsum(*acc);
+        }
     }
 }
