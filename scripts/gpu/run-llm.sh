@@ -66,7 +66,9 @@ for part in "$@"; do
     python)
       v=/tmp/rlx-venv
       python3 -m venv --system-site-packages $v > /dev/null 2>&1
-      $v/bin/pip install -q --no-index --find-links $g/wheels $g/wheels/rlx-*.whl pytest 2>&1 | tail -3
+      # onnx builds the tests' models (staged as a wheel: the machine's python lacks it)
+      $v/bin/pip install -q --no-index --find-links $g/wheels $g/wheels/rlx-*.whl pytest \
+        $(ls $g/wheels/onnx-*.whl 2> /dev/null) 2>&1 | tail -3
       (cd $g/pytests && $v/bin/python -m pytest -q -rs . 2>&1) | tee "$out/python.txt" | tail -25 ;;
     parity)
       specs=${RLX_PARITY:-llama:float32,llama:float16,llama:bfloat16,mistral:float32,qwen2:float32,qwen2:float16,gemma:float32,gemma:bfloat16,phi3:float32,phi3:bfloat16}

@@ -46,8 +46,8 @@ if [ "${STAGE_PYTHON:-0}" = 1 ]; then
   [ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q "maturin>=1.9.4,<2"; }
   mkdir -p .gpu/wheels
   "$venv/bin/maturin" build --release --strip --out .gpu/wheels
-  # numpy too: the machine's python may lack it (pip then installs the wheel)
-  "$venv/bin/pip" download -q --only-binary=:all: --python-version 3.12 -d .gpu/wheels pytest numpy
+  # numpy and onnx too: the machine's python lacks them (onnx builds the tests' models)
+  "$venv/bin/pip" download -q --only-binary=:all: --python-version 3.12 -d .gpu/wheels pytest numpy onnx
   cp -r python/tests .gpu/pytests
 fi
 cargo build --release -p rlx
