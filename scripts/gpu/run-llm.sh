@@ -20,6 +20,10 @@
 #   bert-vulkan  the bert part's folder through rlx bench on vulkan (f32, f16; batch 1/32/256)
 #   serve-small, serve-8b   rlx serve (continuous batching) under rlx loadtest: 64 streams
 # Logs go to $OUT. Usage: bash .gpu/run-llm.sh tests parity small
+# The staged .gpu (~50 MB with STAGE_PYTHON) and the tracked tree together pass the device's
+# 64 MiB carry limit: carry only what the parts need, e.g. python + zoo: .gpu/run-llm.sh,
+# .gpu/rlx.gz, .gpu/zoo.py, .gpu/light, .gpu/wheels, .gpu/pytests, .gl; 8b: .gpu/run-llm.sh,
+# .gpu/rlx.gz, .gpu/make_llm.py, .gpu/peer_llm.py, .gpu/tokenizer.json.
 # (RLX_PARITY=arch:dtype,... picks the parity folders; make_llm.py knows llama mistral qwen2 phi3 gemma)
 set -uo pipefail
 out=${OUT:-/tmp/llm-out}; mkdir -p "$out"
