@@ -6,7 +6,8 @@ use rlx_driver::Device;
 use rlx_llm::{Engine, EngineSettings, Llama, LlmError, Sampling, TextStream};
 use rlx_models::llama::sample::RandomLlama;
 
-fn model(tag: &str) -> Llama {
+/// A random folder of a 64-token vocabulary, written under a name of its own.
+fn folder(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("rlx-llm-{tag}-{}", std::process::id()));
     RandomLlama {
         vocab: 64,
@@ -14,7 +15,11 @@ fn model(tag: &str) -> Llama {
     }
     .write(&dir)
     .expect("writes");
-    Llama::open(&dir).expect("loads")
+    dir
+}
+
+fn model(tag: &str) -> Llama {
+    Llama::open(&folder(tag)).expect("loads")
 }
 
 fn settings(n: usize) -> EngineSettings {
@@ -159,13 +164,7 @@ fn text_streams_hold_back_stop_strings() {
 /// tokens it makes alone (its rows computed as a single row's are).
 #[test]
 fn a_batch_of_six_makes_the_tokens_each_makes_alone() {
-    let dir = std::env::temp_dir().join(format!("rlx-llm-six-{}", std::process::id()));
-    RandomLlama {
-        vocab: 64,
-        ..Default::default()
-    }
-    .write(&dir)
-    .expect("writes");
+    let dir = folder("six");
     let gguf = dir.join("q4_0.gguf");
     let folder = Llama::open(&dir).expect("loads");
     rlx_models::llama::export::export_gguf(
